@@ -1,0 +1,3 @@
+"""Root conftest for the project's own tests: enables the pytester fixture."""
+
+pytest_plugins = ["pytester"]

@@ -1,0 +1,39 @@
+"""pytest-agenteval: evaluate AI agents as pytest tests.
+
+Public API: the objects agents receive and return, graders' building blocks, and the models of
+what users write. Everything else may change between releases. Names load lazily, so that
+pytest runs without `--agenteval` do not pay for importing them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .agents import Agent
+    from .graders import GradeContext, Grader
+    from .model import AgentResult, AttemptRecord, Manifest, Task, TaskSpec, Usage, Verdict
+
+__version__ = "0.1.0"
+
+_WHERE = {
+    "Agent": "agents",
+    "AgentResult": "model",
+    "AttemptRecord": "model",
+    "GradeContext": "graders",
+    "Grader": "graders",
+    "Manifest": "model",
+    "Task": "model",
+    "TaskSpec": "model",
+    "Usage": "model",
+    "Verdict": "model",
+}
+
+__all__ = [*_WHERE, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)

@@ -1,0 +1,443 @@
+"""Find, parse and validate task files; every task gets versioned content digests."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .errors import TaskFileError, did_you_mean
+from .model import UNION_TAGS, GraderSpec, Manifest, TaskSpec, check_task_id
+
+DIGEST_VERSION = "agenteval.digest/1"
+MANIFEST_NAME = "agenteval.yaml"
+TASK_SUFFIXES = (".yaml", ".yml")
+SKIP_DIRS = frozenset({"__pycache__", "node_modules", "venv", "build", "dist", "CVS"})
+
+_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """Safe YAML loader (libyaml when present) that keeps dates as the strings they were."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _BaseLoader.construct_yaml_str)
+
+# A grader factory: (spec, task) -> grader object. Raises GraderSpecError for bad specs.
+MakeGrader = Callable[[GraderSpec, TaskSpec], Any]
+
+
+class GraderSpecError(ValueError):
+    """A grader spec that cannot be built; `option` names the offending option, if any."""
+
+    def __init__(self, problem: str, *, option: str | None = None, hint: str | None = None):
+        super().__init__(problem)
+        self.problem = problem
+        self.option = option
+        self.hint = hint
+
+
+_WORKSPACE_LINE = re.compile(rb"""^[ \t-]*workspace:[ \t]*["']?([^"'\s#]+)""", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset root folder and its manifest."""
+
+    root: Path
+    manifest: Manifest
+    manifest_path: Path | None
+    _referenced: dict[Path, frozenset[Path]] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    def is_task_file(self, path: Path) -> bool:
+        """Whether pytest should collect `path` (absolute, below root) as a task file."""
+        if path.suffix not in TASK_SUFFIXES or path == self.manifest_path:
+            return False
+        patterns = self.manifest.tasks
+        if patterns is None:
+            return True
+        rel = path.relative_to(self.root).as_posix()
+        return any(fnmatch.fnmatchcase(rel, p) for p in patterns)
+
+    def is_workspace_dir(self, path: Path) -> bool:
+        """Whether `path` is a task's workspace template: never collected, its conftest unused.
+
+        A template is named by a `workspace:` line of a task file in one of its parent folders;
+        only folders that have subfolders are scanned, once each.
+        """
+        for parent in path.parents:
+            if path in self._workspaces_named_in(parent):
+                return True
+            if parent == self.root:
+                break
+        return False
+
+    def _workspaces_named_in(self, folder: Path) -> frozenset[Path]:
+        found = self._referenced.get(folder)
+        if found is None:
+            names: set[Path] = set()
+            for file in folder.iterdir():
+                if file.suffix in TASK_SUFFIXES and file.is_file():
+                    for match in _WORKSPACE_LINE.finditer(file.read_bytes()):
+                        names.add((folder / match.group(1).decode(errors="replace")).resolve())
+            found = self._referenced[folder] = frozenset(names)
+        return found
+
+    def task_files(self) -> Iterator[Path]:
+        """Task files in collection order (sorted, skipping the folders pytest skips)."""
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            here = Path(dirpath)
+            dirnames[:] = sorted(
+                d for d in dirnames if not _skipped_dir(d) and not self.is_workspace_dir(here / d)
+            )
+            for name in sorted(filenames):
+                path = Path(dirpath, name)
+                if self.is_task_file(path):
+                    yield path
+
+
+def _skipped_dir(name: str) -> bool:
+    return name.startswith(".") or name in SKIP_DIRS or name.endswith(".egg")
+
+
+def load_dataset(root: Path) -> Dataset:
+    """Read the manifest of the dataset at `root` (optional: name defaults to the folder name)."""
+    root = root.resolve()
+    if not root.is_dir():
+        raise TaskFileError(root, "dataset folder not found", hint="pass an existing folder")
+    path = root / MANIFEST_NAME
+    if not path.is_file():
+        return Dataset(root, Manifest(name=_safe_name(root.name)), None)
+    node, data = _parse(path)
+    if not isinstance(data, dict):
+        raise TaskFileError(path, "the manifest must be a mapping (name, version, agent, ...)")
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_errors(exc, path, node, (), Manifest)[0] from None
+    return Dataset(root, manifest, path)
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_.-" else "_" for c in name) or "dataset"
+
+
+@dataclass(frozen=True, eq=False)
+class TaskDef:
+    """A validated task with its source location and effective settings."""
+
+    spec: TaskSpec
+    dataset: Dataset
+    path: Path
+    line: int
+    """1-based line where the task starts."""
+    graders: tuple[Any, ...] = ()
+    grader_specs: tuple[GraderSpec, ...] = ()
+
+    @property
+    def id(self) -> str:
+        assert self.spec.id is not None
+        return self.spec.id
+
+    @property
+    def timeout(self) -> float | None:
+        return self.spec.timeout or self.dataset.manifest.defaults.timeout
+
+    @cached_property
+    def digest(self) -> str:
+        """Content digest of everything that decides the verdict."""
+        effective = self.spec.model_dump(mode="json")
+        effective["graders"] = [g.model_dump(mode="json") for g in self.grader_specs]
+        effective["timeout"] = self.timeout
+        effective["workspace"] = self._workspace_digest
+        return _digest(effective)
+
+    @cached_property
+    def run_digest(self) -> str:
+        """Digest of what the agent sees; equal digests mean a regrade can reuse the output."""
+        spec = self.spec
+        seen = {"id": spec.id, "input": spec.input, "metadata": spec.metadata}
+        seen["agent"] = spec.agent.model_dump(mode="json") if spec.agent else None
+        seen["workspace"] = self._workspace_digest
+        return _digest(seen)
+
+    @property
+    def regradable(self) -> bool:
+        """Whether a recorded output can be judged again without the agent's workspace."""
+        return self.workspace_dir is None and all(g.type != "command" for g in self.grader_specs)
+
+    @cached_property
+    def workspace_dir(self) -> Path | None:
+        return (self.path.parent / self.spec.workspace).resolve() if self.spec.workspace else None
+
+    @cached_property
+    def _workspace_digest(self) -> str | None:
+        folder = self.workspace_dir
+        if folder is None:
+            return None
+        sha = hashlib.sha256()
+        for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+            sha.update(file.relative_to(folder).as_posix().encode() + b"\0")
+            sha.update(file.read_bytes() + b"\0")
+        return sha.hexdigest()[:16]
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps([DIGEST_VERSION, value], sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """A task file, or one task of a `tasks:` list, that could not be loaded."""
+
+    path: Path
+    label: str
+    """Task id when known, else the file's id-like path (and list position)."""
+    line: int
+    errors: list[TaskFileError] = field(default_factory=list)
+
+    def render(self) -> str:
+        return "\n".join(e.render() for e in self.errors)
+
+
+def load_task_file(
+    path: Path, dataset: Dataset, make_grader: MakeGrader | None = None
+) -> list[TaskDef | LoadFailure]:
+    """Load every task of one file; problems become LoadFailures, never exceptions."""
+    default_id = path.relative_to(dataset.root).with_suffix("").as_posix()
+    try:
+        node, data = _parse(path)
+    except TaskFileError as exc:
+        return [LoadFailure(path, default_id, exc.line or 1, [exc])]
+    if isinstance(data, dict) and "tasks" in data:
+        return _load_list(path, dataset, node, data, make_grader)
+    if not isinstance(data, dict):
+        problem = "a task file holds one task (a mapping) or a `tasks:` list of tasks"
+        return [LoadFailure(path, default_id, 1, [TaskFileError(path, problem, line=1)])]
+    return [_load_task(path, dataset, node, data, (), default_id, make_grader)]
+
+
+def _load_list(
+    path: Path, dataset: Dataset, node: Any, data: dict[str, Any], make_grader: MakeGrader | None
+) -> list[TaskDef | LoadFailure]:
+    stem = path.relative_to(dataset.root).with_suffix("").as_posix()
+    tasks = data["tasks"]
+    extra = sorted(set(data) - {"tasks"})
+    if extra or not isinstance(tasks, list):
+        field_name = extra[0] if extra else "tasks"
+        problem = f"unknown field {field_name!r}" if extra else "`tasks` must be a list of tasks"
+        err = TaskFileError(path, problem, line=_line_of(node, (field_name,)), field=field_name)
+        return [LoadFailure(path, stem, err.line or 1, [err])]
+    results: list[TaskDef | LoadFailure] = []
+    for index, raw in enumerate(tasks):
+        loc = ("tasks", index)
+        if isinstance(raw, dict) and "id" not in raw:
+            err = TaskFileError(
+                path,
+                "missing required field 'id' (tasks in a `tasks:` list need one)",
+                line=_line_of(node, loc),
+                field=_field_name(loc),
+            )
+            results.append(LoadFailure(path, f"{stem}.{index}", err.line or 1, [err]))
+            continue
+        results.append(_load_task(path, dataset, node, raw, loc, f"{stem}.{index}", make_grader))
+    return results
+
+
+def _load_task(
+    path: Path,
+    dataset: Dataset,
+    node: Any,
+    raw: Any,
+    loc: tuple[Any, ...],
+    default_id: str,
+    make_grader: MakeGrader | None,
+) -> TaskDef | LoadFailure:
+    line = _line_of(node, loc) or 1
+    label = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
+    label = label or default_id
+    if not isinstance(raw, dict):
+        err = TaskFileError(path, "a task must be a mapping", line=line, field=_field_name(loc))
+        return LoadFailure(path, label, line, [err])
+    try:
+        spec = TaskSpec.model_validate(raw)
+    except ValidationError as exc:
+        return LoadFailure(path, label, line, _validation_errors(exc, path, node, loc, TaskSpec))
+    if spec.id is None:
+        try:
+            spec = spec.model_copy(update={"id": _checked_default_id(default_id)})
+        except ValueError as exc:
+            hint = "add an `id:` field, or rename the file"
+            return LoadFailure(path, label, line, [TaskFileError(path, str(exc), line=line, hint=hint)])
+    task = TaskDef(spec, dataset, path, line)
+    errors = _check_workspace(task, node, loc)
+    specs = spec.graders or dataset.manifest.defaults.graders
+    if specs is None:
+        if spec.expected is None:
+            errors.append(
+                TaskFileError(
+                    path,
+                    "no graders: the task names none and has no `expected` answer",
+                    line=line,
+                    field=_field_name(loc) or None,
+                    hint="add `graders:` (e.g. `- contains: [...]`), or `expected:` for `equals`",
+                )
+            )
+        specs = [GraderSpec(type="equals")]
+    object.__setattr__(task, "grader_specs", tuple(specs))
+    graders, grader_errors = _build_graders(task, specs, node, loc, make_grader)
+    errors += grader_errors
+    if errors:
+        return LoadFailure(path, label, line, errors)
+    object.__setattr__(task, "graders", tuple(graders))
+    return task
+
+
+def _checked_default_id(default_id: str) -> str:
+    check_task_id(default_id)
+    return default_id
+
+
+def _check_workspace(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[TaskFileError]:
+    folder = task.workspace_dir
+    if folder is None or folder.is_dir():
+        return []
+    where = (*loc, "workspace")
+    return [
+        TaskFileError(
+            task.path,
+            f"workspace folder {task.spec.workspace!r} not found (looked for {folder})",
+            line=_line_of(node, where),
+            field=_field_name(where),
+            hint="the path is relative to the task file",
+        )
+    ]
+
+
+def _build_graders(
+    task: TaskDef,
+    specs: list[GraderSpec],
+    node: Any,
+    loc: tuple[Any, ...],
+    make_grader: MakeGrader | None,
+) -> tuple[list[Any], list[TaskFileError]]:
+    if make_grader is None:
+        return [], []
+    from_task = task.spec.graders is not None
+    graders, errors = [], []
+    for index, gspec in enumerate(specs):
+        try:
+            graders.append(make_grader(gspec, task.spec))
+        except GraderSpecError as exc:
+            where = (*loc, "graders", index) if from_task else ("defaults", "graders", index)
+            path = task.path if from_task else task.dataset.manifest_path or task.path
+            line = _line_of(node, where) if from_task else None
+            field_name = _field_name(where) + (f".{exc.option}" if exc.option else "")
+            errors.append(TaskFileError(path, exc.problem, line=line, field=field_name, hint=exc.hint))
+    return graders, errors
+
+
+# --- YAML with marks -------------------------------------------------------------------------
+
+
+def _parse(path: Path) -> tuple[Any, Any]:
+    """Parse one YAML document safely, returning (node tree with marks, data)."""
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise TaskFileError(path, f"cannot read: {exc.strerror}") from None
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = f"invalid YAML: {getattr(exc, 'problem', None) or exc}"
+        line = mark.line + 1 if mark is not None else None
+        raise TaskFileError(path, problem, line=line, hint="check indentation and quoting") from None
+    finally:
+        loader.dispose()
+    if data is None:
+        raise TaskFileError(path, "the file is empty", line=1)
+    return node, data
+
+
+def _line_of(node: Any, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at `loc` (or of its nearest existing parent)."""
+    if node is None:
+        return None
+    for part in loc:
+        child = _child(node, part)
+        if child is None:
+            break
+        node = child
+    return node.start_mark.line + 1
+
+
+def _child(node: Any, part: Any) -> Any:
+    if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+        for key, value in node.value:
+            if key.value == part:
+                return value
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        return node.value[part]
+    return None
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _validation_errors(
+    exc: ValidationError, path: Path, node: Any, prefix: tuple[Any, ...], model: type
+) -> list[TaskFileError]:
+    errors = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(p for p in error["loc"] if p not in UNION_TAGS)
+        kind = error["type"]
+        hint = None
+        if kind == "missing":
+            problem = f"missing required field {loc[-1]!r}"
+            where = (*prefix, *loc[:-1])
+        elif kind == "extra_forbidden":
+            problem = f"unknown field {loc[-1]!r}"
+            where = (*prefix, *loc)
+            hint = did_you_mean(str(loc[-1]), _fields_at(model, loc[:-1]))
+        else:
+            problem = error["msg"].removeprefix("Value error, ")
+            where = (*prefix, *loc)
+        line = _line_of(node, (*prefix, *loc))
+        errors.append(TaskFileError(path, problem, line=line, field=_field_name(where), hint=hint))
+    return errors
+
+
+def _fields_at(model: type, loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the (nested) model at `loc`, for did-you-mean hints."""
+    for part in loc:
+        info = getattr(model, "model_fields", {}).get(part)
+        if info is None:
+            return []
+        sub = info.annotation
+        candidates = [sub, *getattr(sub, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))

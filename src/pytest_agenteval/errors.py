@@ -1,0 +1,71 @@
+"""Exception tree and the `path:line: at field: problem` + `Hint:` message format."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+
+
+class AgentevalError(Exception):
+    """Base of every error the plugin raises on purpose."""
+
+
+class TaskFileError(AgentevalError):
+    """A task or manifest file that cannot be loaded; the message points at file, line and field."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        problem: str,
+        *,
+        line: int | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.problem = problem
+        self.hint = hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        at = f" at {self.field}:" if self.field else ""
+        text = f"{where}:{at} {self.problem}"
+        return f"{text}\nHint: {self.hint}" if self.hint else text
+
+
+class ConfigError(AgentevalError):
+    """Wrong options or settings; reported as a pytest usage error."""
+
+
+class AgentError(AgentevalError):
+    """The agent under test crashed, timed out or returned something unusable: an *error* result."""
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        self.message = message
+        self.detail = detail
+        super().__init__(message)
+
+    def render(self) -> str:
+        return f"{self.message}\n{self.detail}" if self.detail else self.message
+
+
+class AgentTimeout(AgentError):
+    """The agent did not answer within the task's timeout."""
+
+
+class GraderError(AgentError):
+    """A grader could not judge the output (it crashed, or its command could not run)."""
+
+
+class StoreError(AgentevalError):
+    """The run store cannot be used (missing cache dir, unknown run, newer schema)."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """A `did you mean 'x'?` hint for a misspelt name, or None when nothing is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else None

@@ -1,0 +1,412 @@
+"""Graders judge an attempt's output: the Grader protocol, the built-ins and their registry."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import re
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .dataset import GraderSpecError
+from .errors import GraderError, did_you_mean
+from .importing import UnresolvedReference, resolve_callable
+from .model import AgentResult, GraderSpec, Task, TaskSpec, Verdict
+from .process import run_program
+from .text import excerpt
+
+
+@dataclass(slots=True)
+class GradeContext:
+    """Everything a grader may look at for one attempt."""
+
+    output: str
+    expected: Any
+    task: Task
+    result: AgentResult | None
+
+    @property
+    def workspace(self) -> Path:
+        return self.task.workspace
+
+
+@runtime_checkable
+class Grader(Protocol):
+    """Judges one attempt. `grade` returns a Verdict, or bool / score / (bool, reason)."""
+
+    name: str
+
+    def grade(self, ctx: GradeContext) -> Any: ...
+
+
+def as_verdict(name: str, value: Any, threshold: float = 0.5) -> Verdict:
+    """Normalize what a grader returned: Verdict, bool, score in [0, 1], or (either, reason)."""
+    reason = ""
+    if isinstance(value, Verdict):
+        return value
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], str):
+        value, reason = value
+    if isinstance(value, bool):
+        return Verdict(name, value, reason or ("passed" if value else "failed"), 1.0 if value else 0.0)
+    if isinstance(value, int | float) and 0.0 <= value <= 1.0:
+        passed = value >= threshold
+        return Verdict(name, passed, reason or f"score {value:g} (pass at >= {threshold:g})", value)
+    raise GraderError(
+        f"grader {name!r} returned {value!r}",
+        detail="return a bool, a score in [0, 1], (bool or score, reason), or a Verdict",
+    )
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BuiltinGrader:
+    """A built-in grader: validated options, and `expected` from the task as default value."""
+
+    name: ClassVar[str]
+    options_model: ClassVar[type[Options]]
+    primary: ClassVar[str | None] = None
+    """Option set by the shorthand `- name: value`."""
+
+    def __init__(self, options: Any, expected: Any, base: Path) -> None:
+        self.options = options
+        self.expected = expected
+        self.base = base
+
+    @classmethod
+    def build(cls, raw: dict[str, Any], task: TaskSpec, base: Path) -> BuiltinGrader:
+        if "_primary" in raw:
+            if cls.primary is None:
+                raise GraderSpecError(f"grader {cls.name!r} takes options as a mapping")
+            raw = {cls.primary: raw["_primary"]}
+        try:
+            options = cls.options_model.model_validate(raw)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            option = ".".join(str(p) for p in error["loc"]) or None
+            if error["type"] == "extra_forbidden":
+                fields = cls.options_model.model_fields
+                hint = did_you_mean(str(error["loc"][-1]), fields) or "options: " + ", ".join(fields)
+                raise GraderSpecError(f"unknown option {option!r}", option=None, hint=hint) from None
+            raise GraderSpecError(error["msg"], option=option) from None
+        return cls(options, task.expected, base)
+
+    def grade(self, ctx: GradeContext) -> Verdict:
+        raise NotImplementedError
+
+    def verdict(self, passed: bool, reason: str, score: float | None = None) -> Verdict:
+        return Verdict(self.name, passed, reason, 1.0 if passed else 0.0 if score is None else score)
+
+    def value_or_expected(self, value: Any, option: str) -> Any:
+        if value is None and self.expected is None:
+            raise GraderSpecError(f"{self.name} needs `expected` on the task or `{option}`")
+        return self.expected if value is None else value
+
+
+class EqualsOptions(Options):
+    value: Any = None
+    strip: bool = True
+    case_insensitive: bool = False
+
+
+class Equals(BuiltinGrader):
+    """Output equals the expected text (after optional strip / case folding)."""
+
+    name, options_model, primary = "equals", EqualsOptions, "value"
+
+    def __init__(self, options: EqualsOptions, expected: Any, base: Path) -> None:
+        super().__init__(options, expected, base)
+        self.want = self._norm(str(self.value_or_expected(options.value, "value")))
+
+    def _norm(self, text: str) -> str:
+        text = text.strip() if self.options.strip else text
+        return text.casefold() if self.options.case_insensitive else text
+
+    def grade(self, ctx: GradeContext) -> Verdict:
+        if self._norm(ctx.output) == self.want:
+            return self.verdict(True, "output equals expected")
+        return self.verdict(False, f"expected {excerpt(self.want, 80)!r}, got {excerpt(ctx.output, 80)!r}")
+
+
+class ContainsOptions(Options):
+    all: list[str] | None = None
+    any: list[str] | None = None
+    case_insensitive: bool = False
+
+
+class Contains(BuiltinGrader):
+    """Output contains all (or any) of the given strings."""
+
+    name, options_model, primary = "contains", ContainsOptions, "all"
+
+    @classmethod
+    def build(cls, raw: dict[str, Any], task: TaskSpec, base: Path) -> BuiltinGrader:
+        if isinstance(raw.get("_primary"), str):
+            raw = {"_primary": [raw["_primary"]]}
+        return super().build(raw, task, base)
+
+    def __init__(self, options: ContainsOptions, expected: Any, base: Path) -> None:
+        super().__init__(options, expected, base)
+        if options.all is None and options.any is None:
+            default = self.value_or_expected(None, "all")
+            self.all = [default] if isinstance(default, str) else [str(x) for x in default]
+        else:
+            self.all = options.all or []
+        self.any = options.any or []
+
+    def grade(self, ctx: GradeContext) -> Verdict:
+        fold = str.casefold if self.options.case_insensitive else str
+        out = fold(ctx.output)
+        missing = [s for s in self.all if fold(s) not in out]
+        if missing:
+            return self.verdict(False, "missing " + ", ".join(repr(s) for s in missing))
+        if self.any and not any(fold(s) in out for s in self.any):
+            return self.verdict(False, "none of " + ", ".join(repr(s) for s in self.any))
+        return self.verdict(True, "contains " + ", ".join(repr(s) for s in [*self.all, *self.any]))
+
+
+class RegexOptions(Options):
+    pattern: str | None = None
+    fullmatch: bool = False
+    ignorecase: bool = False
+    multiline: bool = False
+    dotall: bool = False
+
+
+class Regex(BuiltinGrader):
+    """Output matches a regular expression (search by default, or `fullmatch: true`)."""
+
+    name, options_model, primary = "regex", RegexOptions, "pattern"
+
+    def __init__(self, options: RegexOptions, expected: Any, base: Path) -> None:
+        super().__init__(options, expected, base)
+        pattern = str(self.value_or_expected(options.pattern, "pattern"))
+        flags = (
+            (re.IGNORECASE if options.ignorecase else 0)
+            | (re.MULTILINE if options.multiline else 0)
+            | (re.DOTALL if options.dotall else 0)
+        )
+        try:
+            self.regex = re.compile(pattern, flags)
+        except re.error as exc:
+            raise GraderSpecError(f"invalid regex {pattern!r}: {exc}", option="pattern") from None
+
+    def grade(self, ctx: GradeContext) -> Verdict:
+        match = (self.regex.fullmatch if self.options.fullmatch else self.regex.search)(ctx.output)
+        if match:
+            return self.verdict(True, f"matches /{self.regex.pattern}/")
+        return self.verdict(False, f"does not match /{self.regex.pattern}/")
+
+
+class JsonOptions(Options):
+    subset: Any = None
+    extract: bool = True
+
+
+_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
+
+
+class Json(BuiltinGrader):
+    """Output parses as JSON (a fenced block is found) and contains `subset`/expected."""
+
+    name, options_model, primary = "json", JsonOptions, "subset"
+
+    def __init__(self, options: JsonOptions, expected: Any, base: Path) -> None:
+        super().__init__(options, expected, base)
+        self.subset = expected if options.subset is None else options.subset
+
+    def grade(self, ctx: GradeContext) -> Verdict:
+        text = ctx.output
+        fenced = _FENCE.search(text) if self.options.extract else None
+        try:
+            value = json.loads(fenced.group(1) if fenced else text)
+        except ValueError as exc:
+            return self.verdict(False, f"output is not JSON: {exc}")
+        if self.subset is None:
+            return self.verdict(True, "output is valid JSON")
+        problem = json_mismatch(self.subset, value, "$")
+        return self.verdict(problem is None, problem or "JSON contains the expected values")
+
+
+def json_mismatch(want: Any, got: Any, path: str) -> str | None:
+    """Where `got` fails to contain `want` (mappings by subset, lists element-wise), or None."""
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return f"at {path}: expected an object, got {excerpt(json.dumps(got), 60)}"
+        for key, sub in want.items():
+            if key not in got:
+                return f"at {path}: missing key {key!r}"
+            problem = json_mismatch(sub, got[key], f"{path}.{key}")
+            if problem:
+                return problem
+        return None
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return f"at {path}: expected a list of {len(want)}, got {excerpt(json.dumps(got), 60)}"
+        for index, (w, g) in enumerate(zip(want, got, strict=True)):
+            problem = json_mismatch(w, g, f"{path}[{index}]")
+            if problem:
+                return problem
+        return None
+    if want != got or isinstance(want, bool) != isinstance(got, bool):
+        return f"at {path}: expected {json.dumps(want)}, got {excerpt(json.dumps(got), 60)}"
+    return None
+
+
+class NumberOptions(Options):
+    value: float | None = None
+    tolerance: float = 0.0
+    rel_tolerance: float = 0.0
+
+
+_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+class Number(BuiltinGrader):
+    """The output's number (the whole output, else its last number) is within tolerance."""
+
+    name, options_model, primary = "number", NumberOptions, "value"
+
+    def __init__(self, options: NumberOptions, expected: Any, base: Path) -> None:
+        super().__init__(options, expected, base)
+        want = self.value_or_expected(options.value, "value")
+        try:
+            self.want = float(want)
+        except (TypeError, ValueError):
+            raise GraderSpecError(f"number needs a numeric expected value, not {want!r}") from None
+
+    def grade(self, ctx: GradeContext) -> Verdict:
+        got = parse_number(ctx.output)
+        if got is None:
+            return self.verdict(False, f"no number in output {excerpt(ctx.output, 80)!r}")
+        opts = self.options
+        if math.isclose(got, self.want, rel_tol=opts.rel_tolerance, abs_tol=opts.tolerance):
+            return self.verdict(True, f"{got:g} == {self.want:g}")
+        return self.verdict(False, f"expected {self.want:g}, got {got:g}")
+
+
+def parse_number(text: str) -> float | None:
+    """The whole text as a number, else the last number in it (thousands commas allowed)."""
+    try:
+        return float(text.strip())
+    except ValueError:
+        found = _NUMBER.findall(text)
+        return float(found[-1].replace(",", "")) if found else None
+
+
+class CommandOptions(Options):
+    argv: list[str] | str
+    timeout: float = 300.0
+    env: dict[str, str] = {}
+
+
+class Command(BuiltinGrader):
+    """Run a program in the attempt's workspace (output on stdin); exit status 0 passes."""
+
+    name, options_model, primary = "command", CommandOptions, "argv"
+
+    def __init__(self, options: CommandOptions, expected: Any, base: Path) -> None:
+        super().__init__(options, expected, base)
+        argv = options.argv
+        self.argv = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        if not self.argv:
+            raise GraderSpecError("command needs a program to run", option="argv")
+
+    def grade(self, ctx: GradeContext) -> Verdict:
+        argv = [a.replace("{python}", sys.executable) for a in self.argv]
+        try:
+            done = run_program(
+                argv,
+                cwd=ctx.workspace,
+                stdin=ctx.output.encode(),
+                env=self.options.env,
+                timeout=self.options.timeout,
+            )
+        except OSError as exc:
+            raise GraderError(f"grader command {argv[0]!r} could not start: {exc}") from None
+        if done.timed_out:
+            return self.verdict(False, f"{shlex.join(argv)} timed out after {self.options.timeout:g}s")
+        if done.returncode == 0:
+            return self.verdict(True, f"{shlex.join(argv)} exited 0")
+        return self.verdict(
+            False, f"{shlex.join(argv)} exited {done.returncode}:\n{excerpt(done.tail(), 1500)}"
+        )
+
+
+class PythonOptions(Options):
+    function: str
+    threshold: float = 0.5
+    args: dict[str, Any] = {}
+
+
+GRADER_PARAMETERS = ("output", "expected", "task", "result", "workspace")
+
+
+class Python(BuiltinGrader):
+    """Call `module:function`; parameters are filled by name from output, expected, task, ..."""
+
+    name, options_model, primary = "python", PythonOptions, "function"
+
+    def __init__(self, options: PythonOptions, expected: Any, base: Path) -> None:
+        super().__init__(options, expected, base)
+        try:
+            self.function = resolve_callable(options.function, base)
+        except UnresolvedReference as exc:
+            raise GraderSpecError(str(exc), option="function") from None
+        self.wants = _parameters(self.function, options.args)
+
+    def grade(self, ctx: GradeContext) -> Verdict:
+        available = {
+            "output": ctx.output,
+            "expected": ctx.expected,
+            "task": ctx.task,
+            "result": ctx.result,
+        }
+        kwargs = {p: ctx.workspace if p == "workspace" else available[p] for p in self.wants}
+        value = self.function(**kwargs, **self.options.args)
+        return as_verdict(self.options.function, value, self.options.threshold)
+
+
+def _parameters(function: Callable[..., Any], args: dict[str, Any]) -> list[str]:
+    try:
+        params = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return ["output"]
+    wanted = []
+    for name, param in params.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or name in args:
+            continue
+        if name in GRADER_PARAMETERS:
+            wanted.append(name)
+        elif param.default is param.empty:
+            raise GraderSpecError(
+                f"grader function parameter {name!r} cannot be filled",
+                option="function",
+                hint="name parameters from: " + ", ".join(GRADER_PARAMETERS) + ", or pass `args`",
+            )
+    return wanted
+
+
+BUILTIN_GRADERS: dict[str, type[BuiltinGrader]] = {
+    g.name: g for g in (Equals, Contains, Regex, Json, Number, Command, Python)
+}
+
+
+def make_builtin_grader(spec: GraderSpec, task: TaskSpec, base: Path) -> BuiltinGrader | None:
+    """Build a built-in grader from its spec; None for a name that is not built in."""
+    cls = BUILTIN_GRADERS.get(spec.type)
+    return None if cls is None else cls.build(spec.options, task, base)
+
+
+def unknown_grader(name: str, known: list[str]) -> GraderSpecError:
+    """The error for a grader name nobody registered."""
+    hint = did_you_mean(name, known) or "built-in graders: " + ", ".join(sorted(known))
+    return GraderSpecError(f"unknown grader {name!r}", hint=hint)

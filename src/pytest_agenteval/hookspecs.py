@@ -1,0 +1,30 @@
+"""Hooks pytest-agenteval adds; implement them in a conftest.py or a plugin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .model import GraderSpec, TaskSpec
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_agenteval_make_grader(spec: GraderSpec, task: TaskSpec, dataset_root: Path) -> Any:
+    """Build the grader `spec.type` names, or return None to let others try.
+
+    Return an object with a `name` and a `grade(ctx)` method (see `pytest_agenteval.Grader`);
+    `grade` returns a Verdict, a bool, a score in [0, 1], or (bool or score, reason). Raise
+    ValueError for bad `spec.options`: it is reported at the grader's line in the task file.
+    The built-in graders answer last, so a plugin can replace them.
+    """
+
+
+def pytest_agenteval_record_committed(record: dict[str, Any], config: pytest.Config) -> None:
+    """An attempt record was committed to the run store (controller only)."""
+
+
+def pytest_agenteval_summary(summary: dict[str, Any], config: pytest.Config) -> None:
+    """The run summary (summary.json as a dict) is ready (controller only, at session end)."""

@@ -1,0 +1,312 @@
+"""Frozen data models: what users write (manifest, tasks), what agents return, what is recorded."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    Tag,
+    field_validator,
+)
+
+RECORD_SCHEMA = "agenteval.record/1"
+TASK_ID_RE = re.compile(r"[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*")
+TAG_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+Status = Literal["pass", "fail", "error"]
+
+
+class UserModel(BaseModel):
+    """Base of everything a user writes in YAML: frozen, and unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CallableAgentSpec(UserModel):
+    """An agent that is a Python function, `module:function` or `path/to/file.py:function`."""
+
+    callable: str = Field(pattern=r"^[^:]+:[A-Za-z_][A-Za-z0-9_.]*$")
+    """Where the function lives; the dataset root is importable."""
+
+
+class CommandAgentSpec(UserModel):
+    """An agent that is a program, run once per attempt as a real subprocess (no shell)."""
+
+    command: list[str] = Field(min_length=1)
+    """argv; `{input}`, `{task_id}`, `{attempt}`, `{seed}`, `{workspace}`, `{dataset}` and
+    `{python}` are replaced."""
+    stdin: Literal["json", "none"] = "json"
+    """`json` writes the task as JSON to the program's stdin."""
+    env: dict[str, str] = {}
+    """Variables added to the environment of the program."""
+    output: Literal["text", "json"] = "text"
+    """`text`: stdout is the output. `json`: stdout is an AgentResult as JSON (output, usage...)."""
+
+
+def _agent_kind(value: Any) -> str:
+    return "command-agent" if isinstance(value, dict) and "command" in value else "callable-agent"
+
+
+def _agent_shorthand(value: Any) -> Any:
+    return {"callable": value} if isinstance(value, str) else value
+
+
+AgentSpec = Annotated[
+    Annotated[CallableAgentSpec, Tag("callable-agent")]
+    | Annotated[CommandAgentSpec, Tag("command-agent")],
+    Discriminator(_agent_kind),
+]
+UNION_TAGS = frozenset({"callable-agent", "command-agent"})
+
+
+class GraderSpec(UserModel):
+    """One grader of a task: its registered type name and its options."""
+
+    type: str
+    """Name of a built-in or plugin-registered grader, e.g. `equals`."""
+    options: dict[str, Any] = {}
+    """Options the grader validates itself."""
+
+
+def normalize_grader(raw: Any) -> Any:
+    """Accept `name`, `{name: value-or-options}` and `{type: name, ...options}` spellings."""
+    if isinstance(raw, str):
+        return {"type": raw}
+    if isinstance(raw, dict) and "type" not in raw and len(raw) == 1:
+        ((name, value),) = raw.items()
+        options = value if isinstance(value, dict) else {"_primary": value}
+        return {"type": name, "options": options}
+    if isinstance(raw, dict) and "type" in raw and "options" not in raw:
+        return {"type": raw["type"], "options": {k: v for k, v in raw.items() if k != "type"}}
+    return raw
+
+
+def _graders_before(value: Any) -> Any:
+    return [normalize_grader(g) for g in value] if isinstance(value, list) else value
+
+
+class Defaults(UserModel):
+    """Manifest defaults applied to every task that does not say otherwise."""
+
+    timeout: PositiveFloat | None = None
+    """Seconds an attempt's agent call may take."""
+    attempts: PositiveInt | None = None
+    """Attempts per task when neither `--attempts` nor ini `agenteval_attempts` is set."""
+    graders: list[GraderSpec] | None = None
+    """Graders for tasks that name none."""
+
+    _graders = field_validator("graders", mode="before")(_graders_before)
+
+
+class Manifest(UserModel):
+    """`agenteval.yaml` at the dataset root."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    """Dataset name; keys records together with task id and attempt."""
+    version: str = "0"
+    """Dataset version, shown in summaries."""
+    description: str = ""
+    agent: AgentSpec | None = None
+    """The default agent under test."""
+    agent_version: str | None = None
+    """A version you declare for the agent; part of its fingerprint, so a resume notices."""
+    defaults: Defaults = Defaults()
+    tasks: list[str] | None = None
+    """Glob patterns of task files relative to the root (default: every other *.yaml/*.yml)."""
+
+    _agent = field_validator("agent", mode="before")(_agent_shorthand)
+
+    @field_validator("version", "agent_version", mode="before")
+    @classmethod
+    def _scalar_to_str(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+class TaskSpec(UserModel):
+    """One task as written in YAML."""
+
+    id: str | None = None
+    """Unique id; defaults to the file path relative to the dataset root, without extension."""
+    description: str = ""
+    tags: list[str] = []
+    """Become pytest markers: `-m smoke` selects tasks tagged `smoke`."""
+    input: Any
+    """A string, a mapping, or a list of chat messages `{role, content}`."""
+    expected: Any = None
+    """The reference answer graders compare against; never shown to the agent."""
+    graders: list[GraderSpec] | None = None
+    timeout: PositiveFloat | None = None
+    agent: AgentSpec | None = None
+    """Overrides the manifest's agent for this task."""
+    metadata: dict[str, Any] = {}
+    workspace: str | None = None
+    """A folder (relative to this file) copied into each attempt's fresh working directory."""
+
+    _agent = field_validator("agent", mode="before")(_agent_shorthand)
+    _graders = field_validator("graders", mode="before")(_graders_before)
+
+    @field_validator("id")
+    @classmethod
+    def _valid_id(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_task_id(value)
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _valid_tags(cls, value: list[str]) -> list[str]:
+        for tag in value:
+            if not TAG_RE.fullmatch(tag):
+                raise ValueError(f"tag {tag!r} is not a valid marker name (letters, digits, _)")
+        return value
+
+    @field_validator("input")
+    @classmethod
+    def _valid_input(cls, value: Any) -> Any:
+        if isinstance(value, str | dict):
+            return value
+        if isinstance(value, list) and all(_is_message(m) for m in value):
+            return value
+        raise ValueError(
+            "input must be a string, a mapping, or a list of chat messages {role, content}"
+        )
+
+
+def _is_message(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("role"), str) and "content" in value
+
+
+def check_task_id(value: str) -> None:
+    """Raise ValueError unless `value` is usable in `-k` and as a file-name-safe key."""
+    if not TASK_ID_RE.fullmatch(value) or any(p in (".", "..") for p in value.split("/")):
+        raise ValueError(
+            f"task id {value!r} may only use letters, digits and _ . - / "
+            "(no empty, '.' or '..' path segments)"
+        )
+
+
+class Usage(UserModel):
+    """What an attempt consumed, when the agent reports it."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost: float | None = None
+    """In the currency of your choice (usually USD)."""
+
+
+class AgentResult(UserModel):
+    """What an agent may return instead of a plain string."""
+
+    output: str
+    """The answer graders judge."""
+    usage: Usage | None = None
+    transcript: list[Any] | None = None
+    """The agent's trace (messages, tool calls); kept in the record, never graded."""
+    artifacts: dict[str, str] | None = None
+    """Named files or values the agent produced (name -> path or text)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One grader's judgement of one attempt."""
+
+    grader: str
+    passed: bool
+    reason: str
+    score: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"grader": self.grader, "passed": self.passed, "score": self.score, "reason": self.reason}
+
+
+class Task:
+    """What the agent under test receives for one attempt. Public API: keep these names."""
+
+    __slots__ = ("_make_workspace", "_workspace", "attempt", "id", "input", "metadata", "seed")
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        input: Any,
+        metadata: dict[str, Any],
+        attempt: int,
+        seed: int,
+        workspace: Path | Callable[[], Path],
+    ) -> None:
+        self.id = id
+        self.input = input
+        self.metadata = metadata
+        self.attempt = attempt
+        self.seed = seed
+        self._workspace = workspace if isinstance(workspace, Path) else None
+        self._make_workspace = None if isinstance(workspace, Path) else workspace
+
+    @property
+    def workspace(self) -> Path:
+        """This attempt's fresh working directory (created on first use)."""
+        if self._workspace is None:
+            assert self._make_workspace is not None
+            self._workspace = self._make_workspace()
+        return self._workspace
+
+    def as_json(self) -> dict[str, Any]:
+        """The task as command agents receive it on stdin."""
+        return {
+            "id": self.id,
+            "input": self.input,
+            "metadata": self.metadata,
+            "attempt": self.attempt,
+            "seed": self.seed,
+            "workspace": str(self.workspace),
+        }
+
+    def __repr__(self) -> str:
+        return f"Task(id={self.id!r}, attempt={self.attempt})"
+
+
+class VerdictModel(BaseModel):
+    """A recorded verdict."""
+
+    grader: str
+    passed: bool
+    score: float | None = None
+    reason: str = ""
+
+
+class AttemptRecord(BaseModel):
+    """One finished attempt, as stored and as carried on the pytest report (as plain JSON)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    schema_: Literal["agenteval.record/1"] = Field(RECORD_SCHEMA, alias="schema")
+    dataset: str
+    task_id: str
+    attempt: int
+    digest: str
+    """Content digest of the task when the attempt ran."""
+    run_digest: str
+    """Digest of what the agent saw (everything but graders, expected, tags, description)."""
+    agent: dict[str, Any]
+    """Fingerprint of the agent: its spec, override and declared version."""
+    status: Status
+    verdicts: list[VerdictModel] = []
+    output: str | None = None
+    usage: Usage | None = None
+    duration: float
+    started_at: float
+    finished_at: float
+    error: str | None = None
+    transcript: list[Any] | None = None
+    artifacts: dict[str, str] | None = None
+    previous: list[dict[str, Any]] = []
+    """Records this one replaced (`--agenteval-rerun`), newest first."""

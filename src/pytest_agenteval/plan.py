@@ -1,0 +1,119 @@
+"""Pure resume decisions: is a planned attempt reused, regraded, or run (again)?
+
+The controller snapshots the store's index once and hands it to xdist workers as plain JSON
+types, so every process decides the same way without reading the store. Regrades need the
+recorded output: the lone process fetches it from the store; under xdist the controller ships
+the records that will be regraded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .store import IndexRow, Key
+
+Action = Literal["reuse", "regrade", "run"]
+
+
+@dataclass
+class Plan:
+    """Stored attempts of the run being continued, and how to treat them."""
+
+    entries: dict[str, list[Any]] = field(default_factory=dict)
+    """plan_key -> [digest, run_digest, status, phase, replay data]."""
+    rerun_errors: bool = False
+    rerun_all: bool = False
+    regrade_records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Full records for regrades, shipped to xdist workers."""
+    fetch: Callable[[Key], dict[str, Any] | None] | None = None
+    """Reads a full record from the store (lone process only)."""
+
+    def decide(
+        self, key: Key, digest: str, run_digest: str, regradable: bool = True
+    ) -> tuple[Action, Any]:
+        """The action for one attempt of the task as collected now, and its data.
+
+        reuse: a finished record with the same task digest (an agent error is reused while the
+        agent's input is unchanged). regrade: only grading changed and the output can be judged
+        again. run: no record, the task changed otherwise, `--rerun-errors` on an error, or
+        `--agenteval-rerun`.
+        """
+        entry = self.entries.get(plan_key(key))
+        if entry is None or self.rerun_all:
+            return "run", None
+        held, held_run, status, phase, replay = entry
+        agent_error = status == "error" and phase != "grading"
+        if agent_error and self.rerun_errors:
+            return "run", None
+        if held == digest or (agent_error and held_run == run_digest):
+            return "reuse", replay
+        if held_run == run_digest and regradable:
+            record = self._record(key)
+            if record is not None:
+                return "regrade", record
+        return "run", None
+
+    def existing(self, key: Key) -> bool:
+        """Whether a stored record exists that a new one replaces (and keeps as history)."""
+        return plan_key(key) in self.entries
+
+    def _record(self, key: Key) -> dict[str, Any] | None:
+        record = self.regrade_records.get(plan_key(key))
+        if record is None and self.fetch is not None:
+            found = self.fetch(key)
+            record = found if isinstance(found, dict) else None
+        return record
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain types for xdist's workerinput."""
+        return {
+            "entries": self.entries,
+            "rerun_errors": self.rerun_errors,
+            "rerun_all": self.rerun_all,
+            "regrade_records": self.regrade_records,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        return cls(
+            data["entries"], data["rerun_errors"], data["rerun_all"], data["regrade_records"]
+        )
+
+
+def plan_key(key: Key) -> str:
+    """A key as one string (dataset names and task ids never contain NUL)."""
+    return f"{key[0]}\0{key[1]}\0{key[2]}"
+
+
+def make_plan(rows: Iterable[IndexRow], *, rerun_errors: bool, rerun_all: bool) -> Plan:
+    """Snapshot the readable stored attempts of a run."""
+    entries = {
+        plan_key(r.key): [r.digest, r.run_digest, r.status, r.summary.get("phase"), replay_data(r)]
+        for r in rows
+    }
+    return Plan(entries, rerun_errors, rerun_all)
+
+
+def replay_data(row: IndexRow) -> dict[str, Any]:
+    """What an item needs to replay a stored verdict without the store."""
+    return {
+        "status": row.status,
+        "score": row.score,
+        "duration": row.duration,
+        "input_tokens": row.input_tokens,
+        "output_tokens": row.output_tokens,
+        "cost": row.cost,
+        "verdicts": row.summary.get("verdicts", []),
+        "output_excerpt": row.summary.get("output_excerpt", ""),
+        "error": row.summary.get("error"),
+    }
+
+
+def count_actions(actions: Iterable[Action]) -> dict[str, int]:
+    """How many attempts of each action, for the plan printout and the summary."""
+    result = {"reuse": 0, "regrade": 0, "run": 0}
+    for action in actions:
+        result[action] += 1
+    return result

@@ -1,0 +1,252 @@
+"""pytest entry point: options, ini settings, hook registration and collection of task files.
+
+Inactive unless `--agenteval PATH` (or ini `agenteval_datasets`) names a dataset, so the plugin
+never touches unrelated YAML files or runs.
+
+Settings precedence: command-line option, then the ini setting, then the dataset manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from typing import TYPE_CHECKING
+
+from . import hookspecs
+
+if TYPE_CHECKING:
+    from .dataset import Dataset
+    from .runtime import Settings
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive integer")
+    return number
+
+
+def _rate(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0.0 <= number <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a rate between 0 and 1")
+    return number
+
+
+def _ks(value: str) -> list[int]:
+    try:
+        return sorted({_positive_int(part.strip()) for part in value.split(",") if part.strip()})
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a comma-separated list of positive integers, e.g. 1,5,10"
+        ) from None
+
+
+def _task_rule(value: str) -> str:
+    if value in ("any", "all"):
+        return value
+    try:
+        if 0.0 < float(value) <= 1.0:
+            return value
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"{value!r} is not 'any', 'all' or a pass rate in (0, 1]")
+
+
+def _agent_ref(value: str) -> str:
+    where, sep, name = value.rpartition(":")
+    if not (sep and where and name.replace("_", "a").replace(".", "a").isalnum()):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not module:function or path/to/file.py:function"
+        )
+    return value
+
+
+def _run_id(value: str) -> str:
+    if not value or len(value) > 64 or not all(c.isalnum() or c in "_.-" for c in value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a run id (letters, digits, _ . -)")
+    return value
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("agenteval", "agent evaluations (pytest-agenteval)")
+
+    def option(*names: str, ini: tuple[str, str] | None = None, **kwargs: Any) -> None:
+        group.addoption(*names, **kwargs)
+        if ini:
+            parser.addini(ini[0], help=kwargs["help"], type=ini[1])  # type: ignore[arg-type]
+
+    option("--agenteval", action="append", dest="agenteval_datasets", metavar="PATH", default=[],
+           ini=("agenteval_datasets", "paths"),
+           help="collect the tasks of the dataset folder at PATH (repeatable).")
+    option("--attempts", dest="agenteval_attempts", type=_positive_int, metavar="K",
+           ini=("agenteval_attempts", "string"),
+           help="attempts per task (default: the manifest's defaults.attempts, else 1).")
+    option("--agenteval-agent", dest="agenteval_agent", type=_agent_ref, metavar="REF",
+           ini=("agenteval_agent", "string"),
+           help="agent under test, module:function or file.py:function; overrides the manifest.")
+    option("--agenteval-agent-version", dest="agenteval_agent_version", metavar="VERSION",
+           ini=("agenteval_agent_version", "string"),
+           help="a version you declare for the agent; a resume with another version is refused.")
+    option("--agenteval-strict", dest="agenteval_strict", action="store_true", default=None,
+           ini=("agenteval_strict", "bool"),
+           help="make task files that fail to load collection errors instead of erroring items.")
+    option("--resume-suite", dest="agenteval_resume", action="store_true",
+           help="continue the most recent run of these datasets: reuse finished attempts.")
+    option("--agenteval-run-id", dest="agenteval_run_id", type=_run_id, metavar="ID",
+           help="name this run (or, with --resume-suite, the run to continue).")
+    option("--rerun-errors", dest="agenteval_rerun_errors", action="store_true",
+           help="with --resume-suite: run attempts that errored again.")
+    option("--agenteval-rerun", dest="agenteval_rerun", action="store_true",
+           help="continue the run but re-execute the selected (-k, -m) finished attempts.")
+    option("--agenteval-allow-drift", dest="agenteval_allow_drift", action="store_true",
+           help="resume even though the agent differs from the one the run started with.")
+    option("--agenteval-plan", dest="agenteval_plan", action="store_true",
+           help="print what a resume would reuse, regrade and run; start nothing.")
+    option("--agenteval-report", dest="agenteval_report", metavar="DIR",
+           ini=("agenteval_report", "string"),
+           help="write summary.json, summary.md and junit.xml to DIR "
+           "(default: the run's folder in the pytest cache).")
+    option("--pass-k", dest="agenteval_pass_k", type=_ks, metavar="K,K,...",
+           ini=("agenteval_pass_k", "string"),
+           help="the k values for pass@k and pass^k (default: 1 to the number of attempts).")
+    option("--agenteval-task-rule", dest="agenteval_task_rule", type=_task_rule, metavar="RULE",
+           ini=("agenteval_task_rule", "string"),
+           help="when a task passes in junit.xml: any (default), all, or a pass rate like 0.6.")
+    option("--agenteval-min-pass-rate", dest="agenteval_min_pass_rate", type=_rate, metavar="X",
+           ini=("agenteval_min_pass_rate", "string"),
+           help="CI gate: exit 0 when the suite's pass@1 >= X (even if attempts failed), else 1.")
+    option("--agenteval-allow-errors", dest="agenteval_allow_errors", action="store_true",
+           default=None, ini=("agenteval_allow_errors", "bool"),
+           help="errored attempts do not fail the run by themselves.")
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
+    """The option `name`, else its ini twin parsed like the option, else None."""
+    value = config.getoption(name)
+    if value is not None and value != []:
+        return value
+    raw = config.getini(name)
+    if raw in ("", [], None):
+        return None
+    if parse is None or not isinstance(raw, str):
+        return raw
+    try:
+        return parse(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"ini setting {name}: {exc}") from None
+
+
+def read_settings(config: pytest.Config) -> Settings:
+    from .model import CallableAgentSpec
+    from .runtime import Settings
+
+    agent = _setting(config, "agenteval_agent", _agent_ref)
+    report = _setting(config, "agenteval_report")
+    base = config.invocation_params.dir
+    return Settings(
+        dataset_paths=[base / p for p in config.getoption("agenteval_datasets")]
+        or list(config.getini("agenteval_datasets")),
+        attempts=_setting(config, "agenteval_attempts", _positive_int),
+        agent_override=CallableAgentSpec(callable=agent) if agent else None,
+        agent_version=_setting(config, "agenteval_agent_version"),
+        strict=bool(_setting(config, "agenteval_strict")),
+        resume=config.getoption("agenteval_resume"),
+        rerun_errors=config.getoption("agenteval_rerun_errors"),
+        rerun_all=config.getoption("agenteval_rerun"),
+        allow_drift=config.getoption("agenteval_allow_drift"),
+        run_id=config.getoption("agenteval_run_id"),
+        report_dir=base / report if report else None,
+        pass_k=_setting(config, "agenteval_pass_k", _ks),
+        task_rule=_setting(config, "agenteval_task_rule", _task_rule) or "any",
+        min_pass_rate=_setting(config, "agenteval_min_pass_rate", _rate),
+        allow_errors=bool(_setting(config, "agenteval_allow_errors")),
+        show_plan=config.getoption("agenteval_plan"),
+        invocation_dir=base,
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not (config.getoption("agenteval_datasets") or config.getini("agenteval_datasets")):
+        return
+    # Imported only when active: unrelated pytest runs pay nothing for pydantic and friends.
+    from .items import RUNTIME, TaskHooks
+    from .runtime import Runtime, agent_fingerprint
+    from .session import Controller, XdistHooks, worker_setup
+    from .workspaces import Workspaces
+
+    settings = read_settings(config)
+    datasets = _load_datasets(settings.dataset_paths)
+    for dataset in datasets:
+        if str(dataset.root) not in sys.path:
+            sys.path.append(str(dataset.root))
+    _point_collection_at(config, datasets)
+    if settings.show_plan:
+        config.option.collectonly = True
+    worker = getattr(config, "workerinput", {}).get("workerid", "main")
+    basetemp = config.option.basetemp
+    runtime = Runtime(
+        settings,
+        datasets,
+        make_grader=TaskHooks.grader_maker(config),
+        workspaces=Workspaces(Path(basetemp) if basetemp else None, worker),
+        fingerprint=agent_fingerprint(settings, datasets),
+    )
+    config.stash[RUNTIME] = runtime
+    config.pluginmanager.register(TaskHooks(), "agenteval-tasks")
+    if hasattr(config, "workerinput"):
+        worker_setup(config)
+        return
+    controller = Controller(config, runtime)
+    config.pluginmanager.register(controller, "agenteval-controller")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(controller), "agenteval-xdist")
+
+
+def _load_datasets(paths: list[Path]) -> list[Dataset]:
+    from .dataset import load_dataset
+    from .errors import TaskFileError
+
+    datasets: dict[str, Dataset] = {}
+    for path in paths:
+        try:
+            dataset = load_dataset(path)
+        except TaskFileError as exc:
+            raise pytest.UsageError(f"--agenteval {path}: {exc}") from None
+        other = datasets.setdefault(dataset.name, dataset)
+        if other.root != dataset.root:
+            raise pytest.UsageError(
+                f"two datasets are named {dataset.name!r}: {other.root} and {dataset.root}; "
+                "give them different `name:`s in agenteval.yaml"
+            )
+    return list(datasets.values())
+
+
+def _point_collection_at(config: pytest.Config, datasets: list[Dataset]) -> None:
+    """Collect the datasets without naming them as arguments; keep node ids the user named."""
+    roots = [str(d.root) for d in datasets]
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args[:] = roots
+        return
+    base = config.invocation_params.dir
+    given = [(base / arg.split("::")[0]).resolve() for arg in config.args]
+    for dataset in datasets:
+        if not any(g.is_relative_to(dataset.root) or dataset.root.is_relative_to(g) for g in given):
+            config.args.append(str(dataset.root))
+
+

@@ -1,0 +1,79 @@
+"""Run a program with a timeout that kills its whole process group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .text import decode_output
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """How a program ended."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+    def tail(self, lines: int = 15) -> str:
+        """The last lines of stdout and stderr, for a failure reason."""
+        text = (self.stdout.rstrip() + "\n" + self.stderr.rstrip()).strip()
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def run_program(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    stdin: bytes | None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> Finished:
+    """Run `argv` (no shell) in its own session; on timeout SIGKILL the group, children included.
+
+    Raises OSError when the program cannot be started.
+    """
+    full_env = {**os.environ, **env} if env else None
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=full_env,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = _drain(proc)
+        timed_out = True
+    except BaseException:
+        _kill_group(proc)
+        proc.wait()
+        raise
+    return Finished(proc.returncode, decode_output(out), decode_output(err), timed_out)
+
+
+def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """What the killed program wrote; a descendant that left the group may hold the pipes."""
+    try:
+        return proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return b"", b"(output lost: a process that left the group kept the pipes open)"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

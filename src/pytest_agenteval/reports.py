@@ -1,0 +1,192 @@
+"""Render a summary: summary.json, summary.md, per-task junit.xml and the terminal section."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from junitparser import Error, Failure, xunit2
+
+from .summary import task_passes
+from .text import excerpt, xml_safe
+
+LOWEST_SHOWN = 10
+
+
+def write_reports(summary: dict[str, Any], out_dir: Path, rule: str) -> list[Path]:
+    """Write summary.json, summary.md and junit.xml atomically; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    markdown = render_markdown(summary, rule)
+    paths = [
+        _atomic_write(out_dir / "summary.json", lambda f: f.write(json_text(summary))),
+        _atomic_write(out_dir / "summary.md", lambda f: f.write(markdown)),
+        _atomic_write(out_dir / "junit.xml", lambda f: f.write(junit_text(summary, rule))),
+    ]
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as f:
+            f.write(markdown + "\n")
+    return paths
+
+
+def json_text(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, indent=1, ensure_ascii=False) + "\n"
+
+
+def _atomic_write(path: Path, write: Callable[[Any], Any]) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+# --- Markdown --------------------------------------------------------------------------------
+
+
+def render_markdown(summary: dict[str, Any], rule: str) -> str:
+    """A readable report for humans and CI step summaries."""
+    m, counts = summary["metrics"], summary["counts"]
+    ds = summary["dataset"]
+    lines = [
+        f"# agenteval: {_md(ds['name'])} {_md(ds['version'])}",
+        "",
+        f"Run `{summary['run_id']}` · agent {_md(summary['agent']['label'])} · "
+        f"status **{summary['status']}** · {m['n_tasks']} tasks, {summary['n_attempts']} attempts",
+        "",
+        "| k | pass@k | pass^k | tasks |",
+        "|---|---|---|---|",
+    ]
+    for k, value in m["pass_at_k"].items():
+        lines.append(
+            f"| {k} | {fmt(value)} | {fmt(m['pass_power_k'][k])} | {m['tasks_per_k'][k]} |"
+        )
+    lines += ["", _counts_line(counts), ""]
+    if m["pass_at_1_stderr"] is not None:
+        low, high = m["pass_at_1_ci95"]
+        lines += [f"pass@1 stderr {fmt(m['pass_at_1_stderr'])} (95% CI {fmt(low)}–{fmt(high)})", ""]
+    lines += ["| task | passed | errors | pass@1 | rule | reason |", "|---|---|---|---|---|---|"]
+    for task in sorted(summary["tasks"], key=_pass_rate):
+        ok = "ok" if task_passes(task, rule) else "**FAIL**"
+        reasons = [a["reason"] for a in task["attempts"] if a["status"] != "pass"]
+        lines.append(
+            f"| {_md(task['task_id'])} | {task['c']}/{task['n']} | {task['errors']} | "
+            f"{fmt(task['pass_at_k'].get('1'))} | {ok} | {_md(excerpt(reasons[0], 120)) if reasons else ''} |"
+        )
+    for err in summary["load_errors"]:
+        lines.append(f"\n**load error** `{_md(err['path'])}`: {_md(excerpt(err['message'], 300))}")
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return xml_safe(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def _pass_rate(task: dict[str, Any]) -> tuple[float, str]:
+    return (task["c"] / task["n"] if task["n"] else 0.0, task["task_id"])
+
+
+def _counts_line(counts: dict[str, int]) -> str:
+    text = f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors"
+    extra = [f"{counts[k]} {k}" for k in ("reused", "regraded") if counts.get(k)]
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+# --- JUnit (one testcase per task) -------------------------------------------------------------
+
+
+def junit_text(summary: dict[str, Any], rule: str) -> str:
+    """Per-task JUnit XML built with junitparser; every text is made XML-safe."""
+    suite = xunit2.TestSuite("agenteval")
+    m = summary["metrics"]
+    for name, value in (
+        ("run_id", summary["run_id"]),
+        ("dataset", summary["dataset"]["name"]),
+        ("status", summary["status"]),
+        ("task_rule", rule),
+        ("n_tasks", m["n_tasks"]),
+        ("pass_at_1", m["pass_at_k"].get("1")),
+        ("pass_at_k", json.dumps(m["pass_at_k"])),
+        ("pass_power_k", json.dumps(m["pass_power_k"])),
+        ("pass_at_1_stderr", m["pass_at_1_stderr"]),
+        *((f"count_{k}", v) for k, v in summary["counts"].items()),
+    ):
+        suite.add_property(name, xml_safe(str(value)))
+    for task in summary["tasks"]:
+        suite.add_testcase(_task_case(task, rule))
+    xml = xunit2.JUnitXml()
+    xml.add_testsuite(suite)
+    xml.update_statistics()
+    return xml.tostring().decode("utf-8")
+
+
+def _task_case(task: dict[str, Any], rule: str) -> xunit2.TestCase:
+    total = sum(a["duration"] for a in task["attempts"])
+    case = xunit2.TestCase(xml_safe(task["task_id"]), xml_safe(task["dataset"]), total)
+    for name, value in (
+        ("n", task["n"]),
+        ("c", task["c"]),
+        ("errors", task["errors"]),
+        ("pass_at_1", task["pass_at_k"].get("1")),
+        ("pass_at_k", json.dumps(task["pass_at_k"])),
+        ("pass_power_k", json.dumps(task["pass_power_k"])),
+    ):
+        case.add_property(name, str(value))
+    if not task_passes(task, rule):
+        bad = [a for a in task["attempts"] if a["status"] != "pass"]
+        message = f"{task['c']}/{task['n']} attempts passed; task rule {rule!r} not met"
+        only_errors = all(a["status"] == "error" for a in bad)
+        result = (Error if only_errors else Failure)(xml_safe(message))
+        result.text = xml_safe(
+            "\n".join(f"attempt {a['index']} {a['status']}: {excerpt(a['reason'], 500)}" for a in bad)
+        )
+        case.result = [result]
+    return case
+
+
+# --- terminal ----------------------------------------------------------------------------------
+
+
+def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[str]:
+    """The agenteval section at the end of a pytest run."""
+    m, counts = summary["metrics"], summary["counts"]
+    ds = summary["dataset"]
+    lines = [
+        f"run {summary['run_id']} ({summary['status']}) · dataset {ds['name']} {ds['version']} · "
+        f"{m['n_tasks']} tasks, {summary['n_attempts']} attempts",
+        _counts_line(counts) + (f"; {counts.get('run', 0)} run now" if "run" in counts else ""),
+        "pass@k " + "  ".join(f"@{k} {fmt(v)}" for k, v in m["pass_at_k"].items()),
+        "pass^k " + "  ".join(f"^{k} {fmt(v)}" for k, v in m["pass_power_k"].items()),
+    ]
+    if m["pass_at_1_stderr"] is not None:
+        low, high = m["pass_at_1_ci95"]
+        lines[-2] += f"   (pass@1 ±{fmt(m['pass_at_1_stderr'])}, 95% CI {fmt(low)}–{fmt(high)})"
+    tot = summary["totals"]
+    if tot["input_tokens"] is not None or tot["output_tokens"] is not None:
+        lines.append(f"tokens {tot['input_tokens'] or 0} in / {tot['output_tokens'] or 0} out")
+    if tot["cost"] is not None:
+        lines.append(f"cost {tot['cost']:.4f}")
+    tasks = sorted(summary["tasks"], key=_pass_rate)
+    shown = tasks if verbose else [t for t in tasks if t["c"] < t["n"]][:LOWEST_SHOWN]
+    if shown:
+        lines.append("tasks, lowest pass rate first:" if not verbose else "tasks:")
+        for t in shown:
+            mark = "" if task_passes(t, rule) else "  ✗ rule " + rule
+            errors = f" ({t['errors']} errors)" if t["errors"] else ""
+            lines.append(f"  {t['c']}/{t['n']}  {t['task_id']}{errors}{mark}")
+        hidden = len([t for t in tasks if t["c"] < t["n"]]) - len(shown)
+        if hidden > 0 and not verbose:
+            lines.append(f"  ... {hidden} more below 100% (-v shows all tasks)")
+    return lines

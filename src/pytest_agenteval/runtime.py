@@ -1,0 +1,139 @@
+"""Per-process state that attempt items share: settings, the plan, agents and workspaces."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import agents
+from .dataset import Dataset, TaskDef
+from .errors import AgentError
+from .model import CallableAgentSpec, CommandAgentSpec, GraderSpec, TaskSpec
+from .plan import Plan
+from .workspaces import Workspaces
+
+FIXTURE_NAME = "agenteval_agent"
+AgentSpecT = CallableAgentSpec | CommandAgentSpec
+
+
+@dataclass
+class Settings:
+    """What the command line and ini say; the same in every process."""
+
+    dataset_paths: list[Path]
+    attempts: int | None
+    agent_override: AgentSpecT | None
+    agent_version: str | None
+    strict: bool
+    resume: bool
+    rerun_errors: bool
+    rerun_all: bool
+    allow_drift: bool
+    run_id: str | None
+    report_dir: Path | None
+    pass_k: list[int] | None
+    task_rule: str
+    min_pass_rate: float | None
+    allow_errors: bool
+    show_plan: bool
+    invocation_dir: Path
+
+
+@dataclass
+class Runtime:
+    """Shared by every item of one process (controller, lone process, or xdist worker)."""
+
+    settings: Settings
+    datasets: list[Dataset]
+    make_grader: Callable[[GraderSpec, TaskSpec, Path], Any]
+    workspaces: Workspaces
+    plan: Plan = field(default_factory=Plan)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    seen_ids: dict[tuple[str, str], Path] = field(default_factory=dict)
+    registered_tags: set[str] = field(default_factory=set)
+    _agents: dict[tuple[Path, str], Any] = field(default_factory=dict)
+    _has_fixture: dict[Path, bool] = field(default_factory=dict)
+
+    def dataset_for(self, path: Path) -> Dataset | None:
+        """The dataset whose root contains `path` (the innermost one)."""
+        best = None
+        for ds in self.datasets:
+            if path.is_relative_to(ds.root) and (best is None or len(ds.root.parts) > len(best.root.parts)):
+                best = ds
+        return best
+
+    def attempts_for(self, dataset: Dataset) -> int:
+        """`--attempts`, else ini `agenteval_attempts`, else the manifest default, else 1."""
+        return self.settings.attempts or dataset.manifest.defaults.attempts or 1
+
+    def grader_factory(self, dataset: Dataset) -> Callable[[GraderSpec, TaskSpec], Any]:
+        def make(spec: GraderSpec, task: TaskSpec) -> Any:
+            return self.make_grader(spec, task, dataset.root)
+
+        return make
+
+    def agent_spec(self, task: TaskDef) -> AgentSpecT | None:
+        """Which declared agent runs `task`: --agenteval-agent, task `agent:`, manifest `agent:`."""
+        return self.settings.agent_override or task.spec.agent or task.dataset.manifest.agent
+
+    def uses_fixture(self, item: pytest.Item, task: TaskDef) -> bool:
+        """Whether the `agenteval_agent` fixture supplies this task's agent."""
+        if self.settings.agent_override is not None or task.spec.agent is not None:
+            return False
+        folder = item.path.parent
+        found = self._has_fixture.get(folder)
+        if found is None:
+            fm = item.session._fixturemanager
+            found = self._has_fixture[folder] = bool(fm.getfixturedefs(FIXTURE_NAME, item))
+        return found
+
+    def agent_for(self, task: TaskDef) -> Any:
+        """The (cached) agent named by the task's declared spec."""
+        spec = self.agent_spec(task)
+        if spec is None:
+            raise AgentError(
+                f"no agent for task {task.id!r}",
+                detail="set `agent:` in agenteval.yaml, pass --agenteval-agent module:function, "
+                f"or define an `{FIXTURE_NAME}` fixture in conftest.py",
+            )
+        base = (
+            self.settings.invocation_dir
+            if spec is self.settings.agent_override
+            else task.dataset.root
+        )
+        cache_key = (base, spec.model_dump_json())
+        agent = self._agents.get(cache_key)
+        if agent is None:
+            agent = self._agents[cache_key] = agents.make_agent(spec, base)
+        return agent
+
+    def agent_label(self, task: TaskDef, fixture: bool) -> str:
+        if fixture:
+            return f"fixture:{FIXTURE_NAME}"
+        spec = self.agent_spec(task)
+        return spec_label(spec) if spec else "none"
+
+
+def agent_fingerprint(settings: Settings, datasets: list[Dataset]) -> dict[str, Any]:
+    """What identifies the agent of a run: the override, each manifest's agent, the version."""
+    manifest = {}
+    for ds in datasets:
+        spec = ds.manifest.agent
+        label = spec_label(spec) if spec else None
+        manifest[ds.name] = f"{label} (version {ds.manifest.agent_version})" if ds.manifest.agent_version else label
+    override = settings.agent_override
+    return {
+        "override": spec_label(override) if override else None,
+        "manifest": manifest,
+        "version": settings.agent_version,
+    }
+
+
+def spec_label(spec: AgentSpecT) -> str:
+    if isinstance(spec, CommandAgentSpec):
+        return "command:" + " ".join(spec.command)
+    return f"callable:{spec.callable}"

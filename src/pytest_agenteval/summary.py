@@ -1,0 +1,206 @@
+"""The run summary (`agenteval.summary/1`): built from stored attempt records only."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .metrics import (
+    AttemptRow,
+    GroupMetrics,
+    TaskMetrics,
+    default_ks,
+    group_metrics,
+    tag_metrics,
+    task_metrics,
+    totals,
+)
+from .store import IndexRow, RunInfo
+
+SUMMARY_SCHEMA = "agenteval.summary/1"
+
+
+class AttemptSummary(BaseModel):
+    index: int
+    status: Literal["pass", "fail", "error"]
+    duration: float
+    reason: str
+
+
+class TaskSummary(BaseModel):
+    dataset: str
+    task_id: str
+    tags: list[str]
+    n: int
+    c: int
+    errors: int
+    pass_at_k: dict[str, float | None]
+    pass_power_k: dict[str, float | None]
+    attempts: list[AttemptSummary]
+
+
+class Metrics(BaseModel):
+    pass_at_k: dict[str, float | None]
+    """Mean over tasks with at least k attempts; keys are k as strings."""
+    pass_power_k: dict[str, float | None]
+    tasks_per_k: dict[str, int]
+    n_tasks: int
+    pass_at_1_stderr: float | None = None
+    pass_at_1_ci95: list[float] | None = None
+
+
+class Summary(BaseModel):
+    """summary.json. Errored attempts count as not passed in pass@k / pass^k."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_: Literal["agenteval.summary/1"] = Field(SUMMARY_SCHEMA, alias="schema")
+    run_id: str
+    dataset: dict[str, str]
+    datasets: list[dict[str, str]]
+    agent: dict[str, Any]
+    created_at: float
+    finished_at: float
+    status: str
+    n_attempts: int
+    counts: dict[str, int]
+    """pass / fail / error over the run; reused / regraded / run in the last session."""
+    metrics: Metrics
+    totals: dict[str, float | int | None]
+    tags: dict[str, Metrics]
+    tasks: list[TaskSummary]
+    load_errors: list[dict[str, str]] = []
+
+
+def build_summary(
+    run: RunInfo,
+    rows: Sequence[IndexRow],
+    *,
+    ks: Sequence[int] | None,
+    session_counts: dict[str, int],
+    status: str,
+    load_errors: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """summary.json as plain types; the same records always give the same summary."""
+    attempt_rows = [_attempt_row(r) for r in rows]
+    tasks = task_metrics(attempt_rows, ks)
+    chosen = list(ks) if ks else default_ks(tasks)
+    tot = totals(attempt_rows)
+    by_task: dict[tuple[str, str], list[IndexRow]] = {}
+    for row in rows:
+        by_task.setdefault(row.key[:2], []).append(row)
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "run_id": run.run_id,
+        "dataset": _dataset_label(run.datasets),
+        "datasets": run.datasets,
+        "agent": {"label": _agent_label(run.agent), "fingerprint": run.agent},
+        "created_at": run.created_at,
+        "finished_at": time.time(),
+        "status": status,
+        "n_attempts": len(rows),
+        "counts": {**tot.counts, **session_counts},
+        "metrics": _group_json(group_metrics(tasks, chosen)),
+        "totals": {
+            "mean_score": tot.mean_score,
+            "input_tokens": tot.input_tokens,
+            "output_tokens": tot.output_tokens,
+            "cost": tot.cost,
+            "duration_p50": tot.duration_p50,
+            "duration_p95": tot.duration_p95,
+        },
+        "tags": {tag: _group_json(g) for tag, g in tag_metrics(tasks, chosen).items()},
+        "tasks": [_task_json(t, by_task[(t.dataset, t.task_id)]) for t in tasks],
+        "load_errors": load_errors or [],
+    }
+
+
+def _attempt_row(row: IndexRow) -> AttemptRow:
+    return AttemptRow(
+        row.key[0],
+        row.key[1],
+        row.key[2],
+        row.status,
+        row.score,
+        row.duration,
+        row.input_tokens,
+        row.output_tokens,
+        row.cost,
+        tuple(row.summary.get("tags") or ()),
+    )
+
+
+def _dataset_label(datasets: list[dict[str, str]]) -> dict[str, str]:
+    return {
+        "name": "+".join(d["name"] for d in datasets),
+        "version": "+".join(d["version"] for d in datasets),
+    }
+
+
+def _agent_label(fingerprint: dict[str, Any]) -> str:
+    if fingerprint.get("override"):
+        label = str(fingerprint["override"])
+    else:
+        label = ", ".join(str(v) for v in (fingerprint.get("manifest") or {}).values()) or "fixture"
+    version = fingerprint.get("version")
+    return f"{label} (version {version})" if version else label
+
+
+def _by_k(values: dict[int, Any]) -> dict[str, Any]:
+    return {str(k): v for k, v in values.items()}
+
+
+def _group_json(group: GroupMetrics) -> dict[str, Any]:
+    return {
+        "pass_at_k": _by_k(group.pass_at_k),
+        "pass_power_k": _by_k(group.pass_power_k),
+        "tasks_per_k": _by_k(group.tasks_per_k),
+        "n_tasks": group.n_tasks,
+        "pass_at_1_stderr": group.pass_at_1_stderr,
+        "pass_at_1_ci95": list(group.pass_at_1_ci95) if group.pass_at_1_ci95 else None,
+    }
+
+
+def _task_json(task: TaskMetrics, rows: list[IndexRow]) -> dict[str, Any]:
+    return {
+        "dataset": task.dataset,
+        "task_id": task.task_id,
+        "tags": list(task.tags),
+        "n": task.n,
+        "c": task.c,
+        "errors": task.errors,
+        "pass_at_k": _by_k(task.pass_at_k),
+        "pass_power_k": _by_k(task.pass_power_k),
+        "attempts": [
+            {
+                "index": r.key[2],
+                "status": r.status,
+                "duration": r.duration,
+                "reason": attempt_reason(r.status, r.summary),
+            }
+            for r in sorted(rows, key=lambda r: r.key[2])
+        ],
+    }
+
+
+def attempt_reason(status: str, summary: dict[str, Any]) -> str:
+    """One line on why an attempt passed, failed or errored."""
+    if status == "error":
+        text = summary.get("error") or "error"
+        return text.strip().splitlines()[-1] if "Traceback" in text else text.splitlines()[0]
+    verdicts = summary.get("verdicts") or []
+    wanted = [v for v in verdicts if v.get("passed") == (status == "pass")] or verdicts
+    return "; ".join(f"{v['grader']}: {v['reason']}".splitlines()[0] for v in wanted)
+
+
+def task_passes(task: dict[str, Any], rule: str) -> bool:
+    """The task-level success rule: `any` attempt passed, `all` did, or a pass rate >= r."""
+    n, c = task["n"], task["c"]
+    if rule == "any":
+        return c >= 1
+    if rule == "all":
+        return n > 0 and c == n
+    return n > 0 and c / n >= float(rule)

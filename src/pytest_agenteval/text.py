@@ -1,0 +1,27 @@
+"""Arbitrary agent text made short and safe for messages, Markdown, JSON and XML."""
+
+from __future__ import annotations
+
+import re
+
+TRUNCATION_MARK = "…[truncated {n} chars]…"
+_XML_INVALID = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def excerpt(text: str, limit: int = 300) -> str:
+    """`text` cut to about `limit` characters, keeping its head and tail around a marker."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 40, 20)
+    head, tail = keep * 2 // 3, keep // 3
+    return text[:head] + TRUNCATION_MARK.format(n=len(text) - head - tail) + text[-tail:]
+
+
+def xml_safe(text: str) -> str:
+    """Replace characters XML 1.0 cannot hold (control characters, lone surrogates) with `\\xNN`."""
+    return _XML_INVALID.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def decode_output(data: bytes) -> str:
+    """Program output as text; invalid UTF-8 becomes replacement characters, never an error."""
+    return data.decode("utf-8", errors="replace")
