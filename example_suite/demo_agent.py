@@ -20,7 +20,9 @@ def solve(task: Task) -> AgentResult:
     text = _prompt(task.input)
     answer = _answer(task, text, rng)
     usage = Usage(input_tokens=len(text.split()), output_tokens=len(answer.split()), cost=0.0001)
-    return AgentResult(output=answer, usage=usage, transcript=[{"role": "assistant", "content": answer}])
+    return AgentResult(
+        output=answer, usage=usage, transcript=[{"role": "assistant", "content": answer}]
+    )
 
 
 def _prompt(value: object) -> str:
@@ -60,7 +62,12 @@ def _arithmetic(text: str) -> str:
     if percent:
         return f"{float(percent[1]) * float(percent[2]) / 100:g}"
     a, op, b = re.search(r"(\d+)\s*([-+*/])\s*(\d+)", text).groups()  # type: ignore[union-attr]
-    value = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b), "/": int(a) / int(b)}[op]
+    value = {
+        "+": int(a) + int(b),
+        "-": int(a) - int(b),
+        "*": int(a) * int(b),
+        "/": int(a) / int(b),
+    }[op]
     return f"The answer is {value}."
 
 
@@ -68,7 +75,9 @@ def _structured(data: dict, rng: random.Random) -> str:
     if "items" in data:
         subtotal = sum(item["price"] for item in data["items"])
         total = subtotal * 1.1 if rng.random() < 0.7 else subtotal
-        return "```json\n" + json.dumps({"items": data["items"], "total": round(total, 2)}) + "\n```"
+        return (
+            "```json\n" + json.dumps({"items": data["items"], "total": round(total, 2)}) + "\n```"
+        )
     name, age = re.match(r"(.+?) was (\d+)", data["text"]).groups()  # type: ignore[union-attr]
     return json.dumps({"name": name, "age": int(age)})
 

@@ -30,7 +30,19 @@ _WHERE = {
     "Verdict": "model",
 }
 
-__all__ = [*_WHERE, "__version__"]
+__all__ = [
+    "Agent",
+    "AgentResult",
+    "AttemptRecord",
+    "GradeContext",
+    "Grader",
+    "Manifest",
+    "Task",
+    "TaskSpec",
+    "Usage",
+    "Verdict",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -114,14 +114,18 @@ def run(agent: Agent, task: Task, timeout: float | None) -> AgentResult:
 def as_result(value: Any) -> AgentResult:
     """An agent's return value as an AgentResult; anything else is an AgentError."""
     if isinstance(value, str):
-        return AgentResult.model_construct(output=value, usage=None, transcript=None, artifacts=None)
+        return AgentResult.model_construct(
+            output=value, usage=None, transcript=None, artifacts=None
+        )
     if isinstance(value, AgentResult):
         return value
     if isinstance(value, dict) and "output" in value:
         try:
             return AgentResult.model_validate(value)
         except ValueError as exc:
-            raise AgentError("agent returned an invalid AgentResult mapping", detail=str(exc)) from None
+            raise AgentError(
+                "agent returned an invalid AgentResult mapping", detail=str(exc)
+            ) from None
     raise AgentError(
         f"agent returned {type(value).__name__} {excerpt(repr(value), 80)}",
         detail="return the output as a str, or an AgentResult",

@@ -47,7 +47,9 @@ class GraderSpecError(ValueError):
         self.hint = hint
 
 
-_WORKSPACE_LINE = re.compile(rb"""^[ \t-]*workspace:[ \t]*["']?([^"'\s#]+)""", re.MULTILINE)
+_WORKSPACE_LINE = re.compile(
+    rb"""(?:^|[\s{,-])["']?workspace["']?[ \t]*:[ \t]*["']?([^"'\s#,}\]]+)"""
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,9 @@ class Dataset:
     root: Path
     manifest: Manifest
     manifest_path: Path | None
-    _referenced: dict[Path, frozenset[Path]] = field(default_factory=dict, compare=False, repr=False)
+    _referenced: dict[Path, frozenset[Path]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def name(self) -> str:
@@ -283,7 +287,9 @@ def _load_task(
             spec = spec.model_copy(update={"id": _checked_default_id(default_id)})
         except ValueError as exc:
             hint = "add an `id:` field, or rename the file"
-            return LoadFailure(path, label, line, [TaskFileError(path, str(exc), line=line, hint=hint)])
+            return LoadFailure(
+                path, label, line, [TaskFileError(path, str(exc), line=line, hint=hint)]
+            )
     task = TaskDef(spec, dataset, path, line)
     errors = _check_workspace(task, node, loc)
     specs = spec.graders or dataset.manifest.defaults.graders
@@ -348,7 +354,9 @@ def _build_graders(
             path = task.path if from_task else task.dataset.manifest_path or task.path
             line = _line_of(node, where) if from_task else None
             field_name = _field_name(where) + (f".{exc.option}" if exc.option else "")
-            errors.append(TaskFileError(path, exc.problem, line=line, field=field_name, hint=exc.hint))
+            errors.append(
+                TaskFileError(path, exc.problem, line=line, field=field_name, hint=exc.hint)
+            )
     return graders, errors
 
 
@@ -369,7 +377,9 @@ def _parse(path: Path) -> tuple[Any, Any]:
         mark = getattr(exc, "problem_mark", None)
         problem = f"invalid YAML: {getattr(exc, 'problem', None) or exc}"
         line = mark.line + 1 if mark is not None else None
-        raise TaskFileError(path, problem, line=line, hint="check indentation and quoting") from None
+        raise TaskFileError(
+            path, problem, line=line, hint="check indentation and quoting"
+        ) from None
     finally:
         loader.dispose()
     if data is None:
@@ -437,7 +447,9 @@ def _fields_at(model: type, loc: tuple[Any, ...]) -> list[str]:
             return []
         sub = info.annotation
         candidates = [sub, *getattr(sub, "__args__", ())]
-        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        model = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
         if model is None:
             return []
     return list(getattr(model, "model_fields", {}))

@@ -31,7 +31,8 @@ class TaskFileError(AgentevalError):
         super().__init__(self.render())
 
     def render(self) -> str:
-        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        path = display_path(self.path)
+        where = path if self.line is None else f"{path}:{self.line}"
         at = f" at {self.field}:" if self.field else ""
         text = f"{where}:{at} {self.problem}"
         return f"{text}\nHint: {self.hint}" if self.hint else text
@@ -63,6 +64,14 @@ class GraderError(AgentError):
 
 class StoreError(AgentevalError):
     """The run store cannot be used (missing cache dir, unknown run, newer schema)."""
+
+
+def display_path(path: Path | str) -> str:
+    """`path` relative to the working directory when it lies below it (as pytest shows paths)."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:

@@ -54,7 +54,9 @@ def as_verdict(name: str, value: Any, threshold: float = 0.5) -> Verdict:
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], str):
         value, reason = value
     if isinstance(value, bool):
-        return Verdict(name, value, reason or ("passed" if value else "failed"), 1.0 if value else 0.0)
+        return Verdict(
+            name, value, reason or ("passed" if value else "failed"), 1.0 if value else 0.0
+        )
     if isinstance(value, int | float) and 0.0 <= value <= 1.0:
         passed = value >= threshold
         return Verdict(name, passed, reason or f"score {value:g} (pass at >= {threshold:g})", value)
@@ -94,8 +96,12 @@ class BuiltinGrader:
             option = ".".join(str(p) for p in error["loc"]) or None
             if error["type"] == "extra_forbidden":
                 fields = cls.options_model.model_fields
-                hint = did_you_mean(str(error["loc"][-1]), fields) or "options: " + ", ".join(fields)
-                raise GraderSpecError(f"unknown option {option!r}", option=None, hint=hint) from None
+                hint = did_you_mean(str(error["loc"][-1]), fields) or "options: " + ", ".join(
+                    fields
+                )
+                raise GraderSpecError(
+                    f"unknown option {option!r}", option=None, hint=hint
+                ) from None
             raise GraderSpecError(error["msg"], option=option) from None
         return cls(options, task.expected, base)
 
@@ -103,7 +109,9 @@ class BuiltinGrader:
         raise NotImplementedError
 
     def verdict(self, passed: bool, reason: str, score: float | None = None) -> Verdict:
-        return Verdict(self.name, passed, reason, 1.0 if passed else 0.0 if score is None else score)
+        return Verdict(
+            self.name, passed, reason, 1.0 if passed else 0.0 if score is None else score
+        )
 
     def value_or_expected(self, value: Any, option: str) -> Any:
         if value is None and self.expected is None:
@@ -133,7 +141,9 @@ class Equals(BuiltinGrader):
     def grade(self, ctx: GradeContext) -> Verdict:
         if self._norm(ctx.output) == self.want:
             return self.verdict(True, "output equals expected")
-        return self.verdict(False, f"expected {excerpt(self.want, 80)!r}, got {excerpt(ctx.output, 80)!r}")
+        return self.verdict(
+            False, f"expected {excerpt(self.want, 80)!r}, got {excerpt(ctx.output, 80)!r}"
+        )
 
 
 class ContainsOptions(Options):
@@ -333,7 +343,9 @@ class Command(BuiltinGrader):
         except OSError as exc:
             raise GraderError(f"grader command {argv[0]!r} could not start: {exc}") from None
         if done.timed_out:
-            return self.verdict(False, f"{shlex.join(argv)} timed out after {self.options.timeout:g}s")
+            return self.verdict(
+                False, f"{shlex.join(argv)} timed out after {self.options.timeout:g}s"
+            )
         if done.returncode == 0:
             return self.verdict(True, f"{shlex.join(argv)} exited 0")
         return self.verdict(

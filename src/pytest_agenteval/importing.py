@@ -51,7 +51,9 @@ def _import(name: str, base: Path) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise UnresolvedReference(f"cannot import module {name!r}: {exc} (searched {base} too)") from exc
+        raise UnresolvedReference(
+            f"cannot import module {name!r}: {exc} (searched {base} too)"
+        ) from exc
 
 
 def _load_file(where: str, base: Path) -> Any:

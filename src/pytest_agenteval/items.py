@@ -52,11 +52,15 @@ class TaskFile(pytest.File):
             if isinstance(loaded, LoadFailure):
                 if runtime.settings.strict:
                     raise self.CollectError(loaded.render())
-                yield LoadErrorItem.from_parent(self, name=f"{loaded.label}[load-error]", failure=loaded)
+                yield LoadErrorItem.from_parent(
+                    self, name=f"{loaded.label}[load-error]", failure=loaded
+                )
                 continue
             marks = [_mark(runtime, self.config, tag) for tag in loaded.spec.tags]
             for attempt in range(attempts):
-                item = AttemptItem.from_parent(self, name=item_name(loaded.id, attempt), task=loaded, attempt=attempt)
+                item = AttemptItem.from_parent(
+                    self, name=item_name(loaded.id, attempt), task=loaded, attempt=attempt
+                )
                 for mark in marks:
                     item.add_marker(mark)
                 yield item
@@ -185,7 +189,9 @@ class AttemptItem(pytest.Item):
 
         if not hasattr(self, "_request"):
             self.funcargs: dict[str, Any] = {}
-            self._fixtureinfo = self.session._fixturemanager.getfixtureinfo(node=self, func=None, cls=None)
+            self._fixtureinfo = self.session._fixturemanager.getfixtureinfo(
+                node=self, func=None, cls=None
+            )
             self.fixturenames = self._fixtureinfo.names_closure
             self._request = TopRequest(self, _ispytest=True)  # type: ignore[arg-type]
         return self._request.getfixturevalue(FIXTURE_NAME)
@@ -194,7 +200,9 @@ class AttemptItem(pytest.Item):
         task = getattr(self, "agent_task", None) or self._agent_task()
         ctx = GradeContext(result.output, self.task.spec.expected, task, result)
         specs = self.task.grader_specs
-        return [as_verdict(s.type, g.grade(ctx)) for s, g in zip(specs, self.task.graders, strict=True)]
+        return [
+            as_verdict(s.type, g.grade(ctx)) for s, g in zip(specs, self.task.graders, strict=True)
+        ]
 
     def _record(
         self,
@@ -211,7 +219,10 @@ class AttemptItem(pytest.Item):
             key=self.key,
             digest=self.task.digest,
             run_digest=self.task.run_digest,
-            agent={**self.runtime.fingerprint, "used": self.runtime.agent_label(self.task, fixture)},
+            agent={
+                **self.runtime.fingerprint,
+                "used": self.runtime.agent_label(self.task, fixture),
+            },
             tags=self.task.spec.tags,
             status=status,
             verdicts=verdicts,
@@ -227,11 +238,20 @@ class AttemptItem(pytest.Item):
         """What the report carries to the controller: action, key, and a new record if any."""
         source = self.record or self.replay
         if source is not None and not any(p[0] == "task_id" for p in self.user_properties):
-            props = junit_properties({**source, "task_id": self.key[1], "attempt": self.attempt}, self.replay is not None)
+            props = junit_properties(
+                {**source, "task_id": self.key[1], "attempt": self.attempt}, self.replay is not None
+            )
             self.user_properties.extend(props)
-        return {"action": self.action, "key": list(self.key), "record": self.record, "replay": self.replay}
+        return {
+            "action": self.action,
+            "key": list(self.key),
+            "record": self.record,
+            "replay": self.replay,
+        }
 
-    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
+    def repr_failure(
+        self, excinfo: ExceptionInfo[BaseException], style: Any = None
+    ) -> str | TerminalRepr:
         exc = excinfo.value
         if isinstance(exc, AttemptFailed | ReplayedError):
             return self._describe()
@@ -239,7 +259,9 @@ class AttemptItem(pytest.Item):
             return f"{self._headline()} error: {exc.render()}{self._workspace_line()}"
         if isinstance(exc, AgentevalError):
             return f"{self._headline()} error: {exc}"
-        return excinfo.getrepr(style="long", funcargs=False, tbfilter=_user_frames, truncate_locals=True)
+        return excinfo.getrepr(
+            style="long", funcargs=False, tbfilter=_user_frames, truncate_locals=True
+        )
 
     def _headline(self) -> str:
         return f"{self.task.id} [attempt {self.attempt}]"
@@ -280,9 +302,11 @@ def _error_text(exc: BaseException) -> str:
 def _user_frames(excinfo: ExceptionInfo[BaseException]) -> Any:
     """Drop pytest, pluggy and plugin frames so the user sees their agent's traceback."""
     return excinfo.traceback.filter(
-        lambda e: "_pytest" not in str(e.path)
-        and "pluggy" not in str(e.path)
-        and not str(e.path).startswith(_PLUGIN_DIR)
+        lambda e: (
+            "_pytest" not in str(e.path)
+            and "pluggy" not in str(e.path)
+            and not str(e.path).startswith(_PLUGIN_DIR)
+        )
     )
 
 
@@ -291,11 +315,13 @@ class TaskHooks:
 
     @staticmethod
     def grader_maker(config: pytest.Config) -> Any:
-        """A grader factory asking `pytest_agenteval_make_grader` (plugins first, built-ins last)."""
+        """A grader factory asking `pytest_agenteval_make_grader`: plugins first, built-ins last."""
 
         def make(spec: GraderSpec, task: TaskSpec, root: Path) -> Any:
             try:
-                grader = config.hook.pytest_agenteval_make_grader(spec=spec, task=task, dataset_root=root)
+                grader = config.hook.pytest_agenteval_make_grader(
+                    spec=spec, task=task, dataset_root=root
+                )
             except GraderSpecError:
                 raise
             except ValueError as exc:
@@ -307,7 +333,9 @@ class TaskHooks:
         return make
 
     @pytest.hookimpl(trylast=True)
-    def pytest_agenteval_make_grader(self, spec: GraderSpec, task: TaskSpec, dataset_root: Path) -> Any:
+    def pytest_agenteval_make_grader(
+        self, spec: GraderSpec, task: TaskSpec, dataset_root: Path
+    ) -> Any:
         return make_builtin_grader(spec, task, dataset_root)
 
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:

@@ -128,7 +128,9 @@ class Manifest(UserModel):
     @field_validator("version", "agent_version", mode="before")
     @classmethod
     def _scalar_to_str(cls, value: Any) -> Any:
-        return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+        return (
+            str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+        )
 
 
 class TaskSpec(UserModel):
@@ -225,7 +227,12 @@ class Verdict:
     score: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"grader": self.grader, "passed": self.passed, "score": self.score, "reason": self.reason}
+        return {
+            "grader": self.grader,
+            "passed": self.passed,
+            "score": self.score,
+            "reason": self.reason,
+        }
 
 
 class Task:

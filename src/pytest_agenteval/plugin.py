@@ -11,11 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-
-from typing import TYPE_CHECKING
 
 from . import hookspecs
 
@@ -87,49 +85,123 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         if ini:
             parser.addini(ini[0], help=kwargs["help"], type=ini[1])  # type: ignore[arg-type]
 
-    option("--agenteval", action="append", dest="agenteval_datasets", metavar="PATH", default=[],
-           ini=("agenteval_datasets", "paths"),
-           help="collect the tasks of the dataset folder at PATH (repeatable).")
-    option("--attempts", dest="agenteval_attempts", type=_positive_int, metavar="K",
-           ini=("agenteval_attempts", "string"),
-           help="attempts per task (default: the manifest's defaults.attempts, else 1).")
-    option("--agenteval-agent", dest="agenteval_agent", type=_agent_ref, metavar="REF",
-           ini=("agenteval_agent", "string"),
-           help="agent under test, module:function or file.py:function; overrides the manifest.")
-    option("--agenteval-agent-version", dest="agenteval_agent_version", metavar="VERSION",
-           ini=("agenteval_agent_version", "string"),
-           help="a version you declare for the agent; a resume with another version is refused.")
-    option("--agenteval-strict", dest="agenteval_strict", action="store_true", default=None,
-           ini=("agenteval_strict", "bool"),
-           help="make task files that fail to load collection errors instead of erroring items.")
-    option("--resume-suite", dest="agenteval_resume", action="store_true",
-           help="continue the most recent run of these datasets: reuse finished attempts.")
-    option("--agenteval-run-id", dest="agenteval_run_id", type=_run_id, metavar="ID",
-           help="name this run (or, with --resume-suite, the run to continue).")
-    option("--rerun-errors", dest="agenteval_rerun_errors", action="store_true",
-           help="with --resume-suite: run attempts that errored again.")
-    option("--agenteval-rerun", dest="agenteval_rerun", action="store_true",
-           help="continue the run but re-execute the selected (-k, -m) finished attempts.")
-    option("--agenteval-allow-drift", dest="agenteval_allow_drift", action="store_true",
-           help="resume even though the agent differs from the one the run started with.")
-    option("--agenteval-plan", dest="agenteval_plan", action="store_true",
-           help="print what a resume would reuse, regrade and run; start nothing.")
-    option("--agenteval-report", dest="agenteval_report", metavar="DIR",
-           ini=("agenteval_report", "string"),
-           help="write summary.json, summary.md and junit.xml to DIR "
-           "(default: the run's folder in the pytest cache).")
-    option("--pass-k", dest="agenteval_pass_k", type=_ks, metavar="K,K,...",
-           ini=("agenteval_pass_k", "string"),
-           help="the k values for pass@k and pass^k (default: 1 to the number of attempts).")
-    option("--agenteval-task-rule", dest="agenteval_task_rule", type=_task_rule, metavar="RULE",
-           ini=("agenteval_task_rule", "string"),
-           help="when a task passes in junit.xml: any (default), all, or a pass rate like 0.6.")
-    option("--agenteval-min-pass-rate", dest="agenteval_min_pass_rate", type=_rate, metavar="X",
-           ini=("agenteval_min_pass_rate", "string"),
-           help="CI gate: exit 0 when the suite's pass@1 >= X (even if attempts failed), else 1.")
-    option("--agenteval-allow-errors", dest="agenteval_allow_errors", action="store_true",
-           default=None, ini=("agenteval_allow_errors", "bool"),
-           help="errored attempts do not fail the run by themselves.")
+    option(
+        "--agenteval",
+        action="append",
+        dest="agenteval_datasets",
+        metavar="PATH",
+        default=[],
+        ini=("agenteval_datasets", "paths"),
+        help="collect the tasks of the dataset folder at PATH (repeatable).",
+    )
+    option(
+        "--attempts",
+        dest="agenteval_attempts",
+        type=_positive_int,
+        metavar="K",
+        ini=("agenteval_attempts", "string"),
+        help="attempts per task (default: the manifest's defaults.attempts, else 1).",
+    )
+    option(
+        "--agenteval-agent",
+        dest="agenteval_agent",
+        type=_agent_ref,
+        metavar="REF",
+        ini=("agenteval_agent", "string"),
+        help="agent under test, module:function or file.py:function; overrides the manifest.",
+    )
+    option(
+        "--agenteval-agent-version",
+        dest="agenteval_agent_version",
+        metavar="VERSION",
+        ini=("agenteval_agent_version", "string"),
+        help="a version you declare for the agent; a resume with another version is refused.",
+    )
+    option(
+        "--agenteval-strict",
+        dest="agenteval_strict",
+        action="store_true",
+        default=None,
+        ini=("agenteval_strict", "bool"),
+        help="make task files that fail to load collection errors instead of erroring items.",
+    )
+    option(
+        "--resume-suite",
+        dest="agenteval_resume",
+        action="store_true",
+        help="continue the most recent run of these datasets: reuse finished attempts.",
+    )
+    option(
+        "--agenteval-run-id",
+        dest="agenteval_run_id",
+        type=_run_id,
+        metavar="ID",
+        help="name this run (or, with --resume-suite, the run to continue).",
+    )
+    option(
+        "--rerun-errors",
+        dest="agenteval_rerun_errors",
+        action="store_true",
+        help="with --resume-suite: run attempts that errored again.",
+    )
+    option(
+        "--agenteval-rerun",
+        dest="agenteval_rerun",
+        action="store_true",
+        help="continue the run but re-execute the selected (-k, -m) finished attempts.",
+    )
+    option(
+        "--agenteval-allow-drift",
+        dest="agenteval_allow_drift",
+        action="store_true",
+        help="resume even though the agent differs from the one the run started with.",
+    )
+    option(
+        "--agenteval-plan",
+        dest="agenteval_plan",
+        action="store_true",
+        help="print what a resume would reuse, regrade and run; start nothing.",
+    )
+    option(
+        "--agenteval-report",
+        dest="agenteval_report",
+        metavar="DIR",
+        ini=("agenteval_report", "string"),
+        help="write summary.json, summary.md and junit.xml to DIR "
+        "(default: the run's folder in the pytest cache).",
+    )
+    option(
+        "--pass-k",
+        dest="agenteval_pass_k",
+        type=_ks,
+        metavar="K,K,...",
+        ini=("agenteval_pass_k", "string"),
+        help="the k values for pass@k and pass^k (default: 1 to the number of attempts).",
+    )
+    option(
+        "--agenteval-task-rule",
+        dest="agenteval_task_rule",
+        type=_task_rule,
+        metavar="RULE",
+        ini=("agenteval_task_rule", "string"),
+        help="when a task passes in junit.xml: any (default), all, or a pass rate like 0.6.",
+    )
+    option(
+        "--agenteval-min-pass-rate",
+        dest="agenteval_min_pass_rate",
+        type=_rate,
+        metavar="X",
+        ini=("agenteval_min_pass_rate", "string"),
+        help="CI gate: exit 0 when the suite's pass@1 >= X (even if attempts failed), else 1.",
+    )
+    option(
+        "--agenteval-allow-errors",
+        dest="agenteval_allow_errors",
+        action="store_true",
+        default=None,
+        ini=("agenteval_allow_errors", "bool"),
+        help="errored attempts do not fail the run by themselves.",
+    )
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -248,5 +320,3 @@ def _point_collection_at(config: pytest.Config, datasets: list[Dataset]) -> None
     for dataset in datasets:
         if not any(g.is_relative_to(dataset.root) or dataset.root.is_relative_to(g) for g in given):
             config.args.append(str(dataset.root))
-
-

@@ -76,14 +76,15 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
     lines += ["", _counts_line(counts), ""]
     if m["pass_at_1_stderr"] is not None:
         low, high = m["pass_at_1_ci95"]
-        lines += [f"pass@1 stderr {fmt(m['pass_at_1_stderr'])} (95% CI {fmt(low)}–{fmt(high)})", ""]
+        lines += [f"pass@1 stderr {fmt(m['pass_at_1_stderr'])} (95% CI {fmt(low)}-{fmt(high)})", ""]
     lines += ["| task | passed | errors | pass@1 | rule | reason |", "|---|---|---|---|---|---|"]
     for task in sorted(summary["tasks"], key=_pass_rate):
         ok = "ok" if task_passes(task, rule) else "**FAIL**"
         reasons = [a["reason"] for a in task["attempts"] if a["status"] != "pass"]
+        reason = _md(excerpt(reasons[0], 120)) if reasons else ""
         lines.append(
             f"| {_md(task['task_id'])} | {task['c']}/{task['n']} | {task['errors']} | "
-            f"{fmt(task['pass_at_k'].get('1'))} | {ok} | {_md(excerpt(reasons[0], 120)) if reasons else ''} |"
+            f"{fmt(task['pass_at_k'].get('1'))} | {ok} | {reason} |"
         )
     for err in summary["load_errors"]:
         lines.append(f"\n**load error** `{_md(err['path'])}`: {_md(excerpt(err['message'], 300))}")
@@ -150,7 +151,9 @@ def _task_case(task: dict[str, Any], rule: str) -> xunit2.TestCase:
         only_errors = all(a["status"] == "error" for a in bad)
         result = (Error if only_errors else Failure)(xml_safe(message))
         result.text = xml_safe(
-            "\n".join(f"attempt {a['index']} {a['status']}: {excerpt(a['reason'], 500)}" for a in bad)
+            "\n".join(
+                f"attempt {a['index']} {a['status']}: {excerpt(a['reason'], 500)}" for a in bad
+            )
         )
         case.result = [result]
     return case
@@ -172,7 +175,7 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
     ]
     if m["pass_at_1_stderr"] is not None:
         low, high = m["pass_at_1_ci95"]
-        lines[-2] += f"   (pass@1 ±{fmt(m['pass_at_1_stderr'])}, 95% CI {fmt(low)}–{fmt(high)})"
+        lines[-2] += f"   (pass@1 ±{fmt(m['pass_at_1_stderr'])}, 95% CI {fmt(low)}-{fmt(high)})"
     tot = summary["totals"]
     if tot["input_tokens"] is not None or tot["output_tokens"] is not None:
         lines.append(f"tokens {tot['input_tokens'] or 0} in / {tot['output_tokens'] or 0} out")

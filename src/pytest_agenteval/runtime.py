@@ -62,7 +62,9 @@ class Runtime:
         """The dataset whose root contains `path` (the innermost one)."""
         best = None
         for ds in self.datasets:
-            if path.is_relative_to(ds.root) and (best is None or len(ds.root.parts) > len(best.root.parts)):
+            if path.is_relative_to(ds.root) and (
+                best is None or len(ds.root.parts) > len(best.root.parts)
+            ):
                 best = ds
         return best
 
@@ -124,7 +126,9 @@ def agent_fingerprint(settings: Settings, datasets: list[Dataset]) -> dict[str, 
     for ds in datasets:
         spec = ds.manifest.agent
         label = spec_label(spec) if spec else None
-        manifest[ds.name] = f"{label} (version {ds.manifest.agent_version})" if ds.manifest.agent_version else label
+        manifest[ds.name] = (
+            f"{label} (version {ds.manifest.agent_version})" if ds.manifest.agent_version else label
+        )
     override = settings.agent_override
     return {
         "override": spec_label(override) if override else None,

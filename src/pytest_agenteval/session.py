@@ -69,7 +69,9 @@ class Controller:
             aside = path.with_name(f"{STORE_FILE}.corrupt-{int(time.time())}")
             shutil.move(path, aside)
             self.config.issue_config_time_warning(
-                pytest.PytestWarning(f"agenteval: {exc}; moved it to {aside} and started a new store"),
+                pytest.PytestWarning(
+                    f"agenteval: {exc}; moved it to {aside} and started a new store"
+                ),
                 stacklevel=2,
             )
             return Store(path)
@@ -146,7 +148,9 @@ class Controller:
         self._planned(keys)
         if self.dry and self.resumed:
             self.dry_plan = {
-                i.key: self.runtime.plan.decide(i.key, i.task.digest, i.task.run_digest, i.task.regradable)[0]
+                i.key: self.runtime.plan.decide(
+                    i.key, i.task.digest, i.task.run_digest, i.task.regradable
+                )[0]
                 for i in session.items
                 if isinstance(i, AttemptItem)
             }
@@ -222,7 +226,11 @@ class Controller:
         if parsed is None or dataset is None:
             return
         task = next(
-            (t for t in load_task_file(path, dataset) if isinstance(t, TaskDef) and t.id == parsed[0]),
+            (
+                t
+                for t in load_task_file(path, dataset)
+                if isinstance(t, TaskDef) and t.id == parsed[0]
+            ),
             None,
         )
         key = (dataset.name, *parsed)
@@ -250,14 +258,18 @@ class Controller:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.dry:
             return
-        rows, bad = self.store.index(self.run_id)
+        rows, _ = self.store.index(self.run_id)
         interrupted = (
             exitstatus == pytest.ExitCode.INTERRUPTED
             or bool(session.shouldfail or session.shouldstop)
             or len(rows) < len(self.planned_keys)
         )
         status = "interrupted" if interrupted else "complete"
-        counts = {"reused": self.actions["reuse"], "regraded": self.actions["regrade"], "run": self.actions["run"]}
+        counts = {
+            "reused": self.actions["reuse"],
+            "regraded": self.actions["regrade"],
+            "run": self.actions["run"],
+        }
         info = self.store.run(self.run_id)
         assert info is not None
         self.summary = build_summary(
@@ -289,15 +301,24 @@ class Controller:
         errors_ok = self.settings.allow_errors or errors == 0
         minimum = self.settings.min_pass_rate
         if minimum is None:
-            if self.settings.allow_errors and exitstatus == 1 and not counts["fail"] and not self.other_failures:
+            if (
+                self.settings.allow_errors
+                and exitstatus == 1
+                and not counts["fail"]
+                and not self.other_failures
+            ):
                 session.exitstatus = pytest.ExitCode.OK if not self.load_errors else 1
             return
         rate = self.summary["metrics"]["pass_at_k"].get("1") or 0.0
         passed = rate >= minimum and errors_ok and not self.other_failures
         session.exitstatus = pytest.ExitCode.OK if passed else pytest.ExitCode.TESTS_FAILED
         verdict = "met" if passed else "NOT met"
-        why = "" if errors_ok else f"; {errors} errored attempts (--agenteval-allow-errors to accept)"
-        self.gate_message = f"gate {verdict}: pass@1 {rate:.3f} vs --agenteval-min-pass-rate {minimum:g}{why}"
+        why = (
+            "" if errors_ok else f"; {errors} errored attempts (--agenteval-allow-errors to accept)"
+        )
+        self.gate_message = (
+            f"gate {verdict}: pass@1 {rate:.3f} vs --agenteval-min-pass-rate {minimum:g}{why}"
+        )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
@@ -310,7 +331,9 @@ class Controller:
         if self.summary is None:
             return
         tr.write_sep("=", "agenteval")
-        for line in terminal_lines(self.summary, tr.config.option.verbose > 0, self.settings.task_rule):
+        for line in terminal_lines(
+            self.summary, tr.config.option.verbose > 0, self.settings.task_rule
+        ):
             tr.write_line(line)
         if self.written:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
@@ -334,7 +357,9 @@ def plan_lines(decisions: dict[Key, str], run_id: str) -> list[str]:
             per_task.setdefault(key[:2], Counter())[action] += 1
     if 0 < len(per_task) <= 20:
         for (dataset, task_id), c in sorted(per_task.items()):
-            lines.append(f"  {dataset}/{task_id}: " + ", ".join(f"{n} to {a}" for a, n in sorted(c.items())))
+            lines.append(
+                f"  {dataset}/{task_id}: " + ", ".join(f"{n} to {a}" for a, n in sorted(c.items()))
+            )
     return lines
 
 

@@ -136,14 +136,23 @@ class Store:
 
     # --- runs -----------------------------------------------------------------------------
 
-    def create_run(self, run_id: str, datasets: list[dict[str, str]], agent: dict[str, Any]) -> None:
+    def create_run(
+        self, run_id: str, datasets: list[dict[str, str]], agent: dict[str, Any]
+    ) -> None:
         now = time.time()
         try:
             self.conn.execute(
                 "INSERT INTO runs (run_id, datasets, dataset_key, agent, created_at, updated_at,"
                 " status, owner) VALUES (?, ?, ?, ?, ?, ?, 'running', ?)",
-                (run_id, json.dumps(datasets), dataset_key(datasets), json.dumps(agent), now, now,
-                 owner_tag()),
+                (
+                    run_id,
+                    json.dumps(datasets),
+                    dataset_key(datasets),
+                    json.dumps(agent),
+                    now,
+                    now,
+                    owner_tag(),
+                ),
             )
         except sqlite3.IntegrityError:
             raise StoreError(
@@ -177,8 +186,17 @@ class Store:
         for rid, ds, agent, created, updated, planned, status, owner, sessions, done in rows:
             if status == "running" and not _owner_alive(owner):
                 status = "interrupted"
-            yield RunInfo(rid, json.loads(ds), json.loads(agent), created, updated,
-                          max(planned, done), done, status, json.loads(sessions))
+            yield RunInfo(
+                rid,
+                json.loads(ds),
+                json.loads(agent),
+                created,
+                updated,
+                max(planned, done),
+                done,
+                status,
+                json.loads(sessions),
+            )
 
     def claim_run(self, run_id: str) -> None:
         """Mark the run as being continued by this process; refuse if another one runs it."""
@@ -219,10 +237,19 @@ class Store:
         with self.conn:
             self.conn.execute(
                 "INSERT OR REPLACE INTO attempts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (*key, record["digest"], record["run_digest"], record["status"],
-                 record.get("score"), record["duration"], usage.get("input_tokens"),
-                 usage.get("output_tokens"), usage.get("cost"), record["finished_at"],
-                 json.dumps(index_summary(record))),
+                (
+                    *key,
+                    record["digest"],
+                    record["run_digest"],
+                    record["status"],
+                    record.get("score"),
+                    record["duration"],
+                    usage.get("input_tokens"),
+                    usage.get("output_tokens"),
+                    usage.get("cost"),
+                    record["finished_at"],
+                    json.dumps(index_summary(record)),
+                ),
             )
             self.conn.execute(
                 "INSERT OR REPLACE INTO payloads VALUES (?,?,?,?,?)",
@@ -242,8 +269,9 @@ class Store:
                 summary = json.loads(r[11])
                 if summary.get("schema") != RECORD_SCHEMA or r[5] not in ("pass", "fail", "error"):
                     raise ValueError(f"unknown schema {summary.get('schema')!r} or status {r[5]!r}")
-                rows.append(IndexRow(key, r[3], r[4], r[5], r[6], r[7] or 0.0, r[8], r[9], r[10],
-                                     summary))
+                rows.append(
+                    IndexRow(key, r[3], r[4], r[5], r[6], r[7] or 0.0, r[8], r[9], r[10], summary)
+                )
             except (TypeError, ValueError, AttributeError) as exc:
                 bad.append(Unreadable(key, f"{type(exc).__name__}: {exc}"))
         return rows, bad

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tempfile
@@ -46,7 +47,5 @@ class Workspaces:
     def close(self) -> None:
         """Remove the base folder if no failed attempt's workspace was kept in it."""
         if self._base is not None and self._basetemp is None:
-            try:
+            with contextlib.suppress(OSError):
                 self._base.rmdir()
-            except OSError:
-                pass

@@ -1,0 +1,159 @@
+"""The `agenteval` command: list stored runs, re-render reports, validate datasets, schemas."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import __version__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    return int(args.command(args) or 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agenteval", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"pytest-agenteval {__version__}")
+    sub = parser.add_subparsers(metavar="COMMAND")
+
+    def cache_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--cache-dir",
+            type=Path,
+            default=Path(".pytest_cache"),
+            help="the pytest cache dir holding the runs (default: .pytest_cache)",
+        )
+
+    runs = sub.add_parser("runs", help="list stored runs, newest first")
+    cache_option(runs)
+    runs.set_defaults(command=_runs)
+
+    report = sub.add_parser("report", help="re-render summary.json/md and junit.xml of a run")
+    report.add_argument("run_id", metavar="RUN_ID")
+    report.add_argument("--out", type=Path, help="output folder (default: the run's folder)")
+    report.add_argument("--task-rule", default="any", help="any, all, or a pass rate like 0.6")
+    report.add_argument("--pass-k", help="k values, e.g. 1,5,10 (default: 1..attempts)")
+    cache_option(report)
+    report.set_defaults(command=_report)
+
+    validate = sub.add_parser("validate", help="load datasets and report every problem")
+    validate.add_argument("datasets", nargs="+", type=Path, metavar="DATASET")
+    validate.set_defaults(command=_validate)
+
+    schema = sub.add_parser("schema", help="print the JSON Schema of a file format")
+    schema.add_argument("kind", choices=["task", "manifest", "record", "summary"])
+    schema.set_defaults(command=_schema)
+    return parser
+
+
+def _open_store(cache_dir: Path):  # type: ignore[no-untyped-def]
+    from .errors import StoreError
+    from .store import STORE_FILE, Store
+
+    path = cache_dir / "agenteval" / STORE_FILE
+    if not path.is_file():
+        print(f"agenteval: no run store at {path}", file=sys.stderr)
+        return None
+    try:
+        return Store(path)
+    except StoreError as exc:
+        print(f"agenteval: {exc}", file=sys.stderr)
+        return None
+
+
+def _runs(args: argparse.Namespace) -> int:
+    store = _open_store(args.cache_dir)
+    if store is None:
+        return 1
+    print(f"{'run':10} {'dataset':24} {'started':19} {'done/planned':>13}  status")
+    for run in store.runs():
+        names = "+".join(d["name"] for d in run.datasets)
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created_at))
+        print(
+            f"{run.run_id:10} {names:24} {started:19} {run.done:>6}/{run.planned:<6}  {run.status}"
+        )
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .reports import write_reports
+    from .summary import build_summary
+
+    store = _open_store(args.cache_dir)
+    if store is None:
+        return 1
+    run = store.run(args.run_id)
+    if run is None:
+        print(f"agenteval: no run {args.run_id!r} (see `agenteval runs`)", file=sys.stderr)
+        return 1
+    rows, bad = store.index(run.run_id)
+    for item in bad:
+        print(f"agenteval: unreadable record {item.key}: {item.problem}", file=sys.stderr)
+    last = run.sessions[-1]["counts"] if run.sessions else {}
+    ks = sorted({int(k) for k in args.pass_k.split(",")}) if args.pass_k else None
+    summary = build_summary(run, rows, ks=ks, session_counts=last, status=run.status)
+    out = args.out or args.cache_dir / "agenteval" / "runs" / run.run_id
+    for path in write_reports(summary, out, args.task_rule):
+        print(path)
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from .dataset import LoadFailure, load_dataset, load_task_file
+    from .errors import TaskFileError
+    from .graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
+
+    problems = tasks = 0
+    for root in args.datasets:
+        try:
+            dataset = load_dataset(root)
+        except TaskFileError as exc:
+            print(exc.render())
+            problems += 1
+            continue
+
+        def make(spec, task, dataset=dataset):  # type: ignore[no-untyped-def]
+            grader = make_builtin_grader(spec, task, dataset.root)
+            if grader is None:
+                raise unknown_grader(spec.type, list(BUILTIN_GRADERS))
+            return grader
+
+        seen: dict[str, Path] = {}
+        for path in dataset.task_files():
+            for loaded in load_task_file(path, dataset, make):
+                if isinstance(loaded, LoadFailure):
+                    print(loaded.render())
+                    problems += 1
+                elif seen.setdefault(loaded.id, path) != path:
+                    print(
+                        f"{path}:{loaded.line}: at id: duplicate task id {loaded.id!r}, "
+                        f"first defined in {seen[loaded.id]}"
+                    )
+                    problems += 1
+                else:
+                    tasks += 1
+    print(f"{tasks} tasks valid, {problems} problems")
+    return 1 if problems else 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from .model import AttemptRecord, Manifest, TaskSpec
+    from .summary import Summary
+
+    model = {"task": TaskSpec, "manifest": Manifest, "record": AttemptRecord, "summary": Summary}
+    print(json.dumps(model[args.kind].model_json_schema(by_alias=True), indent=2))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

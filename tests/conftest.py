@@ -1,0 +1,27 @@
+"""Fixtures for the end-to-end tests."""
+
+from __future__ import annotations
+
+import pytest
+
+# Import the plugin's modules (and PyYAML's C extension) once, before any pytester inline run:
+# inline runs drop modules imported during the run, and libyaml cannot be imported twice.
+import pytest_agenteval.session  # noqa: F401
+from helpers import DatasetMaker
+
+
+@pytest.fixture
+def dataset(pytester: pytest.Pytester) -> DatasetMaker:
+    """Writes datasets into pytester's directory (which becomes the rootdir)."""
+    return DatasetMaker(pytester.path)
+
+
+@pytest.fixture(autouse=True)
+def _lean_inner_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner pytest runs skip hypothesis's plugin: each would re-import and re-rewrite it.
+
+    Set after pytester's own setup, which clears PYTEST_ADDOPTS.
+    """
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
+        monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest")

@@ -1,0 +1,92 @@
+"""End-to-end test helpers: a dataset writer, a scriptable test agent, summary reading."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# An agent driven by each task's metadata; it logs every call so tests can count them, also
+# across processes (xdist workers, killed runs).
+AGENT = """
+import os, pathlib, time
+
+LOG = pathlib.Path(__file__).with_name("calls.log")
+
+
+def run(task):
+    with LOG.open("a") as log:
+        log.write(f"{task.id} {task.attempt}\\n")
+    meta = task.metadata
+    if "sleep" in meta:
+        time.sleep(meta["sleep"])
+    if "raise" in meta:
+        raise RuntimeError(meta["raise"])
+    if "exit" in meta:
+        os._exit(meta["exit"])
+    answers = meta.get("answers")
+    if answers:
+        return str(answers[task.attempt % len(answers)])
+    return str(meta.get("answer", ""))
+
+
+async def run_async(task):
+    import asyncio
+    await asyncio.sleep(meta_sleep(task))
+    return run(task)
+
+
+def meta_sleep(task):
+    return task.metadata.get("async_sleep", 0)
+"""
+
+
+class DatasetMaker:
+    """Writes a dataset folder (manifest, tasks, the test agent) below pytester's directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __call__(
+        self,
+        tasks: dict[str, str | dict[str, Any]],
+        *,
+        name: str = "ds",
+        folder: str = "ds",
+        manifest: dict[str, Any] | None = None,
+    ) -> Path:
+        root = self.root / folder
+        root.mkdir(parents=True, exist_ok=True)
+        data = {"name": name, "version": "1", "agent": "agent:run", **(manifest or {})}
+        (root / "agenteval.yaml").write_text(json.dumps(data))
+        (root / "agent.py").write_text(AGENT)
+        for rel, content in tasks.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(content) if isinstance(content, dict) else textwrap.dedent(content)
+            path.write_text(text)
+        return root
+
+    def calls(self, folder: str = "ds") -> list[str]:
+        log = self.root / folder / "calls.log"
+        return log.read_text().splitlines() if log.exists() else []
+
+
+def task(answer: Any = None, expected: Any = "ok", **fields: Any) -> dict[str, Any]:
+    """A task dict whose test-agent answer and expected value are given."""
+    meta = fields.pop("metadata", {})
+    if answer is not None:
+        meta["answer"] = answer
+    return {"input": "question", "expected": expected, "metadata": meta, **fields}
+
+
+def summary_of(pytester: pytest.Pytester) -> dict[str, Any]:
+    """The newest summary.json in pytester's cache."""
+    runs = sorted(
+        (pytester.path / ".pytest_cache/agenteval/runs").glob("*/summary.json"),
+        key=lambda p: p.stat().st_mtime,
+    )
+    return json.loads(runs[-1].read_text())

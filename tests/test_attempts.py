@@ -1,0 +1,373 @@
+"""Running attempts: agent kinds, outcomes (pass / failure / error), records on reports."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import DatasetMaker, task
+from pytest_agenteval.model import AttemptRecord
+
+
+def test_wrong_answer_is_a_failure_with_a_readable_report(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A failed attempt shows task, attempt, each grader's verdict, expected and the output."""
+    dataset(
+        {
+            "q.yaml": {
+                "input": "q",
+                "expected": "42",
+                "metadata": {"answers": ["42", "41"]},
+                "graders": ["equals", {"contains": "4"}],
+            }
+        }
+    )
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*agenteval: q[[]attempt-1[]]*",
+            "q [[]attempt 1[]] failed",
+            "  [[]FAIL[]] equals: expected '42', got '41'",
+            "  [[]pass[]] contains: contains '4'",
+            "expected: 42",
+            "output: '41'",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_agent_exception_is_an_error_and_others_still_run(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """An agent crash is an *error* showing the agent's own traceback, not the plugin's."""
+    dataset({"boom.yaml": task(metadata={"raise": "kaboom"}), "fine.yaml": task("ok")})
+    result = pytester.runpytest("--agenteval", "ds", "--junitxml=out.xml")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of agenteval: boom[[]attempt-0[]]*",
+            "E * RuntimeError: kaboom",
+            "ds/agent.py:*: RuntimeError",
+        ]
+    )
+    errors = result.stdout.str().split("ERRORS")[1].split("- generated xml file")[0]
+    assert "pluggy" not in errors and "_pytest" not in errors and "pytest_agenteval" not in errors
+    xml = (pytester.path / "out.xml").read_text()
+    assert "<error" in xml and "<failure" not in xml
+
+
+def test_async_agent(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    dataset({"a.yaml": task("ok")}, manifest={"agent": "agent:run_async"})
+    pytester.runpytest("--agenteval", "ds", "--attempts", "2").assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize("agent", ["agent:run", "agent:run_async"])
+def test_timeout_is_an_error(pytester: pytest.Pytester, dataset: DatasetMaker, agent: str) -> None:
+    """An agent that exceeds the task's timeout errors, even if it swallows exceptions."""
+    meta = {"sleep": 5, "async_sleep": 5}
+    dataset(
+        {"slow.yaml": task("ok", metadata=meta, timeout=0.3), "fine.yaml": task("ok")},
+        manifest={"agent": agent},
+    )
+    start = time.monotonic()
+    result = pytester.runpytest("--agenteval", "ds")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*slow [[]attempt 0[]] error: agent timed out after 0.3s*"])
+    assert time.monotonic() - start < 4
+
+
+def test_agent_from_file_path_and_override(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`tools/bot.py:answer` resolves beside the manifest; --agenteval-agent overrides it."""
+    root = dataset(
+        {"a.yaml": task(expected="from file")}, manifest={"agent": "tools/bot.py:answer"}
+    )
+    (root / "tools").mkdir()
+    (root / "tools/bot.py").write_text("def answer(task):\n    return 'from file'\n")
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+    pytester.makepyfile(other_agent="def answer(task):\n    return 'from cli'\n")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-agent", "other_agent.py:answer")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*expected 'from file', got 'from cli'*"])
+
+
+def test_agent_problems_are_errors_with_advice(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A missing agent module, a missing agent, or a wrong return type error clearly."""
+    dataset({"a.yaml": task("ok")}, manifest={"agent": "nosuchmodule:run"})
+    result = pytester.runpytest("--agenteval", "ds")
+    result.stdout.fnmatch_lines(
+        ["*error: cannot load agent 'nosuchmodule:run': cannot import module 'nosuchmodule'*"]
+    )
+    dataset({"a.yaml": task("ok")}, manifest={"agent": None})
+    result = pytester.runpytest("--agenteval", "ds")
+    result.stdout.fnmatch_lines(
+        ["*error: no agent for task 'a'", "set `agent:` in agenteval.yaml*"]
+    )
+    pytester.makepyfile(bad_agent="def run(task):\n    return 42\n")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-agent", "bad_agent:run")
+    result.stdout.fnmatch_lines(
+        ["*error: agent returned int 42", "return the output as a str, or an AgentResult"]
+    )
+    result.assert_outcomes(errors=1)
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie (PID 1 in a container may never reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+COMMAND_AGENT = """
+import json, os, subprocess, sys, time
+task = json.load(sys.stdin)
+if task["metadata"].get("spawn"):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    open(task["metadata"]["spawn"], "w").write(str(child.pid))
+    time.sleep(60)
+if task["metadata"].get("fail"):
+    print("something broke", file=sys.stderr)
+    sys.exit(3)
+open("note.txt", "w").write("written in " + os.getcwd())
+print(sys.argv[1], task["attempt"], os.environ["GREETING"], end="")
+"""
+
+
+def test_command_agent(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """A command agent gets the task as JSON on stdin, {input} in argv, env, a fresh cwd."""
+    root = dataset(
+        {
+            "a.yaml": {
+                "input": "hello",
+                "expected": "hello 1 hi",
+                "graders": [
+                    "equals",
+                    {
+                        "command": [
+                            "{python}",
+                            "-c",
+                            "import pathlib; assert 'written in' in pathlib.Path('note.txt').read_text()",
+                        ]
+                    },
+                ],
+            }
+        },
+        manifest={
+            "agent": {
+                "command": ["{python}", "{dataset}/cmd.py", "{input}"],
+                "env": {"GREETING": "hi"},
+            }
+        },
+    )
+    (root / "cmd.py").write_text(COMMAND_AGENT)
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*expected 'hello 1 hi', got 'hello 0 hi'*"])
+
+
+def test_command_agent_failure_and_timeout_kill_the_process_group(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Non-zero exit is an error with stderr; on timeout the agent *and its children* die."""
+    pidfile = pytester.path / "child.pid"
+    root = dataset(
+        {
+            "fails.yaml": task(metadata={"fail": True}),
+            "hangs.yaml": task(metadata={"spawn": str(pidfile)}, timeout=1),
+        },
+        manifest={
+            "agent": {
+                "command": [sys.executable, "{dataset}/cmd.py", "x"],
+                "env": {"GREETING": "hi"},
+            }
+        },
+    )
+    (root / "cmd.py").write_text(COMMAND_AGENT)
+    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*fails [[]attempt 0[]] error: agent command exited with status 3",
+            "something broke",
+            "*hangs [[]attempt 0[]] error: agent command timed out after 1s (process group killed)*",
+        ]
+    )
+    assert not alive(int(pidfile.read_text()))
+
+
+def test_command_agent_json_output(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    root = dataset(
+        {"a.yaml": task(expected="yes")},
+        manifest={
+            "agent": {
+                "command": [sys.executable, "{dataset}/j.py"],
+                "output": "json",
+                "stdin": "none",
+            }
+        },
+    )
+    (root / "j.py").write_text(
+        'print(\'{"output": "yes", "usage": {"input_tokens": 3, "cost": 0.5}}\')'
+    )
+    reprec = pytester.inline_run("--agenteval", "ds")
+    reprec.assertoutcome(passed=1)
+    (report,) = [r for r in reprec.getreports("pytest_runtest_logreport") if r.when == "call"]
+    assert report.agenteval["record"]["usage"] == {
+        "input_tokens": 3,
+        "output_tokens": None,
+        "cost": 0.5,
+    }
+
+
+def test_fixture_agent_is_set_up_once_per_session(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """An `agenteval_agent` session fixture overrides the manifest and starts once."""
+    dataset(
+        {"a.yaml": task(expected="fixture says hi"), "b.yaml": task(expected="fixture says hi")}
+    )
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def agenteval_agent():
+            print("SETUP-AGENT")
+            yield lambda task: "fixture says hi"
+            print("TEARDOWN-AGENT")
+        """
+    )
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "3", "-s")
+    result.assert_outcomes(passed=6)
+    assert result.stdout.str().count("SETUP-AGENT") == 1
+    assert result.stdout.str().count("TEARDOWN-AGENT") == 1
+
+
+def test_workspace_is_fresh_per_attempt_and_kept_on_failure(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Each attempt gets a copy of the template; a failing attempt's copy is kept and shown."""
+    root = dataset(
+        {
+            "code.yaml": {
+                "input": "fix",
+                "workspace": "ws",
+                "graders": [
+                    {"command": ["{python}", "-m", "pytest", "-q", "-p", "no:cacheprovider"]}
+                ],
+            }
+        },
+        manifest={"agent": "fixer:fix"},
+    )
+    (root / "ws").mkdir()
+    (root / "ws/calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (root / "ws/test_calc.py").write_text(
+        "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
+    (root / "fixer.py").write_text(
+        "def fix(task):\n"
+        "    calc = task.workspace / 'calc.py'\n"
+        "    assert 'a - b' in calc.read_text(), 'the template must be fresh'\n"
+        "    if task.attempt == 1:\n"
+        "        calc.write_text(calc.read_text().replace('a - b', 'a + b'))\n"
+        "    return 'done'\n"
+    )
+    result = pytester.runpytest(
+        "--agenteval", "ds", "--attempts", "2", "--basetemp", str(pytester.path / "tmp")
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*exited 1*", "workspace kept: *code--0"])
+    kept = [p.name for p in (pytester.path / "tmp").glob("agenteval-main/*")]
+    assert kept == ["ds--code--0"]
+    assert (root / "ws/calc.py").read_text().count("a - b") == 1
+
+
+def test_records_on_reports_are_complete_plain_json(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Every attempt's report carries a complete agenteval.record/1 of plain JSON types."""
+    dataset({"a.yaml": task("ok", tags=["t1"]), "e.yaml": task(metadata={"raise": "x"})})
+    reprec = pytester.inline_run("--agenteval", "ds", "--attempts", "2")
+    records = [
+        r.agenteval["record"]
+        for r in reprec.getreports("pytest_runtest_logreport")
+        if getattr(r, "agenteval", None)
+    ]
+    assert len(records) == 4
+    seeds = set()
+    for rec in records:
+        AttemptRecord.model_validate(rec)
+        assert (
+            rec["dataset"] == "ds" and rec["digest"] and rec["run_digest"] and rec["duration"] >= 0
+        )
+        assert rec["agent"]["used"] == "callable:agent:run"
+        seeds.add(rec["task_id"])
+    by_task = {(r["task_id"], r["attempt"]): r for r in records}
+    assert (
+        by_task[("a", 0)]["status"] == "pass"
+        and by_task[("a", 0)]["verdicts"][0]["grader"] == "equals"
+    )
+    assert by_task[("a", 1)]["tags"] == ["t1"]
+    assert (
+        by_task[("e", 0)]["status"] == "error" and "RuntimeError: x" in by_task[("e", 0)]["error"]
+    )
+    assert by_task[("e", 0)]["phase"] == "agent"
+
+
+def test_seed_is_deterministic_per_attempt(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    root = dataset({"a.yaml": task(expected="x")}, manifest={"agent": "seeder:run"})
+    (root / "seeder.py").write_text(
+        "def run(task):\n    print('SEED', task.attempt, task.seed)\n    return 'x'\n"
+    )
+    first = pytester.runpytest("--agenteval", "ds", "--attempts", "3", "-s").stdout.str()
+    second = pytester.runpytest("--agenteval", "ds", "--attempts", "3", "-s").stdout.str()
+    seeds = re.findall(r"SEED \d+ \d+", first)
+    assert len(seeds) == 3 and len({s.split()[2] for s in seeds}) == 3
+    assert seeds == re.findall(r"SEED \d+ \d+", second)
+
+
+def test_sigint_leaves_no_orphan_command_agent(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Ctrl-C while a command agent runs kills it; the session still ends cleanly (exit 2)."""
+    pidfile = pytester.path / "child.pid"
+    root = dataset(
+        {"hangs.yaml": task(metadata={"spawn": str(pidfile)})},
+        manifest={
+            "agent": {
+                "command": [sys.executable, "{dataset}/cmd.py", "x"],
+                "env": {"GREETING": "hi"},
+            }
+        },
+    )
+    (root / "cmd.py").write_text(COMMAND_AGENT)
+    proc = pytester.popen([sys.executable, "-m", "pytest", "--agenteval", "ds"], stdin=None)
+    deadline = time.monotonic() + 20
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(20) == pytest.ExitCode.INTERRUPTED
+    assert not alive(int(pidfile.read_text()))
+
+
+def test_example_suite_runs(pytester: pytest.Pytester) -> None:
+    """The shipped example suite shows passes, failures and one agent error, offline."""
+    shutil.copytree(Path(__file__).parent.parent / "example_suite", pytester.path / "example_suite")
+    result = pytester.runpytest_subprocess("--agenteval", "example_suite")
+    outcomes = result.parseoutcomes()
+    assert outcomes["passed"] > 20 and outcomes["failed"] >= 1 and outcomes["errors"] == 3

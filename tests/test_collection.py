@@ -1,0 +1,192 @@
+"""Collection: --agenteval without positional args, item names, -k, -m, bad files, strictness."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import DatasetMaker, task
+
+
+def test_collects_one_item_per_task_and_attempt(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`pytest --agenteval ds --attempts 2` collects <file>::<task_id>[attempt-<i>] items only."""
+    dataset({"arith/add.yaml": task("ok"), "list.yaml": {"tasks": [{"id": "x", **task("ok")}]}})
+    pytester.makepyfile(test_unrelated="def test_other(): pass")
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--co", "-q")
+    result.stdout.fnmatch_lines(
+        [
+            "ds/arith/add.yaml::arith/add[[]attempt-0[]]",
+            "ds/arith/add.yaml::arith/add[[]attempt-1[]]",
+            "ds/list.yaml::x[[]attempt-0[]]",
+            "ds/list.yaml::x[[]attempt-1[]]",
+            "4 tests collected*",
+        ]
+    )
+    assert "test_other" not in result.stdout.str()
+
+
+def test_positional_node_ids_are_kept(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """A node id the user names is run alone, not swallowed by the dataset folder."""
+    dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
+    result = pytester.runpytest("--agenteval", "ds", "ds/a.yaml::a[attempt-1]", "--attempts", "3")
+    result.assert_outcomes(passed=1)
+
+
+def test_other_tests_run_beside_the_dataset(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Positional test paths outside the dataset still run, and the dataset is added."""
+    dataset({"a.yaml": task("ok")})
+    pytester.makepyfile(test_unrelated="def test_other(): pass")
+    pytester.runpytest("--agenteval", "ds", "test_unrelated.py").assert_outcomes(passed=2)
+
+
+def test_plugin_is_inert_without_agenteval(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Without --agenteval no YAML is collected, nothing is stored."""
+    dataset({"a.yaml": task("ok")})
+    pytester.makepyfile(test_unrelated="def test_other(): pass")
+    pytester.runpytest().assert_outcomes(passed=1)
+    assert not (pytester.path / ".pytest_cache/agenteval").exists()
+
+
+def test_ini_settings(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """agenteval_datasets and agenteval_attempts work from pyproject.toml; options override."""
+    dataset({"a.yaml": task("ok")})
+    pytester.makepyprojecttoml(
+        '[tool.pytest.ini_options]\nagenteval_datasets = ["ds"]\nagenteval_attempts = "2"\n'
+    )
+    pytester.runpytest().assert_outcomes(passed=2)
+    pytester.runpytest("--attempts", "3").assert_outcomes(passed=3)
+
+
+def test_manifest_default_attempts(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    dataset({"a.yaml": task("ok")}, manifest={"defaults": {"attempts": 4}})
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=4)
+
+
+def test_k_selects_tasks_and_attempts(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """-k by task id selects its attempts; -k attempt-0 selects first attempts."""
+    dataset({"add.yaml": task("ok"), "sub.yaml": task("ok"), "geo/capital.yaml": task("ok")})
+    pytester.runpytest("--agenteval", "ds", "--attempts", "3", "-k", "add").assert_outcomes(
+        passed=3
+    )
+    pytester.runpytest("--agenteval", "ds", "--attempts", "3", "-k", "attempt-0").assert_outcomes(
+        passed=3
+    )
+    pytester.runpytest(
+        "--agenteval", "ds", "--attempts", "3", "-k", "geo/capital and attempt-2"
+    ).assert_outcomes(passed=1)
+
+
+def test_tags_are_registered_markers(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """Tags become markers; -m selects them and --strict-markers does not complain."""
+    dataset({"a.yaml": task("ok", tags=["smoke"]), "b.yaml": task("ok", tags=["slow"])})
+    result = pytester.runpytest("--agenteval", "ds", "-m", "smoke", "--strict-markers")
+    result.assert_outcomes(passed=1)
+
+
+def test_malformed_file_is_one_erroring_item_and_the_rest_runs(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A broken task file errors with file, line, field and a hint; no plugin traceback."""
+    dataset(
+        {
+            "good.yaml": task("ok"),
+            "bad.yaml": "input: question\nexpected: ok\ngraders:\n  - equal\n",
+            "broken.yaml": "input: [unclosed\n",
+        }
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "ds/bad.yaml:4: at graders[[]0]: unknown grader 'equal'",
+            "Hint: did you mean 'equals'?",
+            "ds/broken.yaml:2: invalid YAML*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    assert "pytest_agenteval" not in result.stdout.str()
+
+
+def test_strict_makes_bad_files_collection_errors(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    dataset({"good.yaml": task("ok"), "bad.yaml": "input: q\nexpected: ok\nbogus: 1\n"})
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-strict")
+    result.stdout.fnmatch_lines(
+        ["*ERROR collecting*", "*bad.yaml:3: at bogus: unknown field 'bogus'*"]
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
+def test_duplicate_ids_name_both_files(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    dataset({"a.yaml": {"id": "same", **task("ok")}, "b.yaml": {"id": "same", **task("ok")}})
+    result = pytester.runpytest("--agenteval", "ds")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*b.yaml:1: at id: duplicate task id 'same', first defined in *a.yaml"]
+    )
+
+
+def test_non_task_files_and_workspace_templates_are_not_collected(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Python files and a workspace's own tests/conftest/YAML inside the dataset are ignored."""
+    dataset(
+        {
+            "coding.yaml": {**task("ok"), "workspace": "ws"},
+            "ws/test_inside.py": "def test_never(): raise AssertionError",
+            "ws/conftest.py": "raise RuntimeError('workspace conftest must not load')",
+            "ws/settings.yaml": "not: a task",
+            "test_helper.py": "def test_never(): raise AssertionError",
+        }
+    )
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+
+
+def test_manifest_task_globs(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    dataset(
+        {"tasks/a.yaml": task("ok"), "other/b.yaml": task("ok")},
+        manifest={"tasks": ["tasks/*.yaml"]},
+    )
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--attempts", "0"], "*--attempts: '0' is not a positive integer*"),
+        (
+            ["--pass-k", "1,x"],
+            "*--pass-k: '1,x' is not a comma-separated list of positive integers*",
+        ),
+        (["--agenteval-task-rule", "most"], "*'most' is not 'any', 'all' or a pass rate*"),
+        (["--agenteval-agent", "nocolon"], "*'nocolon' is not module:function*"),
+    ],
+)
+def test_bad_options_are_usage_errors(
+    pytester: pytest.Pytester, dataset: DatasetMaker, args: list[str], message: str
+) -> None:
+    dataset({"a.yaml": task("ok")})
+    result = pytester.runpytest("--agenteval", "ds", *args)
+    result.stderr.fnmatch_lines([message])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_bad_manifest_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    (pytester.path / "ds").mkdir()
+    (pytester.path / "ds/agenteval.yaml").write_text(
+        "name: x\nversion: 1\ndefaults: {attemps: 2}\n"
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    result.stderr.fnmatch_lines(
+        [
+            "*agenteval.yaml:3: at defaults.attemps: unknown field 'attemps'",
+            "Hint: did you mean 'attempts'?",
+        ]
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -1,0 +1,215 @@
+"""Loading task files: validation, file:line:field errors, ids and digests (pure, no pytest)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_agenteval.dataset import LoadFailure, TaskDef, load_dataset, load_task_file
+from pytest_agenteval.errors import TaskFileError
+from pytest_agenteval.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
+from pytest_agenteval.model import check_task_id
+
+
+def make(spec, task):  # type: ignore[no-untyped-def]
+    grader = make_builtin_grader(spec, task, Path.cwd())
+    if grader is None:
+        raise unknown_grader(spec.type, list(BUILTIN_GRADERS))
+    return grader
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "agenteval.yaml").write_text("name: demo\nversion: 2\nagent: agent:run\n")
+    return tmp_path
+
+
+def load(root: Path, rel: str, text: str) -> list[TaskDef | LoadFailure]:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return load_task_file(path, load_dataset(root), make)
+
+
+def only_error(results: list[TaskDef | LoadFailure]) -> str:
+    (failure,) = results
+    assert isinstance(failure, LoadFailure), failure
+    return failure.render()
+
+
+def test_single_task_gets_its_path_as_id(root: Path) -> None:
+    """A one-task file's id defaults to its path below the root, without extension."""
+    (task,) = load(
+        root, "arith/add.yaml", "input: 1+1?\nexpected: 2\nmetadata: {created: 2024-01-02}\n"
+    )
+    assert isinstance(task, TaskDef)
+    assert task.id == "arith/add"
+    assert task.spec.metadata == {"created": "2024-01-02"}
+    assert [s.type for s in task.grader_specs] == ["equals"]
+    assert task.dataset.manifest.version == "2"
+
+
+def test_list_file_needs_ids_and_reports_each_bad_task(root: Path) -> None:
+    """In a `tasks:` list the good tasks load; each bad one fails alone, naming its place."""
+    results = load(
+        root,
+        "qa.yaml",
+        "tasks:\n"
+        "  - id: one\n    input: a\n    expected: a\n"
+        "  - input: b\n    expected: b\n"
+        "  - id: three\n    input: c\n    graders:\n      - equal: c\n",
+    )
+    assert isinstance(results[0], TaskDef) and results[0].id == "one"
+    assert "qa.yaml:5: at tasks[1]: missing required field 'id'" in results[1].render()  # type: ignore[union-attr]
+    text = results[2].render()  # type: ignore[union-attr]
+    assert "qa.yaml:10: at tasks[2].graders[0]: unknown grader 'equal'" in text
+    assert "Hint: did you mean 'equals'?" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "input: x\nexpcted: 1\n",
+            "t.yaml:2: at expcted: unknown field 'expcted'\nHint: did you mean 'expected'?",
+        ),
+        ("description: no input\nexpected: 1\n", "t.yaml:1: missing required field 'input'"),
+        (
+            "input: x\nexpected: 1\ntags: [ok, 'bad tag']\n",
+            "t.yaml:3: at tags: tag 'bad tag' is not a valid marker name",
+        ),
+        (
+            "id: 'has space'\ninput: x\nexpected: 1\n",
+            "t.yaml:1: at id: task id 'has space' may only use",
+        ),
+        (
+            "input: 5\nexpected: 1\n",
+            "t.yaml:1: at input: input must be a string, a mapping, or a list of chat messages",
+        ),
+        ("input: x\n", "no graders: the task names none and has no `expected` answer"),
+        (
+            "input: x\ntimeout: -1\nexpected: 1\n",
+            "t.yaml:2: at timeout: Input should be greater than 0",
+        ),
+        (
+            "input: x\nworkspace: nope\nexpected: 1\n",
+            "t.yaml:2: at workspace: workspace folder 'nope' not found",
+        ),
+        (
+            "input: x\ngraders:\n  - regex: '('\n",
+            "t.yaml:3: at graders[0].pattern: invalid regex '('",
+        ),
+        ("input: x\ngraders:\n  - number\n", "number needs `expected` on the task or `value`"),
+        (
+            "input: x\ngraders:\n  - contains: {al: [a]}\n",
+            "unknown option 'al'\nHint: did you mean 'all'?",
+        ),
+        (
+            "input: x\nagent: {command: []}\nexpected: 1\n",
+            "t.yaml:2: at agent.command: List should have at least 1 item",
+        ),
+        ("input: [x\n", "t.yaml:2: invalid YAML"),
+        ("", "t.yaml:1: the file is empty"),
+        ("- a\n- b\n", "t.yaml:1: a task file holds one task (a mapping) or a `tasks:` list"),
+        ("input: !!python/object:os.system x\n", "invalid YAML"),
+    ],
+)
+def test_errors_name_file_line_and_field(root: Path, text: str, expected: str) -> None:
+    """Every problem renders as `path:line: at field: problem` with a hint where one helps."""
+    message = only_error(load(root, "t.yaml", text))
+    assert expected in message.replace(str(root) + "/", "")
+
+
+def test_manifest_errors_raise_with_location(tmp_path: Path) -> None:
+    (tmp_path / "agenteval.yaml").write_text("name: demo\nagnet: x:y\n")
+    with pytest.raises(
+        TaskFileError,
+        match=r"agenteval.yaml:2: at agnet: unknown field 'agnet'\nHint: did you mean 'agent'\?",
+    ):
+        load_dataset(tmp_path)
+
+
+def test_manifest_is_optional(tmp_path: Path) -> None:
+    """Without agenteval.yaml the dataset is named after its folder."""
+    assert load_dataset(tmp_path).name == tmp_path.name
+
+
+def test_digest_tracks_grading_apart_from_what_the_agent_sees(root: Path) -> None:
+    """Changing graders changes the digest only; changing the input changes both digests."""
+    (a,) = load(root, "t.yaml", "input: x\nexpected: '1'\n")
+    (b,) = load(root, "t.yaml", "input: x\nexpected: '1'\ngraders: [contains]\n")
+    (c,) = load(root, "t.yaml", "input: y\nexpected: '1'\n")
+    (d,) = load(root, "t.yaml", "input: x\nexpected: '1'\n")
+    assert (
+        isinstance(a, TaskDef)
+        and isinstance(b, TaskDef)
+        and isinstance(c, TaskDef)
+        and isinstance(d, TaskDef)
+    )
+    assert a.digest == d.digest and a.run_digest == d.run_digest
+    assert a.digest != b.digest and a.run_digest == b.run_digest
+    assert a.run_digest != c.run_digest
+
+
+def test_workspace_contents_are_part_of_the_digest(root: Path) -> None:
+    (root / "ws").mkdir()
+    (root / "ws" / "f.py").write_text("x = 1\n")
+    (a,) = load(root, "t.yaml", "input: x\nexpected: '1'\nworkspace: ws\n")
+    assert isinstance(a, TaskDef) and a.run_digest
+    (root / "ws" / "f.py").write_text("x = 2\n")
+    (b,) = load(root, "t.yaml", "input: x\nexpected: '1'\nworkspace: ws\n")
+    assert isinstance(a, TaskDef) and isinstance(b, TaskDef)
+    assert a.run_digest != b.run_digest
+    assert not a.regradable
+
+
+def test_workspace_templates_are_found_by_their_tasks(root: Path) -> None:
+    (root / "coding" / "ws" / "sub").mkdir(parents=True)
+    (root / "coding" / "task.yaml").write_text("input: x\nexpected: 1\nworkspace: ws\n")
+    (root / "coding" / "ws" / "config.yaml").write_text("not: a task\n")
+    dataset = load_dataset(root)
+    assert dataset.is_workspace_dir(root / "coding" / "ws")
+    assert not dataset.is_workspace_dir(root / "coding")
+    assert [p.name for p in dataset.task_files()] == ["task.yaml"]
+
+
+@given(st.text(alphabet="ab/._- \n:#[]", max_size=12))
+def test_task_id_rule(candidate: str) -> None:
+    """An id is accepted exactly when it is made of path segments of [A-Za-z0-9_.-]."""
+    segments = candidate.split("/")
+    ok = all(
+        s and s not in (".", "..") and all(c.isalnum() or c in "_.-" for c in s) for s in segments
+    )
+    if ok:
+        check_task_id(candidate)
+    else:
+        with pytest.raises(ValueError):
+            check_task_id(candidate)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(json_values)
+def test_any_yaml_shape_loads_or_fails_cleanly(root: Path, value: object) -> None:
+    """Whatever YAML a file holds, loading returns tasks or LoadFailures; it never raises."""
+    path = root / "fuzz.yaml"
+    path.write_text(yaml.safe_dump(value))
+    for result in load_task_file(path, load_dataset(root), make):
+        assert isinstance(result, TaskDef | LoadFailure)
+        if isinstance(result, LoadFailure):
+            assert result.render().startswith(str(path))
+        else:
+            json.dumps(result.spec.model_dump(mode="json"))
