@@ -90,3 +90,35 @@ def summary_of(pytester: pytest.Pytester) -> dict[str, Any]:
         key=lambda p: p.stat().st_mtime,
     )
     return json.loads(runs[-1].read_text())
+
+
+def stored(root: Path, run_id: str | None = None) -> list[tuple[str, int, str]]:
+    """(task id, attempt, status) of the newest (or given) run's committed records."""
+    import sqlite3
+
+    conn = sqlite3.connect(root / ".pytest_cache/agenteval/store.sqlite", timeout=30)
+    try:
+        if run_id is None:
+            row = conn.execute("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()
+            if row is None:
+                return []
+            run_id = row[0]
+        rows = conn.execute(
+            "SELECT task_id, attempt, status FROM attempts WHERE run_id=? ORDER BY task_id, attempt",
+            (run_id,),
+        ).fetchall()
+    finally:
+        conn.close()
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def comparable(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary without run id, timings and per-session counts, for equality checks."""
+    result = {k: v for k, v in summary.items() if k not in ("run_id", "created_at", "finished_at")}
+    result["counts"] = {k: summary["counts"][k] for k in ("pass", "fail", "error")}
+    result["totals"] = {k: v for k, v in summary["totals"].items() if not k.startswith("duration")}
+    result["tasks"] = [
+        {**t, "attempts": [{k: v for k, v in a.items() if k != "duration"} for a in t["attempts"]]}
+        for t in summary["tasks"]
+    ]
+    return result

@@ -8,6 +8,7 @@ from typing import Any
 
 from .model import RECORD_SCHEMA, AgentResult, Verdict
 from .store import Key
+from .text import clean_text, json_safe
 
 ITEM_NAME_RE = re.compile(r"^(?P<task_id>.+)\[attempt-(?P<attempt>\d+)\](?:@.*)?$")
 
@@ -69,16 +70,16 @@ def build_record(
         "status": status,
         "score": attempt_score(verdicts) if status != "error" else 0.0,
         "verdicts": [v.as_dict() for v in verdicts],
-        "output": result.output if result is not None else None,
+        "output": clean_text(result.output) if result is not None else None,
         "usage": usage.model_dump() if usage is not None else None,
         "duration": duration,
         "started_at": started_at,
         "finished_at": started_at + duration,
-        "error": error,
+        "error": clean_text(error) if error else None,
         "error_type": error_type,
         "phase": phase,
-        "transcript": result.transcript if result is not None else None,
-        "artifacts": result.artifacts if result is not None else None,
+        "transcript": json_safe(result.transcript) if result and result.transcript else None,
+        "artifacts": json_safe(result.artifacts) if result and result.artifacts else None,
         "previous": [],
     }
 

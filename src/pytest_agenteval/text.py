@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 TRUNCATION_MARK = "…[truncated {n} chars]…"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _XML_INVALID = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -20,6 +22,16 @@ def excerpt(text: str, limit: int = 300) -> str:
 def xml_safe(text: str) -> str:
     """Replace characters XML 1.0 cannot hold (control characters, lone surrogates) with `\\xNN`."""
     return _XML_INVALID.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def clean_text(text: str) -> str:
+    """`text` as valid Unicode: lone surrogates (which UTF-8 cannot hold) become U+FFFD."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
+def json_safe(value: object) -> object:
+    """Any value as plain JSON types with valid text (unknown objects become their str)."""
+    return json.loads(clean_text(json.dumps(value, default=str, ensure_ascii=False)))
 
 
 def decode_output(data: bytes) -> str:
