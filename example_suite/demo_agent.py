@@ -42,7 +42,7 @@ def _answer(task: Task, text: str, rng: random.Random) -> str:
     if "capital of" in lowered:
         country = lowered.rsplit("capital of", 1)[1].strip(" ?.").split("?")[0].split()[0]
         capital = CAPITALS[country]
-        if country == "australia" and rng.random() < 0.5:
+        if country == "australia" and rng.random() < 0.25:
             capital = "Sydney"  # a classic mistake
         return f"The capital of {country.title()} is {capital}." if country != "japan" else capital
     if "reverse the word" in lowered:
@@ -74,7 +74,7 @@ def _arithmetic(text: str) -> str:
 def _structured(data: dict, rng: random.Random) -> str:
     if "items" in data:
         subtotal = sum(item["price"] for item in data["items"])
-        total = subtotal * 1.1 if rng.random() < 0.7 else subtotal
+        total = subtotal if rng.random() < 0.2 else subtotal * 1.1
         return (
             "```json\n" + json.dumps({"items": data["items"], "total": round(total, 2)}) + "\n```"
         )

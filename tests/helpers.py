@@ -99,7 +99,9 @@ def stored(root: Path, run_id: str | None = None) -> list[tuple[str, int, str]]:
     conn = sqlite3.connect(root / ".pytest_cache/agenteval/store.sqlite", timeout=30)
     try:
         if run_id is None:
-            row = conn.execute("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()
+            row = conn.execute(
+                "SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1"
+            ).fetchone()
             if row is None:
                 return []
             run_id = row[0]

@@ -23,7 +23,12 @@ def test_version() -> None:
     assert result.returncode == 0 and result.stdout.startswith("pytest-agenteval ")
 
 
-def test_runs_and_report(pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_runs_and_report(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """`agenteval runs` lists runs; `agenteval report RUN` re-renders the same summary."""
     dataset({"a.yaml": task("ok"), "b.yaml": task(metadata={"answers": ["no"]})})
     pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--agenteval-run-id", "first")
@@ -45,11 +50,21 @@ def test_runs_without_store(tmp_path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "no run store" in capsys.readouterr().err
 
 
-def test_validate(pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]) -> None:
-    root = dataset({"a.yaml": task("ok"), "b.yaml": "input: x\ngraders: [equal]\n", "c.yaml": {"id": "a", **task("ok")}})
+def test_validate(
+    pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = dataset(
+        {
+            "a.yaml": task("ok"),
+            "b.yaml": "input: x\ngraders: [equal]\n",
+            "c.yaml": {"id": "a", **task("ok")},
+        }
+    )
     assert main(["validate", str(root)]) == 1
     out = capsys.readouterr().out
-    assert "b.yaml:2: at graders[0]: unknown grader 'equal'" in out and "duplicate task id 'a'" in out
+    assert (
+        "b.yaml:2: at graders[0]: unknown grader 'equal'" in out and "duplicate task id 'a'" in out
+    )
     assert "1 tasks valid, 2 problems" in out
 
 

@@ -23,11 +23,20 @@ KNOWN = {
 def test_summary_json_has_exact_metrics(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """Known outcomes give exactly the Chen pass@k and pass^k means; errors are counted apart."""
     dataset(KNOWN)
-    pytester.runpytest("--agenteval", "ds", "--attempts", "3").assert_outcomes(passed=4, failed=5, errors=3)
+    pytester.runpytest("--agenteval", "ds", "--attempts", "3").assert_outcomes(
+        passed=4, failed=5, errors=3
+    )
     summary = summary_of(pytester)
     Summary.model_validate(summary)
     assert summary["schema"] == "agenteval.summary/1"
-    assert summary["counts"] == {"pass": 4, "fail": 5, "error": 3, "reused": 0, "regraded": 0, "run": 12}
+    assert summary["counts"] == {
+        "pass": 4,
+        "fail": 5,
+        "error": 3,
+        "reused": 0,
+        "regraded": 0,
+        "run": 12,
+    }
     assert summary["n_attempts"] == 12 and summary["status"] == "complete"
     assert summary["dataset"] == {"name": "ds", "version": "1"}
     m = summary["metrics"]
@@ -54,7 +63,9 @@ def test_chosen_ks_and_undefined_k(pytester: pytest.Pytester, dataset: DatasetMa
     assert m["tasks_per_k"]["5"] == 0
 
 
-def test_report_dir_markdown_and_step_summary(pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_report_dir_markdown_and_step_summary(
+    pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--agenteval-report DIR gets the three files; GITHUB_STEP_SUMMARY gets the Markdown."""
     dataset(KNOWN)
     step = pytester.path / "step.md"
@@ -90,10 +101,14 @@ def parse_junit(path: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]])
-def test_per_attempt_junit_properties(pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]) -> None:
+def test_per_attempt_junit_properties(
+    pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
+) -> None:
     """--junitxml: one testcase per attempt with its properties; failure vs error; also -n 2."""
     dataset(KNOWN)
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "3", "--junitxml=out.xml", *workers)
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--attempts", "3", "--junitxml=out.xml", *workers
+    )
     result.assert_outcomes(passed=4, failed=5, errors=3)
     cases = parse_junit(pytester.path / "out.xml")
     assert len(cases) == 12
@@ -120,11 +135,30 @@ def test_per_attempt_junit_has_usage(pytester: pytest.Pytester, dataset: Dataset
     assert (totals["input_tokens"], totals["output_tokens"], totals["cost"]) == (10, 5, 0.02)
 
 
-@pytest.mark.parametrize(("rule", "failing"), [("any", {"never", "crash"}), ("all", {"once", "never", "crash"}), ("0.3", {"never", "crash"}), ("0.5", {"once", "never", "crash"})])
-def test_per_task_junit(pytester: pytest.Pytester, dataset: DatasetMaker, rule: str, failing: set[str]) -> None:
+@pytest.mark.parametrize(
+    ("rule", "failing"),
+    [
+        ("any", {"never", "crash"}),
+        ("all", {"once", "never", "crash"}),
+        ("0.3", {"never", "crash"}),
+        ("0.5", {"once", "never", "crash"}),
+    ],
+)
+def test_per_task_junit(
+    pytester: pytest.Pytester, dataset: DatasetMaker, rule: str, failing: set[str]
+) -> None:
     """junit.xml: one testcase per task with n, c, pass@k; it fails when the task rule is missed."""
     dataset(KNOWN)
-    pytester.runpytest("--agenteval", "ds", "--attempts", "3", "--agenteval-report", "out", "--agenteval-task-rule", rule)
+    pytester.runpytest(
+        "--agenteval",
+        "ds",
+        "--attempts",
+        "3",
+        "--agenteval-report",
+        "out",
+        "--agenteval-task-rule",
+        rule,
+    )
     xml = xunit2.JUnitXml.fromfile(str(pytester.path / "out/junit.xml"))
     (suite,) = list(xml)
     suite_props = {p.name: p.value for p in suite.properties()}
@@ -145,14 +179,23 @@ def test_per_task_junit(pytester: pytest.Pytester, dataset: DatasetMaker, rule: 
 @pytest.mark.parametrize(
     ("args", "ret", "message"),
     [
-        (["--agenteval-min-pass-rate", "0.45"], 0, "gate met: pass@1 0.500 vs --agenteval-min-pass-rate 0.45"),
+        (
+            ["--agenteval-min-pass-rate", "0.45"],
+            0,
+            "gate met: pass@1 0.500 vs --agenteval-min-pass-rate 0.45",
+        ),
         (["--agenteval-min-pass-rate", "0.55"], 1, "gate NOT met: pass@1 0.500*"),
         ([], 1, None),
     ],
 )
-def test_gate_exit_codes(pytester: pytest.Pytester, dataset: DatasetMaker, args: list[str], ret: int, message: str | None) -> None:
+def test_gate_exit_codes(
+    pytester: pytest.Pytester, dataset: DatasetMaker, args: list[str], ret: int, message: str | None
+) -> None:
     """The gate decides the exit status: 0 when met although attempts failed, 1 when not."""
-    dataset({k: v for k, v in KNOWN.items() if k != "crash.yaml"} | {"two.yaml": task(metadata={"answers": ["ok", "ok", "no", "no", "ok"]})})
+    dataset(
+        {k: v for k, v in KNOWN.items() if k != "crash.yaml"}
+        | {"two.yaml": task(metadata={"answers": ["ok", "ok", "no", "no", "ok"]})}
+    )
     result = pytester.runpytest("--agenteval", "ds", "--attempts", "5", *args)
     assert result.ret == ret
     if message:
@@ -164,15 +207,28 @@ def test_gate_and_errors(pytester: pytest.Pytester, dataset: DatasetMaker) -> No
     dataset({"a.yaml": task("ok"), "b.yaml": task("ok"), "c.yaml": task(metadata={"raise": "x"})})
     result = pytester.runpytest("--agenteval", "ds", "--agenteval-min-pass-rate", "0.5")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["gate NOT met: pass@1 0.667 * 1 errored attempts (--agenteval-allow-errors to accept)"])
-    result = pytester.runpytest("--agenteval", "ds", "--agenteval-min-pass-rate", "0.5", "--agenteval-allow-errors")
+    result.stdout.fnmatch_lines(
+        ["gate NOT met: pass@1 0.667 * 1 errored attempts (--agenteval-allow-errors to accept)"]
+    )
+    result = pytester.runpytest(
+        "--agenteval", "ds", "--agenteval-min-pass-rate", "0.5", "--agenteval-allow-errors"
+    )
     assert result.ret == 0
 
 
-def test_hostile_output_keeps_every_file_valid(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_hostile_output_keeps_every_file_valid(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     """Control characters, lone surrogates, invalid UTF-8 and huge outputs never break a file."""
     root = dataset(
-        {"ctl.yaml": task(expected="x"), "big.yaml": task(expected="x"), "bytes.yaml": {**task(expected="x"), "agent": {"command": ["{python}", "{dataset}/raw.py"]}}},
+        {
+            "ctl.yaml": task(expected="x"),
+            "big.yaml": task(expected="x"),
+            "bytes.yaml": {
+                **task(expected="x"),
+                "agent": {"command": ["{python}", "{dataset}/raw.py"]},
+            },
+        },
         manifest={"agent": "hostile:run"},
     )
     (root / "hostile.py").write_text(
@@ -181,8 +237,12 @@ def test_hostile_output_keeps_every_file_valid(pytester: pytest.Pytester, datase
         "        return 'y' * 2_000_000\n"
         "    return 'bad \\x1b[31m\\x00\\x08 \\udcff | `tick` </failure> ]]>'\n"
     )
-    (root / "raw.py").write_text("import sys\nsys.stdout.buffer.write(b'\\xff\\xfe\\x00 not utf8')\n")
-    pytester.runpytest("--agenteval", "ds", "--agenteval-report", "out", "--junitxml=attempts.xml").assert_outcomes(failed=3)
+    (root / "raw.py").write_text(
+        "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe\\x00 not utf8')\n"
+    )
+    pytester.runpytest(
+        "--agenteval", "ds", "--agenteval-report", "out", "--junitxml=attempts.xml"
+    ).assert_outcomes(failed=3)
     out = pytester.path / "out"
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert len(json.dumps(summary)) < 100_000

@@ -13,7 +13,10 @@ from collections import Counter
 import pytest
 from helpers import DatasetMaker, comparable, stored, summary_of, task
 
-SLOW = {f"t{i:02}.yaml": task(metadata={"answers": ["ok", "no"] if i % 3 else ["ok"], "sleep": 0.15}) for i in range(10)}
+SLOW = {
+    f"t{i:02}.yaml": task(metadata={"answers": ["ok", "no"] if i % 3 else ["ok"], "sleep": 0.15})
+    for i in range(10)
+}
 
 
 def start(pytester: pytest.Pytester, *args: str) -> "os.Popen":  # type: ignore[name-defined]
@@ -40,13 +43,26 @@ def wait_for_records(pytester: pytest.Pytester, count: int, timeout: float = 60)
 def reference_summary(pytester: pytest.Pytester, *args: str) -> dict:
     """The summary of an uninterrupted run of the same dataset, stored nowhere."""
     pytester.runpytest_subprocess(
-        "--agenteval", "ds", "--attempts", "2", "-p", "no:cacheprovider", "--agenteval-report", "ref", *args
+        "--agenteval",
+        "ds",
+        "--attempts",
+        "2",
+        "-p",
+        "no:cacheprovider",
+        "--agenteval-report",
+        "ref",
+        *args,
     )
     return json.loads((pytester.path / "ref/summary.json").read_text())
 
 
-@pytest.mark.parametrize(("how", "workers"), [("kill", []), ("kill", ["-n", "2"]), ("sigint", []), ("sigint", ["-n", "2"])])
-def test_interrupted_run_resumes_without_redoing_work(pytester: pytest.Pytester, dataset: DatasetMaker, how: str, workers: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("how", "workers"),
+    [("kill", []), ("kill", ["-n", "2"]), ("sigint", []), ("sigint", ["-n", "2"])],
+)
+def test_interrupted_run_resumes_without_redoing_work(
+    pytester: pytest.Pytester, dataset: DatasetMaker, how: str, workers: list[str]
+) -> None:
     """kill -9 or Ctrl-C mid-run, then --resume-suite: every attempt recorded exactly once,
     committed attempts are not run again, and the summary equals an uninterrupted run's."""
     dataset(SLOW)
@@ -62,7 +78,9 @@ def test_interrupted_run_resumes_without_redoing_work(pytester: pytest.Pytester,
     committed = {(t, a) for t, a, _ in stored(pytester.path)}
     assert 6 <= len(committed) < 20
     calls_before = len(dataset.calls())
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2", "--resume-suite", *workers)
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--attempts", "2", "--resume-suite", *workers
+    )
     result.stdout.fnmatch_lines(["*agenteval: run * (resuming)*"])
     rerun = [tuple(c.split()) for c in dataset.calls()[calls_before:]]
     assert not {(t, int(a)) for t, a in rerun} & committed, "a committed attempt ran again"
@@ -71,27 +89,51 @@ def test_interrupted_run_resumes_without_redoing_work(pytester: pytest.Pytester,
     assert len(final) == 20 and len({(t, a) for t, a, _ in final}) == 20
     summary = summary_of(pytester)
     assert summary["status"] == "complete"
-    assert summary["counts"]["reused"] == len(committed) and summary["counts"]["run"] == 20 - len(committed)
+    assert summary["counts"]["reused"] == len(committed) and summary["counts"]["run"] == 20 - len(
+        committed
+    )
     assert comparable(summary) == comparable(reference_summary(pytester, *workers))
 
 
-def test_full_replay_runs_nothing_and_replays_verdicts(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_full_replay_runs_nothing_and_replays_verdicts(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     """A resume where everything is finished: no agent call, same outcomes, reused=true in JUnit."""
-    dataset({"a.yaml": task(metadata={"answers": ["ok", "no"]}), "e.yaml": task(metadata={"raise": "x"})})
+    dataset(
+        {
+            "a.yaml": task(metadata={"answers": ["ok", "no"]}),
+            "e.yaml": task(metadata={"raise": "x"}),
+        }
+    )
     first = pytester.runpytest("--agenteval", "ds", "--attempts", "2")
     first.assert_outcomes(passed=1, failed=1, errors=2)
     calls = len(dataset.calls())
-    again = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--resume-suite", "--junitxml=out.xml")
+    again = pytester.runpytest(
+        "--agenteval", "ds", "--attempts", "2", "--resume-suite", "--junitxml=out.xml"
+    )
     again.assert_outcomes(passed=1, failed=1, errors=2)
     assert len(dataset.calls()) == calls
-    again.stdout.fnmatch_lines(["a [[]attempt 1[]] failed (replayed from the stored record)", "  [[]FAIL[]] equals: expected 'ok', got 'no'"])
-    again.stdout.fnmatch_lines(["*e [[]attempt 0[]] errored (replayed from the stored record)", "error: Traceback*", "*RuntimeError: x"])
+    again.stdout.fnmatch_lines(
+        [
+            "a [[]attempt 1[]] failed (replayed from the stored record)",
+            "  [[]FAIL[]] equals: expected 'ok', got 'no'",
+        ]
+    )
+    again.stdout.fnmatch_lines(
+        [
+            "*e [[]attempt 0[]] errored (replayed from the stored record)",
+            "error: Traceback*",
+            "*RuntimeError: x",
+        ]
+    )
     assert again.stdout.str().count('<property name="reused" value="true"') == 0
     assert (pytester.path / "out.xml").read_text().count('name="reused" value="true"') == 4
     assert summary_of(pytester)["counts"]["reused"] == 4
 
 
-def test_resume_never_starts_an_unneeded_agent(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_resume_never_starts_an_unneeded_agent(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     """When everything is reused, neither the session fixture nor a command agent starts."""
     dataset({"a.yaml": task(expected="hi"), "b.yaml": task(expected="hi")})
     pytester.makeconftest(
@@ -110,7 +152,9 @@ def test_resume_never_starts_an_unneeded_agent(pytester: pytest.Pytester, datase
     assert "AGENT-STARTED" not in result.stdout.str()
 
 
-def test_grader_change_regrades_without_calling_the_agent(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_grader_change_regrades_without_calling_the_agent(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     dataset({"a.yaml": task("the answer is ok", expected="ok")})
     pytester.runpytest("--agenteval", "ds").assert_outcomes(failed=1)
     calls = len(dataset.calls())
@@ -122,7 +166,9 @@ def test_grader_change_regrades_without_calling_the_agent(pytester: pytest.Pytes
     assert summary["counts"]["regraded"] == 1 and summary["counts"]["pass"] == 1
 
 
-def test_task_change_runs_again_and_keeps_history(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_task_change_runs_again_and_keeps_history(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     dataset({"a.yaml": task("ok")})
     pytester.runpytest("--agenteval", "ds")
     dataset({"a.yaml": {**task("ok"), "input": "a new question"}})
@@ -147,12 +193,16 @@ def test_top_up_attempts(pytester: pytest.Pytester, dataset: DatasetMaker) -> No
     """Raising --attempts on resume runs only the missing indices."""
     dataset({"a.yaml": task("ok")})
     pytester.runpytest("--agenteval", "ds", "--attempts", "2")
-    pytester.runpytest("--agenteval", "ds", "--attempts", "4", "--resume-suite").assert_outcomes(passed=4)
+    pytester.runpytest("--agenteval", "ds", "--attempts", "4", "--resume-suite").assert_outcomes(
+        passed=4
+    )
     assert dataset.calls() == ["a 0", "a 1", "a 2", "a 3"]
     assert summary_of(pytester)["metrics"]["pass_at_k"].keys() == {"1", "2", "3", "4"}
 
 
-def test_errors_are_kept_unless_rerun_errors(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_errors_are_kept_unless_rerun_errors(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     root = dataset({"a.yaml": task(metadata={"raise": "flaky"})}, manifest={"agent": "flaky:run"})
     (root / "flaky.py").write_text(
         "import pathlib\n"
@@ -165,15 +215,21 @@ def test_errors_are_kept_unless_rerun_errors(pytester: pytest.Pytester, dataset:
     pytester.runpytest("--agenteval", "ds").assert_outcomes(errors=1)
     (root / "fixed").touch()
     pytester.runpytest("--agenteval", "ds", "--resume-suite").assert_outcomes(errors=1)
-    pytester.runpytest("--agenteval", "ds", "--resume-suite", "--rerun-errors").assert_outcomes(passed=1)
+    pytester.runpytest("--agenteval", "ds", "--resume-suite", "--rerun-errors").assert_outcomes(
+        passed=1
+    )
     assert summary_of(pytester)["counts"]["error"] == 0
 
 
-def test_rerun_replaces_selected_attempts_with_history(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_rerun_replaces_selected_attempts_with_history(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     """--agenteval-rerun -k re-executes the selected attempts; the old record becomes history."""
     dataset({"alpha.yaml": task("ok"), "beta.yaml": task("ok")})
     pytester.runpytest("--agenteval", "ds", "--attempts", "2")
-    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--agenteval-rerun", "-k", "alpha and attempt-1")
+    result = pytester.runpytest(
+        "--agenteval", "ds", "--attempts", "2", "--agenteval-rerun", "-k", "alpha and attempt-1"
+    )
     result.assert_outcomes(passed=1)
     assert dataset.calls()[-1] == "alpha 1"
     assert [p["attempt"] for p in latest_record(pytester, "alpha", 1)["previous"]] == [1]
@@ -181,7 +237,9 @@ def test_rerun_replaces_selected_attempts_with_history(pytester: pytest.Pytester
     assert summary["n_attempts"] == 4 and summary["counts"]["run"] == 1
 
 
-def test_corrupt_record_is_reported_and_rerun(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_corrupt_record_is_reported_and_rerun(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
     pytester.runpytest("--agenteval", "ds")
     conn = sqlite3.connect(pytester.path / ".pytest_cache/agenteval/store.sqlite")
@@ -190,11 +248,17 @@ def test_corrupt_record_is_reported_and_rerun(pytester: pytest.Pytester, dataset
     conn.close()
     result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["agenteval: unreadable record ds/b[[]attempt-0[]] in *store.sqlite (JSONDecodeError*); it will run again"])
+    result.stdout.fnmatch_lines(
+        [
+            "agenteval: unreadable record ds/b[[]attempt-0[]] in *store.sqlite (JSONDecodeError*); it will run again"
+        ]
+    )
     assert dataset.calls() == ["a 0", "b 0", "b 0"]
 
 
-def test_corrupt_store_file_is_moved_aside(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_corrupt_store_file_is_moved_aside(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     dataset({"a.yaml": task("ok")})
     store = pytester.path / ".pytest_cache/agenteval/store.sqlite"
     store.parent.mkdir(parents=True)
@@ -208,19 +272,38 @@ def test_agent_drift_is_refused(pytester: pytest.Pytester, dataset: DatasetMaker
     dataset({"a.yaml": task("ok")})
     pytester.runpytest("--agenteval", "ds")
     pytester.makepyfile(other="def run(task):\n    return 'ok'\n")
-    result = pytester.runpytest("--agenteval", "ds", "--resume-suite", "--agenteval-agent", "other:run")
+    result = pytester.runpytest(
+        "--agenteval", "ds", "--resume-suite", "--agenteval-agent", "other:run"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*was made with a different agent*", "  override: stored None, now 'callable:other:run'", "*--agenteval-allow-drift*"])
-    result = pytester.runpytest("--agenteval", "ds", "--resume-suite", "--agenteval-agent-version", "2")
+    result.stderr.fnmatch_lines(
+        [
+            "*was made with a different agent*",
+            "  override: stored None, now 'callable:other:run'",
+            "*--agenteval-allow-drift*",
+        ]
+    )
+    result = pytester.runpytest(
+        "--agenteval", "ds", "--resume-suite", "--agenteval-agent-version", "2"
+    )
     result.stderr.fnmatch_lines(["  version: stored None, now '2'"])
-    pytester.runpytest("--agenteval", "ds", "--resume-suite", "--agenteval-agent", "other:run", "--agenteval-allow-drift").assert_outcomes(passed=1)
+    pytester.runpytest(
+        "--agenteval",
+        "ds",
+        "--resume-suite",
+        "--agenteval-agent",
+        "other:run",
+        "--agenteval-allow-drift",
+    ).assert_outcomes(passed=1)
 
 
 def test_nothing_to_resume(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     dataset({"a.yaml": task("ok")})
     result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--resume-suite: no run of dataset ds in *; nothing was started*"])
+    result.stderr.fnmatch_lines(
+        ["*--resume-suite: no run of dataset ds in *; nothing was started*"]
+    )
     assert dataset.calls() == []
     result = pytester.runpytest("--agenteval", "ds", "--resume-suite", "-p", "no:cacheprovider")
     result.stderr.fnmatch_lines(["*--resume-suite needs the pytest cache*-p no:cacheprovider*"])
@@ -229,24 +312,37 @@ def test_nothing_to_resume(pytester: pytest.Pytester, dataset: DatasetMaker) -> 
 def test_named_runs(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """--agenteval-run-id names a run; resuming it by id works even when newer runs exist."""
     dataset({"a.yaml": task("ok")})
-    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "nightly-1").stdout.fnmatch_lines(["agenteval: run nightly-1 (new)*"])
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "nightly-1").stdout.fnmatch_lines(
+        ["agenteval: run nightly-1 (new)*"]
+    )
     pytester.runpytest("--agenteval", "ds")
     result = pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "nightly-1")
-    result.stderr.fnmatch_lines(["*run 'nightly-1' exists already; add --resume-suite to continue it*"])
-    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--agenteval-run-id", "nightly-1", "--resume-suite")
+    result.stderr.fnmatch_lines(
+        ["*run 'nightly-1' exists already; add --resume-suite to continue it*"]
+    )
+    result = pytester.runpytest(
+        "--agenteval", "ds", "--attempts", "2", "--agenteval-run-id", "nightly-1", "--resume-suite"
+    )
     result.assert_outcomes(passed=2)
     assert summary_of(pytester)["run_id"] == "nightly-1"
     assert len(dataset.calls()) == 3
 
 
-def test_plan_is_printed_and_nothing_starts(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_plan_is_printed_and_nothing_starts(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
     pytester.runpytest("--agenteval", "ds", "--attempts", "2")
     dataset({"a.yaml": task("ok"), "b.yaml": {**task("ok"), "graders": ["contains"]}})
     for flag in ("--co", "--agenteval-plan"):
         result = pytester.runpytest("--agenteval", "ds", "--attempts", "3", "--resume-suite", flag)
         result.stdout.fnmatch_lines(
-            ["*agenteval plan*", "run *: 2 reused, 2 to regrade, 2 to run (nothing was started)", "  ds/a: 1 to run", "  ds/b: 2 to regrade, 1 to run"]
+            [
+                "*agenteval plan*",
+                "run *: 2 reused, 2 to regrade, 2 to run (nothing was started)",
+                "  ds/a: 1 to run",
+                "  ds/b: 2 to regrade, 1 to run",
+            ]
         )
     assert len(dataset.calls()) == 4
 
@@ -254,8 +350,12 @@ def test_plan_is_printed_and_nothing_starts(pytester: pytest.Pytester, dataset: 
 def test_cache_clear_keeps_runs(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """--cache-clear clears pytest's own cache, never stored runs (also under -n 2)."""
     dataset({f"t{i}.yaml": task("ok") for i in range(6)})
-    pytester.runpytest_subprocess("--agenteval", "ds", "--cache-clear", "-n", "2").assert_outcomes(passed=6)
+    pytester.runpytest_subprocess("--agenteval", "ds", "--cache-clear", "-n", "2").assert_outcomes(
+        passed=6
+    )
     assert len(stored(pytester.path)) == 6
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--cache-clear", "--resume-suite", "-n", "2")
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--cache-clear", "--resume-suite", "-n", "2"
+    )
     result.assert_outcomes(passed=6)
     assert len(dataset.calls()) == 6

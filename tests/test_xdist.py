@@ -16,9 +16,17 @@ MIXED = {
 
 @pytest.mark.parametrize(
     "args",
-    [["-n", "2"], ["-n", "4"], ["-n", "2", "--dist", "loadscope"], ["-n", "2", "--dist", "loadfile"], ["-n", "2", "--dist", "worksteal"]],
+    [
+        ["-n", "2"],
+        ["-n", "4"],
+        ["-n", "2", "--dist", "loadscope"],
+        ["-n", "2", "--dist", "loadfile"],
+        ["-n", "2", "--dist", "worksteal"],
+    ],
 )
-def test_parallel_summary_equals_single_process(pytester: pytest.Pytester, dataset: DatasetMaker, args: list[str]) -> None:
+def test_parallel_summary_equals_single_process(
+    pytester: pytest.Pytester, dataset: DatasetMaker, args: list[str]
+) -> None:
     """For a deterministic agent, summary.json is identical with and without workers."""
     dataset(MIXED)
     pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "3", "-p", "no:xdist")
@@ -29,42 +37,63 @@ def test_parallel_summary_equals_single_process(pytester: pytest.Pytester, datas
     assert len(stored(pytester.path)) == 30
 
 
-def test_worker_death_is_an_error_and_the_run_goes_on(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_worker_death_is_an_error_and_the_run_goes_on(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     """An agent that kills its worker errors that attempt; the rest runs; summary counts it."""
-    dataset({"dies.yaml": task(metadata={"exit": 3}), **{f"ok{i}.yaml": task("ok") for i in range(4)}})
+    dataset(
+        {"dies.yaml": task(metadata={"exit": 3}), **{f"ok{i}.yaml": task("ok") for i in range(4)}}
+    )
     result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--junitxml=out.xml")
     result.assert_outcomes(passed=4, errors=1)
-    result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'ds/dies.yaml::dies[[]attempt-0[]]'*"])
+    result.stdout.fnmatch_lines(
+        ["*worker 'gw*' crashed while running 'ds/dies.yaml::dies[[]attempt-0[]]'*"]
+    )
     summary = summary_of(pytester)
     assert summary["counts"]["error"] == 1 and summary["status"] == "complete"
     (dies,) = [t for t in summary["tasks"] if t["task_id"] == "dies"]
     assert "the process running the attempt died" in dies["attempts"][0]["reason"]
     cases = {c.name: c for s in xunit2.JUnitXml.fromfile(str(pytester.path / "out.xml")) for c in s}
     props = {p.name: p.value for p in cases["dies[attempt-0]"].properties()}
-    assert cases["dies[attempt-0]"].is_error and props["status"] == "error" and props["task_id"] == "dies"
+    assert (
+        cases["dies[attempt-0]"].is_error
+        and props["status"] == "error"
+        and props["task_id"] == "dies"
+    )
 
 
 def test_stop_early_then_resume(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """-x under xdist: finished attempts are committed, the run is marked interrupted, and
     --resume-suite completes it without redoing them."""
-    dataset({"a_fail.yaml": task(metadata={"answers": ["no"]}), **{f"t{i}.yaml": task("ok", metadata={"sleep": 0.1}) for i in range(8)}})
+    dataset(
+        {
+            "a_fail.yaml": task(metadata={"answers": ["no"]}),
+            **{f"t{i}.yaml": task("ok", metadata={"sleep": 0.1}) for i in range(8)},
+        }
+    )
     result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "-x")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert summary_of(pytester)["status"] == "interrupted"
     done = {(t, a) for t, a, _ in stored(pytester.path)}
     assert 1 <= len(done) < 9
     calls = len(dataset.calls())
-    pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite").assert_outcomes(passed=8, failed=1)
+    pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite").assert_outcomes(
+        passed=8, failed=1
+    )
     assert len(dataset.calls()) - calls == 9 - len(done)
     assert summary_of(pytester)["status"] == "complete"
 
 
-def test_regrade_under_xdist_ships_records_to_workers(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_regrade_under_xdist_ships_records_to_workers(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     """Workers regrade from records the controller sends them; no agent call, same verdicts."""
     tasks = {f"t{i}.yaml": task("answer: ok", expected="ok") for i in range(4)}
     dataset(tasks)
     pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2").assert_outcomes(failed=4)
     dataset({name: {**t, "graders": ["contains"]} for name, t in tasks.items()})
-    pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite").assert_outcomes(passed=4)
+    pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite").assert_outcomes(
+        passed=4
+    )
     assert len(dataset.calls()) == 4
     assert summary_of(pytester)["counts"]["regraded"] == 4

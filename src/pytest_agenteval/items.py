@@ -122,6 +122,8 @@ class AttemptItem(pytest.Item):
         self.record: dict[str, Any] | None = None
         self.replay: dict[str, Any] | None = None
         self.workspace: Path | None = None
+        self.agent_used = "none"
+        self.regraded_agent: dict[str, Any] | None = None
 
     @property
     def runtime(self) -> Runtime:
@@ -142,7 +144,11 @@ class AttemptItem(pytest.Item):
         result: AgentResult | None = None
         phase = "agent"
         try:
-            result = result_from_record(data) if self.action == "regrade" else self._call_agent()
+            if self.action == "regrade":
+                self.regraded_agent = data.get("agent")
+                result = result_from_record(data)
+            else:
+                result = self._call_agent()
             phase = "grading"
             verdicts = self._grade(result)
         except Exception as exc:
@@ -178,10 +184,13 @@ class AttemptItem(pytest.Item):
 
     def _call_agent(self) -> AgentResult:
         self.agent_task = task = self._agent_task()
-        if self.runtime.uses_fixture(self, self.task):
+        runtime = self.runtime
+        if runtime.uses_fixture(self, self.task):
+            self.agent_used = f"fixture:{FIXTURE_NAME}"
             agent = self._fixture_agent()
         else:
-            agent = self.runtime.agent_for(self.task)
+            self.agent_used = runtime.agent_label(self.task)
+            agent = runtime.agent_for(self.task)
         return agents.run(agent, task, self.task.timeout)
 
     def _fixture_agent(self) -> Any:
@@ -214,15 +223,11 @@ class AttemptItem(pytest.Item):
         exc: BaseException | None = None,
         phase: str | None = None,
     ) -> dict[str, Any]:
-        fixture = self.action == "run" and self.runtime.uses_fixture(self, self.task)
         return build_record(
             key=self.key,
             digest=self.task.digest,
             run_digest=self.task.run_digest,
-            agent={
-                **self.runtime.fingerprint,
-                "used": self.runtime.agent_label(self.task, fixture),
-            },
+            agent=self.regraded_agent or {**self.runtime.fingerprint, "used": self.agent_used},
             tags=self.task.spec.tags,
             status=status,
             verdicts=verdicts,
@@ -259,6 +264,9 @@ class AttemptItem(pytest.Item):
             return f"{self._headline()} error: {exc.render()}{self._workspace_line()}"
         if isinstance(exc, AgentevalError):
             return f"{self._headline()} error: {exc}"
+        if str(excinfo.traceback[-1].path).startswith(_PLUGIN_DIR):
+            # Our own bug, not the agent's: keep every frame so it can be reported and fixed.
+            return f"internal error in pytest-agenteval, please report it:\n{excinfo.getrepr()}"
         return excinfo.getrepr(
             style="long", funcargs=False, tbfilter=_user_frames, truncate_locals=True
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,17 +57,21 @@ class Runtime:
     seen_ids: dict[tuple[str, str], Path] = field(default_factory=dict)
     registered_tags: set[str] = field(default_factory=set)
     _agents: dict[tuple[Path, str], Any] = field(default_factory=dict)
-    _has_fixture: dict[Path, bool] = field(default_factory=dict)
+    _has_fixture: dict[pytest.Collector, bool] = field(default_factory=dict)
+    _roots: list[tuple[str, Dataset]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Innermost roots first, as "root/" prefixes, so nested datasets match correctly.
+        ordered = sorted(self.datasets, key=lambda d: len(d.root.parts), reverse=True)
+        self._roots = [(str(d.root) + os.sep, d) for d in ordered]
 
     def dataset_for(self, path: Path) -> Dataset | None:
-        """The dataset whose root contains `path` (the innermost one)."""
-        best = None
-        for ds in self.datasets:
-            if path.is_relative_to(ds.root) and (
-                best is None or len(ds.root.parts) > len(best.root.parts)
-            ):
-                best = ds
-        return best
+        """The dataset whose root contains `path` (the innermost one); called for every file."""
+        text = str(path)
+        for prefix, dataset in self._roots:
+            if text.startswith(prefix) or text == prefix[:-1]:
+                return dataset
+        return None
 
     def attempts_for(self, dataset: Dataset) -> int:
         """`--attempts`, else ini `agenteval_attempts`, else the manifest default, else 1."""
@@ -86,7 +91,8 @@ class Runtime:
         """Whether the `agenteval_agent` fixture supplies this task's agent."""
         if self.settings.agent_override is not None or task.spec.agent is not None:
             return False
-        folder = item.path.parent
+        folder = item.parent
+        assert folder is not None
         found = self._has_fixture.get(folder)
         if found is None:
             fm = item.session._fixturemanager
@@ -113,9 +119,7 @@ class Runtime:
             agent = self._agents[cache_key] = agents.make_agent(spec, base)
         return agent
 
-    def agent_label(self, task: TaskDef, fixture: bool) -> str:
-        if fixture:
-            return f"fixture:{FIXTURE_NAME}"
+    def agent_label(self, task: TaskDef) -> str:
         spec = self.agent_spec(task)
         return spec_label(spec) if spec else "none"
 

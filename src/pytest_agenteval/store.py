@@ -7,6 +7,7 @@ table holds what planning and metrics read; full records (outputs, transcripts) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -25,6 +26,8 @@ from .text import excerpt
 STORE_SCHEMA = "agenteval.store/1"
 STORE_FILE = "store.sqlite"
 HISTORY_LIMIT = 10
+CHECKPOINT_PAGES = 10_000
+"""WAL pages between checkpoints (~40 MB): each checkpoint fsyncs, so not after every 1000."""
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -117,6 +120,7 @@ class Store:
             conn = sqlite3.connect(self.path, timeout=30)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES}")
             conn.executescript(_TABLES)
             row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
@@ -132,6 +136,8 @@ class Store:
         return conn
 
     def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self.conn.close()
 
     # --- runs -----------------------------------------------------------------------------
