@@ -223,8 +223,8 @@ def test_command_agent_json_output(pytester: pytest.Pytester, dataset: DatasetMa
     )
     reprec = pytester.inline_run("--agenteval", "ds")
     reprec.assertoutcome(passed=1)
-    (report,) = [r for r in reprec.getreports("pytest_runtest_logreport") if r.when == "call"]
-    assert report.agenteval["record"]["usage"] == {
+    (call,) = reprec.getcalls("pytest_agenteval_record_committed")
+    assert call.record["usage"] == {
         "input_tokens": 3,
         "output_tokens": None,
         "cost": 0.5,
@@ -299,12 +299,19 @@ def test_records_on_reports_are_complete_plain_json(
 ) -> None:
     """Every attempt's report carries a complete agenteval.record/1 of plain JSON types."""
     dataset({"a.yaml": task("ok", tags=["t1"]), "e.yaml": task(metadata={"raise": "x"})})
-    reprec = pytester.inline_run("--agenteval", "ds", "--attempts", "2")
-    records = [
-        r.agenteval["record"]
-        for r in reprec.getreports("pytest_runtest_logreport")
-        if getattr(r, "agenteval", None)
-    ]
+    pytester.makeconftest(
+        """
+        import json
+
+        def pytest_runtest_logreport(report):
+            record = (getattr(report, "agenteval", None) or {}).get("record")
+            if record is not None:
+                assert json.loads(json.dumps(record)) == record, "not plain JSON types"
+                print("RECORD-ON-REPORT", report.when)
+        """
+    )
+    reprec = pytester.inline_run("--agenteval", "ds", "--attempts", "2", "-s")
+    records = [call.record for call in reprec.getcalls("pytest_agenteval_record_committed")]
     assert len(records) == 4
     seeds = set()
     for rec in records:

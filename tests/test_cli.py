@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers import DatasetMaker, summary_of, task
 
+from helpers import DatasetMaker, summary_of, task
 from pytest_agenteval.cli import main
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import DatasetMaker, summary_of, task
 from junitparser import xunit2
 
+from helpers import DatasetMaker, summary_of, task
 from pytest_agenteval.summary import Summary
 
 KNOWN = {

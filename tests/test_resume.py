@@ -11,6 +11,7 @@ import time
 from collections import Counter
 
 import pytest
+
 from helpers import DatasetMaker, comparable, stored, summary_of, task
 
 SLOW = {
@@ -19,7 +20,7 @@ SLOW = {
 }
 
 
-def start(pytester: pytest.Pytester, *args: str) -> "os.Popen":  # type: ignore[name-defined]
+def start(pytester: pytest.Pytester, *args: str) -> os.Popen:  # type: ignore[name-defined]
     """Start pytest in its own process group, as a user's terminal would."""
     return pytester.popen(
         [sys.executable, "-m", "pytest", "--agenteval", "ds", "--attempts", "2", *args],

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from helpers import DatasetMaker, comparable, stored, summary_of, task
 from junitparser import xunit2
+
+from helpers import DatasetMaker, comparable, stored, summary_of, task
 
 MIXED = {
     **{f"ok{i}.yaml": task(metadata={"answers": ["ok", "no", "ok"]}, tags=["a"]) for i in range(5)},

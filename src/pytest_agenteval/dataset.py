@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -28,7 +28,23 @@ _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
-    """Safe YAML loader (libyaml when present) that keeps dates as the strings they were."""
+    """Safe YAML loader (libyaml when present) that keeps dates as the strings they were.
+
+    Resolving a plain scalar's tag runs Python regexes; task files repeat the same keys and
+    grader names, so resolved tags are remembered (bounded).
+    """
+
+    _tags: ClassVar[dict[str, str]] = {}
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is not yaml.ScalarNode or not implicit[0]:
+            return super().resolve(kind, value, implicit)
+        tag = self._tags.get(value)
+        if tag is None:
+            if len(self._tags) > 50_000:
+                self._tags.clear()
+            tag = self._tags[value] = super().resolve(kind, value, implicit)
+        return tag
 
 
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", _BaseLoader.construct_yaml_str)
@@ -76,6 +92,11 @@ class Dataset:
             return True
         rel = path.relative_to(self.root).as_posix()
         return any(fnmatch.fnmatchcase(rel, p) for p in patterns)
+
+    def id_for(self, path: Path) -> str:
+        """The default task id of a file: its path below the root, without extension."""
+        rel = str(path)[len(str(self.root)) + 1 :]
+        return rel.rpartition(".")[0].replace(os.sep, "/")
 
     def is_workspace_dir(self, path: Path) -> bool:
         """Whether `path` is a task's workspace template: never collected, its conftest unused.
@@ -223,7 +244,7 @@ def load_task_file(
     path: Path, dataset: Dataset, make_grader: MakeGrader | None = None
 ) -> list[TaskDef | LoadFailure]:
     """Load every task of one file; problems become LoadFailures, never exceptions."""
-    default_id = path.relative_to(dataset.root).with_suffix("").as_posix()
+    default_id = dataset.id_for(path)
     try:
         node, data = _parse(path)
     except TaskFileError as exc:
@@ -239,7 +260,7 @@ def load_task_file(
 def _load_list(
     path: Path, dataset: Dataset, node: Any, data: dict[str, Any], make_grader: MakeGrader | None
 ) -> list[TaskDef | LoadFailure]:
-    stem = path.relative_to(dataset.root).with_suffix("").as_posix()
+    stem = dataset.id_for(path)
     tasks = data["tasks"]
     extra = sorted(set(data) - {"tasks"})
     if extra or not isinstance(tasks, list):

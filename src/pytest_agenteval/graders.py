@@ -70,6 +70,10 @@ class Options(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+_validated: dict[tuple[type, str], Any] = {}
+"""Validated options by grader class and raw options: most tasks share the same few."""
+
+
 class BuiltinGrader:
     """A built-in grader: validated options, and `expected` from the task as default value."""
 
@@ -89,8 +93,12 @@ class BuiltinGrader:
             if cls.primary is None:
                 raise GraderSpecError(f"grader {cls.name!r} takes options as a mapping")
             raw = {cls.primary: raw["_primary"]}
+        key = (cls, json.dumps(raw, sort_keys=True, default=repr))
+        options = _validated.get(key)
+        if options is not None:
+            return cls(options, task.expected, base)
         try:
-            options = cls.options_model.model_validate(raw)
+            options = _validated[key] = cls.options_model.model_validate(raw)
         except ValidationError as exc:
             error = exc.errors(include_url=False)[0]
             option = ".".join(str(p) for p in error["loc"]) or None

@@ -124,6 +124,7 @@ class AttemptItem(pytest.Item):
         self.workspace: Path | None = None
         self.agent_used = "none"
         self.regraded_agent: dict[str, Any] | None = None
+        self.agent_task: Task | None = None
 
     @property
     def runtime(self) -> Runtime:
@@ -165,6 +166,8 @@ class AttemptItem(pytest.Item):
     def teardown(self) -> None:
         if self.workspace is not None and self.record and self.record["status"] == "pass":
             self.runtime.workspaces.discard(self.workspace)
+        # The record has travelled on the report; tens of thousands of items stay in memory.
+        self.record = self.replay = self.agent_task = None
 
     def _agent_task(self) -> Task:
         task = self.task
@@ -189,8 +192,7 @@ class AttemptItem(pytest.Item):
             self.agent_used = f"fixture:{FIXTURE_NAME}"
             agent = self._fixture_agent()
         else:
-            self.agent_used = runtime.agent_label(self.task)
-            agent = runtime.agent_for(self.task)
+            agent, self.agent_used = runtime.agent_for(self.task)
         return agents.run(agent, task, self.task.timeout)
 
     def _fixture_agent(self) -> Any:
@@ -206,7 +208,7 @@ class AttemptItem(pytest.Item):
         return self._request.getfixturevalue(FIXTURE_NAME)
 
     def _grade(self, result: AgentResult) -> list[Verdict]:
-        task = getattr(self, "agent_task", None) or self._agent_task()
+        task = self.agent_task or self._agent_task()
         ctx = GradeContext(result.output, self.task.spec.expected, task, result)
         specs = self.task.grader_specs
         return [

@@ -56,7 +56,7 @@ class Runtime:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     seen_ids: dict[tuple[str, str], Path] = field(default_factory=dict)
     registered_tags: set[str] = field(default_factory=set)
-    _agents: dict[tuple[Path, str], Any] = field(default_factory=dict)
+    _agents: dict[int, tuple[Any, str, AgentSpecT]] = field(default_factory=dict)
     _has_fixture: dict[pytest.Collector, bool] = field(default_factory=dict)
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
 
@@ -99,8 +99,8 @@ class Runtime:
             found = self._has_fixture[folder] = bool(fm.getfixturedefs(FIXTURE_NAME, item))
         return found
 
-    def agent_for(self, task: TaskDef) -> Any:
-        """The (cached) agent named by the task's declared spec."""
+    def agent_for(self, task: TaskDef) -> tuple[Any, str]:
+        """The (cached) agent the task's declared spec names, and its label for records."""
         spec = self.agent_spec(task)
         if spec is None:
             raise AgentError(
@@ -108,20 +108,12 @@ class Runtime:
                 detail="set `agent:` in agenteval.yaml, pass --agenteval-agent module:function, "
                 f"or define an `{FIXTURE_NAME}` fixture in conftest.py",
             )
-        base = (
-            self.settings.invocation_dir
-            if spec is self.settings.agent_override
-            else task.dataset.root
-        )
-        cache_key = (base, spec.model_dump_json())
-        agent = self._agents.get(cache_key)
-        if agent is None:
-            agent = self._agents[cache_key] = agents.make_agent(spec, base)
-        return agent
-
-    def agent_label(self, task: TaskDef) -> str:
-        spec = self.agent_spec(task)
-        return spec_label(spec) if spec else "none"
+        override = spec is self.settings.agent_override
+        base = self.settings.invocation_dir if override else task.dataset.root
+        found = self._agents.get(id(spec))  # specs live as long as the run: ids are stable
+        if found is None:
+            found = self._agents[id(spec)] = (agents.make_agent(spec, base), spec_label(spec), spec)
+        return found[0], found[1]
 
 
 def agent_fingerprint(settings: Settings, datasets: list[Dataset]) -> dict[str, Any]:

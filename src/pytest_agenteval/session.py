@@ -48,6 +48,8 @@ class Controller:
         self.dry_plan: dict[Key, str] = {}
         self.resumed = self.settings.resume or self.settings.rerun_all
         self.run_id = self._resume() if self.resumed else self._create()
+        if not self.dry:
+            self.store.keep_checkpointed()
 
     # --- start --------------------------------------------------------------------------------
 
@@ -200,6 +202,8 @@ class Controller:
             self.store.commit(self.run_id, record, replaces=self.runtime.plan.existing(key))
             self.config.hook.pytest_agenteval_record_committed(record=record, config=self.config)
         result = yield
+        # Every plugin has seen the record; the terminal reporter keeps reports all session long.
+        report.agenteval = {"action": info["action"], "key": info["key"]}  # type: ignore[attr-defined]
         if info.get("crashed"):
             self._close_crashed(report)
         return result

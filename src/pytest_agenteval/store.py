@@ -13,6 +13,7 @@ import os
 import secrets
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,8 +27,8 @@ from .text import excerpt
 STORE_SCHEMA = "agenteval.store/1"
 STORE_FILE = "store.sqlite"
 HISTORY_LIMIT = 10
-CHECKPOINT_PAGES = 10_000
-"""WAL pages between checkpoints (~40 MB): each checkpoint fsyncs, so not after every 1000."""
+CHECKPOINT_SECONDS = 1.0
+"""How often a background thread moves the WAL into the database file (and fsyncs it)."""
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -114,15 +115,16 @@ class Store:
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
         self.conn = self._connect()
+        self._checkpointer: threading.Thread | None = None
 
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(self.path, timeout=30)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES}")
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # see keep_checkpointed()
             conn.executescript(_TABLES)
-            row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            row = _first(conn.execute("SELECT value FROM meta WHERE key='schema'"))
             if row is None:
                 conn.execute("INSERT INTO meta VALUES ('schema', ?)", (STORE_SCHEMA,))
                 conn.commit()
@@ -135,7 +137,35 @@ class Store:
             raise StoreError(f"{self.path} is not a readable run store ({exc})") from exc
         return conn
 
+    def keep_checkpointed(self) -> None:
+        """Checkpoint from a background thread instead of inside commits.
+
+        With synchronous=NORMAL a commit never waits for the disk, but a checkpoint fsyncs; done
+        inside a commit that stalls the run. SQLite releases the GIL while it syncs, so the
+        thread costs the test loop nothing, and a power loss still cannot corrupt the store.
+        """
+        if self.path == ":memory:" or self._checkpointer is not None:
+            return
+        self._stop = threading.Event()
+        self._checkpointer = threading.Thread(
+            target=self._checkpoint_loop, name="agenteval-checkpoint", daemon=True
+        )
+        self._checkpointer.start()
+
+    def _checkpoint_loop(self) -> None:
+        conn = sqlite3.connect(self.path, timeout=30)
+        try:
+            while not self._stop.wait(CHECKPOINT_SECONDS):
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            conn.close()
+
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._stop.set()
+            self._checkpointer.join()
+            self._checkpointer = None
         with contextlib.suppress(sqlite3.Error):
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self.conn.close()
@@ -167,10 +197,12 @@ class Store:
         self.conn.commit()
 
     def latest_run(self, datasets: list[dict[str, str]]) -> str | None:
-        row = self.conn.execute(
-            "SELECT run_id FROM runs WHERE dataset_key = ? ORDER BY updated_at DESC LIMIT 1",
-            (dataset_key(datasets),),
-        ).fetchone()
+        row = _first(
+            self.conn.execute(
+                "SELECT run_id FROM runs WHERE dataset_key = ? ORDER BY updated_at DESC LIMIT 1",
+                (dataset_key(datasets),),
+            )
+        )
         return row[0] if row else None
 
     def run(self, run_id: str) -> RunInfo | None:
@@ -221,7 +253,7 @@ class Store:
         self.conn.commit()
 
     def finish_run(self, run_id: str, status: str, session: dict[str, Any]) -> None:
-        row = self.conn.execute("SELECT sessions FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        row = _first(self.conn.execute("SELECT sessions FROM runs WHERE run_id=?", (run_id,)))
         sessions = [*json.loads(row[0]), session] if row else [session]
         self.conn.execute(
             "UPDATE runs SET status=?, owner=NULL, updated_at=?, sessions=? WHERE run_id=?",
@@ -284,10 +316,13 @@ class Store:
 
     def record(self, run_id: str, key: Key) -> dict[str, Any] | Unreadable | None:
         """The full stored record of one attempt."""
-        row = self.conn.execute(
-            "SELECT record FROM payloads WHERE run_id=? AND dataset=? AND task_id=? AND attempt=?",
-            (run_id, *key),
-        ).fetchone()
+        row = _first(
+            self.conn.execute(
+                "SELECT record FROM payloads"
+                " WHERE run_id=? AND dataset=? AND task_id=? AND attempt=?",
+                (run_id, *key),
+            )
+        )
         if row is None:
             return None
         try:
@@ -316,6 +351,13 @@ def index_summary(record: dict[str, Any]) -> dict[str, Any]:
         "phase": record.get("phase"),
         "started_at": record["started_at"],
     }
+
+
+def _first(cursor: sqlite3.Cursor) -> Any:
+    """The first row, reading the cursor to its end: a half-read statement keeps a read
+    transaction open, and a later write on this connection would then fail as "locked"."""
+    rows = cursor.fetchall()
+    return rows[0] if rows else None
 
 
 def dataset_key(datasets: list[dict[str, str]]) -> str:
