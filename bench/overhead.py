@@ -1,13 +1,14 @@
-"""Harness overhead: pytest-agenteval attempts vs plain pytest items, measured side by side.
+"""Harness overhead: pytest-agenteval attempts vs plain pytest items, side by side.
 
-Generates, for two sizes, a dataset (one task file per task, 3 attempts, a trivial in-process
-agent, an `equals` grader) and the equivalent plain-pytest module (one parametrized test per
-attempt, calling the same agent and comparing). Runs both alternately, several times, and prints
-per-item slopes between the two sizes (fixed start-up cost cancels out), their ratios, and peak
-RSS slopes. Plugins autoload is off on both sides; ours is loaded with `-p agenteval`.
+For two sizes, generates a dataset (one task file per task, 3 attempts each, a trivial
+in-process agent, an `equals` grader) and the equivalent plain-pytest module (one test
+parametrized over the same tasks x attempts, calling the same agent and comparing). Runs plain
+and agenteval alternately, several times, and prints per-item slopes between the two sizes
+(start-up cost cancels out), their ratio, and the peak-RSS slope. Plugin autoload is off on both
+sides; ours is loaded with `-p agenteval`. Every agenteval run starts from an empty store.
 
-    python bench/overhead.py            # 1,000 / 10,000 tasks x 3 attempts (several minutes)
-    python bench/overhead.py --quick    # small sizes, one repeat (< 60 s)
+    python bench/overhead.py             # 1,000 / 10,000 tasks x 3 attempts, 3 repeats
+    python bench/overhead.py --quick     # 100 / 1,000 tasks, 1 repeat (< 60 s)
 """
 
 from __future__ import annotations
@@ -25,132 +26,107 @@ from pathlib import Path
 
 ATTEMPTS = 3
 AGENT = "def run(task):\n    return 'answer ' + task.id\n"
-PLAIN = """
-import pytest
+PLAIN = """import pytest
+
 
 def run(task_id):
-    return 'answer ' + task_id
+    return "answer " + task_id
+
 
 @pytest.mark.parametrize("task_id", [f"t{{i:05}}" for i in range({tasks})])
 @pytest.mark.parametrize("attempt", range({attempts}))
 def test_task(task_id, attempt):
-    assert run(task_id).strip() == 'answer ' + task_id
+    assert run(task_id).strip() == "answer " + task_id
 """
+MODES = {
+    "full run": [],
+    "full run + --junitxml": ["--junitxml=out.xml"],
+    "collect only": ["--co"],
+}
 
 
 def make_workdir(root: Path, tasks: int) -> Path:
     work = root / f"n{tasks}"
     (work / "ds").mkdir(parents=True)
+    (work / "plain").mkdir()
     (work / "pytest.ini").write_text("[pytest]\n")
-    manifest = {
-        "name": "bench",
-        "version": "1",
-        "agent": "agent:run",
-        "defaults": {"attempts": ATTEMPTS},
-    }
-    (work / "ds/agenteval.yaml").write_text(json.dumps(manifest))
+    manifest = {"name": "bench", "version": "1", "agent": "agent:run"}
+    (work / "ds/agenteval.yaml").write_text(json.dumps({**manifest, "defaults": {"attempts": 3}}))
     (work / "ds/agent.py").write_text(AGENT)
     for i in range(tasks):
         (work / f"ds/t{i:05}.yaml").write_text(
             f"input: question {i}\nexpected: answer t{i:05}\ngraders: [equals]\n"
         )
-    (work / "plain").mkdir()
     (work / "plain/test_plain.py").write_text(PLAIN.format(tasks=tasks, attempts=ATTEMPTS))
     return work
 
 
 def run(work: Path, args: list[str]) -> tuple[float, int]:
     """Wall seconds and peak RSS (KiB) of one pytest process."""
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"}
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", *args],
+        [sys.executable, "-m", "pytest", "-q", *args],
         cwd=work,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) not in (0, 1):
-        raise SystemExit(
-            f"pytest {args} failed: {proc.stderr.read().decode() if proc.stderr else ''}"
-        )
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"pytest {' '.join(args)} in {work} failed")
     return elapsed, usage.ru_maxrss
 
 
-MODES = {
-    "full run": ([], []),
-    "full run + --junitxml": (["--junitxml=j.xml"], ["--junitxml=j.xml"]),
-    "collect only": (["--co"], ["--co"]),
-}
+def ours(work: Path, mode_args: list[str], *, fresh: bool = True) -> list[str]:
+    if fresh:
+        shutil.rmtree(work / ".pytest_cache/agenteval", ignore_errors=True)
+    return ["-p", "agenteval", "--agenteval", "ds", *mode_args]
 
 
-def ours(mode_args: list[str], resume: bool = False) -> list[str]:
-    return [
-        "-p",
-        "agenteval",
-        "--agenteval",
-        "ds",
-        *(["--resume-suite"] if resume else []),
-        *mode_args,
-    ]
+Samples = dict[tuple[str, str, int], list[tuple[float, int]]]
 
 
-def plain(mode_args: list[str]) -> list[str]:
-    return ["plain", *mode_args]
-
-
-def measure(works: dict[int, Path], repeats: int) -> dict[str, dict[str, list[tuple[float, int]]]]:
-    """Median (seconds, rss) per (mode, side, size), sides alternating within each repeat."""
-    samples: dict[str, dict[str, list[list[tuple[float, int]]]]] = {}
+def measure(works: dict[int, Path], repeats: int) -> Samples:
+    """(mode, side, size) -> samples; plain and agenteval alternate within every repeat."""
+    samples: Samples = {}
     for _ in range(repeats):
-        for mode, (a, b) in MODES.items():
-            for size, work in works.items():
-                for side, args in (("plain", plain(b)), ("agenteval", ours(a))):
-                    cell = samples.setdefault(mode, {}).setdefault(f"{side}:{size}", [])
-                    cell.append([run(work, args)])
         for size, work in works.items():
-            run(work, ours([]))  # a complete run to resume from
-            cell = samples.setdefault("resume replay", {}).setdefault(f"agenteval:{size}", [])
-            cell.append([run(work, ours([], resume=True))])
-    return {
-        mode: {key: [_median([s[0] for s in cells])] for key, cells in sides.items()}
-        for mode, sides in samples.items()
-    }
+            for mode, args in MODES.items():
+                samples.setdefault((mode, "plain", size), []).append(run(work, ["plain", *args]))
+                samples.setdefault((mode, "ours", size), []).append(run(work, ours(work, args)))
+                if mode == "full run":  # replay everything that run just recorded
+                    resume = ours(work, ["--resume-suite"], fresh=False)
+                    samples.setdefault(("resume replay", "ours", size), []).append(
+                        run(work, resume)
+                    )
+    return samples
 
 
-def _median(values: list[tuple[float, int]]) -> tuple[float, int]:
-    return statistics.median(v[0] for v in values), int(statistics.median(v[1] for v in values))
+def slope(samples: Samples, mode: str, side: str, sizes: list[int]) -> tuple[float, float]:
+    """Median per-item seconds and KiB between the two sizes."""
+    small, big = (samples[(mode, side, n)] for n in sizes)
+    items = (sizes[1] - sizes[0]) * ATTEMPTS
+    seconds = statistics.median(b[0] for b in big) - statistics.median(s[0] for s in small)
+    kib = statistics.median(b[1] for b in big) - statistics.median(s[1] for s in small)
+    return seconds / items, kib / items
 
 
-def slope(
-    cells: dict[str, list[tuple[float, int]]], side: str, sizes: list[int]
-) -> tuple[float, float]:
-    """Per-item seconds and KiB between the two sizes."""
-    small, big = sizes
-    (ts, ms), (tb, mb) = cells[f"{side}:{small}"][0], cells[f"{side}:{big}"][0]
-    items = (big - small) * ATTEMPTS
-    return (tb - ts) / items, (mb - ms) / items
-
-
-def report_share(work: Path) -> tuple[float, float, int]:
-    """Seconds to build and write summary.json/md/junit.xml from the store, vs one full run."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+def report_share(work: Path, run_seconds: float) -> tuple[float, int]:
+    """Seconds to read the store and write summary.json/md + junit.xml for the big run."""
     from pytest_agenteval.reports import write_reports
     from pytest_agenteval.store import Store
     from pytest_agenteval.summary import build_summary
 
+    run(work, ours(work, []))
     store = Store(work / ".pytest_cache/agenteval/store.sqlite")
-    run_id = store.runs()[0].run_id
-    wall, _ = run(work, ours(["--agenteval-run-id", f"share-{time.time_ns()}"]))
     start = time.perf_counter()
-    info = store.run(run_id)
-    assert info is not None
-    rows, _ = store.index(run_id)
+    info = store.runs()[0]
+    rows, _ = store.index(info.run_id)
     summary = build_summary(info, rows, ks=None, session_counts={}, status="complete")
-    write_reports(summary, work / "share", "any")
-    return time.perf_counter() - start, wall, len(rows)
+    write_reports(summary, work / "reports", "any")
+    return time.perf_counter() - start, len(rows)
 
 
 def main() -> None:
@@ -158,32 +134,32 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    sizes = [100, 400] if args.quick else [1000, 10000]
+    sizes = [100, 1000] if args.quick else [1000, 10000]
     repeats = 1 if args.quick else args.repeats
     root = Path(tempfile.mkdtemp(prefix="agenteval-bench-"))
     try:
         works = {n: make_workdir(root, n) for n in sizes}
-        results = measure(works, repeats)
-        print(f"sizes: {sizes[0]} and {sizes[1]} tasks x {ATTEMPTS} attempts; median of {repeats}")
+        samples = measure(works, repeats)
+        print(f"{sizes[0]} vs {sizes[1]} tasks x {ATTEMPTS} attempts, median of {repeats}")
         print(
-            f"{'mode':24} {'plain µs/item':>14} {'agenteval µs/item':>18} {'ratio':>6}   {'plain KiB':>9} {'ours KiB':>9}"
+            f"{'mode':22} {'plain us':>9} {'ours us':>9} {'ratio':>6} {'plain KiB':>10} {'ours KiB':>9}"
         )
-        base_full = None
-        for mode, cells in results.items():
-            ours_t, ours_m = slope(cells, "agenteval", sizes)
-            if "plain:" + str(sizes[0]) in cells:
-                plain_t, plain_m = slope(cells, "plain", sizes)
-                if mode == "full run":
-                    base_full = ours_t
-                print(
-                    f"{mode:24} {plain_t * 1e6:14.0f} {ours_t * 1e6:18.0f} {ours_t / plain_t:6.2f}   {plain_m:9.2f} {ours_m:9.2f}"
-                )
-            else:
-                first = base_full or float("nan")
-                print(f"{mode:24} {'':14} {ours_t * 1e6:18.0f} {ours_t / first:6.2f}x first run")
-        seconds, wall, records = report_share(works[sizes[1]])
+        first_run = slope(samples, "full run", "ours", sizes)[0]
+        for mode in [*MODES, "resume replay"]:
+            ours_s, ours_m = slope(samples, mode, "ours", sizes)
+            if mode == "resume replay":
+                ratio = ours_s / first_run
+                print(f"{mode:22} {'':>9} {ours_s * 1e6:9.0f} {ratio:6.2f} (vs ours' first run)")
+                continue
+            plain_s, plain_m = slope(samples, mode, "plain", sizes)
+            print(
+                f"{mode:22} {plain_s * 1e6:9.0f} {ours_s * 1e6:9.0f} {ours_s / plain_s:6.2f}"
+                f" {plain_m:10.2f} {ours_m:9.2f}"
+            )
+        big = statistics.median(s[0] for s in samples[("full run", "ours", sizes[1])])
+        seconds, records = report_share(works[sizes[1]], big)
         print(
-            f"reports for {records} attempts: {seconds:.3f} s = {100 * seconds / wall:.1f}% of a {wall:.1f} s run"
+            f"reports for {records} attempts: {seconds:.2f} s, {100 * seconds / big:.1f}% of the run"
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -94,24 +94,29 @@ def summary_of(pytester: pytest.Pytester) -> dict[str, Any]:
 
 def stored(root: Path, run_id: str | None = None) -> list[tuple[str, int, str]]:
     """(task id, attempt, status) of the newest (or given) run's committed records."""
-    import sqlite3
+    from pytest_agenteval.store import Store
 
-    conn = sqlite3.connect(root / ".pytest_cache/agenteval/store.sqlite", timeout=30)
+    store = Store(root / ".pytest_cache/agenteval")
     try:
-        if run_id is None:
-            row = conn.execute(
-                "SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1"
-            ).fetchone()
-            if row is None:
-                return []
-            run_id = row[0]
-        rows = conn.execute(
-            "SELECT task_id, attempt, status FROM attempts WHERE run_id=? ORDER BY task_id, attempt",
-            (run_id,),
-        ).fetchall()
+        runs = sorted(store.runs_dir.iterdir(), key=lambda p: (p / "run.json").stat().st_mtime)
+        if run_id is None and not runs:
+            return []
+        rows, _ = store.index(run_id or runs[-1].name)
     finally:
-        conn.close()
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+        store.close()
+    return sorted((r.key[1], r.key[2], r.status) for r in rows)
+
+
+def latest_record(root: Path, task_id: str, attempt: int) -> dict[str, Any]:
+    """The newest run's full stored record of one attempt."""
+    from pytest_agenteval.store import Store
+
+    store = Store(root / ".pytest_cache/agenteval")
+    run = max(store.runs_dir.iterdir(), key=lambda p: (p / "run.json").stat().st_mtime)
+    record = store.record(run.name, ("ds", task_id, attempt))
+    store.close()
+    assert record is not None
+    return record
 
 
 def comparable(summary: dict[str, Any]) -> dict[str, Any]:

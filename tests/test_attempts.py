@@ -378,3 +378,46 @@ def test_example_suite_runs(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--agenteval", "example_suite")
     outcomes = result.parseoutcomes()
     assert outcomes["passed"] > 20 and outcomes["failed"] >= 1 and outcomes["errors"] == 3
+
+
+def test_custom_grader_from_a_plugin_hook(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """A conftest registers a grader by name; YAML uses it; bad options point at the YAML line."""
+    dataset(
+        {
+            "a.yaml": {
+                "input": "q",
+                "metadata": {"answer": "abcde"},
+                "graders": [{"length": {"at_least": 3}}],
+            },
+            "b.yaml": {
+                "input": "q",
+                "metadata": {"answer": "ab"},
+                "graders": [{"length": {"at_least": 3}}],
+            },
+            "c.yaml": {
+                "input": "q",
+                "metadata": {"answer": "ab"},
+                "graders": [{"length": {"at_least": -1}}],
+            },
+        }
+    )
+    pytester.makeconftest(
+        """
+        class Length:
+            def __init__(self, at_least):
+                if at_least < 0:
+                    raise ValueError("at_least must be >= 0")
+                self.at_least = at_least
+
+            def grade(self, ctx):
+                return len(ctx.output) >= self.at_least, f"{len(ctx.output)} chars"
+
+        def pytest_agenteval_make_grader(spec, task, dataset_root):
+            if spec.type == "length":
+                return Length(**spec.options)
+        """
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    result.assert_outcomes(passed=1, failed=1, errors=1)
+    result.stdout.fnmatch_lines(["*[[]FAIL[]] length: 2 chars*"])
+    result.stdout.fnmatch_lines(["ds/c.yaml:1: at graders[[]0[]]: at_least must be >= 0"])

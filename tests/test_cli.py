@@ -47,7 +47,7 @@ def test_runs_and_report(
 
 def test_runs_without_store(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     assert main(["runs", "--cache-dir", str(tmp_path)]) == 1
-    assert "no run store" in capsys.readouterr().err
+    assert "no runs stored in" in capsys.readouterr().err
 
 
 def test_validate(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pytest_agenteval.dataset import LoadFailure, TaskDef, load_dataset, load_task_file
 from pytest_agenteval.errors import TaskFileError
 from pytest_agenteval.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
-from pytest_agenteval.model import check_task_id
+from pytest_agenteval.model import TaskSpec, check_task_id
 
 
 def make(spec, task):  # type: ignore[no-untyped-def]
@@ -154,6 +154,46 @@ def test_digest_tracks_grading_apart_from_what_the_agent_sees(root: Path) -> Non
     assert a.digest == d.digest and a.run_digest == d.run_digest
     assert a.digest != b.digest and a.run_digest == b.run_digest
     assert a.run_digest != c.run_digest
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "agent_sees"),
+    [
+        ("id", "other", True),
+        ("input", "y", True),
+        ("metadata", {"k": 1}, True),
+        ("agent", {"callable": "m:f"}, True),
+        ("expected", "2", False),
+        ("graders", [{"type": "contains"}], False),
+        ("timeout", 3.0, False),
+        ("tags", ["t"], False),
+        ("description", "d", False),
+    ],
+)
+def test_every_field_is_in_the_digest(
+    root: Path, field: str, value: object, agent_sees: bool
+) -> None:
+    """Each TaskSpec field changes the digest; only what the agent sees changes run_digest."""
+    assert field in TaskSpec.model_fields
+    covered = {
+        "id",
+        "input",
+        "metadata",
+        "agent",
+        "expected",
+        "graders",
+        "timeout",
+        "tags",
+        "description",
+        "workspace",
+    }
+    assert covered == set(TaskSpec.model_fields), "a new TaskSpec field must join the digests"
+    base = {"id": "t", "input": "x", "expected": "1"}
+    (a,) = load(root, "t.yaml", json.dumps(base))
+    (b,) = load(root, "t.yaml", json.dumps({**base, field: value}))
+    assert isinstance(a, TaskDef) and isinstance(b, TaskDef)
+    assert a.digest != b.digest
+    assert (a.run_digest != b.run_digest) is agent_sees
 
 
 def test_workspace_contents_are_part_of_the_digest(root: Path) -> None:

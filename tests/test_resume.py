@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import sys
 import time
 from collections import Counter
 
 import pytest
 
-from helpers import DatasetMaker, comparable, stored, summary_of, task
+from helpers import DatasetMaker, comparable, latest_record, stored, summary_of, task
 
 SLOW = {
     f"t{i:02}.yaml": task(metadata={"answers": ["ok", "no"] if i % 3 else ["ok"], "sleep": 0.15})
@@ -32,11 +31,8 @@ def start(pytester: pytest.Pytester, *args: str) -> os.Popen:  # type: ignore[na
 def wait_for_records(pytester: pytest.Pytester, count: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            if len(stored(pytester.path)) >= count:
-                return
-        except sqlite3.OperationalError:
-            pass
+        if len(stored(pytester.path)) >= count:
+            return
         time.sleep(0.05)
     raise AssertionError(f"fewer than {count} records after {timeout}s")
 
@@ -176,18 +172,8 @@ def test_task_change_runs_again_and_keeps_history(
     pytester.runpytest("--agenteval", "ds", "--resume-suite").assert_outcomes(passed=1)
     assert len(dataset.calls()) == 2
     assert summary_of(pytester)["counts"]["run"] == 1
-    record = latest_record(pytester, "a", 0)
+    record = latest_record(pytester.path, "a", 0)
     assert len(record["previous"]) == 1
-
-
-def latest_record(pytester: pytest.Pytester, task_id: str, attempt: int) -> dict:
-    conn = sqlite3.connect(pytester.path / ".pytest_cache/agenteval/store.sqlite")
-    (text,) = conn.execute(
-        "SELECT record FROM payloads p JOIN runs r USING (run_id) WHERE task_id=? AND attempt=? ORDER BY r.updated_at DESC",
-        (task_id, attempt),
-    ).fetchone()
-    conn.close()
-    return json.loads(text)
 
 
 def test_top_up_attempts(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
@@ -233,7 +219,7 @@ def test_rerun_replaces_selected_attempts_with_history(
     )
     result.assert_outcomes(passed=1)
     assert dataset.calls()[-1] == "alpha 1"
-    assert [p["attempt"] for p in latest_record(pytester, "alpha", 1)["previous"]] == [1]
+    assert [p["attempt"] for p in latest_record(pytester.path, "alpha", 1)["previous"]] == [1]
     summary = summary_of(pytester)
     assert summary["n_attempts"] == 4 and summary["counts"]["run"] == 1
 
@@ -241,32 +227,40 @@ def test_rerun_replaces_selected_attempts_with_history(
 def test_corrupt_record_is_reported_and_rerun(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
+    """A garbled index line (a torn write after a power loss) is reported; that attempt reruns."""
     dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
     pytester.runpytest("--agenteval", "ds")
-    conn = sqlite3.connect(pytester.path / ".pytest_cache/agenteval/store.sqlite")
-    conn.execute("UPDATE attempts SET summary = substr(summary, 1, 20) WHERE task_id='b'")
-    conn.commit()
-    conn.close()
+    (index,) = (pytester.path / ".pytest_cache/agenteval/runs").glob("*/index.jsonl")
+    lines = index.read_bytes().splitlines(keepends=True)
+    index.write_bytes(lines[0] + lines[1][:40])
     result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "agenteval: unreadable record ds/b[[]attempt-0[]] in *store.sqlite (JSONDecodeError*); it will run again"
+            "agenteval: unreadable record at *index.jsonl:2 (JSONDecodeError*); its attempt runs again"
         ]
     )
     assert dataset.calls() == ["a 0", "b 0", "b 0"]
+    assert len(stored(pytester.path)) == 2
+    assert len(index.read_bytes().splitlines()) == 3, "the torn line was ended, not extended"
 
 
-def test_corrupt_store_file_is_moved_aside(
+def test_unreadable_run_is_skipped_with_a_message(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
     dataset({"a.yaml": task("ok")})
-    store = pytester.path / ".pytest_cache/agenteval/store.sqlite"
-    store.parent.mkdir(parents=True)
-    store.write_bytes(b"garbage" * 1000)
-    result = pytester.runpytest("--agenteval", "ds")
-    result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(["*is not a readable run store*moved it to*store.sqlite.corrupt-*"])
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "good")
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "broken")
+    (pytester.path / ".pytest_cache/agenteval/runs/broken/run.json").write_text("{trunc")
+    result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "agenteval: run good (resuming)*",
+            "agenteval: skipped a run: *broken/run.json is unreadable*",
+        ]
+    )
+    assert len(dataset.calls()) == 2
 
 
 def test_agent_drift_is_refused(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
@@ -335,8 +329,8 @@ def test_plan_is_printed_and_nothing_starts(
     dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
     pytester.runpytest("--agenteval", "ds", "--attempts", "2")
     dataset({"a.yaml": task("ok"), "b.yaml": {**task("ok"), "graders": ["contains"]}})
-    for flag in ("--co", "--agenteval-plan"):
-        result = pytester.runpytest("--agenteval", "ds", "--attempts", "3", "--resume-suite", flag)
+    for flags in (["--resume-suite", "--co"], ["--agenteval-plan"]):
+        result = pytester.runpytest("--agenteval", "ds", "--attempts", "3", *flags)
         result.stdout.fnmatch_lines(
             [
                 "*agenteval plan*",

@@ -1,9 +1,12 @@
-"""The run store: atomic commits, index without outputs, history, corruption, versions."""
+"""The run store: append-only commits, an index without outputs, history, damage, locking."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +19,7 @@ from pytest_agenteval.records import build_record
 from pytest_agenteval.store import Store
 
 
-def record(
-    task: str, attempt: int, status: str = "pass", digest: str = "d1", **extra: Any
-) -> dict[str, Any]:
+def record(task: str, attempt: int, status: str = "pass", digest: str = "d1") -> dict[str, Any]:
     rec = build_record(
         key=("ds", task, attempt),
         digest=digest,
@@ -33,18 +34,18 @@ def record(
         error="boom" if status == "error" else None,
         phase="agent" if status == "error" else None,
     )
-    return {**rec, "output": "x" * 10_000, **extra}
+    return {**rec, "output": "x" * 10_000}
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
-    store = Store(tmp_path / "store.sqlite")
+    store = Store(tmp_path)
     store.create_run("r1", [{"name": "ds", "version": "1"}], {"override": None})
     return store
 
 
 def test_commit_index_and_full_record(store: Store) -> None:
-    """The index holds small summaries; the payload holds the full, schema-valid record."""
+    """The index holds small summaries; the full, schema-valid record lives apart."""
     store.commit("r1", record("a", 0))
     store.commit("r1", record("a", 1, "error"))
     rows, bad = store.index("r1")
@@ -53,69 +54,92 @@ def test_commit_index_and_full_record(store: Store) -> None:
         (("ds", "a", 0), "pass"),
         (("ds", "a", 1), "error"),
     ]
-    assert all(len(json.dumps(r.summary)) < 1500 for r in rows)
+    index = (store.runs_dir / "r1/index.jsonl").read_text()
+    assert len(index) < 3000, "outputs must not be in the index"
     full = store.record("r1", ("ds", "a", 0))
-    assert isinstance(full, dict) and full["output"] == "x" * 10_000
+    assert full is not None and full["output"] == "x" * 10_000
     AttemptRecord.model_validate(full)
 
 
-def test_replacing_keeps_history(store: Store) -> None:
+def test_replacing_keeps_history_and_the_newest_wins(store: Store) -> None:
     store.commit("r1", record("a", 0, "fail"))
     store.commit("r1", record("a", 0, "pass"), replaces=True)
+    (row,), _ = store.index("r1")
+    assert row.status == "pass"
     full = store.record("r1", ("ds", "a", 0))
-    assert isinstance(full, dict)
-    assert full["status"] == "pass" and [p["status"] for p in full["previous"]] == ["fail"]
+    assert full is not None and [p["status"] for p in full["previous"]] == ["fail"]
 
 
-def test_unreadable_rows_are_reported_not_fatal(store: Store) -> None:
-    """A row whose summary is garbage is listed as unreadable; the others still load."""
+def test_unreadable_lines_are_reported_not_fatal(store: Store) -> None:
+    """A garbled line is listed as unreadable with its place; the others still load."""
     store.commit("r1", record("a", 0))
     store.commit("r1", record("b", 0))
-    store.conn.execute("UPDATE attempts SET summary='{trunc' WHERE task_id='b'")
-    store.conn.commit()
+    index = store.runs_dir / "r1/index.jsonl"
+    first, second = index.read_bytes().splitlines(keepends=True)
+    index.write_bytes(first + b'{"not": "a record"}\n' + second[:30])
     rows, bad = store.index("r1")
     assert [r.key for r in rows] == [("ds", "a", 0)]
-    assert bad[0].key == ("ds", "b", 0) and "JSONDecodeError" in bad[0].problem
+    assert [b.where.rsplit(":", 1)[1] for b in bad] == ["2", "3"]
+    assert "KeyError" in bad[0].problem and "JSONDecodeError" in bad[1].problem
 
 
-def test_runs_listing_and_latest(store: Store) -> None:
+def test_runs_listing_latest_and_locking(tmp_path: Path, store: Store) -> None:
     store.commit("r1", record("a", 0))
     store.set_planned("r1", 3)
+    other = Store(tmp_path)
+    info = other.run("r1", count=True)
+    assert info is not None and (info.done, info.planned, info.status) == (1, 3, "running")
+    with pytest.raises(StoreError, match="being run by another pytest process"):
+        other.claim_run("r1")
     store.create_run("r2", [{"name": "other", "version": "1"}], {})
     assert store.latest_run([{"name": "ds", "version": "9"}]) == "r1"
-    info = store.run("r1")
-    assert info is not None and (info.done, info.planned, info.status) == (1, 3, "running")
     with pytest.raises(StoreError, match="exists already"):
         store.create_run("r1", [], {})
-    with pytest.raises(StoreError, match="being run by another pytest process"):
-        store.claim_run("r1")
     store.finish_run("r1", "interrupted", {"exitstatus": 2})
-    store.claim_run("r1")
+    other.claim_run("r1")
+    assert [r.run_id for r in other.runs()] == ["r1", "r2"]
 
 
-def test_a_dead_owner_means_interrupted(store: Store) -> None:
-    store.conn.execute(
-        "UPDATE runs SET owner=? WHERE run_id='r1'",
-        (f"{__import__('socket').gethostname()}:999999999",),
+def test_a_dead_owner_means_interrupted(tmp_path: Path) -> None:
+    """A run whose process died (no lock holder) shows as interrupted and can be claimed."""
+    code = (
+        "import sys, time; from pathlib import Path; from pytest_agenteval.store import Store;"
+        f"s = Store(Path({str(tmp_path)!r})); s.create_run('r', [{{'name': 'd', 'version': '1'}}], {{}});"
+        "print('ready', flush=True); time.sleep(60)"
     )
-    store.conn.commit()
-    info = store.run("r1")
-    assert info is not None and info.status == "interrupted"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    store = Store(tmp_path)
+    assert store.run("r").status == "running"  # type: ignore[union-attr]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert store.run("r").status == "interrupted"  # type: ignore[union-attr]
+    store.claim_run("r")
 
 
-def test_newer_store_schema_is_refused(tmp_path: Path) -> None:
-    Store(tmp_path / "s.sqlite").close()
-    conn = sqlite3.connect(tmp_path / "s.sqlite")
-    conn.execute("UPDATE meta SET value='agenteval.store/2'")
-    conn.commit()
+def test_newer_run_schema_is_refused(store: Store) -> None:
+    meta = json.loads((store.runs_dir / "r1/run.json").read_text())
+    (store.runs_dir / "r1/run.json").write_text(json.dumps({**meta, "schema": "agenteval.run/2"}))
     with pytest.raises(StoreError, match="newer pytest-agenteval"):
-        Store(tmp_path / "s.sqlite")
+        Store(store.root).run("r1")
 
 
-def test_corrupt_file_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / "s.sqlite").write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(StoreError, match="not a readable run store"):
-        Store(tmp_path / "s.sqlite")
+def test_commit_survives_kill_9(tmp_path: Path) -> None:
+    """Every record committed before a SIGKILL is readable afterwards."""
+    code = (
+        "import sys; from pathlib import Path; sys.path.insert(0, %r);"
+        "from test_store import record; from pytest_agenteval.store import Store;"
+        "s = Store(Path(%r)); s.create_run('r', [{'name': 'ds', 'version': '1'}], {});"
+        "[(s.commit('r', record(f't{i}', 0)), print(i, flush=True)) for i in range(100000)]"
+    ) % (str(Path(__file__).parent), str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    while int(proc.stdout.readline()) < 300:
+        pass
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    rows, bad = Store(tmp_path).index("r")
+    assert len(rows) >= 300 and not bad
 
 
 def test_plan_decisions(store: Store) -> None:
@@ -126,7 +150,7 @@ def test_plan_decisions(store: Store) -> None:
     store.commit("r1", record("gone", 0))
     rows, _ = store.index("r1")
     plan = make_plan(rows, rerun_errors=False, rerun_all=False)
-    plan.fetch = lambda key: store.record("r1", key)  # type: ignore[assignment,return-value]
+    plan.fetch = lambda key: store.record("r1", key)
     assert plan.decide(("ds", "same", 0), "d1", "r1")[0] == "reuse"
     action, data = plan.decide(("ds", "graders", 0), "d2", "r1")
     assert action == "regrade" and data["output"] == "x" * 10_000
@@ -134,11 +158,7 @@ def test_plan_decisions(store: Store) -> None:
     assert plan.decide(("ds", "gone", 0), "d2", "r2")[0] == "run"
     assert plan.decide(("ds", "new", 0), "d1", "r1")[0] == "run"
     assert plan.decide(("ds", "err", 0), "d2", "r1")[0] == "reuse"
-    assert (
-        make_plan(rows, rerun_errors=True, rerun_all=False).decide(("ds", "err", 0), "d1", "r1")[0]
-        == "run"
-    )
-    assert (
-        make_plan(rows, rerun_errors=False, rerun_all=True).decide(("ds", "same", 0), "d1", "r1")[0]
-        == "run"
-    )
+    rerun_errors = make_plan(rows, rerun_errors=True, rerun_all=False)
+    assert rerun_errors.decide(("ds", "err", 0), "d1", "r1")[0] == "run"
+    rerun_all = make_plan(rows, rerun_errors=False, rerun_all=True)
+    assert rerun_all.decide(("ds", "same", 0), "d1", "r1")[0] == "run"

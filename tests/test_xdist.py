@@ -19,7 +19,7 @@ MIXED = {
     "args",
     [
         ["-n", "2"],
-        ["-n", "4"],
+        ["-n", "8"],
         ["-n", "2", "--dist", "loadscope"],
         ["-n", "2", "--dist", "loadfile"],
         ["-n", "2", "--dist", "worksteal"],

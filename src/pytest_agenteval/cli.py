@@ -57,26 +57,24 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _open_store(cache_dir: Path):  # type: ignore[no-untyped-def]
-    from .errors import StoreError
-    from .store import STORE_FILE, Store
+    from .store import Store
 
-    path = cache_dir / "agenteval" / STORE_FILE
-    if not path.is_file():
-        print(f"agenteval: no run store at {path}", file=sys.stderr)
+    root = cache_dir / "agenteval"
+    if not (root / "runs").is_dir():
+        print(f"agenteval: no runs stored in {root}", file=sys.stderr)
         return None
-    try:
-        return Store(path)
-    except StoreError as exc:
-        print(f"agenteval: {exc}", file=sys.stderr)
-        return None
+    return Store(root)
 
 
 def _runs(args: argparse.Namespace) -> int:
     store = _open_store(args.cache_dir)
     if store is None:
         return 1
+    runs = store.runs()
+    for problem in store.problems:
+        print(f"agenteval: skipped a run: {problem}", file=sys.stderr)
     print(f"{'run':10} {'dataset':24} {'started':19} {'done/planned':>13}  status")
-    for run in store.runs():
+    for run in runs:
         names = "+".join(d["name"] for d in run.datasets)
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created_at))
         print(
@@ -86,19 +84,24 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from .errors import StoreError
     from .reports import write_reports
     from .summary import build_summary
 
     store = _open_store(args.cache_dir)
     if store is None:
         return 1
-    run = store.run(args.run_id)
+    try:
+        run = store.run(args.run_id, count=True)
+    except StoreError as exc:
+        print(f"agenteval: {exc}", file=sys.stderr)
+        return 1
     if run is None:
         print(f"agenteval: no run {args.run_id!r} (see `agenteval runs`)", file=sys.stderr)
         return 1
     rows, bad = store.index(run.run_id)
     for item in bad:
-        print(f"agenteval: unreadable record {item.key}: {item.problem}", file=sys.stderr)
+        print(f"agenteval: unreadable record at {item.where}: {item.problem}", file=sys.stderr)
     last = run.sessions[-1]["counts"] if run.sessions else {}
     ks = sorted({int(k) for k in args.pass_k.split(",")}) if args.pass_k else None
     summary = build_summary(run, rows, ks=ks, session_counts=last, status=run.status)

@@ -184,21 +184,32 @@ class TaskDef:
 
     @cached_property
     def digest(self) -> str:
-        """Content digest of everything that decides the verdict."""
-        effective = self.spec.model_dump(mode="json")
-        effective["graders"] = [g.model_dump(mode="json") for g in self.grader_specs]
-        effective["timeout"] = self.timeout
-        effective["workspace"] = self._workspace_digest
-        return _digest(effective)
+        """Content digest of the whole effective task: what the agent sees, plus grading."""
+        spec = self.spec
+        return _digest(
+            {
+                "run": self.run_digest,
+                "expected": spec.expected,
+                "graders": [[g.type, g.options] for g in self.grader_specs],
+                "timeout": self.timeout,
+                "tags": spec.tags,
+                "description": spec.description,
+            }
+        )
 
     @cached_property
     def run_digest(self) -> str:
         """Digest of what the agent sees; equal digests mean a regrade can reuse the output."""
         spec = self.spec
-        seen = {"id": spec.id, "input": spec.input, "metadata": spec.metadata}
-        seen["agent"] = spec.agent.model_dump(mode="json") if spec.agent else None
-        seen["workspace"] = self._workspace_digest
-        return _digest(seen)
+        return _digest(
+            {
+                "id": spec.id,
+                "input": spec.input,
+                "metadata": spec.metadata,
+                "agent": spec.agent.model_dump(mode="json") if spec.agent else None,
+                "workspace": self._workspace_digest,
+            }
+        )
 
     @property
     def regradable(self) -> bool:

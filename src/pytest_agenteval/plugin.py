@@ -238,7 +238,7 @@ def read_settings(config: pytest.Config) -> Settings:
         agent_override=CallableAgentSpec(callable=agent) if agent else None,
         agent_version=_setting(config, "agenteval_agent_version"),
         strict=bool(_setting(config, "agenteval_strict")),
-        resume=config.getoption("agenteval_resume"),
+        resume=config.getoption("agenteval_resume") or config.getoption("agenteval_plan"),
         rerun_errors=config.getoption("agenteval_rerun_errors"),
         rerun_all=config.getoption("agenteval_rerun"),
         allow_drift=config.getoption("agenteval_allow_drift"),

@@ -6,7 +6,6 @@ records on their reports; this object is the store's one writer.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,7 +20,7 @@ from .plan import Plan, count_actions, make_plan, plan_key
 from .records import build_record, junit_properties, parse_item_name
 from .reports import terminal_lines, write_reports
 from .runtime import Runtime
-from .store import STORE_FILE, Key, Store, Unreadable, new_run_id
+from .store import Key, Store, Unreadable, new_run_id
 from .summary import build_summary
 
 
@@ -47,44 +46,25 @@ class Controller:
         self.collected_once = False
         self.dry_plan: dict[Key, str] = {}
         self.resumed = self.settings.resume or self.settings.rerun_all
-        self.run_id = self._resume() if self.resumed else self._create()
-        if not self.dry:
-            self.store.keep_checkpointed()
+        try:
+            self.run_id = self._resume() if self.resumed else self._create()
+        except StoreError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     # --- start --------------------------------------------------------------------------------
 
     def _open_store(self) -> Store:
-        if self.store_dir is None:
-            if self.settings.resume or self.settings.rerun_all:
-                raise pytest.UsageError(
-                    "--resume-suite needs the pytest cache, but the cacheprovider plugin is "
-                    "disabled (-p no:cacheprovider); enable it to store and resume runs"
-                )
-            return Store(":memory:")
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        path = self.store_dir / STORE_FILE
-        try:
-            return Store(path)
-        except StoreError as exc:
-            if "newer" in str(exc):
-                raise pytest.UsageError(str(exc)) from None
-            aside = path.with_name(f"{STORE_FILE}.corrupt-{int(time.time())}")
-            shutil.move(path, aside)
-            self.config.issue_config_time_warning(
-                pytest.PytestWarning(
-                    f"agenteval: {exc}; moved it to {aside} and started a new store"
-                ),
-                stacklevel=2,
+        if self.store_dir is None and (self.settings.resume or self.settings.rerun_all):
+            raise pytest.UsageError(
+                "--resume-suite needs the pytest cache, but the cacheprovider plugin is "
+                "disabled (-p no:cacheprovider); enable it to store and resume runs"
             )
-            return Store(path)
+        return Store(self.store_dir)
 
     def _create(self) -> str:
         run_id = self.settings.run_id or new_run_id()
         if not self.dry:
-            try:
-                self.store.create_run(run_id, self.datasets, self.runtime.fingerprint)
-            except StoreError as exc:
-                raise pytest.UsageError(str(exc)) from None
+            self.store.create_run(run_id, self.datasets, self.runtime.fingerprint)
         return run_id
 
     def _resume(self) -> str:
@@ -94,7 +74,7 @@ class Controller:
         if info is None:
             which = f"run {run_id!r}" if self.settings.run_id else f"run of dataset {names}"
             raise pytest.UsageError(
-                f"--resume-suite: no {which} in {self.store.path}; nothing was started. "
+                f"--resume-suite: no {which} in {self.store.describe()}; nothing was started. "
                 "Run without --resume-suite first (`agenteval runs` lists stored runs)"
             )
         stored = "+".join(sorted(d["name"] for d in info.datasets))
@@ -111,13 +91,10 @@ class Controller:
         self.runtime.plan = plan = make_plan(
             rows, rerun_errors=self.settings.rerun_errors, rerun_all=self.settings.rerun_all
         )
-        plan.fetch = lambda key: self.store.record(run_id, key)  # type: ignore[return-value]
+        plan.fetch = lambda key: self.store.record(run_id, key)
         self.planned_keys.update(r.key for r in rows)
         if not self.dry:
-            try:
-                self.store.claim_run(run_id)
-            except StoreError as exc:
-                raise pytest.UsageError(str(exc)) from None
+            self.store.claim_run(run_id)
         return run_id
 
     def worker_plan(self) -> dict[str, Any]:
@@ -135,14 +112,14 @@ class Controller:
     # --- hooks --------------------------------------------------------------------------------
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        where = self.store.path if self.store_dir else "memory (no cache dir)"
         state = "resuming" if self.resumed else "new"
-        lines = [f"agenteval: run {self.run_id} ({state}) · store {where}"]
+        lines = [f"agenteval: run {self.run_id} ({state}) · store {self.store.describe()}"]
         for bad in self.unreadable:
             lines.append(
-                f"agenteval: unreadable record {bad.key[0]}/{bad.key[1]}[attempt-{bad.key[2]}] "
-                f"in {self.store.path} ({bad.problem}); it will run again"
+                f"agenteval: unreadable record at {bad.where} ({bad.problem}); "
+                "its attempt runs again"
             )
+        lines += [f"agenteval: skipped a run: {problem}" for problem in self.store.problems]
         return lines
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -377,7 +354,10 @@ def fingerprint_drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _store_dir(config: pytest.Config) -> Path | None:
-    """<cache_dir>/agenteval: beside pytest's d/ and v/, so --cache-clear never wipes runs."""
+    """<cache_dir>/agenteval: beside pytest's d/ and v/, so --cache-clear never wipes runs.
+
+    Asking pytest for a d/ folder first makes it create the cache dir with its .gitignore.
+    """
     cache = getattr(config, "cache", None)
     if cache is None:
         return None

@@ -1,19 +1,27 @@
-"""The run store: one SQLite file (WAL) in the pytest cache dir, written only by the controller.
+"""The run store: append-only files per run in the pytest cache dir, written by the controller.
 
-Each attempt is one small transaction, so a kill -9 keeps every committed record. The `attempts`
-table holds what planning and metrics read; full records (outputs, transcripts) live apart in
-`payloads`, so large outputs never slow planning.
+    <cache_dir>/agenteval/runs/<run_id>/
+        run.json        what the run is (datasets, agent, planned, status); replaced atomically
+        index.jsonl     one small line per committed attempt: what planning and metrics read
+        records.jsonl   one line per full record (outputs, transcripts), found by offset
+        lock            held (flock) by the pytest session that is running the run
+
+Committing an attempt appends its record, then its index line: two `write()`s, no rewriting,
+O(1) whatever the run's size. The index line is the commit point. A kill -9 cannot tear a
+`write()` to a regular file, so every committed attempt survives it; after a power loss a torn
+last line is reported as unreadable and that attempt runs again. The newest line of a key wins;
+a replaced record is kept in its successor's `previous`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
-import socket
-import sqlite3
-import threading
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,39 +32,8 @@ from .errors import StoreError
 from .model import RECORD_SCHEMA
 from .text import excerpt
 
-STORE_SCHEMA = "agenteval.store/1"
-STORE_FILE = "store.sqlite"
+RUN_SCHEMA = "agenteval.run/1"
 HISTORY_LIMIT = 10
-CHECKPOINT_SECONDS = 1.0
-"""How often a background thread moves the WAL into the database file (and fsyncs it)."""
-
-_TABLES = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    datasets TEXT NOT NULL,
-    dataset_key TEXT NOT NULL,
-    agent TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    planned INTEGER NOT NULL DEFAULT 0,
-    status TEXT NOT NULL,
-    owner TEXT,
-    sessions TEXT NOT NULL DEFAULT '[]'
-);
-CREATE TABLE IF NOT EXISTS attempts (
-    run_id TEXT NOT NULL, dataset TEXT NOT NULL, task_id TEXT NOT NULL, attempt INTEGER NOT NULL,
-    digest TEXT, run_digest TEXT, status TEXT,
-    score REAL, duration REAL, input_tokens INTEGER, output_tokens INTEGER, cost REAL,
-    finished_at REAL, summary TEXT,
-    PRIMARY KEY (run_id, dataset, task_id, attempt)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS payloads (
-    run_id TEXT NOT NULL, dataset TEXT NOT NULL, task_id TEXT NOT NULL, attempt INTEGER NOT NULL,
-    record TEXT NOT NULL,
-    PRIMARY KEY (run_id, dataset, task_id, attempt)
-) WITHOUT ROWID;
-"""
 
 Key = tuple[str, str, int]
 """(dataset, task id, attempt index): how records are keyed, never by node id."""
@@ -64,7 +41,7 @@ Key = tuple[str, str, int]
 
 @dataclass(frozen=True)
 class RunInfo:
-    """One run as listed by `agenteval runs`."""
+    """One run as `agenteval runs` lists it."""
 
     run_id: str
     datasets: list[dict[str, str]]
@@ -97,7 +74,8 @@ class IndexRow:
 class Unreadable:
     """A stored attempt that cannot be read; it is reported and runs again."""
 
-    key: Key
+    where: str
+    """`path:line` of the bad index line."""
     problem: str
 
 
@@ -105,237 +83,307 @@ def new_run_id() -> str:
     return secrets.token_hex(4)
 
 
-def owner_tag() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 class Store:
-    """Runs and their attempt records. Open with a file path, or ":memory:" without a cache."""
+    """Runs below `root` (`<cache_dir>/agenteval`); without a cache dir, a temporary folder."""
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = str(path)
-        self.conn = self._connect()
-        self._checkpointer: threading.Thread | None = None
+    def __init__(self, root: Path | None) -> None:
+        self.temporary = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="agenteval-store-")) if root is None else root
+        self.runs_dir = self.root / "runs"
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.problems: list[str] = []
+        self._open: dict[str, _RunFiles] = {}
+        self._offsets: dict[str, dict[Key, tuple[int, int]]] = {}
 
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(self.path, timeout=30)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA wal_autocheckpoint=0")  # see keep_checkpointed()
-            conn.executescript(_TABLES)
-            row = _first(conn.execute("SELECT value FROM meta WHERE key='schema'"))
-            if row is None:
-                conn.execute("INSERT INTO meta VALUES ('schema', ?)", (STORE_SCHEMA,))
-                conn.commit()
-            elif _major(row[0]) > _major(STORE_SCHEMA):
-                raise StoreError(
-                    f"{self.path} was written by a newer pytest-agenteval ({row[0]}); "
-                    "upgrade pytest-agenteval or use another cache_dir"
-                )
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path} is not a readable run store ({exc})") from exc
-        return conn
-
-    def keep_checkpointed(self) -> None:
-        """Checkpoint from a background thread instead of inside commits.
-
-        With synchronous=NORMAL a commit never waits for the disk, but a checkpoint fsyncs; done
-        inside a commit that stalls the run. SQLite releases the GIL while it syncs, so the
-        thread costs the test loop nothing, and a power loss still cannot corrupt the store.
-        """
-        if self.path == ":memory:" or self._checkpointer is not None:
-            return
-        self._stop = threading.Event()
-        self._checkpointer = threading.Thread(
-            target=self._checkpoint_loop, name="agenteval-checkpoint", daemon=True
-        )
-        self._checkpointer.start()
-
-    def _checkpoint_loop(self) -> None:
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
-            while not self._stop.wait(CHECKPOINT_SECONDS):
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        finally:
-            conn.close()
+    def describe(self) -> str:
+        return "memory only (no cache dir)" if self.temporary else str(self.runs_dir)
 
     def close(self) -> None:
-        if self._checkpointer is not None:
-            self._stop.set()
-            self._checkpointer.join()
-            self._checkpointer = None
-        with contextlib.suppress(sqlite3.Error):
-            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self.conn.close()
+        for files in self._open.values():
+            files.close()
+        self._open.clear()
+        if self.temporary:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     # --- runs -----------------------------------------------------------------------------
 
     def create_run(
         self, run_id: str, datasets: list[dict[str, str]], agent: dict[str, Any]
     ) -> None:
-        now = time.time()
+        folder = self.runs_dir / run_id
         try:
-            self.conn.execute(
-                "INSERT INTO runs (run_id, datasets, dataset_key, agent, created_at, updated_at,"
-                " status, owner) VALUES (?, ?, ?, ?, ?, ?, 'running', ?)",
-                (
-                    run_id,
-                    json.dumps(datasets),
-                    dataset_key(datasets),
-                    json.dumps(agent),
-                    now,
-                    now,
-                    owner_tag(),
-                ),
-            )
-        except sqlite3.IntegrityError:
+            folder.mkdir()
+        except FileExistsError:
             raise StoreError(
                 f"run {run_id!r} exists already; add --resume-suite to continue it"
             ) from None
-        self.conn.commit()
+        now = time.time()
+        meta = {
+            "schema": RUN_SCHEMA,
+            "run_id": run_id,
+            "datasets": datasets,
+            "dataset_key": dataset_key(datasets),
+            "agent": agent,
+            "created_at": now,
+            "updated_at": now,
+            "planned": 0,
+            "status": "running",
+            "sessions": [],
+        }
+        _write_json(folder / "run.json", meta)
+        self.claim_run(run_id)
 
     def latest_run(self, datasets: list[dict[str, str]]) -> str | None:
-        row = _first(
-            self.conn.execute(
-                "SELECT run_id FROM runs WHERE dataset_key = ? ORDER BY updated_at DESC LIMIT 1",
-                (dataset_key(datasets),),
-            )
-        )
-        return row[0] if row else None
+        """The most recently used run of exactly these datasets."""
+        wanted = dataset_key(datasets)
+        best: tuple[float, str] | None = None
+        for meta in self._scan():
+            if meta["dataset_key"] == wanted and (best is None or meta["updated_at"] > best[0]):
+                best = (meta["updated_at"], meta["run_id"])
+        return best[1] if best else None
 
-    def run(self, run_id: str) -> RunInfo | None:
-        for info in self._runs("WHERE r.run_id = ?", (run_id,)):
-            return info
-        return None
+    def _scan(self) -> Iterator[dict[str, Any]]:
+        """Every run's run.json; unreadable ones are skipped and listed in `problems`."""
+        for folder in sorted(self.runs_dir.iterdir()):
+            try:
+                meta = self._meta_or_none(folder.name)
+            except StoreError as exc:
+                self.problems.append(str(exc))
+                continue
+            if meta is not None:
+                yield meta
+
+    def run(self, run_id: str, *, count: bool = False) -> RunInfo | None:
+        """A run's description (`count`: also read its index to count finished attempts)."""
+        meta = self._meta_or_none(run_id)
+        if meta is None:
+            return None
+        done = len(self.index(run_id)[0]) if count else 0
+        status = meta["status"]
+        if status == "running" and run_id not in self._open and not _locked(self.runs_dir / run_id):
+            status = "interrupted"
+        return RunInfo(
+            run_id,
+            meta["datasets"],
+            meta["agent"],
+            meta["created_at"],
+            meta["updated_at"],
+            max(meta["planned"], done),
+            done,
+            status,
+            meta["sessions"],
+        )
 
     def runs(self) -> list[RunInfo]:
-        return list(self._runs("ORDER BY r.updated_at DESC", ()))
-
-    def _runs(self, clause: str, params: tuple[Any, ...]) -> Iterator[RunInfo]:
-        rows = self.conn.execute(
-            "SELECT r.run_id, r.datasets, r.agent, r.created_at, r.updated_at, r.planned, r.status,"
-            " r.owner, r.sessions,"
-            " (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.run_id)"
-            f" FROM runs r {clause}",
-            params,
-        ).fetchall()
-        for rid, ds, agent, created, updated, planned, status, owner, sessions, done in rows:
-            if status == "running" and not _owner_alive(owner):
-                status = "interrupted"
-            yield RunInfo(
-                rid,
-                json.loads(ds),
-                json.loads(agent),
-                created,
-                updated,
-                max(planned, done),
-                done,
-                status,
-                json.loads(sessions),
-            )
+        """Every readable run, most recently used first, with counts."""
+        found = [self.run(meta["run_id"], count=True) for meta in self._scan()]
+        return sorted((r for r in found if r), key=lambda r: r.updated_at, reverse=True)
 
     def claim_run(self, run_id: str) -> None:
-        """Mark the run as being continued by this process; refuse if another one runs it."""
-        info = self.run(run_id)
-        assert info is not None
-        if info.status == "running":
+        """Take the run's lock for this session; refuse if another pytest process holds it."""
+        if run_id in self._open:
+            return
+        files = _RunFiles(self.runs_dir / run_id)
+        if not files.lock():
+            files.close()
             raise StoreError(f"run {run_id} is being run by another pytest process right now")
-        self.conn.execute(
-            "UPDATE runs SET status='running', owner=?, updated_at=? WHERE run_id=?",
-            (owner_tag(), time.time(), run_id),
-        )
-        self.conn.commit()
+        self._open[run_id] = files
+        self._update(run_id, status="running")
 
     def set_planned(self, run_id: str, planned: int) -> None:
-        self.conn.execute("UPDATE runs SET planned=? WHERE run_id=?", (planned, run_id))
-        self.conn.commit()
+        self._update(run_id, planned=planned)
 
     def finish_run(self, run_id: str, status: str, session: dict[str, Any]) -> None:
-        row = _first(self.conn.execute("SELECT sessions FROM runs WHERE run_id=?", (run_id,)))
-        sessions = [*json.loads(row[0]), session] if row else [session]
-        self.conn.execute(
-            "UPDATE runs SET status=?, owner=NULL, updated_at=?, sessions=? WHERE run_id=?",
-            (status, time.time(), json.dumps(sessions), run_id),
-        )
-        self.conn.commit()
+        meta = self._meta(run_id)
+        self._update(run_id, status=status, sessions=[*meta["sessions"], session])
+        files = self._open.pop(run_id, None)
+        if files is not None:
+            files.close()
+
+    def _update(self, run_id: str, **changes: Any) -> None:
+        meta = {**self._meta(run_id), **changes, "updated_at": time.time()}
+        _write_json(self.runs_dir / run_id / "run.json", meta)
+
+    def _meta(self, run_id: str) -> dict[str, Any]:
+        path = self.runs_dir / run_id / "run.json"
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{path} is unreadable ({exc}); delete that run's folder") from None
+        if _major(meta.get("schema", "")) > _major(RUN_SCHEMA):
+            raise StoreError(
+                f"{path} was written by a newer pytest-agenteval ({meta['schema']}); "
+                "upgrade pytest-agenteval or use another cache_dir"
+            )
+        return meta
+
+    def _meta_or_none(self, run_id: str) -> dict[str, Any] | None:
+        if not (self.runs_dir / run_id / "run.json").exists():
+            return None
+        return self._meta(run_id)
 
     # --- attempts -------------------------------------------------------------------------
 
     def commit(self, run_id: str, record: dict[str, Any], *, replaces: bool = False) -> None:
-        """Store one finished attempt durably (one transaction); keep what it replaces."""
-        key = (run_id, record["dataset"], record["task_id"], record["attempt"])
+        """Store one finished attempt durably; keep the record it replaces as history."""
+        key = (record["dataset"], record["task_id"], record["attempt"])
         if replaces:
-            old = self.record(run_id, key[1:])
+            old = self.record(run_id, key)
             if isinstance(old, dict):
                 history = old.pop("previous", [])
                 record = {**record, "previous": [old, *history][:HISTORY_LIMIT]}
+        files = self._open[run_id]
+        offset, length = files.append_record(json.dumps(record, ensure_ascii=False))
         usage = record.get("usage") or {}
-        with self.conn:
-            self.conn.execute(
-                "INSERT OR REPLACE INTO attempts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    *key,
-                    record["digest"],
-                    record["run_digest"],
-                    record["status"],
-                    record.get("score"),
-                    record["duration"],
-                    usage.get("input_tokens"),
-                    usage.get("output_tokens"),
-                    usage.get("cost"),
-                    record["finished_at"],
-                    json.dumps(index_summary(record)),
-                ),
-            )
-            self.conn.execute(
-                "INSERT OR REPLACE INTO payloads VALUES (?,?,?,?,?)",
-                (*key, json.dumps(record, ensure_ascii=False)),
-            )
+        line = {
+            "dataset": key[0],
+            "task_id": key[1],
+            "attempt": key[2],
+            "digest": record["digest"],
+            "run_digest": record["run_digest"],
+            "status": record["status"],
+            "score": record.get("score"),
+            "duration": record["duration"],
+            "input_tokens": usage.get("input_tokens"),
+            "output_tokens": usage.get("output_tokens"),
+            "cost": usage.get("cost"),
+            "summary": index_summary(record),
+            "record": [offset, length],
+        }
+        files.append_index(json.dumps(line, ensure_ascii=False))
+        self._offsets.setdefault(run_id, {})[key] = (offset, length)
 
     def index(self, run_id: str) -> tuple[list[IndexRow], list[Unreadable]]:
-        """Every stored attempt of a run, without outputs; unreadable ones apart."""
-        rows, bad = [], []
-        for r in self.conn.execute(
-            "SELECT dataset, task_id, attempt, digest, run_digest, status, score, duration,"
-            " input_tokens, output_tokens, cost, summary FROM attempts WHERE run_id=?",
-            (run_id,),
-        ):
-            key = (r[0], r[1], r[2])
-            try:
-                summary = json.loads(r[11])
-                if summary.get("schema") != RECORD_SCHEMA or r[5] not in ("pass", "fail", "error"):
-                    raise ValueError(f"unknown schema {summary.get('schema')!r} or status {r[5]!r}")
-                rows.append(
-                    IndexRow(key, r[3], r[4], r[5], r[6], r[7] or 0.0, r[8], r[9], r[10], summary)
-                )
-            except (TypeError, ValueError, AttributeError) as exc:
-                bad.append(Unreadable(key, f"{type(exc).__name__}: {exc}"))
-        return rows, bad
+        """The newest readable line of every stored attempt; unreadable lines apart."""
+        path = self.runs_dir / run_id / "index.jsonl"
+        rows: dict[Key, IndexRow] = {}
+        offsets: dict[Key, tuple[int, int]] = {}
+        bad = []
+        with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = json.loads(raw)
+                    key = (line["dataset"], line["task_id"], line["attempt"])
+                    summary = line["summary"]
+                    if summary["schema"] != RECORD_SCHEMA or line["status"] not in _STATUSES:
+                        raise ValueError(f"unknown schema {summary['schema']!r} or status")
+                    rows[key] = IndexRow(
+                        key,
+                        line["digest"],
+                        line["run_digest"],
+                        line["status"],
+                        line["score"],
+                        line["duration"],
+                        line["input_tokens"],
+                        line["output_tokens"],
+                        line["cost"],
+                        summary,
+                    )
+                    offsets[key] = tuple(line["record"])  # type: ignore[assignment]
+                except (ValueError, KeyError, TypeError) as exc:
+                    bad.append(Unreadable(f"{path}:{number}", f"{type(exc).__name__}: {exc}"))
+        self._offsets[run_id] = offsets
+        return list(rows.values()), bad
 
-    def record(self, run_id: str, key: Key) -> dict[str, Any] | Unreadable | None:
-        """The full stored record of one attempt."""
-        row = _first(
-            self.conn.execute(
-                "SELECT record FROM payloads"
-                " WHERE run_id=? AND dataset=? AND task_id=? AND attempt=?",
-                (run_id, *key),
-            )
-        )
-        if row is None:
+    def record(self, run_id: str, key: Key) -> dict[str, Any] | None:
+        """The full stored record of one attempt (None when missing or unreadable)."""
+        if run_id not in self._offsets:
+            self.index(run_id)
+        where = self._offsets[run_id].get(key)
+        if where is None:
             return None
         try:
-            record = json.loads(row[0])
-            if not isinstance(record, dict) or record.get("schema") != RECORD_SCHEMA:
-                raise ValueError("not an agenteval.record/1")
-            return record
-        except ValueError as exc:
-            return Unreadable(key, str(exc))
+            with (self.runs_dir / run_id / "records.jsonl").open("rb") as f:
+                f.seek(where[0])
+                record = json.loads(f.read(where[1]))
+        except (OSError, ValueError):
+            return None
+        return (
+            record if isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA else None
+        )
 
     def records(self, run_id: str) -> Iterator[dict[str, Any]]:
-        for (text,) in self.conn.execute("SELECT record FROM payloads WHERE run_id=?", (run_id,)):
-            yield json.loads(text)
+        """Every stored attempt's full record (the newest of each)."""
+        rows, _ = self.index(run_id)
+        for row in rows:
+            record = self.record(run_id, row.key)
+            if record is not None:
+                yield record
+
+
+_STATUSES = frozenset({"pass", "fail", "error"})
+
+
+class _RunFiles:
+    """The open, append-only files of the run this session writes."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._lock_fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self._index_fd = self._records_fd = -1
+        self._records_end = 0
+
+    def lock(self) -> bool:
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self._index_fd = _open_append(self.folder / "index.jsonl")
+        self._records_fd = _open_append(self.folder / "records.jsonl")
+        self._records_end = os.lseek(self._records_fd, 0, os.SEEK_END)
+        return True
+
+    def append_record(self, text: str) -> tuple[int, int]:
+        data = text.encode("utf-8") + b"\n"
+        offset = self._records_end
+        _write_all(self._records_fd, data)
+        self._records_end += len(data)
+        return offset, len(data) - 1
+
+    def append_index(self, text: str) -> None:
+        _write_all(self._index_fd, text.encode("utf-8") + b"\n")
+
+    def close(self) -> None:
+        for fd in (self._index_fd, self._records_fd, self._lock_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._index_fd = self._records_fd = self._lock_fd = -1
+
+
+def _open_append(path: Path) -> int:
+    """Open for appending; a torn last line (power loss) is ended so it cannot swallow the next."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    size = os.lseek(fd, 0, os.SEEK_END)
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        _write_all(fd, b"\n")
+    return fd
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _locked(folder: Path) -> bool:
+    """Whether some process holds the run's lock (it is running right now)."""
+    try:
+        fd = os.open(folder / "lock", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def index_summary(record: dict[str, Any]) -> dict[str, Any]:
@@ -345,19 +393,12 @@ def index_summary(record: dict[str, Any]) -> dict[str, Any]:
         "schema": record["schema"],
         "tags": record.get("tags", []),
         "verdicts": record.get("verdicts", []),
-        "output_excerpt": excerpt(record.get("output") or "", 500),
+        "output_excerpt": excerpt(record.get("output") or "", 300),
         "error": excerpt(error, 2000) if error else None,
         "error_type": record.get("error_type"),
         "phase": record.get("phase"),
         "started_at": record["started_at"],
     }
-
-
-def _first(cursor: sqlite3.Cursor) -> Any:
-    """The first row, reading the cursor to its end: a half-read statement keeps a read
-    transaction open, and a later write on this connection would then fail as "locked"."""
-    rows = cursor.fetchall()
-    return rows[0] if rows else None
 
 
 def dataset_key(datasets: list[dict[str, str]]) -> str:
@@ -368,19 +409,4 @@ def _major(schema: str) -> int:
     try:
         return int(schema.rsplit("/", 1)[1])
     except (IndexError, ValueError):
-        return 10**6
-
-
-def _owner_alive(owner: str | None) -> bool:
-    if not owner:
-        return False
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, ValueError):
-        return False
-    except PermissionError:
-        return True
-    return True
+        return 0
