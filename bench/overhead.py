@@ -141,9 +141,8 @@ def main() -> None:
         works = {n: make_workdir(root, n) for n in sizes}
         samples = measure(works, repeats)
         print(f"{sizes[0]} vs {sizes[1]} tasks x {ATTEMPTS} attempts, median of {repeats}")
-        print(
-            f"{'mode':22} {'plain us':>9} {'ours us':>9} {'ratio':>6} {'plain KiB':>10} {'ours KiB':>9}"
-        )
+        head = ("mode", "plain us", "ours us", "ratio", "plain KiB", "ours KiB")
+        print("{:22} {:>9} {:>9} {:>6} {:>10} {:>9}".format(*head))
         first_run = slope(samples, "full run", "ours", sizes)[0]
         for mode in [*MODES, "resume replay"]:
             ours_s, ours_m = slope(samples, mode, "ours", sizes)
@@ -158,9 +157,8 @@ def main() -> None:
             )
         big = statistics.median(s[0] for s in samples[("full run", "ours", sizes[1])])
         seconds, records = report_share(works[sizes[1]], big)
-        print(
-            f"reports for {records} attempts: {seconds:.2f} s, {100 * seconds / big:.1f}% of the run"
-        )
+        share = 100 * seconds / big
+        print(f"reports for {records} attempts: {seconds:.2f} s, {share:.1f}% of the run")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -94,9 +94,8 @@ def main() -> None:
         for workers in [0, 2] if args.quick else [0, 2, 8, 16]:
             elapsed, peak = run(root, workers)
             ideal = ATTEMPTS * SLEEP / max(workers, 1)
-            print(
-                f"{workers:>4} {elapsed:8.2f} {ideal:8.2f} {elapsed / ideal:10.2f} {peak / 1024:9.0f}"
-            )
+            ratio = elapsed / ideal
+            print(f"{workers:>4} {elapsed:8.2f} {ideal:8.2f} {ratio:10.2f} {peak / 1024:9.0f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

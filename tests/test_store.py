@@ -126,12 +126,13 @@ def test_newer_run_schema_is_refused(store: Store) -> None:
 
 def test_commit_survives_kill_9(tmp_path: Path) -> None:
     """Every record committed before a SIGKILL is readable afterwards."""
+    here, root = str(Path(__file__).parent), str(tmp_path)
     code = (
-        "import sys; from pathlib import Path; sys.path.insert(0, %r);"
+        f"import sys; from pathlib import Path; sys.path.insert(0, {here!r});"
         "from test_store import record; from pytest_agenteval.store import Store;"
-        "s = Store(Path(%r)); s.create_run('r', [{'name': 'ds', 'version': '1'}], {});"
+        f"s = Store(Path({root!r})); s.create_run('r', [{{'name': 'ds', 'version': '1'}}], {{}});"
         "[(s.commit('r', record(f't{i}', 0)), print(i, flush=True)) for i in range(100000)]"
-    ) % (str(Path(__file__).parent), str(tmp_path))
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     while int(proc.stdout.readline()) < 300:
