@@ -99,7 +99,7 @@ def _report(args: argparse.Namespace) -> int:
     if run is None:
         print(f"agenteval: no run {args.run_id!r} (see `agenteval runs`)", file=sys.stderr)
         return 1
-    rows, bad = store.index(run.run_id)
+    rows, bad = store.index(run.run_id, for_plan=False)
     for item in bad:
         print(f"agenteval: unreadable record at {item.where}: {item.problem}", file=sys.stderr)
     last = run.sessions[-1]["counts"] if run.sessions else {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 def pass_at_k(n: int, c: int, k: int) -> float | None:
@@ -49,9 +50,32 @@ def _check(n: int, c: int, k: int) -> None:
         raise ValueError(f"need 0 <= c <= n and k >= 1, got n={n} c={c} k={k}")
 
 
+class Attempt(Protocol):
+    """What metrics read of one attempt record (the store's IndexRow has it all)."""
+
+    @property
+    def dataset(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def score(self) -> float | None: ...
+    @property
+    def duration(self) -> float: ...
+    @property
+    def input_tokens(self) -> int | None: ...
+    @property
+    def output_tokens(self) -> int | None: ...
+    @property
+    def cost(self) -> float | None: ...
+    @property
+    def tags(self) -> tuple[str, ...]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptRow:
-    """What metrics need of one attempt record."""
+    """One attempt as plain values (an Attempt)."""
 
     dataset: str
     task_id: str
@@ -109,9 +133,9 @@ class Totals:
     duration_p95: float | None = None
 
 
-def task_metrics(rows: Iterable[AttemptRow], ks: Sequence[int] | None = None) -> list[TaskMetrics]:
+def task_metrics(rows: Iterable[Attempt], ks: Sequence[int] | None = None) -> list[TaskMetrics]:
     """Group attempt rows by (dataset, task) and estimate each task's pass@k and pass^k."""
-    grouped: dict[tuple[str, str], list[AttemptRow]] = {}
+    grouped: dict[tuple[str, str], list[Attempt]] = {}
     for row in rows:
         grouped.setdefault((row.dataset, row.task_id), []).append(row)
     result = []
@@ -170,7 +194,7 @@ def tag_metrics(tasks: Sequence[TaskMetrics], ks: Sequence[int]) -> dict[str, Gr
     return {tag: group_metrics(members, ks) for tag, members in sorted(by_tag.items())}
 
 
-def totals(rows: Sequence[AttemptRow]) -> Totals:
+def totals(rows: Sequence[Attempt]) -> Totals:
     """Counts by status, mean score (errors score 0), summed usage, duration percentiles."""
     counts = {"pass": 0, "fail": 0, "error": 0}
     for row in rows:

@@ -8,6 +8,7 @@ the records that will be regraded.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,7 +23,7 @@ class Plan:
     """Stored attempts of the run being continued, and how to treat them."""
 
     entries: dict[str, list[Any]] = field(default_factory=dict)
-    """plan_key -> [digest, run_digest, status, phase, replay data]."""
+    """plan_key -> [digest, run_digest, status, phase, replay scalars, replay JSON]."""
     rerun_errors: bool = False
     rerun_all: bool = False
     regrade_records: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -43,12 +44,12 @@ class Plan:
         entry = self.entries.get(plan_key(key))
         if entry is None or self.rerun_all:
             return "run", None
-        held, held_run, status, phase, replay = entry
+        held, held_run, status, phase, header, replay = entry
         agent_error = status == "error" and phase != "grading"
         if agent_error and self.rerun_errors:
             return "run", None
         if held == digest or (agent_error and held_run == run_digest):
-            return "reuse", replay
+            return "reuse", {**header, **json.loads(replay)}
         if held_run == run_digest and regradable:
             record = self._record(key)
             if record is not None:
@@ -90,14 +91,14 @@ def plan_key(key: Key) -> str:
 def make_plan(rows: Iterable[IndexRow], *, rerun_errors: bool, rerun_all: bool) -> Plan:
     """Snapshot the readable stored attempts of a run."""
     entries = {
-        plan_key(r.key): [r.digest, r.run_digest, r.status, r.summary.get("phase"), replay_data(r)]
+        plan_key(r.key): [r.digest, r.run_digest, r.status, r.phase, replay_header(r), r.replay]
         for r in rows
     }
     return Plan(entries, rerun_errors, rerun_all)
 
 
-def replay_data(row: IndexRow) -> dict[str, Any]:
-    """What an item needs to replay a stored verdict without the store."""
+def replay_header(row: IndexRow) -> dict[str, Any]:
+    """The scalars of a stored verdict that a replayed item reports (JUnit properties)."""
     return {
         "status": row.status,
         "score": row.score,
@@ -105,9 +106,6 @@ def replay_data(row: IndexRow) -> dict[str, Any]:
         "input_tokens": row.input_tokens,
         "output_tokens": row.output_tokens,
         "cost": row.cost,
-        "verdicts": row.summary.get("verdicts", []),
-        "output_excerpt": row.summary.get("output_excerpt", ""),
-        "error": row.summary.get("error"),
     }
 
 

@@ -8,7 +8,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from junitparser import xunit2
 
@@ -23,9 +23,9 @@ def write_reports(summary: dict[str, Any], out_dir: Path, rule: str) -> list[Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown = render_markdown(summary, rule)
     paths = [
-        _atomic_write(out_dir / "summary.json", lambda f: f.write(json_text(summary))),
+        _atomic_write(out_dir / "summary.json", lambda f: write_json(summary, f)),
         _atomic_write(out_dir / "summary.md", lambda f: f.write(markdown)),
-        _atomic_write(out_dir / "junit.xml", lambda f: f.write(junit_text(summary, rule))),
+        _atomic_write(out_dir / "junit.xml", lambda f: junit_xml(summary, rule).write(f)),
     ]
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
@@ -34,15 +34,15 @@ def write_reports(summary: dict[str, Any], out_dir: Path, rule: str) -> list[Pat
     return paths
 
 
-def json_text(summary: dict[str, Any]) -> str:
-    """Indented at the top, one line per task: readable, and fast (C encoder) for big runs."""
+def write_json(summary: dict[str, Any], out: TextIO) -> None:
+    """Indented at the top, one line per task: readable, fast (C encoder), written as it goes."""
     head = {k: v for k, v in summary.items() if k != "tasks"}
     text = json.dumps({**head, "tasks": []}, indent=1, ensure_ascii=False)
-    tasks = ",\n  ".join(json.dumps(t, ensure_ascii=False) for t in summary["tasks"])
-    if not tasks:
-        return text + "\n"
     before, _, after = text.rpartition('"tasks": []')  # the last key
-    return f'{before}"tasks": [\n  {tasks}\n ]{after}\n'
+    out.write(before + '"tasks": [')
+    for index, task in enumerate(summary["tasks"]):
+        out.write(("\n  " if index == 0 else ",\n  ") + json.dumps(task, ensure_ascii=False))
+    out.write(("\n ]" if summary["tasks"] else "]") + after + "\n")
 
 
 def _atomic_write(path: Path, write: Callable[[Any], Any]) -> Path:
@@ -116,7 +116,7 @@ def _counts_line(counts: dict[str, int]) -> str:
 # --- JUnit (one testcase per task) -------------------------------------------------------------
 
 
-def junit_text(summary: dict[str, Any], rule: str) -> str:
+def junit_xml(summary: dict[str, Any], rule: str) -> xunit2.JUnitXml:
     """Per-task JUnit XML built with junitparser; every text is made XML-safe."""
     suite = xunit2.TestSuite("agenteval")
     m = summary["metrics"]
@@ -137,7 +137,7 @@ def junit_text(summary: dict[str, Any], rule: str) -> str:
     xml = xunit2.JUnitXml()
     xml.add_testsuite(suite)
     xml.update_statistics()
-    return xml.tostring().decode("utf-8")
+    return xml
 
 
 def _task_case(task: dict[str, Any], rule: str) -> xunit2.TestCase:

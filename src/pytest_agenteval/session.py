@@ -180,7 +180,7 @@ class Controller:
             self.config.hook.pytest_agenteval_record_committed(record=record, config=self.config)
         result = yield
         # Every plugin has seen the record; the terminal reporter keeps reports all session long.
-        report.agenteval = {"action": info["action"], "key": info["key"]}  # type: ignore[attr-defined]
+        report.agenteval = None  # type: ignore[attr-defined]
         if info.get("crashed"):
             self._close_crashed(report)
         return result
@@ -239,7 +239,23 @@ class Controller:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.dry:
             return
-        rows, _ = self.store.index(self.run_id)
+        status, counts = self._summarize(session, int(exitstatus))
+        out_dir = self.settings.report_dir or (
+            self.store_dir / "runs" / self.run_id if self.store_dir else None
+        )
+        if out_dir is not None:
+            self.written = write_reports(self.summary, out_dir, self.settings.task_rule)
+        self.config.hook.pytest_agenteval_summary(summary=self.summary, config=self.config)
+        self.store.finish_run(
+            self.run_id,
+            status,
+            {"finished_at": time.time(), "exitstatus": int(exitstatus), "counts": counts},
+        )
+        self._gate(session, int(exitstatus))
+
+    def _summarize(self, session: pytest.Session, exitstatus: int) -> tuple[str, dict[str, int]]:
+        """Build the summary from the stored records (freed before the reports are written)."""
+        rows, _ = self.store.index(self.run_id, for_plan=False)
         interrupted = (
             exitstatus == pytest.ExitCode.INTERRUPTED
             or bool(session.shouldfail or session.shouldstop)
@@ -261,18 +277,7 @@ class Controller:
             status=status,
             load_errors=self.load_errors,
         )
-        out_dir = self.settings.report_dir or (
-            self.store_dir / "runs" / self.run_id if self.store_dir else None
-        )
-        if out_dir is not None:
-            self.written = write_reports(self.summary, out_dir, self.settings.task_rule)
-        self.config.hook.pytest_agenteval_summary(summary=self.summary, config=self.config)
-        self.store.finish_run(
-            self.run_id,
-            status,
-            {"finished_at": time.time(), "exitstatus": int(exitstatus), "counts": counts},
-        )
-        self._gate(session, int(exitstatus))
+        return status, counts
 
     def _gate(self, session: pytest.Session, exitstatus: int) -> None:
         if exitstatus not in (0, 1) or self.summary is None:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from sys import intern
 from typing import Any
 
 from .errors import StoreError
@@ -56,7 +57,11 @@ class RunInfo:
 
 @dataclass(frozen=True, slots=True)
 class IndexRow:
-    """What planning and metrics read of one stored attempt (no output, no transcript)."""
+    """What planning and metrics read of one stored attempt: compact, no output, no transcript.
+
+    Runs hold tens of thousands of rows, so the replay data stays a JSON string until an item
+    actually replays it.
+    """
 
     key: Key
     digest: str
@@ -67,7 +72,21 @@ class IndexRow:
     input_tokens: int | None
     output_tokens: int | None
     cost: float | None
-    summary: dict[str, Any]
+    tags: tuple[str, ...]
+    reason: str
+    """One line on why the attempt passed, failed or errored."""
+    phase: str | None
+    """Where an error happened: agent, grading or crash."""
+    replay: str
+    """JSON of what replaying the verdict shows: verdicts, output excerpt, error."""
+
+    @property
+    def dataset(self) -> str:
+        return self.key[0]
+
+    @property
+    def task_id(self) -> str:
+        return self.key[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +255,7 @@ class Store:
         offset, length = files.append_record(json.dumps(record, ensure_ascii=False))
         usage = record.get("usage") or {}
         line = {
+            "schema": record["schema"],
             "dataset": key[0],
             "task_id": key[1],
             "attempt": key[2],
@@ -247,14 +267,22 @@ class Store:
             "input_tokens": usage.get("input_tokens"),
             "output_tokens": usage.get("output_tokens"),
             "cost": usage.get("cost"),
-            "summary": index_summary(record),
+            "tags": record.get("tags", []),
+            "reason": attempt_reason(record),
+            "phase": record.get("phase"),
+            "replay": json.dumps(replay_fields(record), ensure_ascii=False),
             "record": [offset, length],
         }
         files.append_index(json.dumps(line, ensure_ascii=False))
-        self._offsets.setdefault(run_id, {})[key] = (offset, length)
+        self._offsets.pop(run_id, None)  # read back from the index when a replace needs it
 
-    def index(self, run_id: str) -> tuple[list[IndexRow], list[Unreadable]]:
-        """The newest readable line of every stored attempt; unreadable lines apart."""
+    def index(
+        self, run_id: str, *, for_plan: bool = True
+    ) -> tuple[list[IndexRow], list[Unreadable]]:
+        """The newest readable line of every stored attempt; unreadable lines apart.
+
+        Without `for_plan` the digests and replay data are left out (metrics need neither).
+        """
         path = self.runs_dir / run_id / "index.jsonl"
         rows: dict[Key, IndexRow] = {}
         offsets: dict[Key, tuple[int, int]] = {}
@@ -263,21 +291,23 @@ class Store:
             for number, raw in enumerate(f, 1):
                 try:
                     line = json.loads(raw)
-                    key = (line["dataset"], line["task_id"], line["attempt"])
-                    summary = line["summary"]
-                    if summary["schema"] != RECORD_SCHEMA or line["status"] not in _STATUSES:
-                        raise ValueError(f"unknown schema {summary['schema']!r} or status")
+                    key = (intern(line["dataset"]), line["task_id"], line["attempt"])
+                    if line["schema"] != RECORD_SCHEMA or line["status"] not in _STATUSES:
+                        raise ValueError(f"unknown schema {line['schema']!r} or status")
                     rows[key] = IndexRow(
                         key,
-                        line["digest"],
-                        line["run_digest"],
-                        line["status"],
+                        line["digest"] if for_plan else "",
+                        line["run_digest"] if for_plan else "",
+                        intern(line["status"]),
                         line["score"],
                         line["duration"],
                         line["input_tokens"],
                         line["output_tokens"],
                         line["cost"],
-                        summary,
+                        tuple(intern(t) for t in line["tags"]),
+                        line["reason"],
+                        line["phase"],
+                        line["replay"] if for_plan else "",
                     )
                     offsets[key] = tuple(line["record"])  # type: ignore[assignment]
                 except (ValueError, KeyError, TypeError) as exc:
@@ -386,19 +416,25 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def index_summary(record: dict[str, Any]) -> dict[str, Any]:
-    """The small part of a record that replay and reports read (excerpts, no transcript)."""
+def replay_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """What replaying a stored verdict shows (verdicts, excerpts), without the store."""
     error = record.get("error")
     return {
-        "schema": record["schema"],
-        "tags": record.get("tags", []),
         "verdicts": record.get("verdicts", []),
         "output_excerpt": excerpt(record.get("output") or "", 300),
         "error": excerpt(error, 2000) if error else None,
-        "error_type": record.get("error_type"),
-        "phase": record.get("phase"),
-        "started_at": record["started_at"],
     }
+
+
+def attempt_reason(record: dict[str, Any]) -> str:
+    """One line on why an attempt passed, failed or errored."""
+    status = record["status"]
+    if status == "error":
+        text = (record.get("error") or "error").strip() or "error"
+        return text.splitlines()[-1] if "Traceback" in text else text.splitlines()[0]
+    verdicts = record.get("verdicts") or []
+    wanted = [v for v in verdicts if v["passed"] == (status == "pass")] or verdicts
+    return "; ".join(f"{v['grader']}: {v['reason']}".splitlines()[0] for v in wanted)
 
 
 def dataset_key(datasets: list[dict[str, str]]) -> str:

@@ -9,7 +9,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .metrics import (
-    AttemptRow,
     GroupMetrics,
     TaskMetrics,
     default_ks,
@@ -85,10 +84,9 @@ def build_summary(
     load_errors: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """summary.json as plain types; the same records always give the same summary."""
-    attempt_rows = [_attempt_row(r) for r in rows]
-    tasks = task_metrics(attempt_rows, ks)
+    tasks = task_metrics(rows, ks)
     chosen = list(ks) if ks else default_ks(tasks)
-    tot = totals(attempt_rows)
+    tot = totals(rows)
     by_task: dict[tuple[str, str], list[IndexRow]] = {}
     for row in rows:
         by_task.setdefault(row.key[:2], []).append(row)
@@ -116,21 +114,6 @@ def build_summary(
         "tasks": [_task_json(t, by_task[(t.dataset, t.task_id)]) for t in tasks],
         "load_errors": load_errors or [],
     }
-
-
-def _attempt_row(row: IndexRow) -> AttemptRow:
-    return AttemptRow(
-        row.key[0],
-        row.key[1],
-        row.key[2],
-        row.status,
-        row.score,
-        row.duration,
-        row.input_tokens,
-        row.output_tokens,
-        row.cost,
-        tuple(row.summary.get("tags") or ()),
-    )
 
 
 def _dataset_label(datasets: list[dict[str, str]]) -> dict[str, str]:
@@ -179,21 +162,11 @@ def _task_json(task: TaskMetrics, rows: list[IndexRow]) -> dict[str, Any]:
                 "index": r.key[2],
                 "status": r.status,
                 "duration": r.duration,
-                "reason": attempt_reason(r.status, r.summary),
+                "reason": r.reason,
             }
             for r in sorted(rows, key=lambda r: r.key[2])
         ],
     }
-
-
-def attempt_reason(status: str, summary: dict[str, Any]) -> str:
-    """One line on why an attempt passed, failed or errored."""
-    if status == "error":
-        text = summary.get("error") or "error"
-        return text.strip().splitlines()[-1] if "Traceback" in text else text.splitlines()[0]
-    verdicts = summary.get("verdicts") or []
-    wanted = [v for v in verdicts if v.get("passed") == (status == "pass")] or verdicts
-    return "; ".join(f"{v['grader']}: {v['reason']}".splitlines()[0] for v in wanted)
 
 
 def task_passes(task: dict[str, Any], rule: str) -> bool:
