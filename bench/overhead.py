@@ -5,7 +5,8 @@ in-process agent, an `equals` grader) and the equivalent plain-pytest module (on
 parametrized over the same tasks x attempts, calling the same agent and comparing). Runs plain
 and agenteval alternately, several times, and prints per-item slopes between the two sizes
 (start-up cost cancels out), their ratio, and the peak-RSS slope. Plugin autoload is off on both
-sides; ours is loaded with `-p agenteval`. Every agenteval run starts from an empty store.
+sides; ours is loaded with `-p agenteval`. Every agenteval run starts from an empty run store;
+task files parsed before are reused from the spec cache, except in the "cold" mode.
 
     python bench/overhead.py             # 1,000 / 10,000 tasks x 3 attempts, 3 repeats
     python bench/overhead.py --quick     # 100 / 1,000 tasks, 1 repeat (< 60 s)
@@ -42,6 +43,7 @@ MODES = {
     "full run": [],
     "full run + --junitxml": ["--junitxml=out.xml"],
     "collect only": ["--co"],
+    "collect only, cold": ["--co"],
 }
 
 
@@ -79,9 +81,12 @@ def run(work: Path, args: list[str]) -> tuple[float, int]:
     return elapsed, usage.ru_maxrss
 
 
-def ours(work: Path, mode_args: list[str], *, fresh: bool = True) -> list[str]:
+def ours(work: Path, mode_args: list[str], *, fresh: bool = True, cold: bool = False) -> list[str]:
+    """Our command line; `fresh`: an empty run store; `cold`: no parsed-spec cache either."""
     if fresh:
-        shutil.rmtree(work / ".pytest_cache/agenteval", ignore_errors=True)
+        shutil.rmtree(work / ".pytest_cache/agenteval/runs", ignore_errors=True)
+    if cold:
+        (work / ".pytest_cache/agenteval/specs.pickle").unlink(missing_ok=True)
     return ["-p", "agenteval", "--agenteval", "ds", *mode_args]
 
 
@@ -95,7 +100,10 @@ def measure(works: dict[int, Path], repeats: int) -> Samples:
         for size, work in works.items():
             for mode, args in MODES.items():
                 samples.setdefault((mode, "plain", size), []).append(run(work, ["plain", *args]))
-                samples.setdefault((mode, "ours", size), []).append(run(work, ours(work, args)))
+                cold = mode.endswith("cold")
+                samples.setdefault((mode, "ours", size), []).append(
+                    run(work, ours(work, args, cold=cold))
+                )
                 if mode == "full run":  # replay everything that run just recorded
                     resume = ours(work, ["--resume-suite"], fresh=False)
                     samples.setdefault(("resume replay", "ours", size), []).append(
@@ -113,17 +121,19 @@ def slope(samples: Samples, mode: str, side: str, sizes: list[int]) -> tuple[flo
     return seconds / items, kib / items
 
 
-def report_share(work: Path, run_seconds: float) -> tuple[float, int]:
-    """Seconds to read the store and write summary.json/md + junit.xml for the big run."""
+def report_share(work: Path) -> tuple[float, int]:
+    """Seconds the session end takes for the big run: read the index, summarize, write files."""
     from pytest_agenteval.reports import write_reports
     from pytest_agenteval.store import Store
     from pytest_agenteval.summary import build_summary
 
     run(work, ours(work, []))
-    store = Store(work / ".pytest_cache/agenteval/store.sqlite")
+    store = Store(work / ".pytest_cache/agenteval")
+    (run_id,) = [p.name for p in store.runs_dir.iterdir()]
     start = time.perf_counter()
-    info = store.runs()[0]
-    rows, _ = store.index(info.run_id)
+    info = store.run(run_id)
+    assert info is not None
+    rows, _ = store.index(run_id, for_plan=False)
     summary = build_summary(info, rows, ks=None, session_counts={}, status="complete")
     write_reports(summary, work / "reports", "any")
     return time.perf_counter() - start, len(rows)
@@ -156,7 +166,7 @@ def main() -> None:
                 f" {plain_m:10.2f} {ours_m:9.2f}"
             )
         big = statistics.median(s[0] for s in samples[("full run", "ours", sizes[1])])
-        seconds, records = report_share(works[sizes[1]], big)
+        seconds, records = report_share(works[sizes[1]])
         share = 100 * seconds / big
         print(f"reports for {records} attempts: {seconds:.2f} s, {share:.1f}% of the run")
     finally:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from .errors import TaskFileError, did_you_mean
 from .model import UNION_TAGS, GraderSpec, Manifest, TaskSpec, check_task_id
+from .speccache import SpecCache
 
 DIGEST_VERSION = "agenteval.digest/1"
 MANIFEST_NAME = "agenteval.yaml"
@@ -170,6 +171,8 @@ class TaskDef:
     path: Path
     line: int
     """1-based line where the task starts."""
+    loc: tuple[Any, ...] = ()
+    """Where in the file the task is: () for a one-task file, ("tasks", i) in a list."""
     graders: tuple[Any, ...] = ()
     grader_specs: tuple[GraderSpec, ...] = ()
 
@@ -252,9 +255,30 @@ class LoadFailure:
 
 
 def load_task_file(
-    path: Path, dataset: Dataset, make_grader: MakeGrader | None = None
+    path: Path,
+    dataset: Dataset,
+    make_grader: MakeGrader | None = None,
+    cache: SpecCache | None = None,
 ) -> list[TaskDef | LoadFailure]:
-    """Load every task of one file; problems become LoadFailures, never exceptions."""
+    """Load every task of one file; problems become LoadFailures, never exceptions.
+
+    With a cache, an unchanged file's validated specs are reused instead of parsing it again.
+    """
+    cached = cache.get(path) if cache is not None else None
+    if cached is not None:
+        results = [_finish(path, dataset, *entry, None, make_grader) for entry in cached]
+        if all(isinstance(r, TaskDef) for r in results):
+            return results
+        return load_task_file(path, dataset, make_grader)  # again, for the error's line numbers
+    results = _load_file(path, dataset, make_grader)
+    if cache is not None and all(isinstance(r, TaskDef) for r in results):
+        cache.put(path, [(t.spec, t.line, t.loc) for t in results])  # type: ignore[union-attr]
+    return results
+
+
+def _load_file(
+    path: Path, dataset: Dataset, make_grader: MakeGrader | None
+) -> list[TaskDef | LoadFailure]:
     default_id = dataset.id_for(path)
     try:
         node, data = _parse(path)
@@ -322,7 +346,20 @@ def _load_task(
             return LoadFailure(
                 path, label, line, [TaskFileError(path, str(exc), line=line, hint=hint)]
             )
-    task = TaskDef(spec, dataset, path, line)
+    return _finish(path, dataset, spec, line, loc, node, make_grader)
+
+
+def _finish(
+    path: Path,
+    dataset: Dataset,
+    spec: TaskSpec,
+    line: int,
+    loc: tuple[Any, ...],
+    node: Any,
+    make_grader: MakeGrader | None,
+) -> TaskDef | LoadFailure:
+    """A validated spec becomes a TaskDef: manifest defaults, workspace check, graders built."""
+    task = TaskDef(spec, dataset, path, line, loc)
     errors = _check_workspace(task, node, loc)
     specs = spec.graders or dataset.manifest.defaults.graders
     if specs is None:
@@ -341,7 +378,8 @@ def _load_task(
     graders, grader_errors = _build_graders(task, specs, node, loc, make_grader)
     errors += grader_errors
     if errors:
-        return LoadFailure(path, label, line, errors)
+        assert spec.id is not None
+        return LoadFailure(path, spec.id, line, errors)
     object.__setattr__(task, "graders", tuple(graders))
     return task
 

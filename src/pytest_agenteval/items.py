@@ -46,7 +46,8 @@ class TaskFile(pytest.File):
         dataset = runtime.dataset_for(self.path)
         assert dataset is not None
         attempts = runtime.attempts_for(dataset)
-        for loaded in load_task_file(self.path, dataset, runtime.grader_factory(dataset)):
+        makers = runtime.grader_factory(dataset)
+        for loaded in load_task_file(self.path, dataset, makers, runtime.specs):
             if isinstance(loaded, TaskDef):
                 loaded = _check_unique(runtime, loaded)
             if isinstance(loaded, LoadFailure):
@@ -374,6 +375,9 @@ class TaskHooks:
             if call.when == "call" or report.failed:
                 report.agenteval = item.report_extras()
         return report
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        session.config.stash[RUNTIME].specs.save()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         config.stash[RUNTIME].workspaces.close()

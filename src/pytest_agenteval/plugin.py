@@ -259,7 +259,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Imported only when active: unrelated pytest runs pay nothing for pydantic and friends.
     from .items import RUNTIME, TaskHooks
     from .runtime import Runtime, agent_fingerprint
-    from .session import Controller, XdistHooks, worker_setup
+    from .session import Controller, XdistHooks, agenteval_dir, worker_setup
+    from .speccache import SpecCache
     from .workspaces import Workspaces
 
     settings = read_settings(config)
@@ -272,11 +273,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.collectonly = True
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
     basetemp = config.option.basetemp
+    folder = agenteval_dir(config)
     runtime = Runtime(
         settings,
         datasets,
         make_grader=TaskHooks.grader_maker(config),
         workspaces=Workspaces(Path(basetemp) if basetemp else None, worker),
+        agenteval_dir=folder,
+        specs=SpecCache(folder / "specs.pickle" if folder else None),
         fingerprint=agent_fingerprint(settings, datasets),
     )
     config.stash[RUNTIME] = runtime

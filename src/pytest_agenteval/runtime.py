@@ -15,6 +15,7 @@ from .dataset import Dataset, TaskDef
 from .errors import AgentError
 from .model import CallableAgentSpec, CommandAgentSpec, GraderSpec, TaskSpec
 from .plan import Plan
+from .speccache import SpecCache
 from .workspaces import Workspaces
 
 FIXTURE_NAME = "agenteval_agent"
@@ -52,6 +53,9 @@ class Runtime:
     datasets: list[Dataset]
     make_grader: Callable[[GraderSpec, TaskSpec, Path], Any]
     workspaces: Workspaces
+    agenteval_dir: Path | None
+    """<cache_dir>/agenteval, or None without the cache provider."""
+    specs: SpecCache
     plan: Plan = field(default_factory=Plan)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     seen_ids: dict[tuple[str, str], Path] = field(default_factory=dict)

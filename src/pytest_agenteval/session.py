@@ -32,7 +32,7 @@ class Controller:
         self.runtime = runtime
         self.settings = runtime.settings
         self.dry = bool(config.option.collectonly or self.settings.show_plan)
-        self.store_dir = _store_dir(config)
+        self.store_dir = runtime.agenteval_dir
         self.store = self._open_store()
         self.datasets = [{"name": d.name, "version": d.manifest.version} for d in runtime.datasets]
         self.actions: Counter[str] = Counter()
@@ -358,7 +358,7 @@ def fingerprint_drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     ]
 
 
-def _store_dir(config: pytest.Config) -> Path | None:
+def agenteval_dir(config: pytest.Config) -> Path | None:
     """<cache_dir>/agenteval: beside pytest's d/ and v/, so --cache-clear never wipes runs.
 
     Asking pytest for a d/ folder first makes it create the cache dir with its .gitignore.
@@ -373,7 +373,8 @@ def _load_tasks(runtime: Runtime) -> list[TaskDef]:
     tasks = []
     for dataset in runtime.datasets:
         for path in dataset.task_files():
-            tasks += [t for t in load_task_file(path, dataset) if isinstance(t, TaskDef)]
+            loaded = load_task_file(path, dataset, cache=runtime.specs)
+            tasks += [t for t in loaded if isinstance(t, TaskDef)]
     return tasks
 
 
