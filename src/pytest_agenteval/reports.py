@@ -133,15 +133,28 @@ def junit_xml(summary: dict[str, Any], rule: str) -> xunit2.JUnitXml:
         *((f"count_{k}", v) for k, v in summary["counts"].items()),
     ):
         suite.add_property(name, xml_safe(str(value)))
-    suite.add_testcases([_task_case(task, rule) for task in summary["tasks"]])  # one stats pass
+    built = [_task_case(task, rule) for task in summary["tasks"]]
+    suite.extend([xunit2.TestCase.fromelem(case) for case, _ in built])
+    # Counted here: junitparser's update_statistics re-reads every case through its wrappers.
+    kinds = [kind for _, kind in built]
+    suite.tests, suite.failures, suite.errors, suite.skipped = (
+        len(built),
+        kinds.count("failure"),
+        kinds.count("error"),
+        0,
+    )
+    suite.time = round(sum(float(case.get("time", 0)) for case, _ in built), 3)
     xml = xunit2.JUnitXml()
     xml.add_testsuite(suite)
     xml.update_statistics()
     return xml
 
 
-def _task_case(task: dict[str, Any], rule: str) -> xunit2.TestCase:
-    """One task's testcase, built as a plain element (junitparser's setters are slow per call)."""
+def _task_case(task: dict[str, Any], rule: str) -> tuple[ET.Element, str]:
+    """One task's testcase element and its result ("", "failure" or "error").
+
+    Built as a plain element: junitparser's attribute setters are slow, one call at a time.
+    """
     total = sum(a["duration"] for a in task["attempts"])
     case = ET.Element(
         "testcase",
@@ -159,17 +172,15 @@ def _task_case(task: dict[str, Any], rule: str) -> xunit2.TestCase:
         ("pass_power_k", json.dumps(task["pass_power_k"])),
     ):
         ET.SubElement(props, "property", name=name, value=str(value))
-    if not task_passes(task, rule):
-        bad = [a for a in task["attempts"] if a["status"] != "pass"]
-        message = f"{task['c']}/{task['n']} attempts passed; task rule {rule!r} not met"
-        kind = "error" if all(a["status"] == "error" for a in bad) else "failure"
-        result = ET.SubElement(case, kind, message=xml_safe(message))
-        result.text = xml_safe(
-            "\n".join(
-                f"attempt {a['index']} {a['status']}: {excerpt(a['reason'], 500)}" for a in bad
-            )
-        )
-    return xunit2.TestCase.fromelem(case)
+    if task_passes(task, rule):
+        return case, ""
+    bad = [a for a in task["attempts"] if a["status"] != "pass"]
+    message = f"{task['c']}/{task['n']} attempts passed; task rule {rule!r} not met"
+    kind = "error" if all(a["status"] == "error" for a in bad) else "failure"
+    result = ET.SubElement(case, kind, message=xml_safe(message))
+    lines = [f"attempt {a['index']} {a['status']}: {excerpt(a['reason'], 500)}" for a in bad]
+    result.text = xml_safe("\n".join(lines))
+    return case, kind
 
 
 # --- terminal ----------------------------------------------------------------------------------
