@@ -2,7 +2,7 @@
 
 Runs the suite with -n 0, 2, 8 and 16 and prints the wall time of each against the ideal
 (attempts x 50 ms / workers), and the peak memory of the whole process tree (controller and
-workers, sampled from /proc).
+workers, sampled from /proc); beside it, plain pytest running 200 tests that sleep 50 ms.
 
     python bench/parallel.py
     python bench/parallel.py --quick        # -n 0 and 2 only
@@ -35,6 +35,12 @@ def make_dataset(root: Path) -> None:
     )
     for i in range(ATTEMPTS // 4):
         (root / f"ds/t{i:03}.yaml").write_text("input: q\nexpected: ok\n")
+    (root / "plain").mkdir()
+    (root / "plain/test_sleep.py").write_text(
+        "import time\n\nimport pytest\n\n\n"
+        f"@pytest.mark.parametrize('i', range({ATTEMPTS}))\n"
+        f"def test_sleep(i):\n    time.sleep({SLEEP})\n"
+    )
 
 
 def tree_rss_kib(pid: int) -> int:
@@ -60,9 +66,9 @@ def tree_rss_kib(pid: int) -> int:
     return total
 
 
-def run(root: Path, workers: int) -> tuple[float, int]:
+def run(root: Path, workers: int, target: list[str]) -> tuple[float, int]:
     shutil.rmtree(root / ".pytest_cache", ignore_errors=True)
-    args = [sys.executable, "-m", "pytest", "-q", "--agenteval", "ds", "-n", str(workers)]
+    args = [sys.executable, "-m", "pytest", "-q", *target, "-n", str(workers)]
     start = time.perf_counter()
     proc = subprocess.Popen(args, cwd=root, stdout=subprocess.DEVNULL)
     peak = 0
@@ -90,12 +96,18 @@ def main() -> None:
     try:
         make_dataset(root)
         print(f"{ATTEMPTS} attempts x {SLEEP * 1000:.0f} ms, {os.cpu_count()} cores")
-        print(f"{'-n':>4} {'wall s':>8} {'ideal s':>8} {'wall/ideal':>10} {'peak MiB':>9}")
+        print(
+            "  -n  ideal s | agenteval: wall s  /ideal  peak MiB | plain pytest: wall s  peak MiB"
+        )
         for workers in [0, 2] if args.quick else [0, 2, 8, 16]:
-            elapsed, peak = run(root, workers)
             ideal = ATTEMPTS * SLEEP / max(workers, 1)
-            ratio = elapsed / ideal
-            print(f"{workers:>4} {elapsed:8.2f} {ideal:8.2f} {ratio:10.2f} {peak / 1024:9.0f}")
+            ours, ours_peak = run(root, workers, ["--agenteval", "ds"])
+            plain, plain_peak = run(root, workers, ["plain"])
+            ours_mib, plain_mib = ours_peak / 1024, plain_peak / 1024
+            print(
+                f"{workers:>4} {ideal:8.2f} | {ours:17.2f} {ours / ideal:7.2f} {ours_mib:9.0f}"
+                f" | {plain:19.2f} {plain_mib:9.0f}"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -1,11 +1,11 @@
 """Resume planning over a 100,000-record store, and the cost of committing each attempt.
 
-1. Fills a run store with 100,000 attempt records (34,000 tasks x 3 attempts, with realistic
+1. Fills a run store with 102,000 attempt records (34,000 tasks x 3 attempts, with realistic
    verdicts and 1 KB outputs) and times what `--resume-suite` does before any test runs: read
    the index and build the plan, then decide every planned attempt (target: <= 2 s).
-2. Times one commit (one SQLite transaction) per attempt into that store.
-3. Runs the same dataset with the store on disk and without it (`-p no:cacheprovider` keeps
-   records in memory only) and prints the per-attempt difference: what durability costs.
+2. Times committing each attempt (two appended lines) while filling that store.
+3. Runs a dataset with the store and with commits replaced by a no-op (a bench-only plugin)
+   and prints the per-attempt difference: what durable records cost inside a real run.
 
     python bench/resume_plan.py
     python bench/resume_plan.py --quick      # 10,000 records, small runs
@@ -52,7 +52,6 @@ def record(task: int, attempt: int) -> dict:
 def fill(path: Path, records: int) -> tuple[Store, float]:
     store = Store(path)
     store.create_run("bench", [{"name": "bench", "version": "1"}], {})
-    store.keep_checkpointed()
     start = time.perf_counter()
     for i in range(records):
         store.commit("bench", record(i // 3, i % 3))
@@ -74,8 +73,16 @@ def plan_seconds(store: Store, records: int) -> tuple[float, float]:
     return planned, time.perf_counter() - start
 
 
+NO_STORE = """
+def pytest_configure(config):
+    from pytest_agenteval import store
+
+    store.Store.commit = lambda self, run_id, record, replaces=False: None
+"""
+
+
 def pytest_seconds(work: Path, *args: str) -> float:
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(work)}
     start = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "agenteval", "--agenteval", "ds", *args],
@@ -87,30 +94,29 @@ def pytest_seconds(work: Path, *args: str) -> float:
     return time.perf_counter() - start
 
 
-def durability_cost(root: Path, sizes: list[int], repeats: int) -> float:
-    """Per-attempt seconds a disk store adds over an in-memory one (slope between sizes)."""
+def commit_share(root: Path, sizes: list[int], repeats: int) -> tuple[float, float]:
+    """Per-attempt seconds of a full run, and how much of it committing records costs: runs
+    with the store against runs whose commits do nothing (slopes between two sizes)."""
     times: dict[tuple[str, int], list[float]] = {}
     for tasks in sizes:
         work = root / f"run{tasks}"
         (work / "ds").mkdir(parents=True)
         (work / "pytest.ini").write_text("[pytest]\n")
+        (work / "nostore.py").write_text(NO_STORE)
         manifest = {"name": "b", "version": "1", "agent": "agent:run", "defaults": {"attempts": 3}}
         (work / "ds/agenteval.yaml").write_text(json.dumps(manifest))
         (work / "ds/agent.py").write_text("def run(task):\n    return 'ok'\n")
         for i in range(tasks):
             (work / f"ds/t{i:05}.yaml").write_text("input: q\nexpected: ok\n")
         for _ in range(repeats):
-            shutil.rmtree(work / ".pytest_cache", ignore_errors=True)
-            times.setdefault(("disk", tasks), []).append(pytest_seconds(work))
-            times.setdefault(("memory", tasks), []).append(
-                pytest_seconds(work, "-p", "no:cacheprovider")
-            )
+            times.setdefault(("store", tasks), []).append(pytest_seconds(work))
+            times.setdefault(("none", tasks), []).append(pytest_seconds(work, "-p", "nostore"))
 
     def slope(kind: str) -> float:
         small, big = (statistics.median(times[(kind, n)]) for n in sizes)
         return (big - small) / ((sizes[1] - sizes[0]) * 3)
 
-    return slope("disk") - slope("memory")
+    return slope("store"), slope("store") - slope("none")
 
 
 def main() -> None:
@@ -120,16 +126,19 @@ def main() -> None:
     records = 10_000 if args.quick else 102_000
     root = Path(tempfile.mkdtemp(prefix="agenteval-plan-"))
     try:
-        store, commit = fill(root / "store.sqlite", records)
-        size = (root / "store.sqlite").stat().st_size / 2**20
+        store, commit = fill(root / "store", records)
+        size = sum(f.stat().st_size for f in (root / "store/runs/bench").iterdir()) / 2**20
         print(f"store: {records} records, {size:.0f} MiB; commit {commit * 1e6:.0f} us/attempt")
         store.close()
-        store = Store(root / "store.sqlite")
+        store = Store(root / "store")
         planned, decided = plan_seconds(store, records)
         print(f"resume plan: index + plan {planned:.2f} s, deciding every attempt {decided:.2f} s")
-        sizes = [200, 1000] if args.quick else [500, 3000]
-        cost = durability_cost(root, sizes, 1 if args.quick else 3)
-        print(f"store on disk vs in memory: {cost * 1e6:+.0f} us per attempt")
+        sizes = [200, 1000] if args.quick else [1000, 5000]
+        per_attempt, commit_cost = commit_share(root, sizes, 1 if args.quick else 3)
+        print(
+            f"full run {per_attempt * 1e6:.0f} us/attempt, of which committing records "
+            f"{commit_cost * 1e6:.0f} us ({100 * commit_cost / per_attempt:.0f}%)"
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -304,7 +304,7 @@ class Store:
                         line["input_tokens"],
                         line["output_tokens"],
                         line["cost"],
-                        tuple(intern(t) for t in line["tags"]),
+                        tuple(map(intern, line["tags"])),
                         line["reason"],
                         line["phase"],
                         line["replay"] if for_plan else "",
