@@ -118,7 +118,7 @@ def _replay(entry: list[Any]) -> dict[str, Any]:
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
         "cost": cost,
-        **json.loads(replay),
+        **(json.loads(replay) if replay else {}),
     }
 
 

@@ -78,7 +78,8 @@ class IndexRow:
     phase: str | None
     """Where an error happened: agent, grading or crash."""
     replay: str
-    """JSON of what replaying the verdict shows: verdicts, output excerpt, error."""
+    """JSON of what replaying a failure or error shows: verdicts, output excerpt, error (a
+    replayed pass shows nothing, so passes store "")."""
 
     @property
     def dataset(self) -> str:
@@ -270,7 +271,9 @@ class Store:
             "tags": record.get("tags", []),
             "reason": attempt_reason(record),
             "phase": record.get("phase"),
-            "replay": json.dumps(replay_fields(record), ensure_ascii=False),
+            "replay": json.dumps(replay_fields(record), ensure_ascii=False)
+            if record["status"] != "pass"
+            else "",
             "record": [offset, length],
         }
         files.append_index(json.dumps(line, ensure_ascii=False))
