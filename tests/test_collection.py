@@ -192,7 +192,9 @@ def test_bad_manifest_is_a_usage_error(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
-def test_unchanged_files_are_not_parsed_again(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+def test_unchanged_files_are_not_parsed_again(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
     """The second run reuses validated specs; an edited file is parsed (and checked) afresh."""
     root = dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
     pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=2)
@@ -202,7 +204,9 @@ def test_unchanged_files_are_not_parsed_again(pytester: pytest.Pytester, dataset
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["ds/b.yaml:3: at bogus: unknown field 'bogus'"])
     (root / "ws").mkdir()
-    (root / "a.yaml").write_text('{"input": "q", "expected": "ok", "workspace": "ws", "metadata": {"answer": "ok"}}')
+    (root / "a.yaml").write_text(
+        '{"input": "q", "expected": "ok", "workspace": "ws", "metadata": {"answer": "ok"}}'
+    )
     pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1, errors=1)
     (root / "ws").rmdir()
     result = pytester.runpytest("--agenteval", "ds")

@@ -116,6 +116,9 @@ def test_list_file_needs_ids_and_reports_each_bad_task(root: Path) -> None:
         ("input: [x\n", "t.yaml:2: invalid YAML"),
         ("", "t.yaml:1: the file is empty"),
         ("- a\n- b\n", "t.yaml:1: a task file holds one task (a mapping) or a `tasks:` list"),
+        ("tasks: []\nother: 1\n", "t.yaml:2: at other: unknown field 'other'"),
+        ("tasks: 5\n", "t.yaml:1: at tasks: `tasks` must be a list of tasks"),
+        ("tasks:\n  - just text\n", "t.yaml:2: at tasks[0]: a task must be a mapping"),
         ("input: !!python/object:os.system x\n", "invalid YAML"),
     ],
 )

@@ -11,44 +11,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from .errors import TaskFileError, did_you_mean
-from .model import UNION_TAGS, GraderSpec, Manifest, TaskSpec, check_task_id
+from .errors import TaskFileError
+from .model import GraderSpec, Manifest, TaskSpec, check_task_id
 from .speccache import SpecCache
+from .yamlfile import field_path, line_of, parse, validation_errors
 
 DIGEST_VERSION = "agenteval.digest/1"
 MANIFEST_NAME = "agenteval.yaml"
 TASK_SUFFIXES = (".yaml", ".yml")
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "venv", "build", "dist", "CVS"})
 
-_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
-    """Safe YAML loader (libyaml when present) that keeps dates as the strings they were.
-
-    Resolving a plain scalar's tag runs Python regexes; task files repeat the same keys and
-    grader names, so resolved tags are remembered (bounded).
-    """
-
-    _tags: ClassVar[dict[str, str]] = {}
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is not yaml.ScalarNode or not implicit[0]:
-            return super().resolve(kind, value, implicit)
-        tag = self._tags.get(value)
-        if tag is None:
-            if len(self._tags) > 50_000:
-                self._tags.clear()
-            tag = self._tags[value] = super().resolve(kind, value, implicit)
-        return tag
-
-
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _BaseLoader.construct_yaml_str)
 
 # A grader factory: (spec, task) -> grader object. Raises GraderSpecError for bad specs.
 MakeGrader = Callable[[GraderSpec, TaskSpec], Any]
@@ -148,13 +124,13 @@ def load_dataset(root: Path) -> Dataset:
     path = root / MANIFEST_NAME
     if not path.is_file():
         return Dataset(root, Manifest(name=_safe_name(root.name)), None)
-    node, data = _parse(path)
+    node, data = parse(path)
     if not isinstance(data, dict):
         raise TaskFileError(path, "the manifest must be a mapping (name, version, agent, ...)")
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
-        raise _validation_errors(exc, path, node, (), Manifest)[0] from None
+        raise validation_errors(exc, path, node, (), Manifest)[0] from None
     return Dataset(root, manifest, path)
 
 
@@ -281,7 +257,7 @@ def _load_file(
 ) -> list[TaskDef | LoadFailure]:
     default_id = dataset.id_for(path)
     try:
-        node, data = _parse(path)
+        node, data = parse(path)
     except TaskFileError as exc:
         return [LoadFailure(path, default_id, exc.line or 1, [exc])]
     if isinstance(data, dict) and "tasks" in data:
@@ -301,7 +277,7 @@ def _load_list(
     if extra or not isinstance(tasks, list):
         field_name = extra[0] if extra else "tasks"
         problem = f"unknown field {field_name!r}" if extra else "`tasks` must be a list of tasks"
-        err = TaskFileError(path, problem, line=_line_of(node, (field_name,)), field=field_name)
+        err = TaskFileError(path, problem, line=line_of(node, (field_name,)), field=field_name)
         return [LoadFailure(path, stem, err.line or 1, [err])]
     results: list[TaskDef | LoadFailure] = []
     for index, raw in enumerate(tasks):
@@ -310,8 +286,8 @@ def _load_list(
             err = TaskFileError(
                 path,
                 "missing required field 'id' (tasks in a `tasks:` list need one)",
-                line=_line_of(node, loc),
-                field=_field_name(loc),
+                line=line_of(node, loc),
+                field=field_path(loc),
             )
             results.append(LoadFailure(path, f"{stem}.{index}", err.line or 1, [err]))
             continue
@@ -328,16 +304,16 @@ def _load_task(
     default_id: str,
     make_grader: MakeGrader | None,
 ) -> TaskDef | LoadFailure:
-    line = _line_of(node, loc) or 1
+    line = line_of(node, loc) or 1
     label = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
     label = label or default_id
     if not isinstance(raw, dict):
-        err = TaskFileError(path, "a task must be a mapping", line=line, field=_field_name(loc))
+        err = TaskFileError(path, "a task must be a mapping", line=line, field=field_path(loc))
         return LoadFailure(path, label, line, [err])
     try:
         spec = TaskSpec.model_validate(raw)
     except ValidationError as exc:
-        return LoadFailure(path, label, line, _validation_errors(exc, path, node, loc, TaskSpec))
+        return LoadFailure(path, label, line, validation_errors(exc, path, node, loc, TaskSpec))
     if spec.id is None:
         try:
             spec = spec.model_copy(update={"id": _checked_default_id(default_id)})
@@ -369,7 +345,7 @@ def _finish(
                     path,
                     "no graders: the task names none and has no `expected` answer",
                     line=line,
-                    field=_field_name(loc) or None,
+                    field=field_path(loc) or None,
                     hint="add `graders:` (e.g. `- contains: [...]`), or `expected:` for `equals`",
                 )
             )
@@ -398,8 +374,8 @@ def _check_workspace(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[Tas
         TaskFileError(
             task.path,
             f"workspace folder {task.spec.workspace!r} not found (looked for {folder})",
-            line=_line_of(node, where),
-            field=_field_name(where),
+            line=line_of(node, where),
+            field=field_path(where),
             hint="the path is relative to the task file",
         )
     ]
@@ -422,104 +398,9 @@ def _build_graders(
         except GraderSpecError as exc:
             where = (*loc, "graders", index) if from_task else ("defaults", "graders", index)
             path = task.path if from_task else task.dataset.manifest_path or task.path
-            line = _line_of(node, where) if from_task else None
-            field_name = _field_name(where) + (f".{exc.option}" if exc.option else "")
+            line = line_of(node, where) if from_task else None
+            field_name = field_path(where) + (f".{exc.option}" if exc.option else "")
             errors.append(
                 TaskFileError(path, exc.problem, line=line, field=field_name, hint=exc.hint)
             )
     return graders, errors
-
-
-# --- YAML with marks -------------------------------------------------------------------------
-
-
-def _parse(path: Path) -> tuple[Any, Any]:
-    """Parse one YAML document safely, returning (node tree with marks, data)."""
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise TaskFileError(path, f"cannot read: {exc.strerror}") from None
-    loader = _Loader(text)
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = f"invalid YAML: {getattr(exc, 'problem', None) or exc}"
-        line = mark.line + 1 if mark is not None else None
-        raise TaskFileError(
-            path, problem, line=line, hint="check indentation and quoting"
-        ) from None
-    finally:
-        loader.dispose()
-    if data is None:
-        raise TaskFileError(path, "the file is empty", line=1)
-    return node, data
-
-
-def _line_of(node: Any, loc: tuple[Any, ...]) -> int | None:
-    """1-based line of the YAML node at `loc` (or of its nearest existing parent)."""
-    if node is None:
-        return None
-    for part in loc:
-        child = _child(node, part)
-        if child is None:
-            break
-        node = child
-    return node.start_mark.line + 1
-
-
-def _child(node: Any, part: Any) -> Any:
-    if isinstance(node, yaml.MappingNode) and isinstance(part, str):
-        for key, value in node.value:
-            if key.value == part:
-                return value
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-        return node.value[part]
-    return None
-
-
-def _field_name(loc: tuple[Any, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def _validation_errors(
-    exc: ValidationError, path: Path, node: Any, prefix: tuple[Any, ...], model: type
-) -> list[TaskFileError]:
-    errors = []
-    for error in exc.errors(include_url=False):
-        loc = tuple(p for p in error["loc"] if p not in UNION_TAGS)
-        kind = error["type"]
-        hint = None
-        if kind == "missing":
-            problem = f"missing required field {loc[-1]!r}"
-            where = (*prefix, *loc[:-1])
-        elif kind == "extra_forbidden":
-            problem = f"unknown field {loc[-1]!r}"
-            where = (*prefix, *loc)
-            hint = did_you_mean(str(loc[-1]), _fields_at(model, loc[:-1]))
-        else:
-            problem = error["msg"].removeprefix("Value error, ")
-            where = (*prefix, *loc)
-        line = _line_of(node, (*prefix, *loc))
-        errors.append(TaskFileError(path, problem, line=line, field=_field_name(where), hint=hint))
-    return errors
-
-
-def _fields_at(model: type, loc: tuple[Any, ...]) -> list[str]:
-    """Field names of the (nested) model at `loc`, for did-you-mean hints."""
-    for part in loc:
-        info = getattr(model, "model_fields", {}).get(part)
-        if info is None:
-            return []
-        sub = info.annotation
-        candidates = [sub, *getattr(sub, "__args__", ())]
-        model = next(
-            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
-        )
-        if model is None:
-            return []
-    return list(getattr(model, "model_fields", {}))

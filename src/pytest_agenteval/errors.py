@@ -38,10 +38,6 @@ class TaskFileError(AgentevalError):
         return f"{text}\nHint: {self.hint}" if self.hint else text
 
 
-class ConfigError(AgentevalError):
-    """Wrong options or settings; reported as a pytest usage error."""
-
-
 class AgentError(AgentevalError):
     """The agent under test crashed, timed out or returned something unusable: an *error* result."""
 
