@@ -139,11 +139,10 @@ class Controller:
         if self.collected_once:
             return
         self.collected_once = True
-        by_file = self._datasets_by_nodeid_prefix()
         keys = []
         for nodeid in ids:
             parsed = parse_item_name(nodeid)
-            dataset = by_file(nodeid)
+            dataset = self._dataset_of(nodeid)
             if parsed and dataset:
                 keys.append((dataset, *parsed))
         self._planned(keys)
@@ -153,14 +152,9 @@ class Controller:
         if not self.dry:
             self.store.set_planned(self.run_id, len(self.planned_keys))
 
-    def _datasets_by_nodeid_prefix(self) -> Any:
-        root = self.config.rootpath
-
-        def dataset_of(nodeid: str) -> str | None:
-            ds = self.runtime.dataset_for((root / nodeid.split("::")[0]).resolve())
-            return ds.name if ds else None
-
-        return dataset_of
+    def _dataset_of(self, nodeid: str) -> str | None:
+        dataset = self.runtime.dataset_for((self.config.rootpath / nodeid.split("::")[0]).resolve())
+        return dataset.name if dataset else None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Any:
