@@ -61,13 +61,24 @@ def test_commit_index_and_full_record(store: Store) -> None:
     AttemptRecord.model_validate(full)
 
 
-def test_replacing_keeps_history_and_the_newest_wins(store: Store) -> None:
+def test_replacing_keeps_history_and_the_newest_wins(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replacements chain their history; once the index is read, no replace reads it again."""
     store.commit("r1", record("a", 0, "fail"))
+    store.index("r1")
+    reads = []
+    original = Store.index
+    monkeypatch.setattr(
+        Store, "index", lambda self, *a, **k: reads.append(1) or original(self, *a, **k)
+    )
+    store.commit("r1", record("a", 0, "error"), replaces=True)
     store.commit("r1", record("a", 0, "pass"), replaces=True)
+    assert reads == []
     (row,), _ = store.index("r1")
     assert row.status == "pass"
     full = store.record("r1", ("ds", "a", 0))
-    assert full is not None and [p["status"] for p in full["previous"]] == ["fail"]
+    assert full is not None and [p["status"] for p in full["previous"]] == ["error", "fail"]
 
 
 def test_unreadable_lines_are_reported_not_fatal(store: Store) -> None:

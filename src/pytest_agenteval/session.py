@@ -45,6 +45,7 @@ class Controller:
         self.gate_message: str | None = None
         self.collected_once = False
         self.dry_plan: dict[Key, str] = {}
+        self.shipped: dict[str, Any] | None = None
         self.resumed = self.settings.resume or self.settings.rerun_all
         try:
             self.run_id = self._resume() if self.resumed else self._create()
@@ -98,16 +99,20 @@ class Controller:
         return run_id
 
     def worker_plan(self) -> dict[str, Any]:
-        """The plan for xdist workers: regrades carry their stored records along."""
-        plan = self.runtime.plan
-        if self.resumed and plan.entries and not plan.regrade_records:
-            for task in _load_tasks(self.runtime):
-                for attempt in range(self.runtime.attempts_for(task.dataset)):
-                    key = (task.dataset.name, task.id, attempt)
-                    action, data = plan.decide(key, task.digest, task.run_digest, task.regradable)
-                    if action == "regrade":
-                        plan.regrade_records[plan_key(key)] = data
-        return {"plan": plan.to_json(), "fingerprint": self.runtime.fingerprint}
+        """The plan for xdist workers (made once): regrades carry their stored records along."""
+        if self.shipped is None:
+            plan = self.runtime.plan
+            if self.resumed and plan.entries:
+                for task in _load_tasks(self.runtime):
+                    for attempt in range(self.runtime.attempts_for(task.dataset)):
+                        key = (task.dataset.name, task.id, attempt)
+                        action, data = plan.decide(
+                            key, task.digest, task.run_digest, task.regradable
+                        )
+                        if action == "regrade":
+                            plan.regrade_records[plan_key(key)] = data
+            self.shipped = {"plan": plan.to_json(), "fingerprint": self.runtime.fingerprint}
+        return self.shipped
 
     # --- hooks --------------------------------------------------------------------------------
 

@@ -277,7 +277,9 @@ class Store:
             "record": [offset, length],
         }
         files.append_index(json.dumps(line, ensure_ascii=False))
-        self._offsets.pop(run_id, None)  # read back from the index when a replace needs it
+        offsets = self._offsets.get(run_id)  # loaded only once a plan or a replace needed it
+        if offsets is not None:
+            offsets[key] = (offset, length)
 
     def index(
         self, run_id: str, *, for_plan: bool = True
