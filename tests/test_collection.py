@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from helpers import DatasetMaker, task
@@ -211,3 +213,19 @@ def test_unchanged_files_are_not_parsed_again(
     (root / "ws").rmdir()
     result = pytester.runpytest("--agenteval", "ds")
     result.stdout.fnmatch_lines(["ds/a.yaml:1: at workspace: workspace folder 'ws' not found*"])
+
+
+def test_collected_tree_is_kept_from_the_gc_for_the_session_only(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Collection freezes what it built, so the GC stops rescanning it; all is given back after."""
+    root = dataset({"a.yaml": task(expected="frozen")})
+    (root / "gc_agent.py").write_text(
+        "import gc\n\n"
+        "def run(task):\n"
+        "    return 'frozen' if gc.isenabled() and gc.get_freeze_count() else 'not frozen'\n"
+    )
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-agent", "gc_agent:run")
+    result.assert_outcomes(passed=1)
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0

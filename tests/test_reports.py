@@ -166,6 +166,9 @@ def test_per_task_junit(
     assert json.loads(suite_props["pass_at_k"])["3"] == 0.5
     cases = {c.name: c for c in suite}
     assert {name for name, c in cases.items() if not c.is_passed} == failing
+    assert xml.tests == suite.tests == len(cases)
+    assert xml.failures + xml.errors == suite.failures + suite.errors == len(failing)
+    assert xml.time == suite.time == pytest.approx(sum(c.time for c in cases.values()), abs=0.01)
     assert all(c.classname == "ds" for c in cases.values())
     props = {p.name: p.value for p in cases["once"].properties()}
     assert (props["n"], props["c"]) == ("3", "1")

@@ -27,4 +27,5 @@ def pytest_agenteval_record_committed(record: dict[str, Any], config: pytest.Con
 
 
 def pytest_agenteval_summary(summary: dict[str, Any], config: pytest.Config) -> None:
-    """The run summary (summary.json as a dict) is ready (controller only, at session end)."""
+    """The run summary (summary.json as a dict, to read, not to change) is ready (controller
+    only, at session end)."""

@@ -134,27 +134,27 @@ class Totals:
 
 
 def task_metrics(rows: Iterable[Attempt], ks: Sequence[int] | None = None) -> list[TaskMetrics]:
-    """Group attempt rows by (dataset, task) and estimate each task's pass@k and pass^k."""
+    """Group attempt rows by (dataset, task) and estimate each task's pass@k and pass^k.
+
+    The estimates depend only on n and c, so tasks that share both share the (read-only) dicts.
+    """
     grouped: dict[tuple[str, str], list[Attempt]] = {}
     for row in rows:
         grouped.setdefault((row.dataset, row.task_id), []).append(row)
+    estimates: dict[tuple[int, int], tuple[dict[int, float | None], dict[int, float | None]]] = {}
     result = []
     for (dataset, task_id), attempts in sorted(grouped.items()):
         n = len(attempts)
         c = sum(1 for a in attempts if a.status == "pass")
         errors = sum(1 for a in attempts if a.status == "error")
-        task_ks = ks or range(1, n + 1)
-        result.append(
-            TaskMetrics(
-                dataset,
-                task_id,
-                attempts[-1].tags,
-                n,
-                c,
-                errors,
+        if (n, c) not in estimates:
+            task_ks = ks or range(1, n + 1)
+            estimates[n, c] = (
                 {k: pass_at_k(n, c, k) for k in task_ks},
                 {k: pass_power_k(n, c, k) for k in task_ks},
             )
+        result.append(
+            TaskMetrics(dataset, task_id, attempts[-1].tags, n, c, errors, *estimates[n, c])
         )
     return result
 

@@ -46,7 +46,7 @@ class CommandAgentSpec(UserModel):
     `{python}` are replaced."""
     stdin: Literal["json", "none"] = "json"
     """`json` writes the task as JSON to the program's stdin."""
-    env: dict[str, str] = {}
+    env: dict[str, str] = Field(default_factory=dict)
     """Variables added to the environment of the program."""
     output: Literal["text", "json"] = "text"
     """`text`: stdout is the output. `json`: stdout is an AgentResult as JSON (output, usage...)."""
@@ -73,7 +73,7 @@ class GraderSpec(UserModel):
 
     type: str
     """Name of a built-in or plugin-registered grader, e.g. `equals`."""
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = Field(default_factory=dict)
     """Options the grader validates itself."""
 
 
@@ -139,7 +139,7 @@ class TaskSpec(UserModel):
     id: str | None = None
     """Unique id; defaults to the file path relative to the dataset root, without extension."""
     description: str = ""
-    tags: list[str] = []
+    tags: list[str] = Field(default_factory=list)
     """Become pytest markers: `-m smoke` selects tasks tagged `smoke`."""
     input: Any
     """A string, a mapping, or a list of chat messages `{role, content}`."""
@@ -149,7 +149,7 @@ class TaskSpec(UserModel):
     timeout: PositiveFloat | None = None
     agent: AgentSpec | None = None
     """Overrides the manifest's agent for this task."""
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, Any] = Field(default_factory=dict)
     workspace: str | None = None
     """A folder (relative to this file) copied into each attempt's fresh working directory."""
 
@@ -306,7 +306,7 @@ class AttemptRecord(BaseModel):
     agent: dict[str, Any]
     """Fingerprint of the agent: its spec, override and declared version."""
     status: Status
-    verdicts: list[VerdictModel] = []
+    verdicts: list[VerdictModel] = Field(default_factory=list)
     output: str | None = None
     usage: Usage | None = None
     duration: float
@@ -315,5 +315,5 @@ class AttemptRecord(BaseModel):
     error: str | None = None
     transcript: list[Any] | None = None
     artifacts: dict[str, str] | None = None
-    previous: list[dict[str, Any]] = []
+    previous: list[dict[str, Any]] = Field(default_factory=list)
     """Records this one replaced (`--agenteval-rerun`), newest first."""

@@ -284,7 +284,12 @@ def pytest_configure(config: pytest.Config) -> None:
         fingerprint=agent_fingerprint(settings, datasets),
     )
     config.stash[RUNTIME] = runtime
-    config.pluginmanager.register(TaskHooks(), "agenteval-tasks")
+    hooks = TaskHooks()
+    config.pluginmanager.register(hooks, "agenteval-tasks")
+    # Cleanups run last-in first-out and pytest's builtin plugins register theirs after this
+    # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
+    # the collected tree.
+    config.add_cleanup(hooks.thaw)
     if hasattr(config, "workerinput"):
         worker_setup(config)
         return

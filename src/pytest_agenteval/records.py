@@ -96,15 +96,20 @@ def result_from_record(record: dict[str, Any]) -> AgentResult:
     )
 
 
-def junit_properties(record_or_replay: dict[str, Any], reused: bool) -> list[tuple[str, Any]]:
-    """Per-attempt JUnit properties: task_id, attempt, status, score, duration, tokens, cost."""
-    r = record_or_replay
+def junit_properties(
+    task_id: str, attempt: int, r: dict[str, Any], reused: bool
+) -> list[tuple[str, Any]]:
+    """Per-attempt JUnit properties: task_id, attempt, status, score, duration, tokens, cost.
+
+    `r` is the attempt's record (or replay data). Reports keep their properties all session
+    long, so the ones that repeat across attempts share one tuple.
+    """
     usage = r.get("usage") or r
     props: list[tuple[str, Any]] = [
-        ("task_id", r["task_id"]),
-        ("attempt", r["attempt"]),
-        ("status", r["status"]),
-        ("score", round(r.get("score") or 0.0, 4)),
+        ("task_id", task_id),
+        _shared("attempt", attempt),
+        _shared("status", r["status"]),
+        _shared("score", float(round(r.get("score") or 0.0, 4))),
         ("duration", round(r.get("duration") or 0.0, 4)),
     ]
     tokens = [usage.get("input_tokens"), usage.get("output_tokens")]
@@ -113,5 +118,13 @@ def junit_properties(record_or_replay: dict[str, Any], reused: bool) -> list[tup
     if usage.get("cost") is not None:
         props.append(("cost", usage["cost"]))
     if reused:
-        props.append(("reused", "true"))
+        props.append(_shared("reused", "true"))
     return props
+
+
+_SHARED_PROPERTIES: dict[tuple[str, Any], tuple[str, Any]] = {}
+
+
+def _shared(name: str, value: Any) -> tuple[str, Any]:
+    prop = (name, value)
+    return _SHARED_PROPERTIES.setdefault(prop, prop)

@@ -25,7 +25,7 @@ def write_reports(summary: dict[str, Any], out_dir: Path, rule: str) -> list[Pat
     paths = [
         _atomic_write(out_dir / "summary.json", lambda f: write_json(summary, f)),
         _atomic_write(out_dir / "summary.md", lambda f: f.write(markdown)),
-        _atomic_write(out_dir / "junit.xml", lambda f: junit_xml(summary, rule).write(f)),
+        _atomic_write(out_dir / "junit.xml", lambda f: write_junit(summary, rule, f)),
     ]
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
@@ -116,8 +116,22 @@ def _counts_line(counts: dict[str, int]) -> str:
 # --- JUnit (one testcase per task) -------------------------------------------------------------
 
 
-def junit_xml(summary: dict[str, Any], rule: str) -> xunit2.JUnitXml:
-    """Per-task JUnit XML built with junitparser; every text is made XML-safe."""
+def write_junit(summary: dict[str, Any], rule: str, out: TextIO) -> None:
+    """Per-task JUnit XML: the document and suite built with junitparser, then the testcases
+    streamed one at a time (a whole tree of 10,000 tasks held 25 MiB and serialized slower)."""
+    tasks = summary["tasks"]
+    kinds = [_task_kind(task, rule) for task in tasks]
+    durations = [sum(a["duration"] for a in task["attempts"]) for task in tasks]
+    head, tail = _junit_document(summary, rule, kinds, sum(durations)).rsplit("</testsuite>", 1)
+    out.write("<?xml version='1.0' encoding='utf-8'?>\n" + head)
+    texts: dict[tuple[int, int], tuple[str, str, str]] = {}
+    for task, kind, duration in zip(tasks, kinds, durations, strict=True):
+        out.write(ET.tostring(_task_case(task, rule, kind, duration, texts), encoding="unicode"))
+    out.write("</testsuite>" + tail + "\n")
+
+
+def _junit_document(summary: dict[str, Any], rule: str, kinds: list[str], time: float) -> str:
+    """<testsuites> with the suite's statistics and properties, no testcases yet."""
     suite = xunit2.TestSuite("agenteval")
     m = summary["metrics"]
     for name, value in (
@@ -133,52 +147,60 @@ def junit_xml(summary: dict[str, Any], rule: str) -> xunit2.JUnitXml:
         *((f"count_{k}", v) for k, v in summary["counts"].items()),
     ):
         suite.add_property(name, xml_safe(str(value)))
-    built = [_task_case(task, rule) for task in summary["tasks"]]
-    suite.extend([xunit2.TestCase.fromelem(case) for case, _ in built])
-    # Counted here: junitparser's update_statistics re-reads every case through its wrappers.
-    kinds = [kind for _, kind in built]
-    suite.tests, suite.failures, suite.errors, suite.skipped = (
-        len(built),
-        kinds.count("failure"),
-        kinds.count("error"),
-        0,
-    )
-    suite.time = round(sum(float(case.get("time", 0)) for case, _ in built), 3)
-    xml = xunit2.JUnitXml()
+    counts = (len(kinds), kinds.count("failure"), kinds.count("error"))
+    suite.tests, suite.failures, suite.errors = counts
+    suite.skipped, suite.time = 0, round(time, 3)
+    xml = xunit2.JUnitXml()  # xunit2's <testsuites> has no `skipped`
     xml.add_testsuite(suite)
-    xml.update_statistics()
-    return xml
+    xml.tests, xml.failures, xml.errors = counts
+    xml.time = round(time, 3)
+    return xml.tostring().decode()
 
 
-def _task_case(task: dict[str, Any], rule: str) -> tuple[ET.Element, str]:
-    """One task's testcase element and its result ("", "failure" or "error").
+def _task_kind(task: dict[str, Any], rule: str) -> str:
+    """The task's JUnit result: "" when it meets the rule, else "failure" or "error"."""
+    if task_passes(task, rule):
+        return ""
+    errored = all(a["status"] == "error" for a in task["attempts"] if a["status"] != "pass")
+    return "error" if errored else "failure"
+
+
+def _task_case(
+    task: dict[str, Any],
+    rule: str,
+    kind: str,
+    duration: float,
+    texts: dict[tuple[int, int], tuple[str, str, str]],
+) -> ET.Element:
+    """One task's testcase element.
 
     Built as a plain element: junitparser's attribute setters are slow, one call at a time.
+    `texts` memoizes the estimates as text: within one summary they depend only on n and c.
     """
-    total = sum(a["duration"] for a in task["attempts"])
+    n, c = task["n"], task["c"]
+    estimates = texts.get((n, c))
+    if estimates is None:
+        at_k, power_k = task["pass_at_k"], task["pass_power_k"]
+        estimates = texts[n, c] = (str(at_k.get("1")), json.dumps(at_k), json.dumps(power_k))
     # Task ids and dataset names are validated to [A-Za-z0-9_./-]: nothing to escape.
     case = ET.Element(
-        "testcase", name=task["task_id"], classname=task["dataset"], time=f"{total:.3f}"
+        "testcase",
+        {"name": task["task_id"], "classname": task["dataset"], "time": f"{duration:.3f}"},
     )
     props = ET.SubElement(case, "properties")
-    for name, value in (
-        ("n", task["n"]),
-        ("c", task["c"]),
-        ("errors", task["errors"]),
-        ("pass_at_1", task["pass_at_k"].get("1")),
-        ("pass_at_k", json.dumps(task["pass_at_k"])),
-        ("pass_power_k", json.dumps(task["pass_power_k"])),
+    for name, value in zip(
+        ("n", "c", "errors", "pass_at_1", "pass_at_k", "pass_power_k"),
+        (str(n), str(c), str(task["errors"]), *estimates),
+        strict=True,
     ):
-        ET.SubElement(props, "property", name=name, value=str(value))
-    if task_passes(task, rule):
-        return case, ""
-    bad = [a for a in task["attempts"] if a["status"] != "pass"]
-    message = f"{task['c']}/{task['n']} attempts passed; task rule {rule!r} not met"
-    kind = "error" if all(a["status"] == "error" for a in bad) else "failure"
-    result = ET.SubElement(case, kind, message=xml_safe(message))
-    lines = [f"attempt {a['index']} {a['status']}: {excerpt(a['reason'], 500)}" for a in bad]
-    result.text = xml_safe("\n".join(lines))
-    return case, kind
+        ET.SubElement(props, "property", {"name": name, "value": value})
+    if kind:
+        message = f"{c}/{n} attempts passed; task rule {rule!r} not met"
+        result = ET.SubElement(case, kind, message=xml_safe(message))
+        bad = [a for a in task["attempts"] if a["status"] != "pass"]
+        lines = [f"attempt {a['index']} {a['status']}: {excerpt(a['reason'], 500)}" for a in bad]
+        result.text = xml_safe("\n".join(lines))
+    return case
 
 
 # --- terminal ----------------------------------------------------------------------------------

@@ -231,7 +231,7 @@ class Controller:
             phase="crash",
         )
         report.when = "setup"  # type: ignore[assignment]
-        report.user_properties = junit_properties(record, reused=False)
+        report.user_properties = junit_properties(key[1], key[2], record, reused=False)
         report.agenteval = {"action": "run", "key": list(key), "record": record, "crashed": True}  # type: ignore[attr-defined]
 
     @pytest.hookimpl(trylast=True)

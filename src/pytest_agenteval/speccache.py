@@ -60,11 +60,14 @@ class SpecCache:
         self._dirty = True
 
     def save(self) -> None:
-        """Write the cache atomically (xdist workers may race: the last complete one wins)."""
-        if self.path is None or not self._dirty:
-            return
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with contextlib.suppress(OSError):
-            tmp.write_bytes(pickle.dumps((_header(), self._entries), pickle.HIGHEST_PROTOCOL))
-            os.replace(tmp, self.path)
+        """Write the cache atomically (xdist workers may race: the last complete one wins).
+
+        Called when collection is done; the entries are dropped then, as collected tasks hold
+        their own specs and nothing is collected again."""
+        if self.path is not None and self._dirty:
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            with contextlib.suppress(OSError):
+                tmp.write_bytes(pickle.dumps((_header(), self._entries), pickle.HIGHEST_PROTOCOL))
+                os.replace(tmp, self.path)
+        self._entries = {}
         self._dirty = False

@@ -286,11 +286,13 @@ class Store:
     ) -> tuple[list[IndexRow], list[Unreadable]]:
         """The newest readable line of every stored attempt; unreadable lines apart.
 
-        Without `for_plan` the digests and replay data are left out (metrics need neither).
+        Without `for_plan` the digests, replay data and record offsets are left out (metrics
+        need none of them). Equal reasons share one string: most attempts have one of a few.
         """
         path = self.runs_dir / run_id / "index.jsonl"
         rows: dict[Key, IndexRow] = {}
         offsets: dict[Key, tuple[int, int]] = {}
+        reasons: dict[str, str] = {}
         bad = []
         with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
             for number, raw in enumerate(f, 1):
@@ -310,14 +312,16 @@ class Store:
                         line["output_tokens"],
                         line["cost"],
                         tuple(map(intern, line["tags"])),
-                        line["reason"],
+                        reasons.setdefault(line["reason"], line["reason"]),
                         line["phase"],
                         line["replay"] if for_plan else "",
                     )
-                    offsets[key] = tuple(line["record"])  # type: ignore[assignment]
+                    if for_plan:
+                        offsets[key] = tuple(line["record"])  # type: ignore[assignment]
                 except (ValueError, KeyError, TypeError) as exc:
                     bad.append(Unreadable(f"{path}:{number}", f"{type(exc).__name__}: {exc}"))
-        self._offsets[run_id] = offsets
+        if for_plan:
+            self._offsets[run_id] = offsets
         return list(rows.values()), bad
 
     def record(self, run_id: str, key: Key) -> dict[str, Any] | None:

@@ -87,6 +87,7 @@ def build_summary(
     tasks = task_metrics(rows, ks)
     chosen = list(ks) if ks else default_ks(tasks)
     tot = totals(rows)
+    estimates: dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any]]] = {}
     by_task: dict[tuple[str, str], list[IndexRow]] = {}
     for row in rows:
         by_task.setdefault(row.key[:2], []).append(row)
@@ -111,7 +112,7 @@ def build_summary(
             "duration_p95": tot.duration_p95,
         },
         "tags": {tag: _group_json(g) for tag, g in tag_metrics(tasks, chosen).items()},
-        "tasks": [_task_json(t, by_task[(t.dataset, t.task_id)]) for t in tasks],
+        "tasks": [_task_json(t, by_task[(t.dataset, t.task_id)], estimates) for t in tasks],
         "load_errors": load_errors or [],
     }
 
@@ -147,7 +148,16 @@ def _group_json(group: GroupMetrics) -> dict[str, Any]:
     }
 
 
-def _task_json(task: TaskMetrics, rows: list[IndexRow]) -> dict[str, Any]:
+def _task_json(
+    task: TaskMetrics,
+    rows: list[IndexRow],
+    estimates: dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any]]],
+) -> dict[str, Any]:
+    """One task's entry; `estimates` shares the k-keyed dicts between tasks of equal n and c."""
+    key = (task.n, task.c)
+    if key not in estimates:
+        estimates[key] = (_by_k(task.pass_at_k), _by_k(task.pass_power_k))
+    at_k, power_k = estimates[key]
     return {
         "dataset": task.dataset,
         "task_id": task.task_id,
@@ -155,8 +165,8 @@ def _task_json(task: TaskMetrics, rows: list[IndexRow]) -> dict[str, Any]:
         "n": task.n,
         "c": task.c,
         "errors": task.errors,
-        "pass_at_k": _by_k(task.pass_at_k),
-        "pass_power_k": _by_k(task.pass_power_k),
+        "pass_at_k": at_k,
+        "pass_power_k": power_k,
         "attempts": [
             {
                 "index": r.key[2],
