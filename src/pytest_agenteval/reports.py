@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
+from xml.sax.saxutils import quoteattr
 
 from junitparser import xunit2
 
@@ -124,9 +125,9 @@ def write_junit(summary: dict[str, Any], rule: str, out: TextIO) -> None:
     durations = [sum(a["duration"] for a in task["attempts"]) for task in tasks]
     head, tail = _junit_document(summary, rule, kinds, sum(durations)).rsplit("</testsuite>", 1)
     out.write("<?xml version='1.0' encoding='utf-8'?>\n" + head)
-    texts: dict[tuple[int, int], tuple[str, str, str]] = {}
+    properties: dict[tuple[int, int, int], str] = {}
     for task, kind, duration in zip(tasks, kinds, durations, strict=True):
-        out.write(ET.tostring(_task_case(task, rule, kind, duration, texts), encoding="unicode"))
+        out.write(_task_case(task, rule, kind, duration, properties))
     out.write("</testsuite>" + tail + "\n")
 
 
@@ -170,37 +171,45 @@ def _task_case(
     rule: str,
     kind: str,
     duration: float,
-    texts: dict[tuple[int, int], tuple[str, str, str]],
-) -> ET.Element:
-    """One task's testcase element.
+    properties: dict[tuple[int, int, int], str],
+) -> str:
+    """One task's <testcase>, as text.
 
-    Built as a plain element: junitparser's attribute setters are slow, one call at a time.
-    `texts` memoizes the estimates as text: within one summary they depend only on n and c.
+    The properties depend only on n, c and errors, so each distinct <properties> element is
+    built and serialized once (`properties` memoizes them), and only failing tasks need an
+    element of their own: per-case trees made writing junit.xml the slowest report.
     """
-    n, c = task["n"], task["c"]
-    estimates = texts.get((n, c))
-    if estimates is None:
-        at_k, power_k = task["pass_at_k"], task["pass_power_k"]
-        estimates = texts[n, c] = (str(at_k.get("1")), json.dumps(at_k), json.dumps(power_k))
-    # Task ids and dataset names are validated to [A-Za-z0-9_./-]: nothing to escape.
-    case = ET.Element(
-        "testcase",
-        {"name": task["task_id"], "classname": task["dataset"], "time": f"{duration:.3f}"},
-    )
-    props = ET.SubElement(case, "properties")
-    for name, value in zip(
-        ("n", "c", "errors", "pass_at_1", "pass_at_k", "pass_power_k"),
-        (str(n), str(c), str(task["errors"]), *estimates),
-        strict=True,
-    ):
-        ET.SubElement(props, "property", {"name": name, "value": value})
+    key = (task["n"], task["c"], task["errors"])
+    props = properties.get(key)
+    if props is None:
+        props = properties[key] = ET.tostring(_properties(task), encoding="unicode")
+    result = ""
     if kind:
-        message = f"{c}/{n} attempts passed; task rule {rule!r} not met"
-        result = ET.SubElement(case, kind, message=xml_safe(message))
+        n, c = key[:2]
+        element = ET.Element(kind, message=f"{c}/{n} attempts passed; task rule {rule!r} not met")
         bad = [a for a in task["attempts"] if a["status"] != "pass"]
         lines = [f"attempt {a['index']} {a['status']}: {excerpt(a['reason'], 500)}" for a in bad]
-        result.text = xml_safe("\n".join(lines))
-    return case
+        element.text = xml_safe("\n".join(lines))
+        result = ET.tostring(element, encoding="unicode")
+    name, classname = quoteattr(xml_safe(task["task_id"])), quoteattr(xml_safe(task["dataset"]))
+    return (
+        f'<testcase name={name} classname={classname} time="{duration:.3f}">'
+        f"{props}{result}</testcase>"
+    )
+
+
+def _properties(task: dict[str, Any]) -> ET.Element:
+    element = ET.Element("properties")
+    for name, value in (
+        ("n", task["n"]),
+        ("c", task["c"]),
+        ("errors", task["errors"]),
+        ("pass_at_1", task["pass_at_k"].get("1")),
+        ("pass_at_k", json.dumps(task["pass_at_k"])),
+        ("pass_power_k", json.dumps(task["pass_power_k"])),
+    ):
+        ET.SubElement(element, "property", name=name, value=str(value))
+    return element
 
 
 # --- terminal ----------------------------------------------------------------------------------
