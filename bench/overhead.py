@@ -1,20 +1,21 @@
 """Harness overhead: pytest-agenteval attempts vs plain pytest items, side by side.
 
-For two sizes, generates a dataset (one task file per task, 3 attempts each, a trivial
+For each size, generates a dataset (one task file per task, 3 attempts each, a trivial
 in-process agent, an `equals` grader) and the equivalent plain-pytest module (one test
 parametrized over the same tasks x attempts, calling the same agent and comparing). Runs plain
-and agenteval alternately, several times, and prints per-item slopes between the two sizes
+and agenteval alternately, several times, and prints per-item slopes between consecutive sizes
 (start-up cost cancels out), their ratio, and the peak-RSS slope. Plugin autoload is off on both
 sides; ours is loaded with `-p agenteval`. Every agenteval run starts from an empty run store;
 task files parsed before are reused from the spec cache, except in the "cold" mode.
 
-    python bench/overhead.py             # 1,000 / 10,000 tasks x 3 attempts, 3 repeats
+    python bench/overhead.py             # 100 / 1,000 / 10,000 tasks x 3 attempts, 3 repeats
     python bench/overhead.py --quick     # 100 / 1,000 tasks, 1 repeat (< 60 s)
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -112,13 +113,31 @@ def measure(works: dict[int, Path], repeats: int) -> Samples:
     return samples
 
 
-def slope(samples: Samples, mode: str, side: str, sizes: list[int]) -> tuple[float, float]:
-    """Median per-item seconds and KiB between the two sizes."""
+def slope(samples: Samples, mode: str, side: str, sizes: tuple[int, int]) -> tuple[float, float]:
+    """Median per-item seconds and KiB between two sizes."""
     small, big = (samples[(mode, side, n)] for n in sizes)
     items = (sizes[1] - sizes[0]) * ATTEMPTS
     seconds = statistics.median(b[0] for b in big) - statistics.median(s[0] for s in small)
     kib = statistics.median(b[1] for b in big) - statistics.median(s[1] for s in small)
     return seconds / items, kib / items
+
+
+def print_slopes(samples: Samples, sizes: tuple[int, int]) -> None:
+    print(f"\nat {sizes[1] * ATTEMPTS:,} attempts (slope from {sizes[0] * ATTEMPTS:,})")
+    head = ("mode", "plain us", "ours us", "ratio", "plain KiB", "ours KiB", "ratio")
+    print("{:22} {:>9} {:>9} {:>6} {:>10} {:>9} {:>6}".format(*head))
+    first_run = slope(samples, "full run", "ours", sizes)[0]
+    for mode in [*MODES, "resume replay"]:
+        ours_s, ours_m = slope(samples, mode, "ours", sizes)
+        if mode == "resume replay":
+            ratio = ours_s / first_run
+            print(f"{mode:22} {'':>9} {ours_s * 1e6:9.0f} {ratio:6.2f} (vs ours' first run)")
+            continue
+        plain_s, plain_m = slope(samples, mode, "plain", sizes)
+        print(
+            f"{mode:22} {plain_s * 1e6:9.0f} {ours_s * 1e6:9.0f} {ours_s / plain_s:6.2f}"
+            f" {plain_m:10.2f} {ours_m:9.2f} {ours_m / plain_m:6.2f}"
+        )
 
 
 def report_share(work: Path) -> tuple[float, int]:
@@ -144,31 +163,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    sizes = [100, 1000] if args.quick else [1000, 10000]
+    sizes = [100, 1000] if args.quick else [100, 1000, 10000]
     repeats = 1 if args.quick else args.repeats
     root = Path(tempfile.mkdtemp(prefix="agenteval-bench-"))
     try:
         works = {n: make_workdir(root, n) for n in sizes}
         samples = measure(works, repeats)
-        print(f"{sizes[0]} vs {sizes[1]} tasks x {ATTEMPTS} attempts, median of {repeats}")
-        head = ("mode", "plain us", "ours us", "ratio", "plain KiB", "ours KiB")
-        print("{:22} {:>9} {:>9} {:>6} {:>10} {:>9}".format(*head))
-        first_run = slope(samples, "full run", "ours", sizes)[0]
-        for mode in [*MODES, "resume replay"]:
-            ours_s, ours_m = slope(samples, mode, "ours", sizes)
-            if mode == "resume replay":
-                ratio = ours_s / first_run
-                print(f"{mode:22} {'':>9} {ours_s * 1e6:9.0f} {ratio:6.2f} (vs ours' first run)")
-                continue
-            plain_s, plain_m = slope(samples, mode, "plain", sizes)
-            print(
-                f"{mode:22} {plain_s * 1e6:9.0f} {ours_s * 1e6:9.0f} {ours_s / plain_s:6.2f}"
-                f" {plain_m:10.2f} {ours_m:9.2f}"
-            )
-        big = statistics.median(s[0] for s in samples[("full run", "ours", sizes[1])])
-        seconds, records = report_share(works[sizes[1]])
+        print(f"{ATTEMPTS} attempts per task, median of {repeats}")
+        for pair in itertools.pairwise(sizes):
+            print_slopes(samples, pair)
+        big = statistics.median(s[0] for s in samples[("full run", "ours", sizes[-1])])
+        seconds, records = report_share(works[sizes[-1]])
         share = 100 * seconds / big
-        print(f"reports for {records} attempts: {seconds:.2f} s, {share:.1f}% of the run")
+        print(f"\nreports for {records:,} attempts: {seconds:.2f} s, {share:.1f}% of the run")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
