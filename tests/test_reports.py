@@ -10,7 +10,10 @@ import pytest
 from junitparser import xunit2
 
 from helpers import DatasetMaker, summary_of, task
-from pytest_agenteval.summary import Summary
+from pytest_agenteval.reports import write_reports
+from pytest_agenteval.store import IndexRow, RunInfo
+from pytest_agenteval.summary import Summary, build_summary
+from pytest_agenteval.text import xml_safe
 
 KNOWN = {
     "always.yaml": task(metadata={"answers": ["ok"]}, tags=["easy"]),
@@ -254,3 +257,22 @@ def test_hostile_output_keeps_every_file_valid(
     (out / "summary.md").read_text(encoding="utf-8")
     reasons = [a["reason"] for t in summary["tasks"] for a in t["attempts"]]
     assert any("truncated" in r for r in reasons)
+
+
+def test_junit_xml_escapes_what_a_hand_edited_store_could_hold(tmp_path: Path) -> None:
+    """Ids are validated at collection, but `agenteval report` renders whatever a store holds."""
+    weird = 'a<&>"\x02 ]]>'
+    rows = [
+        IndexRow(
+            (weird, weird, i), "", "", status, 1.0, 0.25, None, None, None, (), weird, None, ""
+        )
+        for i, status in enumerate(["pass", "fail", "error"])
+    ]
+    run = RunInfo("r1", [{"name": weird, "version": "1"}], {}, 0.0, 0.0, 3, 3, "complete", [])
+    summary = build_summary(run, rows, ks=None, session_counts={}, status="complete")
+    (path,) = [p for p in write_reports(summary, tmp_path, "all") if p.name == "junit.xml"]
+    (suite,) = list(xunit2.JUnitXml.fromfile(str(path)))
+    (case,) = list(suite)
+    assert case.name == case.classname == xml_safe(weird)
+    assert (suite.tests, suite.failures, suite.errors, suite.time) == (1, 1, 0, 0.75)
+    assert "attempt 2 error" in case.result[0].text
