@@ -229,3 +229,59 @@ def test_collected_tree_is_kept_from_the_gc_for_the_session_only(
     result.assert_outcomes(passed=1)
     assert gc.isenabled()
     assert gc.get_freeze_count() == 0
+
+
+ONE_PASS_DATASET = {
+    "top.yaml": task("ok"),
+    "b/nested/deep.yml": task("ok"),
+    "b/list.yaml": {"tasks": [{"id": "l1", **task("ok")}, {"id": "l2", **task("ok")}]},
+    "a/coding.yaml": {**task("ok"), "workspace": "ws"},
+    "a/ws/conftest.py": "raise RuntimeError('workspace conftest must not load')",
+    "a/ws/inner.yaml": task("ok"),
+    "a/broken.yaml": "input: [unclosed\n",
+    "c/conftest.py": "collect_ignore = ['skipped.yaml']\n",
+    "c/skipped.yaml": task("ok"),
+    "c/kept.yaml": task("ok"),
+    "d/gone.yaml": task("ok"),
+    "e/glob_gone.yaml": task("ok"),
+}
+
+
+def test_one_pass_collection_matches_per_file_collection(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A dataset root is collected in one pass unless an argument points below it (or strict):
+    the same items in the same order, with folder conftests, collect_ignore and --ignore."""
+    dataset(ONE_PASS_DATASET)
+
+    def ids(*args: str) -> list[str]:
+        options = ["--ignore=ds/d", "--ignore-glob=*/e/*", "--attempts", "2", "--co", "-q"]
+        result = pytester.runpytest("--agenteval", "ds", *args, *options)
+        return [line for line in result.stdout.lines if "::" in line]
+
+    def tree(*args: str) -> str:
+        return pytester.runpytest("--agenteval", "ds", *args, "--co").stdout.str()
+
+    expected = [
+        "ds/a/broken.yaml::a/broken[load-error]",
+        "ds/a/coding.yaml::a/coding[attempt-0]",
+        "ds/a/coding.yaml::a/coding[attempt-1]",
+        "ds/b/list.yaml::l1[attempt-0]",
+        "ds/b/list.yaml::l1[attempt-1]",
+        "ds/b/list.yaml::l2[attempt-0]",
+        "ds/b/list.yaml::l2[attempt-1]",
+        "ds/b/nested/deep.yml::b/nested/deep[attempt-0]",
+        "ds/b/nested/deep.yml::b/nested/deep[attempt-1]",
+        "ds/c/kept.yaml::c/kept[attempt-0]",
+        "ds/c/kept.yaml::c/kept[attempt-1]",
+        "ds/top.yaml::top[attempt-0]",
+        "ds/top.yaml::top[attempt-1]",
+    ]
+    assert "<DatasetDir ds>" in tree()
+    assert ids() == expected
+    per_file = ["ds/a", "ds/b", "ds/c", "ds/top.yaml"]
+    assert "<DatasetDir" not in tree(*per_file)
+    assert ids(*per_file) == expected
+    assert "<DatasetDir" not in tree("--agenteval-strict")
+    # Strict: the bad file is a collection error of its own collector, the rest is collected.
+    assert ids("--agenteval-strict") == [i for i in expected if "broken" not in i]

@@ -8,6 +8,7 @@ is a *failure*. A replayed attempt runs nothing.
 from __future__ import annotations
 
 import gc
+import os
 import time
 import traceback
 from collections.abc import Iterator
@@ -37,6 +38,31 @@ class AttemptFailed(Exception):
 
 class ReplayedError(Exception):
     """A reused record of an attempt that errored; replayed as an error again."""
+
+
+class DatasetDir(pytest.Dir):
+    """A folder of a dataset whose task files' items are collected straight away.
+
+    pytest's usual walk collects each file as its own collector, with a report and every
+    plugin asked about it: that cost more than parsing the file. Here the same hooks still
+    decide what is collected, in pytest's order (so `--ignore`, `collect_ignore` and folder
+    conftests work as before), subfolders are collected as usual, and TaskFile nodes stay the
+    items' parents, so node ids, `-k` names and the `--co` tree do not change. Only below roots
+    no argument points into: pytest matches such arguments against a collector per file.
+    """
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        ihook = self.ihook
+        for entry in sorted(os.scandir(self.path), key=lambda e: e.name):
+            path = Path(entry.path)
+            if ihook.pytest_ignore_collect(collection_path=path, config=self.config):
+                continue
+            if entry.is_dir():
+                folder = ihook.pytest_collect_directory(path=path, parent=self)
+                if folder is not None:
+                    yield folder
+            elif entry.is_file() and path.suffix in TASK_SUFFIXES:
+                yield from TaskFile.from_parent(self, path=path).collect()
 
 
 class TaskFile(pytest.File):
@@ -358,6 +384,14 @@ class TaskHooks:
         if collection_path.is_dir():
             return dataset.is_workspace_dir(collection_path) or None
         return not dataset.is_task_file(collection_path) or None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> DatasetDir | None:
+        runtime = parent.config.stash[RUNTIME]
+        dataset = runtime.dataset_for(path)
+        if dataset is not None and dataset.root in runtime.whole_roots:
+            return DatasetDir.from_parent(parent, path=path)
+        return None
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> TaskFile | None:
         if file_path.suffix not in TASK_SUFFIXES:

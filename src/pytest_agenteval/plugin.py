@@ -268,7 +268,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for dataset in datasets:
         if str(dataset.root) not in sys.path:
             sys.path.append(str(dataset.root))
-    _point_collection_at(config, datasets)
+    whole_roots = _point_collection_at(config, datasets)
     if settings.show_plan:
         config.option.collectonly = True
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
@@ -283,6 +283,8 @@ def pytest_configure(config: pytest.Config) -> None:
         specs=SpecCache(folder / "specs.pickle" if folder else None),
         fingerprint=agent_fingerprint(settings, datasets),
     )
+    if not settings.strict:  # a bad file must fail alone, as its own collector
+        runtime.whole_roots = whole_roots
     config.stash[RUNTIME] = runtime
     hooks = TaskHooks()
     config.pluginmanager.register(hooks, "agenteval-tasks")
@@ -318,14 +320,20 @@ def _load_datasets(paths: list[Path]) -> list[Dataset]:
     return list(datasets.values())
 
 
-def _point_collection_at(config: pytest.Config, datasets: list[Dataset]) -> None:
-    """Collect the datasets without naming them as arguments; keep node ids the user named."""
+def _point_collection_at(config: pytest.Config, datasets: list[Dataset]) -> set[Path]:
+    """Collect the datasets without naming them as arguments; keep node ids the user named.
+
+    Returns the roots no argument points below: those can be collected in one pass.
+    """
     roots = [str(d.root) for d in datasets]
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args[:] = roots
-        return
+        return {d.root for d in datasets}
     base = config.invocation_params.dir
     given = [(base / arg.split("::")[0]).resolve() for arg in config.args]
     for dataset in datasets:
         if not any(g.is_relative_to(dataset.root) or dataset.root.is_relative_to(g) for g in given):
             config.args.append(str(dataset.root))
+    return {
+        d.root for d in datasets if not any(g.is_relative_to(d.root) and g != d.root for g in given)
+    }

@@ -60,6 +60,8 @@ class Runtime:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     seen_ids: dict[tuple[str, str], Path] = field(default_factory=dict)
     registered_tags: set[str] = field(default_factory=set)
+    whole_roots: set[Path] = field(default_factory=set)
+    """Dataset roots collected in one pass (no argument names anything below them)."""
     _agents: dict[int, tuple[Any, str, AgentSpecT]] = field(default_factory=dict)
     _has_fixture: dict[pytest.Collector, bool] = field(default_factory=dict)
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
