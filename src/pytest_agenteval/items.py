@@ -47,8 +47,9 @@ class DatasetDir(pytest.Dir):
     plugin asked about it: that cost more than parsing the file. Here the same hooks still
     decide what is collected, in pytest's order (so `--ignore`, `collect_ignore` and folder
     conftests work as before), subfolders are collected as usual, and TaskFile nodes stay the
-    items' parents, so node ids, `-k` names and the `--co` tree do not change. Only below roots
-    no argument points into: pytest matches such arguments against a collector per file.
+    items' parents, so node ids and `-k` names do not change. Only below roots no argument
+    points into (pytest matches such arguments against a collector per file), and not with
+    --agenteval-strict, where a bad file must fail as its own collector.
     """
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
