@@ -285,3 +285,17 @@ def test_one_pass_collection_matches_per_file_collection(
     assert "<DatasetDir" not in tree("--agenteval-strict")
     # Strict: the bad file is a collection error of its own collector, the rest is collected.
     assert ids("--agenteval-strict") == [i for i in expected if "broken" not in i]
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_last_failed_reruns_only_the_failed_attempts(
+    pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
+) -> None:
+    """pytest's --lf knows attempts by node id: only the attempt that failed runs again."""
+    dataset({"good.yaml": task("ok"), "flaky.yaml": task(metadata={"answers": ["ok", "no"]})})
+    args = ["--agenteval", "ds", "--attempts", "2", *workers]
+    pytester.runpytest(*args).assert_outcomes(passed=3, failed=1)
+    result = pytester.runpytest(*args, "--lf")
+    # Under xdist the workers deselect, so the controller reports no deselected count.
+    result.assert_outcomes(failed=1, deselected=0 if workers else 3)
+    result.stdout.fnmatch_lines(["0 passed, 1 failed, 0 errors; 1 run now"])

@@ -81,18 +81,25 @@ class TaskFile(pytest.File):
             if isinstance(loaded, LoadFailure):
                 if runtime.settings.strict:
                     raise self.CollectError(loaded.render())
+                name = f"{loaded.label}[load-error]"
                 yield LoadErrorItem.from_parent(
-                    self, name=f"{loaded.label}[load-error]", failure=loaded
+                    self, name=name, nodeid=self._child_id(name), failure=loaded
                 )
                 continue
             marks = [_mark(runtime, self.config, tag) for tag in loaded.spec.tags]
             for attempt in range(attempts):
+                name = item_name(loaded.id, attempt)
                 item = AttemptItem.from_parent(
-                    self, name=item_name(loaded.id, attempt), task=loaded, attempt=attempt
+                    self, name=name, nodeid=self._child_id(name), task=loaded, attempt=attempt
                 )
                 for mark in marks:
                     item.add_marker(mark)
                 yield item
+
+    def _child_id(self, name: str) -> str:
+        """The node id as text, so pytest parses `[attempt-0]` into the id's params, as it does
+        for the ids it stores (`--lf`, `--nf` and `--sw` compare the two)."""
+        return f"{self.nodeid}::{name}"
 
 
 def _check_unique(runtime: Runtime, task: TaskDef) -> TaskDef | LoadFailure:
