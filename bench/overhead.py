@@ -142,9 +142,9 @@ def print_slopes(samples: Samples, sizes: tuple[int, int]) -> None:
 
 def report_share(work: Path) -> tuple[float, int]:
     """Seconds the session end takes for the big run: read the index, summarize, write files."""
-    from pytest_agenteval.reports import write_reports
-    from pytest_agenteval.store import Store
-    from pytest_agenteval.summary import build_summary
+    from pytest_agenteval.reporting.reports import write_reports
+    from pytest_agenteval.reporting.summary import build_summary
+    from pytest_agenteval.store.runs import Store
 
     run(work, ours(work, []))
     store = Store(work / ".pytest_cache/agenteval")

@@ -24,10 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_agenteval.model import AgentResult, Verdict
-from pytest_agenteval.plan import make_plan
-from pytest_agenteval.records import build_record
-from pytest_agenteval.store import Store
+from pytest_agenteval.core.model import AgentResult, Verdict
+from pytest_agenteval.core.records import build_record
+from pytest_agenteval.store.plan import make_plan
+from pytest_agenteval.store.runs import Store
 
 
 def record(task: int, attempt: int) -> dict:

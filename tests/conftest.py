@@ -6,7 +6,7 @@ import pytest
 
 # Import the plugin's modules (and PyYAML's C extension) once, before any pytester inline run:
 # inline runs drop modules imported during the run, and libyaml cannot be imported twice.
-import pytest_agenteval.session  # noqa: F401
+import pytest_agenteval.glue.controller  # noqa: F401
 from helpers import DatasetMaker
 
 

@@ -94,7 +94,7 @@ def summary_of(pytester: pytest.Pytester) -> dict[str, Any]:
 
 def stored(root: Path, run_id: str | None = None) -> list[tuple[str, int, str]]:
     """(task id, attempt, status) of the newest (or given) run's committed records."""
-    from pytest_agenteval.store import Store
+    from pytest_agenteval.store.runs import Store
 
     store = Store(root / ".pytest_cache/agenteval")
     try:
@@ -109,7 +109,7 @@ def stored(root: Path, run_id: str | None = None) -> list[tuple[str, int, str]]:
 
 def latest_record(root: Path, task_id: str, attempt: int) -> dict[str, Any]:
     """The newest run's full stored record of one attempt."""
-    from pytest_agenteval.store import Store
+    from pytest_agenteval.store.runs import Store
 
     store = Store(root / ".pytest_cache/agenteval")
     run = max(store.runs_dir.iterdir(), key=lambda p: (p / "run.json").stat().st_mtime)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import DatasetMaker, task
-from pytest_agenteval.model import AttemptRecord
+from pytest_agenteval.core.model import AttemptRecord
 
 
 def test_wrong_answer_is_a_failure_with_a_readable_report(

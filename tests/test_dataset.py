@@ -10,10 +10,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_agenteval.dataset import LoadFailure, TaskDef, load_dataset, load_task_file
-from pytest_agenteval.errors import TaskFileError
-from pytest_agenteval.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
-from pytest_agenteval.model import TaskSpec, check_task_id
+from pytest_agenteval.core.errors import TaskFileError
+from pytest_agenteval.core.model import TaskSpec, check_task_id
+from pytest_agenteval.execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
+from pytest_agenteval.sources.dataset import LoadFailure, TaskDef, load_dataset, load_task_file
 
 
 def make(spec, task):  # type: ignore[no-untyped-def]

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 from pytest_agenteval.cli import main
-from pytest_agenteval.model import AttemptRecord
-from pytest_agenteval.store import Store
-from pytest_agenteval.summary import Summary
+from pytest_agenteval.core.model import AttemptRecord
+from pytest_agenteval.reporting.summary import Summary
+from pytest_agenteval.store.runs import Store
 
 GOLDEN = Path(__file__).parent / "golden" / "v1"
 

@@ -8,16 +8,8 @@ from typing import Any
 
 import pytest
 
-from pytest_agenteval.dataset import GraderSpecError
-from pytest_agenteval.errors import GraderError
-from pytest_agenteval.graders import (
-    GradeContext,
-    as_verdict,
-    json_mismatch,
-    make_builtin_grader,
-    parse_number,
-)
-from pytest_agenteval.model import (
+from pytest_agenteval.core.errors import GraderError
+from pytest_agenteval.core.model import (
     AgentResult,
     GraderSpec,
     Task,
@@ -25,6 +17,14 @@ from pytest_agenteval.model import (
     Verdict,
     normalize_grader,
 )
+from pytest_agenteval.execution.graders import (
+    GradeContext,
+    as_verdict,
+    json_mismatch,
+    make_builtin_grader,
+    parse_number,
+)
+from pytest_agenteval.sources.dataset import GraderSpecError
 
 
 def grade(raw: Any, output: str, expected: Any = None, workspace: Path | None = None) -> Verdict:

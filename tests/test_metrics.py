@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_agenteval.metrics import (
+from pytest_agenteval.reporting.metrics import (
     AttemptRow,
     group_metrics,
     pass_at_k,

@@ -10,10 +10,10 @@ import pytest
 from junitparser import xunit2
 
 from helpers import DatasetMaker, summary_of, task
-from pytest_agenteval.reports import write_reports
-from pytest_agenteval.store import IndexRow, RunInfo
-from pytest_agenteval.summary import Summary, build_summary
-from pytest_agenteval.text import xml_safe
+from pytest_agenteval.core.text import xml_safe
+from pytest_agenteval.reporting.reports import write_reports
+from pytest_agenteval.reporting.summary import Summary, build_summary
+from pytest_agenteval.store.runs import IndexRow, RunInfo
 
 KNOWN = {
     "always.yaml": task(metadata={"answers": ["ok"]}, tags=["easy"]),

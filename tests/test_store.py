@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from pytest_agenteval.errors import StoreError
-from pytest_agenteval.model import AttemptRecord
-from pytest_agenteval.plan import make_plan
-from pytest_agenteval.records import build_record
-from pytest_agenteval.store import Store
+from pytest_agenteval.core.errors import StoreError
+from pytest_agenteval.core.model import AttemptRecord
+from pytest_agenteval.core.records import build_record
+from pytest_agenteval.store.plan import make_plan
+from pytest_agenteval.store.runs import Store
 
 
 def record(task: str, attempt: int, status: str = "pass", digest: str = "d1") -> dict[str, Any]:
@@ -114,7 +114,7 @@ def test_runs_listing_latest_and_locking(tmp_path: Path, store: Store) -> None:
 def test_a_dead_owner_means_interrupted(tmp_path: Path) -> None:
     """A run whose process died (no lock holder) shows as interrupted and can be claimed."""
     code = (
-        "import sys, time; from pathlib import Path; from pytest_agenteval.store import Store;"
+        "import sys, time; from pathlib import Path; from pytest_agenteval.store.runs import Store;"
         f"s = Store(Path({str(tmp_path)!r})); s.create_run('r', [{{'name': 'd', 'version': '1'}}], {{}});"
         "print('ready', flush=True); time.sleep(60)"
     )
@@ -140,7 +140,7 @@ def test_commit_survives_kill_9(tmp_path: Path) -> None:
     here, root = str(Path(__file__).parent), str(tmp_path)
     code = (
         f"import sys; from pathlib import Path; sys.path.insert(0, {here!r});"
-        "from test_store import record; from pytest_agenteval.store import Store;"
+        "from test_store import record; from pytest_agenteval.store.runs import Store;"
         f"s = Store(Path({root!r})); s.create_run('r', [{{'name': 'ds', 'version': '1'}}], {{}});"
         "[(s.commit('r', record(f't{i}', 0)), print(i, flush=True)) for i in range(100000)]"
     )

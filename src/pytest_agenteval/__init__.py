@@ -11,23 +11,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .agents import Agent
-    from .graders import GradeContext, Grader
-    from .model import AgentResult, AttemptRecord, Manifest, Task, TaskSpec, Usage, Verdict
+    from .core.model import AgentResult, AttemptRecord, Manifest, Task, TaskSpec, Usage, Verdict
+    from .execution.agents import Agent
+    from .execution.graders import GradeContext, Grader
 
 __version__ = "0.1.0"
 
 _WHERE = {
-    "Agent": "agents",
-    "AgentResult": "model",
-    "AttemptRecord": "model",
-    "GradeContext": "graders",
-    "Grader": "graders",
-    "Manifest": "model",
-    "Task": "model",
-    "TaskSpec": "model",
-    "Usage": "model",
-    "Verdict": "model",
+    "Agent": "execution.agents",
+    "AgentResult": "core.model",
+    "AttemptRecord": "core.model",
+    "GradeContext": "execution.graders",
+    "Grader": "execution.graders",
+    "Manifest": "core.model",
+    "Task": "core.model",
+    "TaskSpec": "core.model",
+    "Usage": "core.model",
+    "Verdict": "core.model",
 }
 
 __all__ = [

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
+from .core import options
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,8 +42,15 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="re-render summary.json/md and junit.xml of a run")
     report.add_argument("run_id", metavar="RUN_ID")
     report.add_argument("--out", type=Path, help="output folder (default: the run's folder)")
-    report.add_argument("--task-rule", default="any", help="any, all, or a pass rate like 0.6")
-    report.add_argument("--pass-k", help="k values, e.g. 1,5,10 (default: 1..attempts)")
+    report.add_argument(
+        "--task-rule",
+        default="any",
+        type=options.task_rule,
+        help="any, all, or a pass rate like 0.6",
+    )
+    report.add_argument(
+        "--pass-k", type=options.pass_ks, help="k values, e.g. 1,5,10 (default: 1..attempts)"
+    )
     cache_option(report)
     report.set_defaults(command=_report)
 
@@ -57,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _open_store(cache_dir: Path):  # type: ignore[no-untyped-def]
-    from .store import Store
+    from .store.runs import Store
 
     root = cache_dir / "agenteval"
     if not (root / "runs").is_dir():
@@ -84,9 +92,9 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .errors import StoreError
-    from .reports import write_reports
-    from .summary import build_summary
+    from .core.errors import StoreError
+    from .reporting.reports import write_reports
+    from .reporting.summary import build_summary
 
     store = _open_store(args.cache_dir)
     if store is None:
@@ -103,8 +111,7 @@ def _report(args: argparse.Namespace) -> int:
     for item in bad:
         print(f"agenteval: unreadable record at {item.where}: {item.problem}", file=sys.stderr)
     last = run.sessions[-1]["counts"] if run.sessions else {}
-    ks = sorted({int(k) for k in args.pass_k.split(",")}) if args.pass_k else None
-    summary = build_summary(run, rows, ks=ks, session_counts=last, status=run.status)
+    summary = build_summary(run, rows, ks=args.pass_k, session_counts=last, status=run.status)
     out = args.out or args.cache_dir / "agenteval" / "runs" / run.run_id
     for path in write_reports(summary, out, args.task_rule):
         print(path)
@@ -112,9 +119,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from .dataset import LoadFailure, load_dataset, load_task_file
-    from .errors import TaskFileError
-    from .graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
+    from .core.errors import TaskFileError
+    from .execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
+    from .sources.dataset import LoadFailure, load_dataset, load_task_file
 
     problems = tasks = 0
     for root in args.datasets:
@@ -150,8 +157,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from .model import AttemptRecord, Manifest, TaskSpec
-    from .summary import Summary
+    from .core.model import AttemptRecord, Manifest, TaskSpec
+    from .reporting.summary import Summary
 
     model = {"task": TaskSpec, "manifest": Manifest, "record": AttemptRecord, "summary": Summary}
     print(json.dumps(model[args.kind].model_json_schema(by_alias=True), indent=2))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .model import GraderSpec, TaskSpec
+    from .core.model import GraderSpec, TaskSpec
 
 
 @pytest.hookspec(firstresult=True)

@@ -16,65 +16,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import hookspecs
+from .core import options
 
 if TYPE_CHECKING:
-    from .dataset import Dataset
-    from .runtime import Settings
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive integer")
-    return number
-
-
-def _rate(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not 0.0 <= number <= 1.0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a rate between 0 and 1")
-    return number
-
-
-def _ks(value: str) -> list[int]:
-    try:
-        return sorted({_positive_int(part.strip()) for part in value.split(",") if part.strip()})
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a comma-separated list of positive integers, e.g. 1,5,10"
-        ) from None
-
-
-def _task_rule(value: str) -> str:
-    if value in ("any", "all"):
-        return value
-    try:
-        if 0.0 < float(value) <= 1.0:
-            return value
-    except ValueError:
-        pass
-    raise argparse.ArgumentTypeError(f"{value!r} is not 'any', 'all' or a pass rate in (0, 1]")
-
-
-def _agent_ref(value: str) -> str:
-    where, sep, name = value.rpartition(":")
-    if not (sep and where and name.replace("_", "a").replace(".", "a").isalnum()):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not module:function or path/to/file.py:function"
-        )
-    return value
-
-
-def _run_id(value: str) -> str:
-    if not value or len(value) > 64 or not all(c.isalnum() or c in "_.-" for c in value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a run id (letters, digits, _ . -)")
-    return value
+    from .glue.runtime import Settings
+    from .sources.dataset import Dataset
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -97,7 +43,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     option(
         "--attempts",
         dest="agenteval_attempts",
-        type=_positive_int,
+        type=options.positive_int,
         metavar="K",
         ini=("agenteval_attempts", "string"),
         help="attempts per task (default: the manifest's defaults.attempts, else 1).",
@@ -105,7 +51,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     option(
         "--agenteval-agent",
         dest="agenteval_agent",
-        type=_agent_ref,
+        type=options.agent_ref,
         metavar="REF",
         ini=("agenteval_agent", "string"),
         help="agent under test, module:function or file.py:function; overrides the manifest.",
@@ -134,7 +80,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     option(
         "--agenteval-run-id",
         dest="agenteval_run_id",
-        type=_run_id,
+        type=options.run_id,
         metavar="ID",
         help="name this run (or, with --resume-suite, the run to continue).",
     )
@@ -173,7 +119,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     option(
         "--pass-k",
         dest="agenteval_pass_k",
-        type=_ks,
+        type=options.pass_ks,
         metavar="K,K,...",
         ini=("agenteval_pass_k", "string"),
         help="the k values for pass@k and pass^k (default: 1 to the number of attempts).",
@@ -181,7 +127,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     option(
         "--agenteval-task-rule",
         dest="agenteval_task_rule",
-        type=_task_rule,
+        type=options.task_rule,
         metavar="RULE",
         ini=("agenteval_task_rule", "string"),
         help="when a task passes in junit.xml: any (default), all, or a pass rate like 0.6.",
@@ -189,7 +135,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     option(
         "--agenteval-min-pass-rate",
         dest="agenteval_min_pass_rate",
-        type=_rate,
+        type=options.rate,
         metavar="X",
         ini=("agenteval_min_pass_rate", "string"),
         help="CI gate: exit 0 when the suite's pass@1 >= X (even if attempts failed), else 1.",
@@ -225,16 +171,16 @@ def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
 
 
 def read_settings(config: pytest.Config) -> Settings:
-    from .model import CallableAgentSpec
-    from .runtime import Settings
+    from .core.model import CallableAgentSpec
+    from .glue.runtime import Settings
 
-    agent = _setting(config, "agenteval_agent", _agent_ref)
+    agent = _setting(config, "agenteval_agent", options.agent_ref)
     report = _setting(config, "agenteval_report")
     base = config.invocation_params.dir
     return Settings(
         dataset_paths=[base / p for p in config.getoption("agenteval_datasets")]
         or list(config.getini("agenteval_datasets")),
-        attempts=_setting(config, "agenteval_attempts", _positive_int),
+        attempts=_setting(config, "agenteval_attempts", options.positive_int),
         agent_override=CallableAgentSpec(callable=agent) if agent else None,
         agent_version=_setting(config, "agenteval_agent_version"),
         strict=bool(_setting(config, "agenteval_strict")),
@@ -244,9 +190,9 @@ def read_settings(config: pytest.Config) -> Settings:
         allow_drift=config.getoption("agenteval_allow_drift"),
         run_id=config.getoption("agenteval_run_id"),
         report_dir=base / report if report else None,
-        pass_k=_setting(config, "agenteval_pass_k", _ks),
-        task_rule=_setting(config, "agenteval_task_rule", _task_rule) or "any",
-        min_pass_rate=_setting(config, "agenteval_min_pass_rate", _rate),
+        pass_k=_setting(config, "agenteval_pass_k", options.pass_ks),
+        task_rule=_setting(config, "agenteval_task_rule", options.task_rule) or "any",
+        min_pass_rate=_setting(config, "agenteval_min_pass_rate", options.rate),
         allow_errors=bool(_setting(config, "agenteval_allow_errors")),
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
@@ -257,11 +203,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if not (config.getoption("agenteval_datasets") or config.getini("agenteval_datasets")):
         return
     # Imported only when active: unrelated pytest runs pay nothing for pydantic and friends.
-    from .items import RUNTIME, TaskHooks
-    from .runtime import Runtime, agent_fingerprint
-    from .session import Controller, XdistHooks, agenteval_dir, worker_setup
-    from .speccache import SpecCache
-    from .workspaces import Workspaces
+    from .execution.workspaces import Workspaces
+    from .glue.collect import CollectHooks
+    from .glue.controller import Controller, XdistHooks, agenteval_dir, worker_setup
+    from .glue.items import TaskHooks
+    from .glue.runtime import RUNTIME, Runtime, agent_fingerprint
+    from .sources.speccache import SpecCache
 
     settings = read_settings(config)
     datasets = _load_datasets(settings.dataset_paths)
@@ -286,8 +233,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not settings.strict:  # a bad file must fail alone, as its own collector
         runtime.whole_roots = whole_roots
     config.stash[RUNTIME] = runtime
-    hooks = TaskHooks()
-    config.pluginmanager.register(hooks, "agenteval-tasks")
+    config.pluginmanager.register(TaskHooks(), "agenteval-tasks")
+    hooks = CollectHooks()
+    config.pluginmanager.register(hooks, "agenteval-collect")
     # Cleanups run last-in first-out and pytest's builtin plugins register theirs after this
     # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
     # the collected tree.
@@ -302,8 +250,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _load_datasets(paths: list[Path]) -> list[Dataset]:
-    from .dataset import load_dataset
-    from .errors import TaskFileError
+    from .core.errors import TaskFileError
+    from .sources.dataset import load_dataset
 
     datasets: dict[str, Dataset] = {}
     for path in paths:

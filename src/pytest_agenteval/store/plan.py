@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .store import IndexRow, Key
+from ..core.model import Key
+from .runs import IndexRow
 
 Action = Literal["reuse", "regrade", "run"]
 

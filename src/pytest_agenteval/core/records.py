@@ -6,8 +6,7 @@ import hashlib
 import re
 from typing import Any
 
-from .model import RECORD_SCHEMA, AgentResult, Verdict
-from .store import Key
+from .model import RECORD_SCHEMA, AgentResult, Key, Verdict
 from .text import clean_text, json_safe
 
 ITEM_NAME_RE = re.compile(r"^(?P<task_id>.+)\[attempt-(?P<attempt>\d+)\](?:@.*)?$")

@@ -13,15 +13,16 @@ from typing import Any
 
 import pytest
 
-from .dataset import TaskDef, load_task_file
-from .errors import StoreError
-from .items import RUNTIME, AttemptItem
-from .plan import Plan, count_actions, make_plan, plan_key
-from .records import build_record, junit_properties, parse_item_name
-from .reports import terminal_lines, write_reports
-from .runtime import Runtime
-from .store import Key, Store, Unreadable, new_run_id
-from .summary import build_summary
+from ..core.errors import StoreError
+from ..core.model import Key
+from ..core.records import build_record, junit_properties, parse_item_name
+from ..reporting.reports import terminal_lines, write_reports
+from ..reporting.summary import build_summary
+from ..sources.dataset import TaskDef, load_task_file
+from ..store.plan import Plan, count_actions, make_plan, plan_key
+from ..store.runs import Store, Unreadable, new_run_id
+from .items import AttemptItem
+from .runtime import RUNTIME, Runtime
 
 
 class Controller:

@@ -11,11 +11,11 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import AgentError, AgentTimeout
-from .importing import UnresolvedReference, resolve_callable
-from .model import AgentResult, CallableAgentSpec, CommandAgentSpec, Task
+from ..core.errors import AgentError, AgentTimeout
+from ..core.importing import UnresolvedReference, resolve_callable
+from ..core.model import AgentResult, CallableAgentSpec, CommandAgentSpec, Task
+from ..core.text import excerpt
 from .process import run_program
-from .text import excerpt
 
 
 class Agent(Protocol):

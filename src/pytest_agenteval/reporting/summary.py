@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..store.runs import IndexRow, RunInfo
 from .metrics import (
     GroupMetrics,
     TaskMetrics,
@@ -17,7 +18,6 @@ from .metrics import (
     task_metrics,
     totals,
 )
-from .store import IndexRow, RunInfo
 
 SUMMARY_SCHEMA = "agenteval.summary/1"
 

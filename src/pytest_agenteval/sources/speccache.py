@@ -21,7 +21,7 @@ Entries = list[tuple[Any, int, tuple[Any, ...]]]
 
 
 def _header() -> tuple[Any, ...]:
-    from . import __version__
+    from .. import __version__
 
     return (CACHE_VERSION, __version__, pydantic.VERSION, sys.version_info[:2])
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from . import agents
-from .dataset import Dataset, TaskDef
-from .errors import AgentError
-from .model import CallableAgentSpec, CommandAgentSpec, GraderSpec, TaskSpec
-from .plan import Plan
-from .speccache import SpecCache
-from .workspaces import Workspaces
+from ..core.errors import AgentError
+from ..core.model import CallableAgentSpec, CommandAgentSpec, GraderSpec, TaskSpec
+from ..execution import agents
+from ..execution.workspaces import Workspaces
+from ..sources.dataset import Dataset, TaskDef
+from ..sources.speccache import SpecCache
+from ..store.plan import Plan
 
 FIXTURE_NAME = "agenteval_agent"
 AgentSpecT = CallableAgentSpec | CommandAgentSpec
@@ -143,3 +143,6 @@ def spec_label(spec: AgentSpecT) -> str:
     if isinstance(spec, CommandAgentSpec):
         return "command:" + " ".join(spec.command)
     return f"callable:{spec.callable}"
+
+
+RUNTIME = pytest.StashKey[Runtime]()

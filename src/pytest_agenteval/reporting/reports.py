@@ -13,8 +13,8 @@ from xml.sax.saxutils import quoteattr
 
 from junitparser import xunit2
 
+from ..core.text import excerpt, xml_safe
 from .summary import task_passes
-from .text import excerpt, xml_safe
 
 LOWEST_SHOWN = 10
 

@@ -15,12 +15,11 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .dataset import GraderSpecError
-from .errors import GraderError, did_you_mean
-from .importing import UnresolvedReference, resolve_callable
-from .model import AgentResult, GraderSpec, Task, TaskSpec, Verdict
+from ..core.errors import GraderError, GraderSpecError, did_you_mean
+from ..core.importing import UnresolvedReference, resolve_callable
+from ..core.model import AgentResult, GraderSpec, Task, TaskSpec, Verdict
+from ..core.text import excerpt
 from .process import run_program
-from .text import excerpt
 
 
 @dataclass(slots=True)

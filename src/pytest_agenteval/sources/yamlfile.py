@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import TaskFileError, did_you_mean
-from .model import UNION_TAGS
+from ..core.errors import TaskFileError, did_you_mean
+from ..core.model import UNION_TAGS
 
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -29,15 +29,12 @@ from pathlib import Path
 from sys import intern
 from typing import Any
 
-from .errors import StoreError
-from .model import RECORD_SCHEMA
-from .text import excerpt
+from ..core.errors import StoreError
+from ..core.model import RECORD_SCHEMA, Key
+from ..core.text import excerpt
 
 RUN_SCHEMA = "agenteval.run/1"
 HISTORY_LIMIT = 10
-
-Key = tuple[str, str, int]
-"""(dataset, task id, attempt index): how records are keyed, never by node id."""
 
 
 @dataclass(frozen=True)

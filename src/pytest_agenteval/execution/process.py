@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .text import decode_output
+from ..core.text import decode_output
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import TaskFileError
-from .model import GraderSpec, Manifest, TaskSpec, check_task_id
+from ..core.errors import GraderSpecError, TaskFileError
+from ..core.model import GraderSpec, Manifest, TaskSpec, check_task_id
 from .speccache import SpecCache
 from .yamlfile import field_path, line_of, parse, validation_errors
 
@@ -28,16 +28,6 @@ SKIP_DIRS = frozenset({"__pycache__", "node_modules", "venv", "build", "dist", "
 
 # A grader factory: (spec, task) -> grader object. Raises GraderSpecError for bad specs.
 MakeGrader = Callable[[GraderSpec, TaskSpec], Any]
-
-
-class GraderSpecError(ValueError):
-    """A grader spec that cannot be built; `option` names the offending option, if any."""
-
-    def __init__(self, problem: str, *, option: str | None = None, hint: str | None = None):
-        super().__init__(problem)
-        self.problem = problem
-        self.option = option
-        self.hint = hint
 
 
 _WORKSPACE_LINE = re.compile(

@@ -58,6 +58,16 @@ class GraderError(AgentError):
     """A grader could not judge the output (it crashed, or its command could not run)."""
 
 
+class GraderSpecError(ValueError):
+    """A grader spec that cannot be built; `option` names the offending option, if any."""
+
+    def __init__(self, problem: str, *, option: str | None = None, hint: str | None = None):
+        super().__init__(problem)
+        self.problem = problem
+        self.option = option
+        self.hint = hint
+
+
 class StoreError(AgentevalError):
     """The run store cannot be used (missing cache dir, unknown run, newer schema)."""
 

@@ -1,4 +1,4 @@
-"""pytest glue for tasks: a TaskFile collects one AttemptItem per task x attempt.
+"""pytest glue for one attempt: the AttemptItem and the hooks that shape its reports.
 
 The agent runs (and its output is graded) in `setup()`, so an agent crash, timeout or a grader
 that cannot judge is a pytest *error*; `runtest()` only reports the verdict, so a wrong answer
@@ -7,29 +7,30 @@ is a *failure*. A replayed attempt runs nothing.
 
 from __future__ import annotations
 
-import gc
-import os
 import time
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
 
-from . import agents
-from .dataset import TASK_SUFFIXES, GraderSpecError, LoadFailure, TaskDef, load_task_file
-from .errors import AgentError, AgentevalError, TaskFileError
-from .graders import BUILTIN_GRADERS, GradeContext, as_verdict, make_builtin_grader, unknown_grader
-from .model import AgentResult, GraderSpec, Task, TaskSpec, Verdict
-from .records import attempt_seed, build_record, item_name, junit_properties, result_from_record
-from .runtime import FIXTURE_NAME, Runtime
-from .store import Key
-from .text import excerpt
+from ..core.errors import AgentError, AgentevalError, GraderSpecError
+from ..core.model import AgentResult, GraderSpec, Key, Task, TaskSpec, Verdict
+from ..core.records import attempt_seed, build_record, junit_properties, result_from_record
+from ..core.text import excerpt
+from ..execution import agents
+from ..execution.graders import (
+    BUILTIN_GRADERS,
+    GradeContext,
+    as_verdict,
+    make_builtin_grader,
+    unknown_grader,
+)
+from ..sources.dataset import TaskDef
+from .runtime import FIXTURE_NAME, RUNTIME, Runtime
 
-RUNTIME = pytest.StashKey[Runtime]()
-_PLUGIN_DIR = str(Path(__file__).parent)
+_PLUGIN_DIR = str(Path(__file__).parent.parent)
 
 
 class AttemptFailed(Exception):
@@ -40,113 +41,14 @@ class ReplayedError(Exception):
     """A reused record of an attempt that errored; replayed as an error again."""
 
 
-class DatasetDir(pytest.Dir):
-    """A folder of a dataset whose task files' items are collected straight away.
-
-    pytest's usual walk collects each file as its own collector, with a report and every
-    plugin asked about it: that cost more than parsing the file. Here the same hooks still
-    decide what is collected, in pytest's order (so `--ignore`, `collect_ignore` and folder
-    conftests work as before), subfolders are collected as usual, and TaskFile nodes stay the
-    items' parents, so node ids and `-k` names do not change. Only below roots no argument
-    points into (pytest matches such arguments against a collector per file), and not with
-    --agenteval-strict, where a bad file must fail as its own collector.
-    """
-
-    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
-        ihook = self.ihook
-        for entry in sorted(os.scandir(self.path), key=lambda e: e.name):
-            path = Path(entry.path)
-            if ihook.pytest_ignore_collect(collection_path=path, config=self.config):
-                continue
-            if entry.is_dir():
-                folder = ihook.pytest_collect_directory(path=path, parent=self)
-                if folder is not None:
-                    yield folder
-            elif entry.is_file() and path.suffix in TASK_SUFFIXES:
-                yield from TaskFile.from_parent(self, path=path).collect()
-
-
-class TaskFile(pytest.File):
-    """A task YAML file: one item per task and attempt, or one erroring item per bad task."""
-
-    def collect(self) -> Iterator[pytest.Item]:
-        runtime = self.config.stash[RUNTIME]
-        dataset = runtime.dataset_for(self.path)
-        assert dataset is not None
-        attempts = runtime.attempts_for(dataset)
-        makers = runtime.grader_factory(dataset)
-        for loaded in load_task_file(self.path, dataset, makers, runtime.specs):
-            if isinstance(loaded, TaskDef):
-                loaded = _check_unique(runtime, loaded)
-            if isinstance(loaded, LoadFailure):
-                if runtime.settings.strict:
-                    raise self.CollectError(loaded.render())
-                name = f"{loaded.label}[load-error]"
-                yield LoadErrorItem.from_parent(
-                    self, name=name, nodeid=self._child_id(name), failure=loaded
-                )
-                continue
-            marks = [_mark(runtime, self.config, tag) for tag in loaded.spec.tags]
-            for attempt in range(attempts):
-                name = item_name(loaded.id, attempt)
-                item = AttemptItem.from_parent(
-                    self, name=name, nodeid=self._child_id(name), task=loaded, attempt=attempt
-                )
-                for mark in marks:
-                    item.add_marker(mark)
-                yield item
-
-    def _child_id(self, name: str) -> str:
-        """The node id as text, so pytest parses `[attempt-0]` into the id's params, as it does
-        for the ids it stores (`--lf`, `--nf` and `--sw` compare the two)."""
-        return f"{self.nodeid}::{name}"
-
-
-def _check_unique(runtime: Runtime, task: TaskDef) -> TaskDef | LoadFailure:
-    first = runtime.seen_ids.setdefault((task.dataset.name, task.id), task.path)
-    if first == task.path:
-        return task
-    error = TaskFileError(
-        task.path,
-        f"duplicate task id {task.id!r}, first defined in {first}",
-        line=task.line,
-        field="id",
-        hint="task ids must be unique across the dataset",
-    )
-    return LoadFailure(task.path, task.id, task.line, [error])
-
-
-def _mark(runtime: Runtime, config: pytest.Config, tag: str) -> pytest.MarkDecorator:
-    if tag not in runtime.registered_tags:
-        runtime.registered_tags.add(tag)
-        config.addinivalue_line("markers", f"{tag}: agenteval task tag")
-    return getattr(pytest.mark, tag)
-
-
-class LoadErrorItem(pytest.Item):
-    """Stands for a task that could not be loaded: it errors with file, line and field."""
-
-    def __init__(self, *, failure: LoadFailure, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.failure = failure
-
-    def setup(self) -> None:
-        raise TaskFileError(self.failure.path, self.failure.render())
-
-    def runtest(self) -> None:  # pragma: no cover - setup always raises
-        pass
-
-    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str:
-        return self.failure.render()
-
-    def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, self.failure.line - 1, f"agenteval: {self.name}"
+class AgentevalItem(pytest.Item):
+    """An item whose reports carry agenteval data to the controller (`report.agenteval`)."""
 
     def report_extras(self) -> dict[str, Any]:
-        return {"load_error": {"path": str(self.failure.path), "message": self.failure.render()}}
+        raise NotImplementedError
 
 
-class AttemptItem(pytest.Item):
+class AttemptItem(AgentevalItem):
     """One attempt of one task."""
 
     def __init__(self, *, task: TaskDef, attempt: int, **kwargs: Any) -> None:
@@ -357,8 +259,6 @@ def _user_frames(excinfo: ExceptionInfo[BaseException]) -> Any:
 class TaskHooks:
     """Hooks registered only while a dataset is active, so other runs pay nothing for them."""
 
-    froze = False
-
     @staticmethod
     def grader_maker(config: pytest.Config) -> Any:
         """A grader factory asking `pytest_agenteval_make_grader`: plugins first, built-ins last."""
@@ -384,66 +284,15 @@ class TaskHooks:
     ) -> Any:
         return make_builtin_grader(spec, task, dataset_root)
 
-    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
-        """Below a dataset root only task files are collected; workspace templates never are."""
-        dataset = config.stash[RUNTIME].dataset_for(collection_path)
-        if dataset is None or collection_path == dataset.root:
-            return None
-        if collection_path.is_dir():
-            return dataset.is_workspace_dir(collection_path) or None
-        return not dataset.is_task_file(collection_path) or None
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> DatasetDir | None:
-        runtime = parent.config.stash[RUNTIME]
-        dataset = runtime.dataset_for(path)
-        if dataset is not None and dataset.root in runtime.whole_roots:
-            return DatasetDir.from_parent(parent, path=path)
-        return None
-
-    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> TaskFile | None:
-        if file_path.suffix not in TASK_SUFFIXES:
-            return None
-        dataset = parent.config.stash[RUNTIME].dataset_for(file_path)
-        if dataset is None or not dataset.is_task_file(file_path):
-            return None
-        return TaskFile.from_parent(parent, path=file_path)
-
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
-        if call.when != "teardown" and isinstance(item, AttemptItem | LoadErrorItem):
+        if call.when != "teardown" and isinstance(item, AgentevalItem):
             if call.when == "setup" and report.failed and call.excinfo is not None:
                 report.longrepr = item.repr_failure(call.excinfo)
             if call.when == "call" or report.failed:
                 report.agenteval = item.report_extras()
         return report
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_collection(self, session: pytest.Session) -> Any:
-        """Keep the cyclic GC off the collected tree: it lives all session, so scanning it
-        again and again (a third of collecting 10,000 tasks) frees nothing. Frozen until the
-        session ends, unless something else froze objects already; the few cycles that became
-        garbage while collecting (a few dozen objects for 10,000 tasks) wait until then."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return (yield)
-        finally:
-            if enabled:
-                gc.enable()
-            if gc.get_freeze_count() == 0:
-                gc.freeze()
-                self.froze = True
-
-    def thaw(self) -> None:
-        """Give the frozen tree back to the GC (matters when pytest runs again in-process)."""
-        if self.froze:
-            gc.unfreeze()
-            self.froze = False
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        session.config.stash[RUNTIME].specs.save()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         config.stash[RUNTIME].workspaces.close()

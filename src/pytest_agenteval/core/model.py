@@ -23,6 +23,8 @@ RECORD_SCHEMA = "agenteval.record/1"
 TASK_ID_RE = re.compile(r"[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*")
 TAG_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 Status = Literal["pass", "fail", "error"]
+Key = tuple[str, str, int]
+"""(dataset, task id, attempt index): how records are keyed, never by node id."""
 
 
 class UserModel(BaseModel):
