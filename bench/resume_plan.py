@@ -25,17 +25,17 @@ import time
 from pathlib import Path
 
 from pytest_agenteval.core.model import AgentResult, Verdict
-from pytest_agenteval.core.records import build_record
+from pytest_agenteval.core.records import AttemptRecord, new_record
 from pytest_agenteval.store.plan import make_plan
 from pytest_agenteval.store.runs import Store
 
 
-def record(task: int, attempt: int) -> dict:
+def record(task: int, attempt: int) -> AttemptRecord:
     passed = (task + attempt) % 4 != 0
     verdict = Verdict(
         "equals", passed, "output equals expected" if passed else "expected 'a', got 'b'"
     )
-    return build_record(
+    return new_record(
         key=("bench", f"t{task:06}", attempt),
         digest=f"{task:016x}",
         run_digest=f"{task:016x}",
@@ -66,7 +66,7 @@ def plan_seconds(store: Store, records: int) -> tuple[float, float]:
     assert len(rows) == records and not bad
     start = time.perf_counter()
     actions = [
-        plan.decide(("bench", f"t{i // 3:06}", i % 3), f"{i // 3:016x}", f"{i // 3:016x}")[0]
+        plan.decide(("bench", f"t{i // 3:06}", i % 3), f"{i // 3:016x}", f"{i // 3:016x}").action
         for i in range(records)
     ]
     assert set(actions) == {"reuse"}

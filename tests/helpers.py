@@ -116,7 +116,7 @@ def latest_record(root: Path, task_id: str, attempt: int) -> dict[str, Any]:
     record = store.record(run.name, ("ds", task_id, attempt))
     store.close()
     assert record is not None
-    return record
+    return record.to_json()
 
 
 def comparable(summary: dict[str, Any]) -> dict[str, Any]:

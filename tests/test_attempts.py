@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import DatasetMaker, task
-from pytest_agenteval.core.model import AttemptRecord
+from pytest_agenteval.core.records import AttemptRecord
 
 
 def test_wrong_answer_is_a_failure_with_a_readable_report(
@@ -315,7 +315,7 @@ def test_records_on_reports_are_complete_plain_json(
     assert len(records) == 4
     seeds = set()
     for rec in records:
-        AttemptRecord.model_validate(rec)
+        AttemptRecord.from_json(rec)
         assert (
             rec["dataset"] == "ds" and rec["digest"] and rec["run_digest"] and rec["duration"] >= 0
         )

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from pytest_agenteval.cli import main
-from pytest_agenteval.core.model import AttemptRecord
+from pytest_agenteval.core.records import AttemptRecord
 from pytest_agenteval.reporting.summary import Summary
 from pytest_agenteval.store.runs import Store
 
@@ -25,7 +25,7 @@ def test_v1_run_store_reads_and_re_renders_the_same_summary(tmp_path: Path) -> N
         ("golden", t, a) for t in ("add", "boom") for a in (0, 1)
     }
     for record in store.records("golden1"):
-        AttemptRecord.model_validate(record)
+        assert AttemptRecord.from_json(record.to_json()) == record
     stored = json.loads((GOLDEN / "runs/golden1/summary.json").read_text())
     Summary.model_validate(stored)
     assert (

@@ -8,19 +8,18 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pytest_agenteval.core.errors import StoreError
-from pytest_agenteval.core.model import AttemptRecord
-from pytest_agenteval.core.records import build_record
+from pytest_agenteval.core.model import AgentResult
+from pytest_agenteval.core.records import AttemptRecord, new_record
 from pytest_agenteval.store.plan import make_plan
 from pytest_agenteval.store.runs import Store
 
 
-def record(task: str, attempt: int, status: str = "pass", digest: str = "d1") -> dict[str, Any]:
-    rec = build_record(
+def record(task: str, attempt: int, status: str = "pass", digest: str = "d1") -> AttemptRecord:
+    return new_record(
         key=("ds", task, attempt),
         digest=digest,
         run_digest="r1",
@@ -28,13 +27,12 @@ def record(task: str, attempt: int, status: str = "pass", digest: str = "d1") ->
         tags=["t"],
         status=status,
         verdicts=[],
-        result=None,
+        result=AgentResult(output="x" * 10_000),
         started_at=1.0,
         duration=0.5,
         error="boom" if status == "error" else None,
         phase="agent" if status == "error" else None,
     )
-    return {**rec, "output": "x" * 10_000}
 
 
 @pytest.fixture
@@ -57,8 +55,8 @@ def test_commit_index_and_full_record(store: Store) -> None:
     index = (store.runs_dir / "r1/index.jsonl").read_text()
     assert len(index) < 3000, "outputs must not be in the index"
     full = store.record("r1", ("ds", "a", 0))
-    assert full is not None and full["output"] == "x" * 10_000
-    AttemptRecord.model_validate(full)
+    assert full is not None and full.output == "x" * 10_000
+    assert AttemptRecord.from_json(full.to_json()) == full
 
 
 def test_replacing_keeps_history_and_the_newest_wins(
@@ -78,7 +76,7 @@ def test_replacing_keeps_history_and_the_newest_wins(
     (row,), _ = store.index("r1")
     assert row.status == "pass"
     full = store.record("r1", ("ds", "a", 0))
-    assert full is not None and [p["status"] for p in full["previous"]] == ["error", "fail"]
+    assert full is not None and [p["status"] for p in full.previous] == ["error", "fail"]
 
 
 def test_unreadable_lines_are_reported_not_fatal(store: Store) -> None:
@@ -163,14 +161,15 @@ def test_plan_decisions(store: Store) -> None:
     rows, _ = store.index("r1")
     plan = make_plan(rows, rerun_errors=False, rerun_all=False)
     plan.fetch = lambda key: store.record("r1", key)
-    assert plan.decide(("ds", "same", 0), "d1", "r1")[0] == "reuse"
-    action, data = plan.decide(("ds", "graders", 0), "d2", "r1")
-    assert action == "regrade" and data["output"] == "x" * 10_000
-    assert plan.decide(("ds", "graders", 0), "d2", "r1", regradable=False)[0] == "run"
-    assert plan.decide(("ds", "gone", 0), "d2", "r2")[0] == "run"
-    assert plan.decide(("ds", "new", 0), "d1", "r1")[0] == "run"
-    assert plan.decide(("ds", "err", 0), "d2", "r1")[0] == "reuse"
+    assert plan.decide(("ds", "same", 0), "d1", "r1").action == "reuse"
+    decision = plan.decide(("ds", "graders", 0), "d2", "r1")
+    assert decision.action == "regrade" and decision.record is not None
+    assert decision.record.output == "x" * 10_000
+    assert plan.decide(("ds", "graders", 0), "d2", "r1", regradable=False).action == "run"
+    assert plan.decide(("ds", "gone", 0), "d2", "r2").action == "run"
+    assert plan.decide(("ds", "new", 0), "d1", "r1").action == "run"
+    assert plan.decide(("ds", "err", 0), "d2", "r1").action == "reuse"
     rerun_errors = make_plan(rows, rerun_errors=True, rerun_all=False)
-    assert rerun_errors.decide(("ds", "err", 0), "d1", "r1")[0] == "run"
+    assert rerun_errors.decide(("ds", "err", 0), "d1", "r1").action == "run"
     rerun_all = make_plan(rows, rerun_errors=False, rerun_all=True)
-    assert rerun_all.decide(("ds", "same", 0), "d1", "r1")[0] == "run"
+    assert rerun_all.decide(("ds", "same", 0), "d1", "r1").action == "run"

@@ -11,7 +11,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .core.model import AgentResult, AttemptRecord, Manifest, Task, TaskSpec, Usage, Verdict
+    from .core.errors import AgentError
+    from .core.model import AgentResult, Manifest, Task, TaskSpec, Usage, Verdict
+    from .core.records import AttemptRecord
     from .execution.agents import Agent
     from .execution.graders import GradeContext, Grader
 
@@ -20,7 +22,8 @@ __version__ = "0.1.0"
 _WHERE = {
     "Agent": "execution.agents",
     "AgentResult": "core.model",
-    "AttemptRecord": "core.model",
+    "AgentError": "core.errors",
+    "AttemptRecord": "core.records",
     "GradeContext": "execution.graders",
     "Grader": "execution.graders",
     "Manifest": "core.model",
@@ -32,6 +35,7 @@ _WHERE = {
 
 __all__ = [
     "Agent",
+    "AgentError",
     "AgentResult",
     "AttemptRecord",
     "GradeContext",

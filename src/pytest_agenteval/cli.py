@@ -157,11 +157,16 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from .core.model import AttemptRecord, Manifest, TaskSpec
+    from .core.model import Manifest, TaskSpec
+    from .core.records import record_schema
     from .reporting.summary import Summary
 
-    model = {"task": TaskSpec, "manifest": Manifest, "record": AttemptRecord, "summary": Summary}
-    print(json.dumps(model[args.kind].model_json_schema(by_alias=True), indent=2))
+    if args.kind == "record":
+        schema = record_schema()
+    else:
+        model = {"task": TaskSpec, "manifest": Manifest, "summary": Summary}[args.kind]
+        schema = model.model_json_schema(by_alias=True)
+    print(json.dumps(schema, indent=2))
     return 0
 
 

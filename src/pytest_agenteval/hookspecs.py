@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .core.model import GraderSpec, TaskSpec
+    from .core.model import AnyAgentSpec, GraderSpec, TaskSpec
 
 
 @pytest.hookspec(firstresult=True)
@@ -19,6 +19,17 @@ def pytest_agenteval_make_grader(spec: GraderSpec, task: TaskSpec, dataset_root:
     `grade` returns a Verdict, a bool, a score in [0, 1], or (bool or score, reason). Raise
     ValueError for bad `spec.options`: it is reported at the grader's line in the task file.
     The built-in graders answer last, so a plugin can replace them.
+    """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_agenteval_make_agent(spec: AnyAgentSpec, dataset_root: Path) -> Any:
+    """Build the agent `spec` declares, or return None to let others try.
+
+    `spec` is a `PluginAgentSpec` (`type` and `options`) for a kind written as `{kind: {...}}`
+    in a manifest or task, else a built-in spec. Return a callable taking the `Task` (sync or
+    `async def`) that returns a str or an AgentResult. Raise `pytest_agenteval.AgentError`
+    for bad options. The built-in kinds (`callable`, `command`) answer last.
     """
 
 

@@ -8,7 +8,6 @@ Settings precedence: command-line option, then the ini setting, then the dataset
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,6 @@ from . import hookspecs
 from .core import options
 
 if TYPE_CHECKING:
-    from .glue.runtime import Settings
     from .sources.dataset import Dataset
 
 
@@ -154,60 +152,20 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
-    """The option `name`, else its ini twin parsed like the option, else None."""
-    value = config.getoption(name)
-    if value is not None and value != []:
-        return value
-    raw = config.getini(name)
-    if raw in ("", [], None):
-        return None
-    if parse is None or not isinstance(raw, str):
-        return raw
-    try:
-        return parse(raw)
-    except argparse.ArgumentTypeError as exc:
-        raise pytest.UsageError(f"ini setting {name}: {exc}") from None
-
-
-def read_settings(config: pytest.Config) -> Settings:
-    from .core.model import CallableAgentSpec
-    from .glue.runtime import Settings
-
-    agent = _setting(config, "agenteval_agent", options.agent_ref)
-    report = _setting(config, "agenteval_report")
-    base = config.invocation_params.dir
-    return Settings(
-        dataset_paths=[base / p for p in config.getoption("agenteval_datasets")]
-        or list(config.getini("agenteval_datasets")),
-        attempts=_setting(config, "agenteval_attempts", options.positive_int),
-        agent_override=CallableAgentSpec(callable=agent) if agent else None,
-        agent_version=_setting(config, "agenteval_agent_version"),
-        strict=bool(_setting(config, "agenteval_strict")),
-        resume=config.getoption("agenteval_resume") or config.getoption("agenteval_plan"),
-        rerun_errors=config.getoption("agenteval_rerun_errors"),
-        rerun_all=config.getoption("agenteval_rerun"),
-        allow_drift=config.getoption("agenteval_allow_drift"),
-        run_id=config.getoption("agenteval_run_id"),
-        report_dir=base / report if report else None,
-        pass_k=_setting(config, "agenteval_pass_k", options.pass_ks),
-        task_rule=_setting(config, "agenteval_task_rule", options.task_rule) or "any",
-        min_pass_rate=_setting(config, "agenteval_min_pass_rate", options.rate),
-        allow_errors=bool(_setting(config, "agenteval_allow_errors")),
-        show_plan=config.getoption("agenteval_plan"),
-        invocation_dir=base,
-    )
-
-
 def pytest_configure(config: pytest.Config) -> None:
     if not (config.getoption("agenteval_datasets") or config.getini("agenteval_datasets")):
         return
     # Imported only when active: unrelated pytest runs pay nothing for pydantic and friends.
+    from .execution.agents import AgentResolver
+    from .execution.attempt import AttemptRunner
+    from .execution.executor import SerialExecutor
     from .execution.workspaces import Workspaces
-    from .glue.collect import CollectHooks
-    from .glue.controller import Controller, XdistHooks, agenteval_dir, worker_setup
+    from .glue.collect import CollectHooks, CollectState
+    from .glue.controller import agenteval_dir, start_controller
     from .glue.items import TaskHooks
     from .glue.runtime import RUNTIME, Runtime, agent_fingerprint
+    from .glue.settings import read_settings
+    from .glue.xdist import worker_setup
     from .sources.speccache import SpecCache
 
     settings = read_settings(config)
@@ -221,18 +179,23 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
     basetemp = config.option.basetemp
     folder = agenteval_dir(config)
-    runtime = Runtime(
+    runner = AttemptRunner(
+        SerialExecutor(),
+        Workspaces(Path(basetemp) if basetemp else None, worker),
+        fingerprint=agent_fingerprint(settings, datasets),
+        passthrough=(pytest.exit.Exception, pytest.skip.Exception),
+    )
+    config.stash[RUNTIME] = Runtime(
         settings,
         datasets,
         make_grader=TaskHooks.grader_maker(config),
-        workspaces=Workspaces(Path(basetemp) if basetemp else None, worker),
+        runner=runner,
+        agents=AgentResolver(TaskHooks.agent_maker(config)),
         agenteval_dir=folder,
         specs=SpecCache(folder / "specs.pickle" if folder else None),
-        fingerprint=agent_fingerprint(settings, datasets),
     )
-    if not settings.strict:  # a bad file must fail alone, as its own collector
-        runtime.whole_roots = whole_roots
-    config.stash[RUNTIME] = runtime
+    # A bad file must fail alone, as its own collector, under --agenteval-strict.
+    config.stash[CollectState.KEY] = CollectState(set() if settings.strict else whole_roots)
     config.pluginmanager.register(TaskHooks(), "agenteval-tasks")
     hooks = CollectHooks()
     config.pluginmanager.register(hooks, "agenteval-collect")
@@ -242,11 +205,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(hooks.thaw)
     if hasattr(config, "workerinput"):
         worker_setup(config)
-        return
-    controller = Controller(config, runtime)
-    config.pluginmanager.register(controller, "agenteval-controller")
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(controller), "agenteval-xdist")
+    else:
+        start_controller(config, config.stash[RUNTIME])
 
 
 def _load_datasets(paths: list[Path]) -> list[Dataset]:

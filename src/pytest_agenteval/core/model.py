@@ -23,6 +23,11 @@ RECORD_SCHEMA = "agenteval.record/1"
 TASK_ID_RE = re.compile(r"[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*")
 TAG_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 Status = Literal["pass", "fail", "error"]
+"""An attempt's verdict: its graders passed, one failed (a wrong answer), or it errored."""
+Action = Literal["reuse", "regrade", "run"]
+"""What a resume does with a planned attempt."""
+Phase = Literal["agent", "grading", "crash"]
+"""Where an errored attempt stopped: in the agent, in a grader, or its process died."""
 Key = tuple[str, str, int]
 """(dataset, task id, attempt index): how records are keyed, never by node id."""
 
@@ -54,20 +59,45 @@ class CommandAgentSpec(UserModel):
     """`text`: stdout is the output. `json`: stdout is an AgentResult as JSON (output, usage...)."""
 
 
+class PluginAgentSpec(UserModel):
+    """An agent of a kind a plugin provides through `pytest_agenteval_make_agent`, written as
+    `{kind: {options}}`."""
+
+    type: str
+    """The agent kind a plugin registered."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Options the plugin validates itself."""
+
+
 def _agent_kind(value: Any) -> str:
-    return "command-agent" if isinstance(value, dict) and "command" in value else "callable-agent"
+    if isinstance(value, dict) and "command" in value:
+        return "command-agent"
+    if isinstance(value, dict) and "callable" not in value:
+        return "plugin-agent"
+    return "callable-agent"
 
 
 def _agent_shorthand(value: Any) -> Any:
-    return {"callable": value} if isinstance(value, str) else value
+    if isinstance(value, str):
+        return {"callable": value}
+    if (
+        isinstance(value, dict)
+        and len(value) == 1
+        and not {"command", "callable", "type"} & set(value)
+    ):
+        ((kind, options),) = value.items()
+        return {"type": kind, "options": options}
+    return value
 
 
 AgentSpec = Annotated[
     Annotated[CallableAgentSpec, Tag("callable-agent")]
-    | Annotated[CommandAgentSpec, Tag("command-agent")],
+    | Annotated[CommandAgentSpec, Tag("command-agent")]
+    | Annotated[PluginAgentSpec, Tag("plugin-agent")],
     Discriminator(_agent_kind),
 ]
-UNION_TAGS = frozenset({"callable-agent", "command-agent"})
+AnyAgentSpec = CallableAgentSpec | CommandAgentSpec | PluginAgentSpec
+UNION_TAGS = frozenset({"callable-agent", "command-agent", "plugin-agent"})
 
 
 class GraderSpec(UserModel):
@@ -101,6 +131,8 @@ class Defaults(UserModel):
 
     timeout: PositiveFloat | None = None
     """Seconds an attempt's agent call may take."""
+    grader_timeout: PositiveFloat | None = None
+    """Seconds each grader may take to judge an attempt (default 60)."""
     attempts: PositiveInt | None = None
     """Attempts per task when neither `--attempts` nor ini `agenteval_attempts` is set."""
     graders: list[GraderSpec] | None = None
@@ -149,6 +181,9 @@ class TaskSpec(UserModel):
     """The reference answer graders compare against; never shown to the agent."""
     graders: list[GraderSpec] | None = None
     timeout: PositiveFloat | None = None
+    """Seconds the agent may take for one attempt (default: the manifest's, else none)."""
+    grader_timeout: PositiveFloat | None = None
+    """Seconds each grader may take (default: the manifest's, else 60)."""
     agent: AgentSpec | None = None
     """Overrides the manifest's agent for this task."""
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -281,41 +316,3 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task(id={self.id!r}, attempt={self.attempt})"
-
-
-class VerdictModel(BaseModel):
-    """A recorded verdict."""
-
-    grader: str
-    passed: bool
-    score: float | None = None
-    reason: str = ""
-
-
-class AttemptRecord(BaseModel):
-    """One finished attempt, as stored and as carried on the pytest report (as plain JSON)."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    schema_: Literal["agenteval.record/1"] = Field(RECORD_SCHEMA, alias="schema")
-    dataset: str
-    task_id: str
-    attempt: int
-    digest: str
-    """Content digest of the task when the attempt ran."""
-    run_digest: str
-    """Digest of what the agent saw (everything but graders, expected, tags, description)."""
-    agent: dict[str, Any]
-    """Fingerprint of the agent: its spec, override and declared version."""
-    status: Status
-    verdicts: list[VerdictModel] = Field(default_factory=list)
-    output: str | None = None
-    usage: Usage | None = None
-    duration: float
-    started_at: float
-    finished_at: float
-    error: str | None = None
-    transcript: list[Any] | None = None
-    artifacts: dict[str, str] | None = None
-    previous: list[dict[str, Any]] = Field(default_factory=list)
-    """Records this one replaced (`--agenteval-rerun`), newest first."""

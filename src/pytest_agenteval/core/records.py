@@ -1,15 +1,25 @@
-"""Attempt records as plain JSON types (they travel on pytest reports), and their keys."""
+"""One attempt's record: the typed `AttemptRecord`, its JSON form and the index line it yields.
+
+A record is made once, where the attempt ends; it travels to the controller on the pytest
+report as plain JSON (`to_json`), is stored as that JSON, and its index line (`index_line`) is
+the one compact row planning and metrics read. Keys are (dataset, task id, attempt), never node
+ids; `item_name` / `parse_item_name` map between keys and pytest item names.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
-from .model import RECORD_SCHEMA, AgentResult, Key, Verdict
-from .text import clean_text, json_safe
+from .model import RECORD_SCHEMA, AgentResult, Key, Phase, Status, Verdict
+from .text import clean_text, excerpt, json_safe
 
 ITEM_NAME_RE = re.compile(r"^(?P<task_id>.+)\[attempt-(?P<attempt>\d+)\](?:@.*)?$")
+HISTORY_LIMIT = 10
+"""How many replaced records a record keeps in `previous`."""
 
 
 def item_name(task_id: str, attempt: int) -> str:
@@ -23,13 +33,17 @@ def parse_item_name(nodeid: str) -> tuple[str, int] | None:
     return (match["task_id"], int(match["attempt"])) if match else None
 
 
+def plan_key(key: Key) -> str:
+    """A key as one string (dataset names and task ids never contain NUL)."""
+    return f"{key[0]}\0{key[1]}\0{key[2]}"
+
+
 def attempt_seed(key: Key) -> int:
     """A deterministic 32-bit seed per (dataset, task, attempt)."""
-    digest = hashlib.sha256(f"{key[0]}\0{key[1]}\0{key[2]}".encode()).digest()
-    return int.from_bytes(digest[:4], "big")
+    return int.from_bytes(hashlib.sha256(plan_key(key).encode()).digest()[:4], "big")
 
 
-def attempt_score(verdicts: list[Verdict]) -> float:
+def attempt_score(verdicts: tuple[Verdict, ...] | list[Verdict]) -> float:
     """Mean of the graders' scores (a grader without a score counts 1 if passed, else 0)."""
     if not verdicts:
         return 0.0
@@ -39,83 +53,276 @@ def attempt_score(verdicts: list[Verdict]) -> float:
     return total / len(verdicts)
 
 
-def build_record(
+@dataclass(frozen=True, slots=True)
+class Detail:
+    """What a failed or errored attempt shows when it is reported: verdicts, output, error."""
+
+    verdicts: tuple[Verdict, ...] = ()
+    output: str | None = None
+    """The output, or an excerpt of it when replayed from the index."""
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdicts": [v.as_dict() for v in self.verdicts],
+            "output_excerpt": excerpt(self.output or "", 300),
+            "error": excerpt(self.error, 2000) if self.error else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Detail:
+        return cls(
+            tuple(Verdict(**v) for v in data.get("verdicts") or ()),
+            data.get("output_excerpt"),
+            data.get("error"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One finished attempt (`agenteval.record/1`): what ran, what it answered, the verdict."""
+
+    dataset: str
+    task_id: str
+    attempt: int
+    digest: str
+    """Content digest of the task when the attempt ran."""
+    run_digest: str
+    """Digest of what the agent saw (everything but graders, expected, tags, description)."""
+    agent: dict[str, Any]
+    """Fingerprint of the agent: its spec, override and declared version, and what ran."""
+    status: Status
+    started_at: float
+    duration: float
+    tags: tuple[str, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
+    output: str | None = None
+    usage: dict[str, Any] | None = None
+    """input_tokens, output_tokens, cost, as the agent reported them."""
+    error: str | None = None
+    error_type: str | None = None
+    phase: Phase | None = None
+    """Where an error happened: agent, grading or crash."""
+    transcript: list[Any] | None = None
+    artifacts: dict[str, Any] | None = None
+    previous: tuple[dict[str, Any], ...] = field(default=())
+    """Records this one replaced (`--agenteval-rerun`), newest first, as JSON."""
+
+    @property
+    def key(self) -> Key:
+        return (self.dataset, self.task_id, self.attempt)
+
+    @property
+    def score(self) -> float:
+        return attempt_score(self.verdicts) if self.status != "error" else 0.0
+
+    @property
+    def input_tokens(self) -> int | None:
+        return self.usage.get("input_tokens") if self.usage else None
+
+    @property
+    def output_tokens(self) -> int | None:
+        return self.usage.get("output_tokens") if self.usage else None
+
+    @property
+    def cost(self) -> float | None:
+        return self.usage.get("cost") if self.usage else None
+
+    def detail(self) -> Detail:
+        return Detail(self.verdicts, self.output, self.error)
+
+    def result(self) -> AgentResult:
+        """The agent's answer as recorded, for regrading without calling the agent."""
+        return AgentResult.model_validate(
+            {
+                "output": self.output or "",
+                "usage": self.usage,
+                "transcript": self.transcript,
+                "artifacts": self.artifacts,
+            }
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON types: how the record travels on reports and is stored."""
+        return {
+            "schema": RECORD_SCHEMA,
+            "dataset": self.dataset,
+            "task_id": self.task_id,
+            "attempt": self.attempt,
+            "digest": self.digest,
+            "run_digest": self.run_digest,
+            "agent": self.agent,
+            "tags": list(self.tags),
+            "status": self.status,
+            "score": self.score,
+            "verdicts": [v.as_dict() for v in self.verdicts],
+            "output": self.output,
+            "usage": self.usage,
+            "duration": self.duration,
+            "started_at": self.started_at,
+            "finished_at": self.started_at + self.duration,
+            "error": self.error,
+            "error_type": self.error_type,
+            "phase": self.phase,
+            "transcript": self.transcript,
+            "artifacts": self.artifacts,
+            "previous": list(self.previous),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AttemptRecord:
+        """The record a `to_json` dict describes; raises ValueError (or KeyError, TypeError) on
+        a dict of another shape, so callers can treat the record as unreadable."""
+        if data.get("schema") != RECORD_SCHEMA:
+            raise ValueError(f"not an {RECORD_SCHEMA} record: schema {data.get('schema')!r}")
+        if data["status"] not in ("pass", "fail", "error"):
+            raise ValueError(f"unknown status {data['status']!r}")
+        return cls(
+            dataset=str(data["dataset"]),
+            task_id=str(data["task_id"]),
+            attempt=int(data["attempt"]),
+            digest=str(data["digest"]),
+            run_digest=str(data["run_digest"]),
+            agent=dict(data["agent"]),
+            status=data["status"],
+            started_at=float(data["started_at"]),
+            duration=float(data["duration"]),
+            tags=tuple(data.get("tags") or ()),
+            verdicts=tuple(Verdict(**v) for v in data.get("verdicts") or ()),
+            output=data.get("output"),
+            usage=data.get("usage"),
+            error=data.get("error"),
+            error_type=data.get("error_type"),
+            phase=data.get("phase"),
+            transcript=data.get("transcript"),
+            artifacts=data.get("artifacts"),
+            previous=tuple(data.get("previous") or ()),
+        )
+
+    def replacing(self, old: AttemptRecord) -> AttemptRecord:
+        """This record, keeping `old` (and its history) as `previous`."""
+        history = (old.to_json() | {"previous": []}, *old.previous)
+        return self.with_previous(history[:HISTORY_LIMIT])
+
+    def with_previous(self, previous: tuple[dict[str, Any], ...]) -> AttemptRecord:
+        values = {name: getattr(self, name) for name in AttemptRecord.__slots__}
+        return AttemptRecord(**{**values, "previous": previous})
+
+
+def new_record(
     *,
     key: Key,
     digest: str,
     run_digest: str,
     agent: dict[str, Any],
-    tags: list[str],
-    status: str,
+    tags: tuple[str, ...] | list[str],
+    status: Status,
     verdicts: list[Verdict],
     result: AgentResult | None,
     started_at: float,
     duration: float,
     error: str | None = None,
     error_type: str | None = None,
-    phase: str | None = None,
-) -> dict[str, Any]:
-    """One attempt as an `agenteval.record/1` dict of plain JSON types."""
+    phase: Phase | None = None,
+) -> AttemptRecord:
+    """A record with every string made storable: agents and graders may return any text, but
+    UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
     usage = result.usage if result is not None else None
-    return {
-        "schema": RECORD_SCHEMA,
-        "dataset": key[0],
-        "task_id": key[1],
-        "attempt": key[2],
-        "digest": digest,
-        "run_digest": run_digest,
-        "agent": agent,
-        "tags": tags,
-        "status": status,
-        "score": attempt_score(verdicts) if status != "error" else 0.0,
-        "verdicts": [v.as_dict() for v in verdicts],
-        "output": clean_text(result.output) if result is not None else None,
-        "usage": usage.model_dump() if usage is not None else None,
-        "duration": duration,
-        "started_at": started_at,
-        "finished_at": started_at + duration,
-        "error": clean_text(error) if error else None,
-        "error_type": error_type,
-        "phase": phase,
-        "transcript": json_safe(result.transcript) if result and result.transcript else None,
-        "artifacts": json_safe(result.artifacts) if result and result.artifacts else None,
-        "previous": [],
-    }
-
-
-def result_from_record(record: dict[str, Any]) -> AgentResult:
-    """The agent's answer as recorded, for regrading without calling the agent."""
-    return AgentResult.model_validate(
-        {
-            "output": record.get("output") or "",
-            "usage": record.get("usage"),
-            "transcript": record.get("transcript"),
-            "artifacts": record.get("artifacts"),
-        }
+    return AttemptRecord(
+        dataset=key[0],
+        task_id=key[1],
+        attempt=key[2],
+        digest=digest,
+        run_digest=run_digest,
+        agent=agent,
+        status=status,
+        started_at=started_at,
+        duration=duration,
+        tags=tuple(tags),
+        verdicts=tuple(_clean_verdict(v) for v in verdicts),
+        output=clean_text(result.output) if result is not None else None,
+        usage=json_safe(usage.model_dump()) if usage is not None else None,  # type: ignore[arg-type]
+        error=clean_text(error) if error else None,
+        error_type=error_type,
+        phase=phase,
+        transcript=json_safe(result.transcript) if result and result.transcript else None,  # type: ignore[arg-type]
+        artifacts=json_safe(result.artifacts) if result and result.artifacts else None,  # type: ignore[arg-type]
     )
 
 
-def junit_properties(
-    task_id: str, attempt: int, r: dict[str, Any], reused: bool
-) -> list[tuple[str, Any]]:
+def _clean_verdict(v: Verdict) -> Verdict:
+    reason, grader = clean_text(v.reason), clean_text(v.grader)
+    if reason is v.reason and grader is v.grader:
+        return v
+    return Verdict(grader, v.passed, reason, v.score)
+
+
+def attempt_reason(record: AttemptRecord) -> str:
+    """One line on why an attempt passed, failed or errored."""
+    if record.status == "error":
+        text = (record.error or "error").strip() or "error"
+        return text.splitlines()[-1] if "Traceback" in text else text.splitlines()[0]
+    verdicts = record.verdicts
+    wanted = [v for v in verdicts if v.passed == (record.status == "pass")] or verdicts
+    return "; ".join(f"{v.grader}: {v.reason}".splitlines()[0] for v in wanted)
+
+
+def index_line(record: AttemptRecord, offset: int, length: int) -> dict[str, Any]:
+    """The record's line in index.jsonl: what planning and metrics read, and where the full
+    record is (byte offset and length in records.jsonl). Failures and errors keep what their
+    replay shows; a replayed pass shows nothing, so passes store ""."""
+    return {
+        "schema": RECORD_SCHEMA,
+        "dataset": record.dataset,
+        "task_id": record.task_id,
+        "attempt": record.attempt,
+        "digest": record.digest,
+        "run_digest": record.run_digest,
+        "status": record.status,
+        "score": record.score,
+        "duration": record.duration,
+        "input_tokens": record.input_tokens,
+        "output_tokens": record.output_tokens,
+        "cost": record.cost,
+        "tags": list(record.tags),
+        "reason": attempt_reason(record),
+        "phase": record.phase,
+        "replay": ""
+        if record.status == "pass"
+        else json.dumps(record.detail().to_json(), ensure_ascii=False),
+        "record": [offset, length],
+        **({"crashes": crash_count(record)} if record.phase == "crash" else {}),
+    }
+
+
+def crash_count(record: AttemptRecord) -> int:
+    """How many times in a row this attempt's process died, this record included."""
+    count = 1
+    for old in record.previous:
+        if old.get("phase") != "crash":
+            break
+        count += 1
+    return count
+
+
+def junit_properties(facts: Any, reused: bool) -> list[tuple[str, Any]]:
     """Per-attempt JUnit properties: task_id, attempt, status, score, duration, tokens, cost.
 
-    `r` is the attempt's record (or replay data). Reports keep their properties all session
-    long, so the ones that repeat across attempts share one tuple.
+    `facts` is an AttemptRecord or a stored IndexRow (both have these fields). Reports keep
+    their properties all session long, so the ones that repeat across attempts share one tuple.
     """
-    usage = r.get("usage") or r
     props: list[tuple[str, Any]] = [
-        ("task_id", task_id),
-        _shared("attempt", attempt),
-        _shared("status", r["status"]),
-        _shared("score", float(round(r.get("score") or 0.0, 4))),
-        ("duration", round(r.get("duration") or 0.0, 4)),
+        ("task_id", facts.task_id),
+        _shared("attempt", facts.key[2]),
+        _shared("status", facts.status),
+        _shared("score", float(round(facts.score or 0.0, 4))),
+        ("duration", round(facts.duration or 0.0, 4)),
     ]
-    tokens = [usage.get("input_tokens"), usage.get("output_tokens")]
-    if any(t is not None for t in tokens):
-        props.append(("tokens", sum(t or 0 for t in tokens)))
-    if usage.get("cost") is not None:
-        props.append(("cost", usage["cost"]))
+    tokens = (facts.input_tokens, facts.output_tokens)
+    if tokens != (None, None):
+        props.append(("tokens", (tokens[0] or 0) + (tokens[1] or 0)))
+    if facts.cost is not None:
+        props.append(("cost", facts.cost))
     if reused:
         props.append(_shared("reused", "true"))
     return props
@@ -127,3 +334,18 @@ _SHARED_PROPERTIES: dict[tuple[str, Any], tuple[str, Any]] = {}
 def _shared(name: str, value: Any) -> tuple[str, Any]:
     prop = (name, value)
     return _SHARED_PROPERTIES.setdefault(prop, prop)
+
+
+def record_schema() -> dict[str, Any]:
+    """The JSON Schema of a stored record (`agenteval schema record`)."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(AttemptRecord).json_schema()
+    schema["properties"] = {
+        "schema": {"const": RECORD_SCHEMA},
+        **schema["properties"],
+        "score": {"type": "number", "description": "Mean grader score; 0 for an error."},
+        "finished_at": {"type": "number"},
+    }
+    schema["required"] = ["schema", *schema["required"], "score", "finished_at"]
+    return schema

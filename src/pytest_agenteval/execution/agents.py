@@ -1,19 +1,17 @@
-"""The agent under test: resolving specs to callables, and `run`, the one execution seam."""
+"""The agent under test: the Agent protocol, the built-in kinds (Python callables and
+commands), and the registry that turns an agent spec into an agent."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
-import signal
 import sys
-import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..core.errors import AgentError, AgentTimeout
+from ..core.errors import AgentError, AgentTimeout, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
-from ..core.model import AgentResult, CallableAgentSpec, CommandAgentSpec, Task
+from ..core.model import AgentResult, AnyAgentSpec, CallableAgentSpec, CommandAgentSpec, Task
 from ..core.text import excerpt
 from .process import run_program
 
@@ -82,10 +80,17 @@ class CommandAgent:
         return arg.replace("{workspace}", str(task.workspace)) if "{workspace}" in arg else arg
 
 
-def make_agent(spec: CallableAgentSpec | CommandAgentSpec, dataset_root: Path) -> Agent:
-    """The agent a spec names; raises AgentError when it cannot be found."""
+BUILTIN_AGENT_KINDS = ("callable", "command")
+MakeAgent = Callable[[AnyAgentSpec, Path], Agent]
+"""Builds the agent a spec names (plugins first, built-ins last); raises AgentError."""
+
+
+def make_builtin_agent(spec: AnyAgentSpec, dataset_root: Path) -> Agent | None:
+    """The agent a built-in spec names; None for a kind a plugin must provide."""
     if isinstance(spec, CommandAgentSpec):
         return CommandAgent(spec, dataset_root)
+    if not isinstance(spec, CallableAgentSpec):
+        return None
     try:
         return resolve_callable(spec.callable, dataset_root)
     except UnresolvedReference as exc:
@@ -94,21 +99,34 @@ def make_agent(spec: CallableAgentSpec | CommandAgentSpec, dataset_root: Path) -
         raise AgentError(f"importing agent {spec.callable!r} failed: {exc!r}") from exc
 
 
-def run(agent: Agent, task: Task, timeout: float | None) -> AgentResult:
-    """Call the agent for one attempt and normalize its answer.
+def unknown_agent_kind(kind: str, known: list[str]) -> AgentError:
+    """The error for an agent kind no plugin provides."""
+    hint = did_you_mean(kind, known) or "agent kinds: " + ", ".join(sorted(known))
+    return AgentError(f"unknown agent kind {kind!r}", detail=hint)
 
-    Exceptions from the agent propagate unchanged (the attempt is an error); a timeout raises
-    AgentTimeout. This is the seam a later concurrent executor replaces.
-    """
-    if isinstance(agent, CommandAgent):
-        value = agent(task, timeout)
-    elif timeout is None:
-        value = agent(task)
-    else:
-        value = _run_sync_with_timeout(agent, task, timeout)
-    if inspect.isawaitable(value):
-        value = _event_loop().run_until_complete(_with_timeout(value, timeout))
-    return as_result(value)
+
+def spec_label(spec: AnyAgentSpec) -> str:
+    """How records and summaries name an agent spec."""
+    if isinstance(spec, CommandAgentSpec):
+        return "command:" + " ".join(spec.command)
+    if isinstance(spec, CallableAgentSpec):
+        return f"callable:{spec.callable}"
+    return f"{spec.type}:{json.dumps(spec.options, sort_keys=True, default=str)}"
+
+
+class AgentResolver:
+    """Builds each declared agent once, on first use (a run that replays everything starts
+    none)."""
+
+    def __init__(self, make: MakeAgent) -> None:
+        self._make = make
+        self._agents: dict[int, tuple[Agent, AnyAgentSpec]] = {}
+
+    def agent(self, spec: AnyAgentSpec, base: Path) -> Agent:
+        found = self._agents.get(id(spec))  # specs live as long as the run: ids are stable
+        if found is None:
+            found = self._agents[id(spec)] = (self._make(spec, base), spec)
+        return found[0]
 
 
 def as_result(value: Any) -> AgentResult:
@@ -130,75 +148,3 @@ def as_result(value: Any) -> AgentResult:
         f"agent returned {type(value).__name__} {excerpt(repr(value), 80)}",
         detail="return the output as a str, or an AgentResult",
     )
-
-
-class _Alarm(BaseException):
-    """Raised by SIGALRM inside the agent; a BaseException so `except Exception` won't eat it."""
-
-
-def _run_sync_with_timeout(agent: Agent, task: Task, timeout: float) -> Any:
-    if threading.current_thread() is not threading.main_thread():
-        return _run_in_thread(agent, task, timeout)
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise _Alarm
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
-    try:
-        return agent(task)
-    except _Alarm:
-        raise AgentTimeout(f"agent timed out after {timeout:g}s") from None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def _run_in_thread(agent: Agent, task: Task, timeout: float) -> Any:
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = agent(task)
-        except BaseException as exc:
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True, name=f"agenteval-{task.id}")
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise AgentTimeout(f"agent timed out after {timeout:g}s (its thread is abandoned)")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
-_loop: asyncio.AbstractEventLoop | None = None
-
-
-def _event_loop() -> asyncio.AbstractEventLoop:
-    """One event loop per process, so async agents may keep clients across attempts."""
-    global _loop
-    if _loop is None or _loop.is_closed():
-        _loop = asyncio.new_event_loop()
-    return _loop
-
-
-async def _with_timeout(awaitable: Any, timeout: float | None) -> Any:
-    deadline = asyncio.timeout(timeout)
-    try:
-        async with deadline:
-            return await awaitable
-    except TimeoutError:
-        if deadline.expired():
-            raise AgentTimeout(f"agent timed out after {timeout:g}s") from None
-        raise
-
-
-def close() -> None:
-    """Close the async agents' event loop (at session end)."""
-    global _loop
-    if _loop is not None and not _loop.is_closed():
-        _loop.run_until_complete(_loop.shutdown_asyncgens())
-        _loop.close()
-    _loop = None

@@ -80,6 +80,9 @@ class BuiltinGrader:
     options_model: ClassVar[type[Options]]
     primary: ClassVar[str | None] = None
     """Option set by the shorthand `- name: value`."""
+    needs_deadline: ClassVar[bool] = False
+    """Whether grading may take unbounded time (user code, backtracking regexes), so it runs
+    under the task's `grader_timeout`; plugin graders are assumed to."""
 
     def __init__(self, options: Any, expected: Any, base: Path) -> None:
         self.options = options
@@ -202,6 +205,7 @@ class Regex(BuiltinGrader):
     """Output matches a regular expression (search by default, or `fullmatch: true`)."""
 
     name, options_model, primary = "regex", RegexOptions, "pattern"
+    needs_deadline = True
 
     def __init__(self, options: RegexOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)
@@ -373,6 +377,7 @@ class Python(BuiltinGrader):
     """Call `module:function`; parameters are filled by name from output, expected, task, ..."""
 
     name, options_model, primary = "python", PythonOptions, "function"
+    needs_deadline = True
 
     def __init__(self, options: PythonOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)

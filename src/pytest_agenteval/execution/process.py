@@ -76,3 +76,30 @@ def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def child_pids() -> set[int]:
+    """This process's direct children (Linux /proc; elsewhere none are known)."""
+    return set(_children_of(os.getpid()))
+
+
+def kill_tree(pid: int) -> bool:
+    """SIGKILL a process and everything below it (its whole group when it leads one)."""
+    with contextlib.suppress(OSError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+            return True
+        for child in _children_of(pid):
+            kill_tree(child)
+        os.kill(pid, signal.SIGKILL)
+        return True
+    return False
+
+
+def _children_of(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for thread in os.scandir(f"/proc/{pid}/task"):
+            with open(os.path.join(thread.path, "children")) as f:
+                found += [int(child) for child in f.read().split()]
+    return found

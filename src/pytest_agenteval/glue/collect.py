@@ -5,8 +5,9 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from _pytest._code.code import ExceptionInfo
@@ -15,7 +16,7 @@ from ..core.errors import TaskFileError
 from ..core.records import item_name
 from ..sources.dataset import TASK_SUFFIXES, LoadFailure, TaskDef, load_task_file
 from .items import AgentevalItem, AttemptItem
-from .runtime import RUNTIME, Runtime
+from .runtime import RUNTIME
 
 
 class DatasetDir(pytest.Dir):
@@ -44,6 +45,18 @@ class DatasetDir(pytest.Dir):
                 yield from TaskFile.from_parent(self, path=path).collect()
 
 
+@dataclass
+class CollectState:
+    """What collection of this session has seen so far."""
+
+    whole_roots: set[Path]
+    """Dataset roots collected in one pass (no argument names anything below them)."""
+    seen_ids: dict[tuple[str, str], Path] = field(default_factory=dict)
+    registered_tags: set[str] = field(default_factory=set)
+
+    KEY: ClassVar[pytest.StashKey[CollectState]] = pytest.StashKey()
+
+
 class TaskFile(pytest.File):
     """A task YAML file: one item per task and attempt, or one erroring item per bad task."""
 
@@ -53,9 +66,10 @@ class TaskFile(pytest.File):
         assert dataset is not None
         attempts = runtime.attempts_for(dataset)
         makers = runtime.grader_factory(dataset)
+        state = self.config.stash[CollectState.KEY]
         for loaded in load_task_file(self.path, dataset, makers, runtime.specs):
             if isinstance(loaded, TaskDef):
-                loaded = _check_unique(runtime, loaded)
+                loaded = _check_unique(state, loaded)
             if isinstance(loaded, LoadFailure):
                 if runtime.settings.strict:
                     raise self.CollectError(loaded.render())
@@ -64,7 +78,7 @@ class TaskFile(pytest.File):
                     self, name=name, nodeid=self._child_id(name), failure=loaded
                 )
                 continue
-            marks = [_mark(runtime, self.config, tag) for tag in loaded.spec.tags]
+            marks = [_mark(state, self.config, tag) for tag in loaded.spec.tags]
             for attempt in range(attempts):
                 name = item_name(loaded.id, attempt)
                 item = AttemptItem.from_parent(
@@ -80,8 +94,8 @@ class TaskFile(pytest.File):
         return f"{self.nodeid}::{name}"
 
 
-def _check_unique(runtime: Runtime, task: TaskDef) -> TaskDef | LoadFailure:
-    first = runtime.seen_ids.setdefault((task.dataset.name, task.id), task.path)
+def _check_unique(state: CollectState, task: TaskDef) -> TaskDef | LoadFailure:
+    first = state.seen_ids.setdefault((task.dataset.name, task.id), task.path)
     if first == task.path:
         return task
     error = TaskFileError(
@@ -94,9 +108,9 @@ def _check_unique(runtime: Runtime, task: TaskDef) -> TaskDef | LoadFailure:
     return LoadFailure(task.path, task.id, task.line, [error])
 
 
-def _mark(runtime: Runtime, config: pytest.Config, tag: str) -> pytest.MarkDecorator:
-    if tag not in runtime.registered_tags:
-        runtime.registered_tags.add(tag)
+def _mark(state: CollectState, config: pytest.Config, tag: str) -> pytest.MarkDecorator:
+    if tag not in state.registered_tags:
+        state.registered_tags.add(tag)
         config.addinivalue_line("markers", f"{tag}: agenteval task tag")
     return getattr(pytest.mark, tag)
 
@@ -140,9 +154,9 @@ class CollectHooks:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> DatasetDir | None:
-        runtime = parent.config.stash[RUNTIME]
-        dataset = runtime.dataset_for(path)
-        if dataset is not None and dataset.root in runtime.whole_roots:
+        config = parent.config
+        dataset = config.stash[RUNTIME].dataset_for(path)
+        if dataset is not None and dataset.root in config.stash[CollectState.KEY].whole_roots:
             return DatasetDir.from_parent(parent, path=path)
         return None
 

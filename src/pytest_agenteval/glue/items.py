@@ -7,8 +7,6 @@ is a *failure*. A replayed attempt runs nothing.
 
 from __future__ import annotations
 
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +14,14 @@ import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
 
 from ..core.errors import AgentError, AgentevalError, GraderSpecError
-from ..core.model import AgentResult, GraderSpec, Key, Task, TaskSpec, Verdict
-from ..core.records import attempt_seed, build_record, junit_properties, result_from_record
+from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
+from ..core.records import junit_properties
 from ..core.text import excerpt
-from ..execution import agents
-from ..execution.graders import (
-    BUILTIN_GRADERS,
-    GradeContext,
-    as_verdict,
-    make_builtin_grader,
-    unknown_grader,
-)
+from ..execution.agents import BUILTIN_AGENT_KINDS, Agent, make_builtin_agent, unknown_agent_kind
+from ..execution.attempt import PACKAGE_DIR, AttemptJob, Outcome
+from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
 from ..sources.dataset import TaskDef
 from .runtime import FIXTURE_NAME, RUNTIME, Runtime
-
-_PLUGIN_DIR = str(Path(__file__).parent.parent)
 
 
 class AttemptFailed(Exception):
@@ -49,89 +40,56 @@ class AgentevalItem(pytest.Item):
 
 
 class AttemptItem(AgentevalItem):
-    """One attempt of one task."""
+    """One attempt of one task: asks the attempt runner for its outcome in `setup()` and turns
+    it into an error (setup), a failure (`runtest`) or a pass."""
 
     def __init__(self, *, task: TaskDef, attempt: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.task = task
         self.attempt = attempt
         self.key: Key = (task.dataset.name, task.id, attempt)
-        self.action = "run"
-        self.record: dict[str, Any] | None = None
-        self.replay: dict[str, Any] | None = None
-        self.workspace: Path | None = None
-        self.agent_used = "none"
-        self.regraded_agent: dict[str, Any] | None = None
-        self.agent_task: Task | None = None
+        self.outcome: Outcome | None = None
 
     @property
     def runtime(self) -> Runtime:
         return self.config.stash[RUNTIME]
 
     def setup(self) -> None:
-        task = self.task
-        self.action, data = self.runtime.plan.decide(
-            self.key, task.digest, task.run_digest, task.regradable
-        )
-        if self.action == "reuse":
-            self.replay = data
-            if data["status"] == "error":
-                raise ReplayedError(data.get("error") or "errored")
-            return
-        started, t0 = time.time(), time.perf_counter()
-        verdicts: list[Verdict] = []
-        result: AgentResult | None = None
-        phase = "agent"
-        try:
-            if self.action == "regrade":
-                self.regraded_agent = data.get("agent")
-                result = result_from_record(data)
-            else:
-                result = self._call_agent()
-            phase = "grading"
-            verdicts = self._grade(result)
-        except Exception as exc:
-            self.record = self._record("error", verdicts, result, started, t0, exc, phase)
-            raise
-        status = "pass" if all(v.passed for v in verdicts) else "fail"
-        self.record = self._record(status, verdicts, result, started, t0)
+        runtime, task = self.runtime, self.task
+        decision = runtime.plan.decide(self.key, task.digest, task.run_digest, task.regradable)
+        job = AttemptJob(task, self.attempt, decision)
+        self.outcome = outcome = runtime.runner.run(job, self._agent)
+        if outcome.error is not None:
+            raise outcome.error
+        if outcome.reused and outcome.status == "error":
+            raise ReplayedError(outcome.detail().error or "errored")
 
     def runtest(self) -> None:
-        status = (self.replay or self.record or {}).get("status")
-        if status == "fail":
+        if self.outcome is not None and self.outcome.status == "fail":
             raise AttemptFailed
 
     def teardown(self) -> None:
-        if self.workspace is not None and self.record and self.record["status"] == "pass":
-            self.runtime.workspaces.discard(self.workspace)
+        outcome = self.outcome
+        if outcome is not None and outcome.workspace is not None and outcome.status == "pass":
+            self.runtime.runner.workspaces.discard(outcome.workspace)
         # The record has travelled on the report; tens of thousands of items stay in memory.
-        self.record = self.replay = self.agent_task = None
+        self.outcome = None
 
-    def _agent_task(self) -> Task:
-        task = self.task
-        eager = task.workspace_dir is not None
-        return Task(
-            id=task.id,
-            input=task.spec.input,
-            metadata=task.spec.metadata,
-            attempt=self.attempt,
-            seed=attempt_seed(self.key),
-            workspace=self._make_workspace() if eager else self._make_workspace,
-        )
-
-    def _make_workspace(self) -> Path:
-        self.workspace = self.runtime.workspaces.create(*self.key, self.task.workspace_dir)
-        return self.workspace
-
-    def _call_agent(self) -> AgentResult:
-        self.agent_task = task = self._agent_task()
+    def _agent(self) -> tuple[Any, str]:
+        """The agent of this attempt: the `agenteval_agent` fixture when it supplies it."""
         runtime = self.runtime
-        if runtime.uses_fixture(self, self.task):
-            self.agent_used = f"fixture:{FIXTURE_NAME}"
-            agent = self._fixture_agent()
-        else:
-            agent, self.agent_used = runtime.agent_for(self.task)
-        return agents.run(agent, task, self.task.timeout)
+        declared = runtime.settings.agent_override or self.task.spec.agent
+        if declared is None and self._has_fixture():
+            return self._fixture_agent(), f"fixture:{FIXTURE_NAME}"
+        return runtime.declared_agent(self.task)
+
+    def _has_fixture(self) -> bool:
+        folders = self.runtime.fixture_folders
+        found = folders.get(self.parent)
+        if found is None:
+            fm = self.session._fixturemanager
+            found = folders[self.parent] = bool(fm.getfixturedefs(FIXTURE_NAME, self))
+        return found
 
     def _fixture_agent(self) -> Any:
         from _pytest.fixtures import TopRequest
@@ -145,51 +103,18 @@ class AttemptItem(AgentevalItem):
             self._request = TopRequest(self, _ispytest=True)  # type: ignore[arg-type]
         return self._request.getfixturevalue(FIXTURE_NAME)
 
-    def _grade(self, result: AgentResult) -> list[Verdict]:
-        task = self.agent_task or self._agent_task()
-        ctx = GradeContext(result.output, self.task.spec.expected, task, result)
-        specs = self.task.grader_specs
-        return [
-            as_verdict(s.type, g.grade(ctx)) for s, g in zip(specs, self.task.graders, strict=True)
-        ]
-
-    def _record(
-        self,
-        status: str,
-        verdicts: list[Verdict],
-        result: AgentResult | None,
-        started: float,
-        t0: float,
-        exc: BaseException | None = None,
-        phase: str | None = None,
-    ) -> dict[str, Any]:
-        return build_record(
-            key=self.key,
-            digest=self.task.digest,
-            run_digest=self.task.run_digest,
-            agent=self.regraded_agent or {**self.runtime.fingerprint, "used": self.agent_used},
-            tags=self.task.spec.tags,
-            status=status,
-            verdicts=verdicts,
-            result=result,
-            started_at=started,
-            duration=time.perf_counter() - t0,
-            error=_error_text(exc) if exc is not None else None,
-            error_type=type(exc).__name__ if exc is not None else None,
-            phase=phase if exc is not None else None,
-        )
-
     def report_extras(self) -> dict[str, Any]:
         """What the report carries to the controller: action, key, and a new record if any."""
-        source = self.record or self.replay
-        if source is not None and not any(p[0] == "task_id" for p in self.user_properties):
-            props = junit_properties(self.key[1], self.attempt, source, self.replay is not None)
-            self.user_properties.extend(props)
+        outcome = self.outcome
+        if outcome is None:  # setup stopped before the attempt began (a passthrough exception)
+            return {"action": "run", "key": list(self.key), "record": None}
+        if not any(p[0] == "task_id" for p in self.user_properties):
+            self.user_properties.extend(junit_properties(outcome.facts, outcome.reused))
+        record = outcome.record
         return {
-            "action": self.action,
+            "action": outcome.decision.action,
             "key": list(self.key),
-            "record": self.record,
-            "replay": self.replay,
+            "record": record.to_json() if record is not None else None,
         }
 
     def repr_failure(
@@ -202,7 +127,7 @@ class AttemptItem(AgentevalItem):
             return f"{self._headline()} error: {exc.render()}{self._workspace_line()}"
         if isinstance(exc, AgentevalError):
             return f"{self._headline()} error: {exc}"
-        if str(excinfo.traceback[-1].path).startswith(_PLUGIN_DIR):
+        if self.outcome is None or self.outcome.error is not exc:
             # Our own bug, not the agent's: keep every frame so it can be reported and fixed.
             return f"internal error in pytest-agenteval, please report it:\n{excinfo.getrepr()}"
         return excinfo.getrepr(
@@ -213,36 +138,28 @@ class AttemptItem(AgentevalItem):
         return f"{self.task.id} [attempt {self.attempt}]"
 
     def _workspace_line(self) -> str:
-        return f"\nworkspace kept: {self.workspace}" if self.workspace else ""
+        workspace = self.outcome.workspace if self.outcome else None
+        return f"\nworkspace kept: {workspace}" if workspace else ""
 
     def _describe(self) -> str:
-        data = self.replay or self.record or {}
-        lines = [f"{self._headline()} {'errored' if data.get('status') == 'error' else 'failed'}"]
-        if self.replay is not None:
+        assert self.outcome is not None
+        outcome, detail = self.outcome, self.outcome.detail()
+        verb = "errored" if outcome.status == "error" else "failed"
+        lines = [f"{self._headline()} {verb}"]
+        if outcome.reused:
             lines[0] += " (replayed from the stored record)"
-        for v in data.get("verdicts", []):
-            lines.append(f"  [{'pass' if v['passed'] else 'FAIL'}] {v['grader']}: {v['reason']}")
-        if data.get("error"):
-            lines.append(f"error: {data['error']}")
+        for v in detail.verdicts:
+            lines.append(f"  [{'pass' if v.passed else 'FAIL'}] {v.grader}: {v.reason}")
+        if detail.error:
+            lines.append(f"error: {detail.error}")
         if self.task.spec.expected is not None:
             lines.append(f"expected: {excerpt(str(self.task.spec.expected), 300)}")
-        output = data.get("output") if "output" in data else data.get("output_excerpt")
-        if output is not None:
-            lines.append(f"output: {excerpt(output, 500)!r}")
+        if detail.output is not None:
+            lines.append(f"output: {excerpt(detail.output, 500)!r}")
         return "\n".join(lines) + self._workspace_line()
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.task.line - 1, f"agenteval: {self.name}"
-
-
-def _error_text(exc: BaseException) -> str:
-    """The record's error: our message, or the user's traceback without the plugin's frames."""
-    if isinstance(exc, AgentError):
-        return exc.render()
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PLUGIN_DIR):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
 
 
 def _user_frames(excinfo: ExceptionInfo[BaseException]) -> Any:
@@ -251,7 +168,7 @@ def _user_frames(excinfo: ExceptionInfo[BaseException]) -> Any:
         lambda e: (
             "_pytest" not in str(e.path)
             and "pluggy" not in str(e.path)
-            and not str(e.path).startswith(_PLUGIN_DIR)
+            and not str(e.path).startswith(PACKAGE_DIR)
         )
     )
 
@@ -278,6 +195,22 @@ class TaskHooks:
 
         return make
 
+    @staticmethod
+    def agent_maker(config: pytest.Config) -> Any:
+        """An agent factory asking `pytest_agenteval_make_agent`: plugins first, built-ins last."""
+
+        def make(spec: AnyAgentSpec, root: Path) -> Agent:
+            agent = config.hook.pytest_agenteval_make_agent(spec=spec, dataset_root=root)
+            if agent is None:
+                raise unknown_agent_kind(getattr(spec, "type", "?"), list(BUILTIN_AGENT_KINDS))
+            return agent  # type: ignore[no-any-return]
+
+        return make
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_agenteval_make_agent(self, spec: AnyAgentSpec, dataset_root: Path) -> Any:
+        return make_builtin_agent(spec, dataset_root)
+
     @pytest.hookimpl(trylast=True)
     def pytest_agenteval_make_grader(
         self, spec: GraderSpec, task: TaskSpec, dataset_root: Path
@@ -295,5 +228,6 @@ class TaskHooks:
         return report
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        config.stash[RUNTIME].workspaces.close()
-        agents.close()
+        runner = config.stash[RUNTIME].runner
+        runner.workspaces.close()
+        runner.executor.close()

@@ -1,4 +1,4 @@
-"""Per-process state that attempt items share: settings, the plan, agents and workspaces."""
+"""Per-process state attempt items share: settings, datasets, the plan, the attempt runner."""
 
 from __future__ import annotations
 
@@ -11,38 +11,15 @@ from typing import Any
 import pytest
 
 from ..core.errors import AgentError
-from ..core.model import CallableAgentSpec, CommandAgentSpec, GraderSpec, TaskSpec
-from ..execution import agents
-from ..execution.workspaces import Workspaces
+from ..core.model import AnyAgentSpec, GraderSpec, TaskSpec
+from ..execution.agents import AgentResolver, spec_label
+from ..execution.attempt import AttemptRunner
 from ..sources.dataset import Dataset, TaskDef
 from ..sources.speccache import SpecCache
 from ..store.plan import Plan
+from .settings import Settings
 
 FIXTURE_NAME = "agenteval_agent"
-AgentSpecT = CallableAgentSpec | CommandAgentSpec
-
-
-@dataclass
-class Settings:
-    """What the command line and ini say; the same in every process."""
-
-    dataset_paths: list[Path]
-    attempts: int | None
-    agent_override: AgentSpecT | None
-    agent_version: str | None
-    strict: bool
-    resume: bool
-    rerun_errors: bool
-    rerun_all: bool
-    allow_drift: bool
-    run_id: str | None
-    report_dir: Path | None
-    pass_k: list[int] | None
-    task_rule: str
-    min_pass_rate: float | None
-    allow_errors: bool
-    show_plan: bool
-    invocation_dir: Path
 
 
 @dataclass
@@ -52,18 +29,14 @@ class Runtime:
     settings: Settings
     datasets: list[Dataset]
     make_grader: Callable[[GraderSpec, TaskSpec, Path], Any]
-    workspaces: Workspaces
+    runner: AttemptRunner
+    agents: AgentResolver
     agenteval_dir: Path | None
     """<cache_dir>/agenteval, or None without the cache provider."""
     specs: SpecCache
     plan: Plan = field(default_factory=Plan)
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-    seen_ids: dict[tuple[str, str], Path] = field(default_factory=dict)
-    registered_tags: set[str] = field(default_factory=set)
-    whole_roots: set[Path] = field(default_factory=set)
-    """Dataset roots collected in one pass (no argument names anything below them)."""
-    _agents: dict[int, tuple[Any, str, AgentSpecT]] = field(default_factory=dict)
-    _has_fixture: dict[pytest.Collector, bool] = field(default_factory=dict)
+    fixture_folders: dict[Any, bool] = field(default_factory=dict)
+    """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -89,24 +62,12 @@ class Runtime:
 
         return make
 
-    def agent_spec(self, task: TaskDef) -> AgentSpecT | None:
+    def agent_spec(self, task: TaskDef) -> AnyAgentSpec | None:
         """Which declared agent runs `task`: --agenteval-agent, task `agent:`, manifest `agent:`."""
         return self.settings.agent_override or task.spec.agent or task.dataset.manifest.agent
 
-    def uses_fixture(self, item: pytest.Item, task: TaskDef) -> bool:
-        """Whether the `agenteval_agent` fixture supplies this task's agent."""
-        if self.settings.agent_override is not None or task.spec.agent is not None:
-            return False
-        folder = item.parent
-        assert folder is not None
-        found = self._has_fixture.get(folder)
-        if found is None:
-            fm = item.session._fixturemanager
-            found = self._has_fixture[folder] = bool(fm.getfixturedefs(FIXTURE_NAME, item))
-        return found
-
-    def agent_for(self, task: TaskDef) -> tuple[Any, str]:
-        """The (cached) agent the task's declared spec names, and its label for records."""
+    def declared_agent(self, task: TaskDef) -> tuple[Any, str]:
+        """The agent the task's declared spec names (built once), and its label for records."""
         spec = self.agent_spec(task)
         if spec is None:
             raise AgentError(
@@ -116,10 +77,7 @@ class Runtime:
             )
         override = spec is self.settings.agent_override
         base = self.settings.invocation_dir if override else task.dataset.root
-        found = self._agents.get(id(spec))  # specs live as long as the run: ids are stable
-        if found is None:
-            found = self._agents[id(spec)] = (agents.make_agent(spec, base), spec_label(spec), spec)
-        return found[0], found[1]
+        return self.agents.agent(spec, base), spec_label(spec)
 
 
 def agent_fingerprint(settings: Settings, datasets: list[Dataset]) -> dict[str, Any]:
@@ -137,12 +95,6 @@ def agent_fingerprint(settings: Settings, datasets: list[Dataset]) -> dict[str, 
         "manifest": manifest,
         "version": settings.agent_version,
     }
-
-
-def spec_label(spec: AgentSpecT) -> str:
-    if isinstance(spec, CommandAgentSpec):
-        return "command:" + " ".join(spec.command)
-    return f"callable:{spec.callable}"
 
 
 RUNTIME = pytest.StashKey[Runtime]()

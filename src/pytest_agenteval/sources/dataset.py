@@ -161,6 +161,8 @@ class TaskDef:
                 "expected": spec.expected,
                 "graders": [[g.type, g.options] for g in self.grader_specs],
                 "timeout": self.timeout,
+                # only when set, so the digests of tasks written before it stay the same
+                **({"grader_timeout": spec.grader_timeout} if spec.grader_timeout else {}),
                 "tags": spec.tags,
                 "description": spec.description,
             }

@@ -1,131 +1,138 @@
 """Pure resume decisions: is a planned attempt reused, regraded, or run (again)?
 
-The controller snapshots the store's index once and hands it to xdist workers as plain JSON
-types, so every process decides the same way without reading the store. Regrades need the
+The controller snapshots the store's index once and ships it to xdist workers as one versioned
+JSON object, so every process decides the same way without reading the store. Regrades need the
 recorded output: the lone process fetches it from the store; under xdist the controller ships
-the records that will be regraded.
+the records that will be regraded (without their history).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import Any
 
-from ..core.model import Key
+from ..core.errors import StoreError
+from ..core.model import Action, Key
+from ..core.records import AttemptRecord, plan_key
 from .runs import IndexRow
 
-Action = Literal["reuse", "regrade", "run"]
+PLAN_SCHEMA = "agenteval.plan/1"
+CRASH_LIMIT = 2
+"""After this many crashes in a row an attempt is kept as an error, so a deterministic crasher
+cannot make every resume crash again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What happens to one planned attempt, with what it needs."""
+
+    action: Action
+    stored: IndexRow | None = None
+    """reuse: the stored attempt whose verdict is replayed."""
+    record: AttemptRecord | None = None
+    """regrade: the stored record whose output is judged again."""
+    why: str = ""
+    """Why an attempt with a stored record runs again (for the plan printout)."""
+
+
+RUN = Decision("run")
 
 
 @dataclass
 class Plan:
     """Stored attempts of the run being continued, and how to treat them."""
 
-    entries: dict[str, list[Any]] = field(default_factory=dict)
-    """plan_key -> [digest, run_digest, status, phase, replay JSON, score, duration, tokens..]."""
+    rows: dict[str, IndexRow] = field(default_factory=dict)
+    """plan_key -> the newest readable stored attempt."""
     rerun_errors: bool = False
     rerun_all: bool = False
-    regrade_records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    regrade_records: dict[str, AttemptRecord] = field(default_factory=dict)
     """Full records for regrades, shipped to xdist workers."""
-    fetch: Callable[[Key], dict[str, Any] | None] | None = None
+    fetch: Callable[[Key], AttemptRecord | None] | None = None
     """Reads a full record from the store (lone process only)."""
 
-    def decide(
-        self, key: Key, digest: str, run_digest: str, regradable: bool = True
-    ) -> tuple[Action, Any]:
-        """The action for one attempt of the task as collected now, and its data.
+    def decide(self, key: Key, digest: str, run_digest: str, regradable: bool = True) -> Decision:
+        """The decision for one attempt of the task as collected now.
 
         reuse: a finished record with the same task digest (an agent error is reused while the
         agent's input is unchanged). regrade: only grading changed and the output can be judged
-        again. run: no record, the task changed otherwise, `--rerun-errors` on an error, or
-        `--agenteval-rerun`.
+        again. run: no record, the task changed otherwise, `--rerun-errors` on an error, the
+        attempt's process crashed (fewer than CRASH_LIMIT times), or `--agenteval-rerun`.
         """
-        entry = self.entries.get(plan_key(key))
-        if entry is None or self.rerun_all:
-            return "run", None
-        held, held_run, status, phase = entry[:4]
-        agent_error = status == "error" and phase != "grading"
+        row = self.rows.get(plan_key(key))
+        if row is None:
+            return RUN
+        if self.rerun_all:
+            return Decision("run", why="rerun")
+        agent_error = row.status == "error" and row.phase != "grading"
         if agent_error and self.rerun_errors:
-            return "run", None
-        if held == digest or (agent_error and held_run == run_digest):
-            return "reuse", _replay(entry)
-        if held_run == run_digest and regradable:
+            return Decision("run", why="errored")
+        if row.phase == "crash" and row.crashes < CRASH_LIMIT:
+            return Decision("run", why="crashed")
+        if row.digest == digest or (agent_error and row.run_digest == run_digest):
+            return Decision("reuse", stored=row)
+        if row.run_digest == run_digest and regradable:
             record = self._record(key)
             if record is not None:
-                return "regrade", record
-        return "run", None
+                return Decision("regrade", record=record)
+        return Decision("run", why="changed")
 
-    def existing(self, key: Key) -> bool:
-        """Whether a stored record exists that a new one replaces (and keeps as history)."""
-        return plan_key(key) in self.entries
+    def stored(self, key: Key) -> IndexRow | None:
+        """The stored attempt a new record of `key` replaces (and keeps as history)."""
+        return self.rows.get(plan_key(key))
 
-    def _record(self, key: Key) -> dict[str, Any] | None:
+    def _record(self, key: Key) -> AttemptRecord | None:
         record = self.regrade_records.get(plan_key(key))
         if record is None and self.fetch is not None:
-            found = self.fetch(key)
-            record = found if isinstance(found, dict) else None
+            record = self.fetch(key)
         return record
 
     def to_json(self) -> dict[str, Any]:
-        """Plain types for xdist's workerinput."""
+        """Plain types for xdist's workerinput: rows as value lists, records without history."""
         return {
-            "entries": self.entries,
+            "schema": PLAN_SCHEMA,
+            "rows": [[getattr(row, name) for name in _ROW_FIELDS] for row in self.rows.values()],
             "rerun_errors": self.rerun_errors,
             "rerun_all": self.rerun_all,
-            "regrade_records": self.regrade_records,
+            "regrade_records": {k: r.to_json() for k, r in self.regrade_records.items()},
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
+        if data.get("schema") != PLAN_SCHEMA:
+            raise StoreError(
+                f"the controller sent a plan of another format ({data.get('schema')!r}); "
+                "the controller and its workers must run the same pytest-agenteval"
+            )
+        rows = (IndexRow(*_row_values(values)) for values in data["rows"])
         return cls(
-            data["entries"], data["rerun_errors"], data["rerun_all"], data["regrade_records"]
+            {plan_key(row.key): row for row in rows},
+            data["rerun_errors"],
+            data["rerun_all"],
+            {k: AttemptRecord.from_json(r) for k, r in data["regrade_records"].items()},
         )
 
 
-def plan_key(key: Key) -> str:
-    """A key as one string (dataset names and task ids never contain NUL)."""
-    return f"{key[0]}\0{key[1]}\0{key[2]}"
+_ROW_FIELDS = tuple(f.name for f in fields(IndexRow))
+
+
+def _row_values(values: list[Any]) -> list[Any]:
+    """JSON turned the key and the tags into lists; rows hold tuples."""
+    key, *rest = values
+    tags = _ROW_FIELDS.index("tags")
+    rest[tags - 1] = tuple(rest[tags - 1])
+    return [tuple(key), *rest]
 
 
 def make_plan(rows: Iterable[IndexRow], *, rerun_errors: bool, rerun_all: bool) -> Plan:
-    """Snapshot the readable stored attempts of a run (flat lists: cheap for 100,000 rows)."""
-    entries = {
-        plan_key(r.key): [
-            r.digest,
-            r.run_digest,
-            r.status,
-            r.phase,
-            r.replay,
-            r.score,
-            r.duration,
-            r.input_tokens,
-            r.output_tokens,
-            r.cost,
-        ]
-        for r in rows
-    }
-    return Plan(entries, rerun_errors, rerun_all)
+    """Snapshot the readable stored attempts of a run."""
+    return Plan({plan_key(r.key): r for r in rows}, rerun_errors, rerun_all)
 
 
-def _replay(entry: list[Any]) -> dict[str, Any]:
-    """What a replayed item reports: the stored verdict's scalars, verdicts and excerpts."""
-    status, _, replay, score, duration, input_tokens, output_tokens, cost = entry[2:]
-    return {
-        "status": status,
-        "score": score,
-        "duration": duration,
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "cost": cost,
-        **(json.loads(replay) if replay else {}),
-    }
-
-
-def count_actions(actions: Iterable[Action]) -> dict[str, int]:
+def count_actions(decisions: Iterable[Decision]) -> dict[str, int]:
     """How many attempts of each action, for the plan printout and the summary."""
     result = {"reuse": 0, "regrade": 0, "run": 0}
-    for action in actions:
-        result[action] += 1
+    for decision in decisions:
+        result[decision.action] += 1
     return result

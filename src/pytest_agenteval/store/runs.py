@@ -31,10 +31,9 @@ from typing import Any
 
 from ..core.errors import StoreError
 from ..core.model import RECORD_SCHEMA, Key
-from ..core.text import excerpt
+from ..core.records import AttemptRecord, Detail, index_line
 
 RUN_SCHEMA = "agenteval.run/1"
-HISTORY_LIMIT = 10
 
 
 @dataclass(frozen=True)
@@ -77,10 +76,16 @@ class IndexRow:
     replay: str
     """JSON of what replaying a failure or error shows: verdicts, output excerpt, error (a
     replayed pass shows nothing, so passes store "")."""
+    crashes: int = 0
+    """How many times in a row the attempt's process died (phase `crash`)."""
 
     @property
     def dataset(self) -> str:
         return self.key[0]
+
+    def detail(self) -> Detail:
+        """What replaying this attempt shows (nothing for a pass)."""
+        return Detail.from_json(json.loads(self.replay)) if self.replay else Detail()
 
     @property
     def task_id(self) -> str:
@@ -241,42 +246,18 @@ class Store:
 
     # --- attempts -------------------------------------------------------------------------
 
-    def commit(self, run_id: str, record: dict[str, Any], *, replaces: bool = False) -> None:
+    def commit(self, run_id: str, record: AttemptRecord, *, replaces: bool = False) -> None:
         """Store one finished attempt durably; keep the record it replaces as history."""
-        key = (record["dataset"], record["task_id"], record["attempt"])
         if replaces:
-            old = self.record(run_id, key)
-            if isinstance(old, dict):
-                history = old.pop("previous", [])
-                record = {**record, "previous": [old, *history][:HISTORY_LIMIT]}
+            old = self.record(run_id, record.key)
+            if old is not None:
+                record = record.replacing(old)
         files = self._open[run_id]
-        offset, length = files.append_record(json.dumps(record, ensure_ascii=False))
-        usage = record.get("usage") or {}
-        line = {
-            "schema": record["schema"],
-            "dataset": key[0],
-            "task_id": key[1],
-            "attempt": key[2],
-            "digest": record["digest"],
-            "run_digest": record["run_digest"],
-            "status": record["status"],
-            "score": record.get("score"),
-            "duration": record["duration"],
-            "input_tokens": usage.get("input_tokens"),
-            "output_tokens": usage.get("output_tokens"),
-            "cost": usage.get("cost"),
-            "tags": record.get("tags", []),
-            "reason": attempt_reason(record),
-            "phase": record.get("phase"),
-            "replay": json.dumps(replay_fields(record), ensure_ascii=False)
-            if record["status"] != "pass"
-            else "",
-            "record": [offset, length],
-        }
-        files.append_index(json.dumps(line, ensure_ascii=False))
+        offset, length = files.append_record(json.dumps(record.to_json(), ensure_ascii=False))
+        files.append_index(json.dumps(index_line(record, offset, length), ensure_ascii=False))
         offsets = self._offsets.get(run_id)  # loaded only once a plan or a replace needed it
         if offsets is not None:
-            offsets[key] = (offset, length)
+            offsets[record.key] = (offset, length)
 
     def index(
         self, run_id: str, *, for_plan: bool = True
@@ -312,6 +293,7 @@ class Store:
                         reasons.setdefault(line["reason"], line["reason"]),
                         line["phase"],
                         line["replay"] if for_plan else "",
+                        line.get("crashes", 0),
                     )
                     if for_plan:
                         offsets[key] = tuple(line["record"])  # type: ignore[assignment]
@@ -321,7 +303,7 @@ class Store:
             self._offsets[run_id] = offsets
         return list(rows.values()), bad
 
-    def record(self, run_id: str, key: Key) -> dict[str, Any] | None:
+    def record(self, run_id: str, key: Key) -> AttemptRecord | None:
         """The full stored record of one attempt (None when missing or unreadable)."""
         if run_id not in self._offsets:
             self.index(run_id)
@@ -331,14 +313,11 @@ class Store:
         try:
             with (self.runs_dir / run_id / "records.jsonl").open("rb") as f:
                 f.seek(where[0])
-                record = json.loads(f.read(where[1]))
-        except (OSError, ValueError):
+                return AttemptRecord.from_json(json.loads(f.read(where[1])))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
-        return (
-            record if isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA else None
-        )
 
-    def records(self, run_id: str) -> Iterator[dict[str, Any]]:
+    def records(self, run_id: str) -> Iterator[AttemptRecord]:
         """Every stored attempt's full record (the newest of each)."""
         rows, _ = self.index(run_id)
         for row in rows:
@@ -420,27 +399,6 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
     os.replace(tmp, path)
-
-
-def replay_fields(record: dict[str, Any]) -> dict[str, Any]:
-    """What replaying a stored verdict shows (verdicts, excerpts), without the store."""
-    error = record.get("error")
-    return {
-        "verdicts": record.get("verdicts", []),
-        "output_excerpt": excerpt(record.get("output") or "", 300),
-        "error": excerpt(error, 2000) if error else None,
-    }
-
-
-def attempt_reason(record: dict[str, Any]) -> str:
-    """One line on why an attempt passed, failed or errored."""
-    status = record["status"]
-    if status == "error":
-        text = (record.get("error") or "error").strip() or "error"
-        return text.splitlines()[-1] if "Traceback" in text else text.splitlines()[0]
-    verdicts = record.get("verdicts") or []
-    wanted = [v for v in verdicts if v["passed"] == (status == "pass")] or verdicts
-    return "; ".join(f"{v['grader']}: {v['reason']}".splitlines()[0] for v in wanted)
 
 
 def dataset_key(datasets: list[dict[str, str]]) -> str:

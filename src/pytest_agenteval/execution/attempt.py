@@ -1,0 +1,226 @@
+"""One attempt as a pipeline that does not know pytest: decision → agent → graders → record.
+
+`AttemptRunner.run` is the whole life of an attempt. The pytest item only asks for its outcome
+and turns it into an error, a failure or a pass; everything that decides what happened lives
+here, so other front ends (a concurrent executor, a CLI) get the same behaviour.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import AgentError, GraderError
+from ..core.model import AgentResult, Key, Phase, Status, Task, Verdict
+from ..core.records import AttemptRecord, Detail, attempt_seed, new_record
+from ..sources.dataset import TaskDef
+from ..store.plan import Decision
+from ..store.runs import IndexRow
+from .agents import Agent
+from .executor import SerialExecutor, call_with_deadline
+from .graders import GradeContext, as_verdict
+from .workspaces import Workspaces
+
+DEFAULT_GRADER_TIMEOUT = 60.0
+PACKAGE_DIR = str(Path(__file__).parent.parent)
+
+AgentSource = Callable[[], tuple[Agent, str]]
+"""Gives the attempt's agent and its label for the record; called only when the agent runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptJob:
+    """One attempt to carry out: the task, the attempt index and the resume decision."""
+
+    task: TaskDef
+    attempt: int
+    decision: Decision
+
+    @property
+    def key(self) -> Key:
+        return (self.task.dataset.name, self.task.id, self.attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an attempt ended: a new record, or the stored verdict reused."""
+
+    decision: Decision
+    record: AttemptRecord | None = None
+    """The new record (run or regrade); None when the stored verdict is reused."""
+    error: BaseException | None = None
+    """What made a new record an error, for the report (its traceback is the user's)."""
+    workspace: Path | None = None
+    """The attempt's working directory, when it made one."""
+
+    @property
+    def facts(self) -> AttemptRecord | IndexRow:
+        """The attempt's status, score, usage and timing, new or stored."""
+        facts = self.record or self.decision.stored
+        assert facts is not None
+        return facts
+
+    @property
+    def status(self) -> Status:
+        return self.facts.status  # type: ignore[return-value]
+
+    @property
+    def reused(self) -> bool:
+        return self.record is None
+
+    def detail(self) -> Detail:
+        return self.facts.detail()
+
+
+@dataclass
+class AttemptRunner:
+    """Runs attempts; what every attempt of a process shares."""
+
+    executor: SerialExecutor
+    workspaces: Workspaces
+    fingerprint: dict[str, Any]
+    passthrough: tuple[type[BaseException], ...] = ()
+    """Exceptions that are not the attempt's to record (they stop the session)."""
+
+    def run(self, job: AttemptJob, agent: AgentSource) -> Outcome:
+        """Carry out one attempt. Whatever the agent or a grader raises, SystemExit included,
+        ends as an error record; only KeyboardInterrupt and `passthrough` propagate, and then
+        nothing is recorded, as the attempt did not finish."""
+        decision = job.decision
+        if decision.action == "reuse":
+            return Outcome(decision)
+        context = _Attempt(job, self.workspaces)
+        started, t0 = time.time(), time.perf_counter()
+        verdicts: list[Verdict] = []
+        result: AgentResult | None = None
+        phase: Phase = "agent"
+        used = decision.record.agent if decision.record else {}
+        try:
+            if decision.record is not None:
+                result = decision.record.result()
+            else:
+                agent, label = agent()
+                used = {**self.fingerprint, "used": label}
+                result = self.executor.call_agent(agent, context.task, job.task.timeout)
+            phase = "grading"
+            verdicts = grade(job.task, context.task, result)
+        except (KeyboardInterrupt, *self.passthrough):
+            raise
+        except BaseException as exc:
+            record = context.record(used, "error", verdicts, result, started, t0, exc, phase)
+            return Outcome(decision, record, exc, context.workspace)
+        status: Status = "pass" if all(v.passed for v in verdicts) else "fail"
+        record = context.record(used, status, verdicts, result, started, t0)
+        return Outcome(decision, record, workspace=context.workspace)
+
+
+class _Attempt:
+    """The agent-facing Task of one attempt and the workspace it may create."""
+
+    def __init__(self, job: AttemptJob, workspaces: Workspaces) -> None:
+        self.job = job
+        self.workspaces = workspaces
+        self.workspace: Path | None = None
+        task = job.task
+        self.task = Task(
+            id=task.id,
+            input=task.spec.input,
+            metadata=task.spec.metadata,
+            attempt=job.attempt,
+            seed=attempt_seed(job.key),
+            workspace=self._create if task.workspace_dir is None else self._create(),
+        )
+
+    def _create(self) -> Path:
+        self.workspace = self.workspaces.create(*self.job.key, self.job.task.workspace_dir)
+        return self.workspace
+
+    def record(
+        self,
+        agent: dict[str, Any],
+        status: Status,
+        verdicts: list[Verdict],
+        result: AgentResult | None,
+        started: float,
+        t0: float,
+        exc: BaseException | None = None,
+        phase: Phase | None = None,
+    ) -> AttemptRecord:
+        task = self.job.task
+        return new_record(
+            key=self.job.key,
+            digest=task.digest,
+            run_digest=task.run_digest,
+            agent=agent,
+            tags=task.spec.tags,
+            status=status,
+            verdicts=verdicts,
+            result=result,
+            started_at=started,
+            duration=time.perf_counter() - t0,
+            error=error_text(exc) if exc is not None else None,
+            error_type=type(exc).__name__ if exc is not None else None,
+            phase=phase if exc is not None else None,
+        )
+
+
+def grade(task: TaskDef, agent_task: Task, result: AgentResult) -> list[Verdict]:
+    """Every grader's verdict; a grader that may run long is stopped at `grader_timeout`."""
+    ctx = GradeContext(result.output, task.spec.expected, agent_task, result)
+    limit = grader_timeout(task)
+    verdicts = []
+    for spec, grader in zip(task.grader_specs, task.graders, strict=True):
+        if getattr(grader, "needs_deadline", True):
+            try:
+                value = call_with_deadline(lambda g=grader: g.grade(ctx), limit)
+            except TimeoutError:
+                raise GraderError(
+                    f"grader {spec.type!r} took longer than {limit:g}s (grader_timeout)",
+                    detail="a backtracking regular expression or a slow python grader; "
+                    "fix it, or raise `grader_timeout` on the task or in the manifest defaults",
+                ) from None
+        else:
+            value = grader.grade(ctx)
+        verdicts.append(as_verdict(spec.type, value))
+    return verdicts
+
+
+def grader_timeout(task: TaskDef) -> float:
+    defaults = task.dataset.manifest.defaults
+    return task.spec.grader_timeout or defaults.grader_timeout or DEFAULT_GRADER_TIMEOUT
+
+
+def error_text(exc: BaseException) -> str:
+    """The record's error: our message, or the user's traceback without the plugin's frames."""
+    if isinstance(exc, AgentError):
+        return exc.render()
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+
+
+def interrupted_record(
+    task: TaskDef | None, key: Key, agent: dict[str, Any], message: str, error_type: str
+) -> AttemptRecord:
+    """The error record of an attempt that ended without one: its process died, or the
+    plugin failed around it. Phase `crash`: an interruption, so a resume runs it again."""
+    return new_record(
+        key=key,
+        digest=task.digest if task else "",
+        run_digest=task.run_digest if task else "",
+        agent=agent,
+        tags=task.spec.tags if task else (),
+        status="error",
+        verdicts=[],
+        result=None,
+        started_at=time.time(),
+        duration=0.0,
+        error=message,
+        error_type=error_type,
+        phase="crash",
+    )

@@ -1,0 +1,190 @@
+"""The executor: how an attempt's agent call and its graders run, and how long they may take.
+
+The executor owns all execution state of a process: the event loop async agents share (in a
+thread of its own, so clients may live across attempts), the threads of timed sync calls, and
+the children an agent starts. Nothing of it is module-global. `SerialExecutor` runs one attempt
+at a time, in pytest's order (the behaviour every other executor must match).
+
+Timeouts, and how hard they are:
+- command agents: the program's process group is killed (hard);
+- async agents: cancelled at the deadline; one that blocks the event loop is abandoned;
+- sync callables: run in a thread of their own when a timeout is set; at the deadline the
+  attempt ends, the thread is abandoned (Python cannot kill a thread) and the processes it
+  started are killed. One stuck in C code that holds the GIL stalls the process: run it with
+  `--agenteval-isolate`, where each attempt is a child process and the deadline kills it;
+- graders: see `call_with_deadline`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from ..core.errors import AgentTimeout
+from ..core.model import AgentResult, Task
+from .agents import Agent, CommandAgent, as_result
+from .process import child_pids, kill_tree
+
+T = TypeVar("T")
+LOOP_GRACE = 2.0
+"""Seconds past an async agent's deadline before a blocked event loop is given up on."""
+
+
+class SerialExecutor:
+    """Runs agent calls one at a time, each within its attempt's timeout."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+
+    def call_agent(self, agent: Agent, task: Task, timeout: float | None) -> AgentResult:
+        """Call the agent once and normalize its answer; exceptions from the agent propagate
+        unchanged (the attempt is an error), a timeout raises AgentTimeout."""
+        if isinstance(agent, CommandAgent):
+            return agent(task, timeout)
+        if _is_async(agent):
+            return as_result(self._await(agent(task), timeout))
+        started = time.monotonic()
+        value = agent(task) if timeout is None else _call_in_thread(agent, task, timeout)
+        if inspect.isawaitable(value):
+            left = None if timeout is None else max(timeout - (time.monotonic() - started), 0.0)
+            value = self._await(value, left)
+        return as_result(value)
+
+    def _await(self, awaitable: Awaitable[Any], timeout: float | None) -> Any:
+        future = asyncio.run_coroutine_threadsafe(_within(awaitable, timeout), self._event_loop())
+        try:
+            return future.result(None if timeout is None else timeout + LOOP_GRACE)
+        except TimeoutError:
+            if future.done():
+                raise  # the agent's own TimeoutError
+            future.cancel()
+            raise AgentTimeout(
+                f"agent timed out after {timeout:g}s; it blocks the event loop, so later "
+                "async attempts of this process may time out too"
+            ) from None
+        except BaseException:
+            future.cancel()
+            raise
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._loop_thread = threading.Thread(
+                target=self._loop.run_forever, name="agenteval-event-loop", daemon=True
+            )
+            self._loop_thread.start()
+        return self._loop
+
+    def close(self) -> None:
+        """Stop the event loop (at session end), letting async generators finish."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        closing = asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop)
+        with contextlib.suppress(TimeoutError, RuntimeError):
+            closing.result(5)  # a blocked loop: its daemon thread dies with the process
+        loop.call_soon_threadsafe(loop.stop)
+        assert self._loop_thread is not None
+        self._loop_thread.join(5)
+        if not self._loop_thread.is_alive():
+            loop.close()
+
+
+def _is_async(agent: Any) -> bool:
+    return inspect.iscoroutinefunction(agent) or inspect.iscoroutinefunction(
+        getattr(agent, "__call__", None)  # noqa: B004 - async callable objects
+    )
+
+
+async def _within(awaitable: Awaitable[Any], timeout: float | None) -> Any:
+    deadline = asyncio.timeout(timeout)
+    try:
+        async with deadline:
+            return await awaitable
+    except TimeoutError:
+        if deadline.expired():
+            raise AgentTimeout(f"agent timed out after {timeout:g}s") from None
+        raise
+
+
+def _call_in_thread(agent: Agent, task: Task, timeout: float) -> Any:
+    """Call a sync agent in a thread of its own; at the deadline abandon it and kill the
+    processes it started."""
+    before = child_pids()
+    try:
+        return _in_thread(lambda: agent(task), timeout)
+    except _Abandoned:
+        killed = [pid for pid in child_pids() - before if kill_tree(pid)]
+        also = f"; killed the {len(killed)} process(es) it started" if killed else ""
+        raise AgentTimeout(
+            f"agent timed out after {timeout:g}s (its thread is abandoned{also})"
+        ) from None
+
+
+class _Abandoned(TimeoutError):
+    """A call in a thread overran its deadline; the thread runs on, abandoned."""
+
+
+def _in_thread(function: Callable[[], T], seconds: float) -> T:
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = function()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True, name="agenteval-call")
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise _Abandoned(f"took longer than {seconds:g}s (its thread is abandoned)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+class _Deadline(BaseException):
+    """Raised by the alarm inside a timed call; a BaseException so `except Exception` in the
+    timed code does not swallow it."""
+
+
+def call_with_deadline(function: Callable[[], T], seconds: float) -> T:
+    """`function()`, stopped after `seconds` (raises TimeoutError).
+
+    On the main thread an interval-timer alarm interrupts it even inside a long regular
+    expression match (CPython checks signals there, while it keeps the GIL from every other
+    thread). The alarm composes with other users of the timer, such as pytest-timeout's signal
+    method: a timer that is already due sooner is left alone, and a later one is re-armed with
+    its remaining time afterwards. Elsewhere the call runs in a thread that is abandoned at
+    the deadline.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return _in_thread(function, seconds)
+    pending, interval = signal.getitimer(signal.ITIMER_REAL)
+    if pending and pending <= seconds:
+        return function()  # another timer fires first; its owner stops what overruns
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise _Deadline
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    started = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return function()
+    except _Deadline:
+        raise TimeoutError(f"took longer than {seconds:g}s") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+        if pending:
+            left = max(pending - (time.monotonic() - started), 1e-6)
+            signal.setitimer(signal.ITIMER_REAL, left, interval)

@@ -1,0 +1,162 @@
+"""The reporter: at session end, the summary from the stored records, the report files, the
+run's final status, the CI gate, and the terminal section (or, when only planning, the plan).
+
+Registered only in the controller (or the lone process).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..core.model import Key
+from ..reporting.gate import gate
+from ..reporting.reports import terminal_lines, write_reports
+from ..reporting.summary import build_summary
+from ..store.lifecycle import OpenRun
+from ..store.plan import Decision, count_actions
+from ..store.runs import Store
+from .items import AttemptItem
+from .recorder import Recorder
+from .runtime import Runtime
+
+
+class Reporter:
+    """Turns the stored records into the summary, the files and the exit status."""
+
+    def __init__(self, runtime: Runtime, store: Store, run: OpenRun, recorder: Recorder):
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.store = store
+        self.run = run
+        self.recorder = recorder
+        self.dry = recorder.dry
+        self.summary: dict[str, Any] | None = None
+        self.written: list[Path] = []
+        self.gate_message: str | None = None
+        self.dry_plan: dict[Key, Decision] = {}
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        state = "resuming" if self.run.resumed else "new"
+        lines = [f"agenteval: run {self.run.run_id} ({state}) · store {self.store.describe()}"]
+        for bad in self.run.unreadable:
+            lines.append(
+                f"agenteval: unreadable record at {bad.where} ({bad.problem}); "
+                "its attempt runs again"
+            )
+        lines += [f"agenteval: skipped a run: {problem}" for problem in self.store.problems]
+        return lines
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.dry and self.run.resumed:
+            plan = self.runtime.plan
+            self.dry_plan = {
+                i.key: plan.decide(i.key, i.task.digest, i.task.run_digest, i.task.regradable)
+                for i in session.items
+                if isinstance(i, AttemptItem)
+            }
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.dry:
+            return
+        status = self._summarize(session, int(exitstatus))
+        assert self.summary is not None
+        out_dir = self.settings.report_dir
+        if out_dir is None and not self.store.temporary:
+            out_dir = self.store.runs_dir / self.run.run_id
+        if out_dir is not None:
+            self.written = write_reports(self.summary, out_dir, self.settings.task_rule)
+        config = session.config
+        config.hook.pytest_agenteval_summary(summary=self.summary, config=config)
+        self.store.finish_run(
+            self.run.run_id,
+            status,
+            {
+                "finished_at": time.time(),
+                "exitstatus": int(exitstatus),
+                "counts": self._session_counts(),
+            },
+        )
+        result = gate(
+            self.summary,
+            min_pass_rate=self.settings.min_pass_rate,
+            allow_errors=self.settings.allow_errors,
+            other_failures=self.recorder.other_failures,
+            exitstatus=int(exitstatus),
+        )
+        if result.exitstatus is not None:
+            session.exitstatus = result.exitstatus
+        self.gate_message = result.message
+
+    def _session_counts(self) -> dict[str, int]:
+        actions = self.recorder.actions
+        return {"reused": actions["reuse"], "regraded": actions["regrade"], "run": actions["run"]}
+
+    def _summarize(self, session: pytest.Session, exitstatus: int) -> str:
+        """Build the summary from the stored records; returns the run's status."""
+        rows, _ = self.store.index(self.run.run_id, for_plan=False)
+        interrupted = (
+            exitstatus == pytest.ExitCode.INTERRUPTED
+            or bool(session.shouldfail or session.shouldstop)
+            or len(rows) < len(self.recorder.planned_keys)
+        )
+        status = "interrupted" if interrupted else "complete"
+        info = self.store.run(self.run.run_id)
+        assert info is not None
+        self.summary = build_summary(
+            info,
+            rows,
+            ks=self.settings.pass_k,
+            session_counts=self._session_counts(),
+            status=status,
+            load_errors=self.recorder.load_errors,
+        )
+        return status
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        tr = terminalreporter
+        if self.dry:
+            if self.run.resumed:
+                tr.write_sep("=", "agenteval plan")
+                for line in plan_lines(self.dry_plan, self.run.run_id):
+                    tr.write_line(line)
+            return
+        if self.summary is None:
+            return
+        tr.write_sep("=", "agenteval")
+        verbose = tr.config.option.verbose > 0
+        for line in terminal_lines(self.summary, verbose, self.settings.task_rule):
+            tr.write_line(line)
+        if self.written:
+            tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
+        if self.gate_message:
+            tr.write_line(self.gate_message, bold=True, red="NOT" in self.gate_message)
+
+    def pytest_unconfigure(self) -> None:
+        self.store.close()
+
+
+def plan_lines(decisions: dict[Key, Decision], run_id: str) -> list[str]:
+    """The plan printout: totals, and per task when few tasks need work (with why)."""
+    totals = count_actions(decisions.values())
+    lines = [
+        f"run {run_id}: {totals['reuse']} reused, {totals['regrade']} to regrade, "
+        f"{totals['run']} to run (nothing was started)"
+    ]
+    per_task: dict[tuple[str, str], Counter[str]] = {}
+    for key, decision in decisions.items():
+        if decision.action != "reuse":
+            what = f"to {decision.action}" + (f" ({decision.why})" if decision.why else "")
+            per_task.setdefault(key[:2], Counter())[what] += 1
+    if 0 < len(per_task) <= 20:
+        for (dataset, task_id), c in sorted(per_task.items()):
+            lines.append(
+                f"  {dataset}/{task_id}: "
+                + ", ".join(f"{n} {what}" for what, n in sorted(c.items()))
+            )
+    return lines

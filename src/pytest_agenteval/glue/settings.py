@@ -1,0 +1,82 @@
+"""The run's settings: what the command line and ini say, read once at configure time.
+
+Precedence: a command-line option, then its ini twin (parsed by the same parser), then the
+dataset manifest (applied where the manifest's value is used).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..core import options
+from ..core.model import CallableAgentSpec
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the command line and ini say; the same in every process, never changed."""
+
+    dataset_paths: list[Path]
+    attempts: int | None
+    agent_override: CallableAgentSpec | None
+    agent_version: str | None
+    strict: bool
+    resume: bool
+    rerun_errors: bool
+    rerun_all: bool
+    allow_drift: bool
+    run_id: str | None
+    report_dir: Path | None
+    pass_k: list[int] | None
+    task_rule: str
+    min_pass_rate: float | None
+    allow_errors: bool
+    show_plan: bool
+    invocation_dir: Path
+
+
+def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
+    """The option `name`, else its ini twin parsed like the option, else None."""
+    value = config.getoption(name)
+    if value is not None and value != []:
+        return value
+    raw = config.getini(name)
+    if raw in ("", [], None):
+        return None
+    if parse is None or not isinstance(raw, str):
+        return raw
+    try:
+        return parse(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"ini setting {name}: {exc}") from None
+
+
+def read_settings(config: pytest.Config) -> Settings:
+    agent = _setting(config, "agenteval_agent", options.agent_ref)
+    report = _setting(config, "agenteval_report")
+    base = config.invocation_params.dir
+    return Settings(
+        dataset_paths=[base / p for p in config.getoption("agenteval_datasets")]
+        or list(config.getini("agenteval_datasets")),
+        attempts=_setting(config, "agenteval_attempts", options.positive_int),
+        agent_override=CallableAgentSpec(callable=agent) if agent else None,
+        agent_version=_setting(config, "agenteval_agent_version"),
+        strict=bool(_setting(config, "agenteval_strict")),
+        resume=config.getoption("agenteval_resume") or config.getoption("agenteval_plan"),
+        rerun_errors=config.getoption("agenteval_rerun_errors"),
+        rerun_all=config.getoption("agenteval_rerun"),
+        allow_drift=config.getoption("agenteval_allow_drift"),
+        run_id=config.getoption("agenteval_run_id"),
+        report_dir=base / report if report else None,
+        pass_k=_setting(config, "agenteval_pass_k", options.pass_ks),
+        task_rule=_setting(config, "agenteval_task_rule", options.task_rule) or "any",
+        min_pass_rate=_setting(config, "agenteval_min_pass_rate", options.rate),
+        allow_errors=bool(_setting(config, "agenteval_allow_errors")),
+        show_plan=config.getoption("agenteval_plan"),
+        invocation_dir=base,
+    )

@@ -1,0 +1,91 @@
+"""xdist glue: the controller ships the run's plan to workers once; crashes come back here.
+
+Registered only when xdist is loaded (its hook specs exist only then).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ..core.errors import StoreError
+from ..core.model import Key
+from ..core.records import plan_key
+from ..sources.dataset import TaskDef, load_task_file
+from ..store.plan import Plan
+from .recorder import Recorder
+from .runtime import RUNTIME, Runtime
+
+SHIPMENT_SCHEMA = "agenteval.worker/1"
+
+
+class XdistHooks:
+    """Controller side: ship the plan, learn what workers collected, record crashes."""
+
+    def __init__(self, runtime: Runtime, recorder: Recorder) -> None:
+        self.runtime = runtime
+        self.recorder = recorder
+        self._shipment: dict[str, Any] | None = None
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["agenteval"] = self.shipment()
+
+    def shipment(self) -> dict[str, Any]:
+        """What every worker gets (made once, also for replacement workers): the plan with the
+        records regrades need, and the agent fingerprint."""
+        if self._shipment is None:
+            plan = self.runtime.plan
+            if plan.rows:
+                plan.regrade_records.update(_regrades(self.runtime))
+            self._shipment = {
+                "schema": SHIPMENT_SCHEMA,
+                "plan": plan.to_json(),
+                "fingerprint": self.runtime.runner.fingerprint,
+            }
+        return self._shipment
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.recorder.node_collected(list(ids))
+
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        self.recorder.crashed(crashitem, report)
+
+
+def _regrades(runtime: Runtime) -> dict[str, Any]:
+    """The stored records the plan will regrade, without their history."""
+    found = {}
+    for task in _tasks(runtime):
+        for attempt in range(runtime.attempts_for(task.dataset)):
+            key: Key = (task.dataset.name, task.id, attempt)
+            decision = runtime.plan.decide(key, task.digest, task.run_digest, task.regradable)
+            if decision.record is not None:
+                found[plan_key(key)] = decision.record.with_previous(())
+    return found
+
+
+def _tasks(runtime: Runtime) -> list[TaskDef]:
+    tasks = []
+    for dataset in runtime.datasets:
+        for path in dataset.task_files():
+            loaded = load_task_file(path, dataset, cache=runtime.specs)
+            tasks += [t for t in loaded if isinstance(t, TaskDef)]
+    return tasks
+
+
+def worker_setup(config: pytest.Config) -> None:
+    """On an xdist worker: take the controller's plan and fingerprint."""
+    shipped = config.workerinput.get("agenteval")  # type: ignore[attr-defined]
+    if not shipped:
+        return
+    if shipped.get("schema") != SHIPMENT_SCHEMA:
+        raise pytest.UsageError(
+            "the xdist controller runs another pytest-agenteval than this worker "
+            f"(it sent {shipped.get('schema')!r}); install the same version on both"
+        )
+    runtime = config.stash[RUNTIME]
+    try:
+        runtime.plan = Plan.from_json(shipped["plan"])
+    except StoreError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    runtime.runner.fingerprint = shipped["fingerprint"]

@@ -1,0 +1,60 @@
+"""The CI gate: from a run's summary, the session's exit status and the line that explains it.
+
+A gate never passes what was not evaluated: an incomplete run, a task file that could not be
+loaded, or (unless allowed) an attempt that errored fails it, whatever pass@1 says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+OK, FAILED = 0, 1
+
+
+@dataclass(frozen=True)
+class GateResult:
+    exitstatus: int | None
+    """The session's new exit status; None leaves pytest's."""
+    message: str | None = None
+
+
+def gate(
+    summary: dict[str, Any],
+    *,
+    min_pass_rate: float | None,
+    allow_errors: bool,
+    other_failures: int,
+    exitstatus: int,
+) -> GateResult:
+    """Decide the exit status. Without `min_pass_rate` pytest's own status stands, except
+    that `allow_errors` turns a run whose only problems are errored attempts into a pass."""
+    problems = _problems(summary, allow_errors, other_failures)
+    if min_pass_rate is None:
+        only_errors = exitstatus == FAILED and not summary["counts"]["fail"] and not problems
+        return GateResult(OK if allow_errors and only_errors else None)
+    rate = summary["metrics"]["pass_at_k"].get("1") or 0.0
+    if rate < min_pass_rate:
+        problems.insert(0, f"pass@1 {rate:.3f} is below {min_pass_rate:g}")
+    elif problems:
+        problems.append(f"pass@1 {rate:.3f} alone would meet {min_pass_rate:g}")
+    keep = None if exitstatus not in (OK, FAILED) else FAILED
+    if problems:
+        return GateResult(keep, "gate NOT met: " + "; ".join(problems))
+    met = f"gate met: pass@1 {rate:.3f} >= {min_pass_rate:g} (--agenteval-min-pass-rate)"
+    return GateResult(None if keep is None else OK, met)
+
+
+def _problems(summary: dict[str, Any], allow_errors: bool, other_failures: int) -> list[str]:
+    problems = []
+    if summary["status"] != "complete":
+        problems.append(f"the run is {summary['status']}: not every planned attempt finished")
+    loads = len(summary.get("load_errors") or ())
+    if loads:
+        problems.append(f"{loads} task(s) could not be loaded")
+    errors = summary["counts"]["error"]
+    if errors and not allow_errors:
+        problems.append(f"{errors} attempt(s) errored (--agenteval-allow-errors accepts them)")
+    if other_failures:
+        problems.append(f"{other_failures} other test(s) failed")
+    return problems
