@@ -11,6 +11,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,7 @@ class AttemptRunner:
     passthrough: tuple[type[BaseException], ...] = ()
     """Exceptions that are not the attempt's to record (they stop the session)."""
 
-    def run(self, job: AttemptJob, agent: AgentSource) -> Outcome:
+    def run(self, job: AttemptJob, source: AgentSource) -> Outcome:
         """Carry out one attempt. Whatever the agent or a grader raises, SystemExit included,
         ends as an error record; only KeyboardInterrupt and `passthrough` propagate, and then
         nothing is recorded, as the attempt did not finish."""
@@ -103,14 +104,14 @@ class AttemptRunner:
             if decision.record is not None:
                 result = decision.record.result()
             else:
-                agent, label = agent()
+                agent, label = source()
                 used = {**self.fingerprint, "used": label}
                 result = self.executor.call_agent(agent, context.task, job.task.timeout)
             phase = "grading"
             verdicts = grade(job.task, context.task, result)
-        except (KeyboardInterrupt, *self.passthrough):
-            raise
         except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, *self.passthrough)):
+                raise
             record = context.record(used, "error", verdicts, result, started, t0, exc, phase)
             return Outcome(decision, record, exc, context.workspace)
         status: Status = "pass" if all(v.passed for v in verdicts) else "fail"
@@ -176,7 +177,7 @@ def grade(task: TaskDef, agent_task: Task, result: AgentResult) -> list[Verdict]
     for spec, grader in zip(task.grader_specs, task.graders, strict=True):
         if getattr(grader, "needs_deadline", True):
             try:
-                value = call_with_deadline(lambda g=grader: g.grade(ctx), limit)
+                value = call_with_deadline(partial(grader.grade, ctx), limit)
             except TimeoutError:
                 raise GraderError(
                     f"grader {spec.type!r} took longer than {limit:g}s (grader_timeout)",

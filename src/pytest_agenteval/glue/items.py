@@ -16,7 +16,7 @@ from _pytest._code.code import ExceptionInfo, TerminalRepr
 from ..core.errors import AgentError, AgentevalError, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
 from ..core.records import junit_properties
-from ..core.text import excerpt
+from ..core.text import clean_text, excerpt
 from ..execution.agents import BUILTIN_AGENT_KINDS, Agent, make_builtin_agent, unknown_agent_kind
 from ..execution.attempt import PACKAGE_DIR, AttemptJob, Outcome
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
@@ -162,6 +162,16 @@ class AttemptItem(AgentevalItem):
         return self.path, self.task.line - 1, f"agenteval: {self.name}"
 
 
+def _encodable(longrepr: Any, excinfo: ExceptionInfo[BaseException] | None) -> Any:
+    """The failure's text without lone surrogates (from an agent's exception or a grader's
+    reason): neither the terminal nor xdist's channel to the controller can carry them."""
+    if isinstance(longrepr, str):
+        return clean_text(longrepr)
+    if excinfo is not None and clean_text(str(excinfo.value)) != str(excinfo.value):
+        return clean_text(str(longrepr))
+    return longrepr
+
+
 def _user_frames(excinfo: ExceptionInfo[BaseException]) -> Any:
     """Drop pytest, pluggy and plugin frames so the user sees their agent's traceback."""
     return excinfo.traceback.filter(
@@ -223,6 +233,8 @@ class TaskHooks:
         if call.when != "teardown" and isinstance(item, AgentevalItem):
             if call.when == "setup" and report.failed and call.excinfo is not None:
                 report.longrepr = item.repr_failure(call.excinfo)
+            if report.failed:
+                report.longrepr = _encodable(report.longrepr, call.excinfo)
             if call.when == "call" or report.failed:
                 report.agenteval = item.report_extras()
         return report

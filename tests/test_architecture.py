@@ -1,0 +1,34 @@
+"""The layout's promises: pure packages never import pytest or xdist."""
+
+from __future__ import annotations
+
+import pkgutil
+import subprocess
+import sys
+
+import pytest_agenteval
+
+GLUE = ("pytest_agenteval.glue", "pytest_agenteval.plugin", "pytest_agenteval.hookspecs")
+
+
+def pure_modules() -> list[str]:
+    names = [
+        info.name
+        for info in pkgutil.walk_packages(pytest_agenteval.__path__, "pytest_agenteval.")
+        if not info.name.startswith(GLUE)
+    ]
+    assert "pytest_agenteval.execution.attempt" in names
+    return names
+
+
+def test_pure_modules_import_without_pytest() -> None:
+    """Everything but the pytest glue imports with pytest and xdist unavailable."""
+    code = (
+        "import sys\n"
+        "sys.modules['pytest'] = sys.modules['_pytest'] = sys.modules['xdist'] = None\n"
+        "import importlib\n"
+        f"for name in {pure_modules()!r}:\n"
+        "    importlib.import_module(name)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

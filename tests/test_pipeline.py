@@ -1,0 +1,203 @@
+"""The attempt pipeline end to end: every way an attempt can end leaves the right record, and
+the limits on agents and graders hold."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from helpers import DatasetMaker, stored, summary_of, task
+
+HOSTILE = """
+import os, signal, subprocess, sys, time
+from pathlib import Path
+
+
+def exits(task):
+    sys.exit(3)
+
+
+def blocks_alarm(task):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(5)
+    return "late"
+
+
+def swallows_everything(task):
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        try:
+            time.sleep(0.05)
+        except BaseException:
+            pass
+    return "late"
+
+
+def spawns(task):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    Path(__file__).with_name("child.pid").write_text(str(child.pid))
+    child.wait()
+    return "late"
+
+
+def answer(task):
+    return task.metadata.get("answer", "ok")
+"""
+
+
+def hostile(dataset: DatasetMaker, tasks: dict, **manifest: object) -> None:
+    root = dataset(tasks, manifest=manifest or None)
+    (root / "hostile.py").write_text(HOSTILE)
+
+
+def test_sys_exit_in_the_agent_is_an_error_record(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """An agent calling sys.exit errors its attempt (recorded), and the gate counts it."""
+    hostile(dataset, {"bye.yaml": {**task(), "agent": "hostile:exits"}, "ok.yaml": task("ok")})
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-min-pass-rate", "0.4")
+    result.assert_outcomes(passed=1, errors=1)
+    assert ("bye", 0, "error") in stored(pytester.path)
+    summary = summary_of(pytester)
+    assert summary["counts"] == {
+        "pass": 1,
+        "fail": 0,
+        "error": 1,
+        "reused": 0,
+        "regraded": 0,
+        "run": 2,
+    }
+    assert summary["metrics"]["pass_at_k"]["1"] == 0.5
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["gate NOT met: 1 attempt(s) errored*"])
+
+
+def test_an_incomplete_run_never_passes_the_gate(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A run stopped by -x is interrupted; the gate fails it whatever pass@1 says."""
+    dataset({"a.yaml": task(metadata={"answers": ["no"]}), "b.yaml": task("ok")})
+    result = pytester.runpytest("--agenteval", "ds", "-x", "--agenteval-min-pass-rate", "0")
+    assert result.ret != 0
+    assert summary_of(pytester)["status"] == "interrupted"
+    result.stdout.fnmatch_lines(["gate NOT met: the run is interrupted*"])
+
+
+def test_a_worker_crash_while_replaying_keeps_the_stored_record(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A worker that dies while an attempt only replays its stored verdict never overwrites it."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(4)})
+    pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2").assert_outcomes(passed=4)
+    pytester.makeconftest(
+        """
+        import os
+
+        def pytest_runtest_setup(item):
+            if item.name == "t2[attempt-0]" and os.environ.get("KILL_ON_REPLAY"):
+                os._exit(9)
+        """
+    )
+    os.environ["KILL_ON_REPLAY"] = "1"
+    try:
+        pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite")
+    finally:
+        del os.environ["KILL_ON_REPLAY"]
+    assert stored(pytester.path) == [(f"t{i}", 0, "pass") for i in range(4)]
+    assert len(dataset.calls()) == 4
+
+
+def test_a_crashed_attempt_runs_again_on_resume_until_it_crashed_twice(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A crash is an interruption: resume runs it again; a second crash in a row sticks."""
+    dataset({"dies.yaml": task(metadata={"exit": 3}), "ok.yaml": task("ok")})
+    pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2").assert_outcomes(
+        passed=1, errors=1
+    )
+    assert dataset.calls().count("dies 0") == 1
+    plan = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-plan")
+    plan.stdout.fnmatch_lines(["*ds/dies: 1 to run (crashed)"])
+    pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite")
+    assert dataset.calls().count("dies 0") == 2
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite")
+    result.assert_outcomes(passed=1, errors=1)
+    assert dataset.calls().count("dies 0") == 2
+    assert ("dies", 0, "error") in stored(pytester.path)
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_a_lone_surrogate_in_a_reason_is_stored_and_reported(
+    pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
+) -> None:
+    """Text UTF-8 cannot hold (a grader's reason, an error) never loses the attempt."""
+    root = dataset(
+        {
+            "odd.yaml": {**task("ok"), "graders": [{"python": {"function": "judge:odd"}}]},
+            "boom.yaml": {**task("ok"), "agent": "judge:boom"},
+            "ok.yaml": task("ok"),
+        }
+    )
+    (root / "judge.py").write_text(
+        "def odd(output):\n    return False, 'bad \\udcff reason'\n\n\n"
+        "def boom(task):\n    raise RuntimeError('bad \\udcff byte')\n"
+    )
+    result = pytester.runpytest_subprocess("--agenteval", "ds", *workers)
+    result.assert_outcomes(passed=1, failed=1, errors=1)
+    assert result.ret == 1
+    assert len(stored(pytester.path)) == 3
+    (odd,) = [t for t in summary_of(pytester)["tasks"] if t["task_id"] == "odd"]
+    assert odd["attempts"][0]["reason"] == "judge:odd: bad \ufffd reason"
+    again = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite", *workers)
+    again.assert_outcomes(passed=1, failed=1, errors=1)
+
+
+def test_graders_that_run_away_are_stopped(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A catastrophic regex and a stuck python grader end at grader_timeout as errors that
+    name the grader; the other tasks still run."""
+    root = dataset(
+        {
+            "redos.yaml": {
+                **task("a" * 41 + "!"),
+                "graders": [{"regex": {"pattern": "^(a+)+$"}}],
+            },
+            "stuck.yaml": {**task("ok"), "graders": [{"python": {"function": "judge:stuck"}}]},
+            "ok.yaml": task("ok"),
+        },
+        manifest={"defaults": {"grader_timeout": 0.5}},
+    )
+    (root / "judge.py").write_text("import time\n\ndef stuck(output):\n    time.sleep(30)\n")
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    assert time.monotonic() - start < 20
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*grader 'regex' took longer than 0.5s (grader_timeout)*",
+            "*grader 'python' took longer than 0.5s (grader_timeout)*",
+        ]
+    )
+
+
+@pytest.mark.parametrize("agent", ["blocks_alarm", "swallows_everything", "spawns"])
+def test_sync_agent_timeouts_hold(
+    pytester: pytest.Pytester, dataset: DatasetMaker, agent: str
+) -> None:
+    """A sync agent that blocks SIGALRM, swallows every exception or waits on a child ends at
+    its timeout; processes it started are killed."""
+    hostile(dataset, {"slow.yaml": {**task("ok"), "timeout": 0.5}}, agent=f"hostile:{agent}")
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    assert time.monotonic() - start < 4.5
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*agent timed out after 0.5s (its thread is abandoned*"])
+    pid_file = pytester.path / "ds/child.pid"
+    if agent == "spawns":
+        result.stdout.fnmatch_lines(["*killed the 1 process(es) it started*"])
+        pid = int(pid_file.read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
