@@ -1,7 +1,8 @@
 """pytest entry point: options, ini settings, hook registration and collection of task files.
 
-Inactive unless `--agenteval PATH` (or ini `agenteval_datasets`) names a dataset, so the plugin
-never touches unrelated YAML files or runs.
+Inactive unless a dataset is named: by `--agenteval PATH`, by ini `agenteval_datasets` when
+pytest runs its default arguments, or by a positional argument inside a dataset. So the plugin
+never touches unrelated YAML files or runs, and they pay nothing for it.
 
 Settings precedence: command-line option, then the ini setting, then the dataset manifest.
 """
@@ -17,10 +18,10 @@ import pytest
 
 from . import hookspecs
 from .core import options
+from .sources.discovery import dataset_args
 
 if TYPE_CHECKING:
     from .glue.runtime import Settings
-    from .sources.dataset import Dataset
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,7 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         default=[],
         ini=("agenteval_datasets", "paths"),
-        help="collect the tasks of the dataset folder at PATH (repeatable).",
+        help="collect the dataset at PATH, or the part of it PATH is (repeatable); "
+        "the ini setting joins pytest's default arguments only.",
     )
     option(
         "--attempts",
@@ -170,7 +172,10 @@ def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
         raise pytest.UsageError(f"ini setting {name}: {exc}") from None
 
 
-def read_settings(config: pytest.Config) -> Settings:
+DATASETS = "agenteval_datasets"
+
+
+def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
     from .core.model import CallableAgentSpec
     from .glue.runtime import Settings
 
@@ -178,8 +183,7 @@ def read_settings(config: pytest.Config) -> Settings:
     report = _setting(config, "agenteval_report")
     base = config.invocation_params.dir
     return Settings(
-        dataset_paths=[base / p for p in config.getoption("agenteval_datasets")]
-        or list(config.getini("agenteval_datasets")),
+        dataset_paths=dataset_paths,
         attempts=_setting(config, "agenteval_attempts", options.positive_int),
         agent_override=CallableAgentSpec(callable=agent) if agent else None,
         agent_version=_setting(config, "agenteval_agent_version"),
@@ -199,42 +203,60 @@ def read_settings(config: pytest.Config) -> Settings:
     )
 
 
+def named_datasets(config: pytest.Config) -> dict[Path, str]:
+    """The paths naming datasets this session, each with the option naming it (for messages).
+
+    `--agenteval` always counts. The ini setting joins pytest's default arguments (testpaths or
+    the invocation folder) only, so `pytest tests/test_unit.py` never starts an evaluation.
+    A positional argument that is, or lies in, a dataset (a folder with `agenteval.yaml` at or
+    above it) counts as well: plain `pytest` never evaluates a dataset just because it exists.
+    """
+    base = config.invocation_params.dir
+    named = {(base / p).resolve(): "--agenteval" for p in config.getoption(DATASETS)}
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return named or {p.resolve(): f"ini {DATASETS}" for p in config.getini(DATASETS)}
+    return {**{p: "" for p in dataset_args(config.args, base)}, **named}
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    if not (config.getoption("agenteval_datasets") or config.getini("agenteval_datasets")):
+    named = named_datasets(config)
+    if not named:
         return
     # Imported only when active: unrelated pytest runs pay nothing for pydantic and friends.
     from .execution.workspaces import Workspaces
-    from .glue.collect import CollectHooks
+    from .glue.collect import CollectHooks, load_datasets, point_collection_at
     from .glue.controller import Controller, XdistHooks, agenteval_dir, worker_setup
     from .glue.items import TaskHooks
     from .glue.runtime import RUNTIME, Runtime, agent_fingerprint
     from .sources.speccache import SpecCache
 
-    settings = read_settings(config)
-    datasets = _load_datasets(settings.dataset_paths)
+    settings = read_settings(config, list(named))
+    parts = load_datasets(named)
+    datasets = [dataset for dataset, _ in parts.values()]
     for dataset in datasets:
         if str(dataset.root) not in sys.path:
             sys.path.append(str(dataset.root))
-    whole_roots = _point_collection_at(config, datasets)
+    folder = agenteval_dir(config)
+    specs = SpecCache(folder / "specs.pickle" if folder else None)
+    whole_roots = point_collection_at(config, parts, specs)
     if settings.show_plan:
         config.option.collectonly = True
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
     basetemp = config.option.basetemp
-    folder = agenteval_dir(config)
     runtime = Runtime(
         settings,
         datasets,
         make_grader=TaskHooks.grader_maker(config),
         workspaces=Workspaces(Path(basetemp) if basetemp else None, worker),
         agenteval_dir=folder,
-        specs=SpecCache(folder / "specs.pickle" if folder else None),
+        specs=specs,
         fingerprint=agent_fingerprint(settings, datasets),
     )
     if not settings.strict:  # a bad file must fail alone, as its own collector
         runtime.whole_roots = whole_roots
     config.stash[RUNTIME] = runtime
     config.pluginmanager.register(TaskHooks(), "agenteval-tasks")
-    hooks = CollectHooks()
+    hooks = CollectHooks({root: p for root, (_, p) in parts.items() if p is not None})
     config.pluginmanager.register(hooks, "agenteval-collect")
     # Cleanups run last-in first-out and pytest's builtin plugins register theirs after this
     # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
@@ -247,41 +269,3 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(controller, "agenteval-controller")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(controller), "agenteval-xdist")
-
-
-def _load_datasets(paths: list[Path]) -> list[Dataset]:
-    from .core.errors import TaskFileError
-    from .sources.dataset import load_dataset
-
-    datasets: dict[str, Dataset] = {}
-    for path in paths:
-        try:
-            dataset = load_dataset(path)
-        except TaskFileError as exc:
-            raise pytest.UsageError(f"--agenteval {path}: {exc}") from None
-        other = datasets.setdefault(dataset.name, dataset)
-        if other.root != dataset.root:
-            raise pytest.UsageError(
-                f"two datasets are named {dataset.name!r}: {other.root} and {dataset.root}; "
-                "give them different `name:`s in agenteval.yaml"
-            )
-    return list(datasets.values())
-
-
-def _point_collection_at(config: pytest.Config, datasets: list[Dataset]) -> set[Path]:
-    """Collect the datasets without naming them as arguments; keep node ids the user named.
-
-    Returns the roots no argument points below: those can be collected in one pass.
-    """
-    roots = [str(d.root) for d in datasets]
-    if config.args_source != pytest.Config.ArgsSource.ARGS:
-        config.args[:] = roots
-        return {d.root for d in datasets}
-    base = config.invocation_params.dir
-    given = [(base / arg.split("::")[0]).resolve() for arg in config.args]
-    for dataset in datasets:
-        if not any(g.is_relative_to(dataset.root) or dataset.root.is_relative_to(g) for g in given):
-            config.args.append(str(dataset.root))
-    return {
-        d.root for d in datasets if not any(g.is_relative_to(d.root) and g != d.root for g in given)
-    }
