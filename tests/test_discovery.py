@@ -259,3 +259,14 @@ def test_a_missing_dataset_path_is_a_usage_error(
     result = pytester.runpytest(*args)
     result.stderr.fnmatch_lines([f"ERROR: {message}", "Hint: pass a dataset folder*"])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.parametrize("info", ["--markers", "--fixtures", "--fixtures-per-test"])
+def test_options_that_run_nothing_start_no_run(
+    pytester: pytest.Pytester, dataset: DatasetMaker, info: str
+) -> None:
+    """Listing markers or fixtures of an ini-configured project creates no run (a run that
+    never finishes would stay "running" in `agenteval runs`)."""
+    unit_tests_project(pytester, dataset, "ds")
+    assert pytester.runpytest(info).ret == pytest.ExitCode.OK
+    assert not list(pytester.path.glob(".pytest_cache/agenteval/runs/*"))

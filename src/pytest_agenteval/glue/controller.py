@@ -32,7 +32,9 @@ class Controller:
         self.config = config
         self.runtime = runtime
         self.settings = runtime.settings
-        self.dry = bool(config.option.collectonly or self.settings.show_plan)
+        option = config.option  # --markers and --fixtures(-per-test) run no attempt either
+        shows = option.markers or option.showfixtures or option.show_fixtures_per_test
+        self.dry = bool(option.collectonly or self.settings.show_plan or shows)
         self.store_dir = runtime.agenteval_dir
         self.store = self._open_store()
         self.datasets = [{"name": d.name, "version": d.manifest.version} for d in runtime.datasets]
