@@ -172,9 +172,6 @@ def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
         raise pytest.UsageError(f"ini setting {name}: {exc}") from None
 
 
-DATASETS = "agenteval_datasets"
-
-
 def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
     from .core.model import CallableAgentSpec
     from .glue.runtime import Settings
@@ -201,6 +198,9 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
     )
+
+
+DATASETS = "agenteval_datasets"
 
 
 def named_datasets(config: pytest.Config) -> dict[Path, str]:

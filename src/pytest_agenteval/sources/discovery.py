@@ -1,9 +1,9 @@
 """Which parts of which datasets a pytest session collects, found as pytest finds its rootdir.
 
 A dataset is the nearest folder at or above a path that holds `agenteval.yaml`, so a folder or
-a task file inside a dataset keeps the dataset's name, manifest and task ids. pytest imports this
-module on every run that has positional arguments, so it stays cheap: paths only, no YAML, no
-pydantic.
+a task file inside a dataset keeps the dataset's name, manifest and task ids. Every pytest run
+asks this module whether its arguments name a dataset, so it stays cheap: paths only, no YAML,
+no pydantic.
 """
 
 from __future__ import annotations
