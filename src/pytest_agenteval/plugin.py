@@ -1,7 +1,8 @@
 """pytest entry point: options, ini settings, hook registration and collection of task files.
 
-Inactive unless `--agenteval PATH` (or ini `agenteval_datasets`) names a dataset, so the plugin
-never touches unrelated YAML files or runs.
+Inactive unless a dataset is named: by `--agenteval PATH`, by ini `agenteval_datasets` when
+pytest runs its default arguments, or by a positional argument inside a dataset. So the plugin
+never touches unrelated YAML files or runs, and they pay nothing for it.
 
 Settings precedence: command-line option, then the ini setting, then the dataset manifest.
 """
@@ -10,15 +11,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from . import hookspecs
 from .core import options
-
-if TYPE_CHECKING:
-    from .sources.dataset import Dataset
+from .sources.discovery import dataset_args
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,7 +35,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         default=[],
         ini=("agenteval_datasets", "paths"),
-        help="collect the tasks of the dataset folder at PATH (repeatable).",
+        help="collect the dataset at PATH, or the part of it PATH is (repeatable); "
+        "the ini setting joins pytest's default arguments only.",
     )
     option(
         "--attempts",
@@ -152,15 +152,34 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
+DATASETS = "agenteval_datasets"
+
+
+def named_datasets(config: pytest.Config) -> dict[Path, str]:
+    """The paths naming datasets this session, each with the option naming it (for messages).
+
+    `--agenteval` always counts. The ini setting joins pytest's default arguments (testpaths or
+    the invocation folder) only, so `pytest tests/test_unit.py` never starts an evaluation.
+    A positional argument that is, or lies in, a dataset (a folder with `agenteval.yaml` at or
+    above it) counts as well: plain `pytest` never evaluates a dataset just because it exists.
+    """
+    base = config.invocation_params.dir
+    named = {(base / p).resolve(): "--agenteval" for p in config.getoption(DATASETS)}
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return named or {p.resolve(): f"ini {DATASETS}" for p in config.getini(DATASETS)}
+    return {**{p: "" for p in dataset_args(config.args, base)}, **named}
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    if not (config.getoption("agenteval_datasets") or config.getini("agenteval_datasets")):
+    named = named_datasets(config)
+    if not named:
         return
     # Imported only when active: unrelated pytest runs pay nothing for pydantic and friends.
     from .execution.agents import AgentResolver
     from .execution.attempt import AttemptRunner
     from .execution.executor import SerialExecutor
     from .execution.workspaces import Workspaces
-    from .glue.collect import CollectHooks, CollectState
+    from .glue.collect import CollectHooks, CollectState, load_datasets, point_collection_at
     from .glue.controller import agenteval_dir, start_controller
     from .glue.items import TaskHooks
     from .glue.runtime import RUNTIME, Runtime, agent_fingerprint
@@ -168,17 +187,19 @@ def pytest_configure(config: pytest.Config) -> None:
     from .glue.xdist import worker_setup
     from .sources.speccache import SpecCache
 
-    settings = read_settings(config)
-    datasets = _load_datasets(settings.dataset_paths)
+    settings = read_settings(config, list(named))
+    parts = load_datasets(named)
+    datasets = [dataset for dataset, _ in parts.values()]
     for dataset in datasets:
         if str(dataset.root) not in sys.path:
             sys.path.append(str(dataset.root))
-    whole_roots = _point_collection_at(config, datasets)
+    folder = agenteval_dir(config)
+    specs = SpecCache(folder / "specs.pickle" if folder else None)
+    whole_roots = point_collection_at(config, parts, specs)
     if settings.show_plan:
         config.option.collectonly = True
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
     basetemp = config.option.basetemp
-    folder = agenteval_dir(config)
     runner = AttemptRunner(
         SerialExecutor(),
         Workspaces(Path(basetemp) if basetemp else None, worker),
@@ -192,12 +213,12 @@ def pytest_configure(config: pytest.Config) -> None:
         runner=runner,
         agents=AgentResolver(TaskHooks.agent_maker(config)),
         agenteval_dir=folder,
-        specs=SpecCache(folder / "specs.pickle" if folder else None),
+        specs=specs,
     )
     # A bad file must fail alone, as its own collector, under --agenteval-strict.
     config.stash[CollectState.KEY] = CollectState(set() if settings.strict else whole_roots)
     config.pluginmanager.register(TaskHooks(), "agenteval-tasks")
-    hooks = CollectHooks()
+    hooks = CollectHooks({root: p for root, (_, p) in parts.items() if p is not None})
     config.pluginmanager.register(hooks, "agenteval-collect")
     # Cleanups run last-in first-out and pytest's builtin plugins register theirs after this
     # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
@@ -207,41 +228,3 @@ def pytest_configure(config: pytest.Config) -> None:
         worker_setup(config)
     else:
         start_controller(config, config.stash[RUNTIME])
-
-
-def _load_datasets(paths: list[Path]) -> list[Dataset]:
-    from .core.errors import TaskFileError
-    from .sources.dataset import load_dataset
-
-    datasets: dict[str, Dataset] = {}
-    for path in paths:
-        try:
-            dataset = load_dataset(path)
-        except TaskFileError as exc:
-            raise pytest.UsageError(f"--agenteval {path}: {exc}") from None
-        other = datasets.setdefault(dataset.name, dataset)
-        if other.root != dataset.root:
-            raise pytest.UsageError(
-                f"two datasets are named {dataset.name!r}: {other.root} and {dataset.root}; "
-                "give them different `name:`s in agenteval.yaml"
-            )
-    return list(datasets.values())
-
-
-def _point_collection_at(config: pytest.Config, datasets: list[Dataset]) -> set[Path]:
-    """Collect the datasets without naming them as arguments; keep node ids the user named.
-
-    Returns the roots no argument points below: those can be collected in one pass.
-    """
-    roots = [str(d.root) for d in datasets]
-    if config.args_source != pytest.Config.ArgsSource.ARGS:
-        config.args[:] = roots
-        return {d.root for d in datasets}
-    base = config.invocation_params.dir
-    given = [(base / arg.split("::")[0]).resolve() for arg in config.args]
-    for dataset in datasets:
-        if not any(g.is_relative_to(dataset.root) or dataset.root.is_relative_to(g) for g in given):
-            config.args.append(str(dataset.root))
-    return {
-        d.root for d in datasets if not any(g.is_relative_to(d.root) and g != d.root for g in given)
-    }

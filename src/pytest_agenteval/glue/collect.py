@@ -14,9 +14,80 @@ from _pytest._code.code import ExceptionInfo
 
 from ..core.errors import TaskFileError
 from ..core.records import item_name
-from ..sources.dataset import TASK_SUFFIXES, LoadFailure, TaskDef, load_task_file
+from ..sources.dataset import (
+    TASK_SUFFIXES,
+    Dataset,
+    LoadFailure,
+    TaskDef,
+    find_task,
+    load_dataset,
+    load_task_file,
+)
+from ..sources.discovery import add_dataset_args, is_selected, one_pass_roots, selected_parts
+from ..sources.speccache import SpecCache
 from .items import AgentevalItem, AttemptItem
 from .runtime import RUNTIME
+
+Parts = dict[Path, tuple[Dataset, tuple[Path, ...] | None]]
+"""Each named dataset by root, with the parts of it named (None: all of it)."""
+
+
+def load_datasets(named: dict[Path, str]) -> Parts:
+    """The datasets the paths are, or lie in; `named` gives the option naming each path."""
+    found: dict[Path, tuple[Dataset, list[Path]]] = {}
+    by_name: dict[str, Path] = {}
+    for path, how in named.items():
+        try:
+            dataset = load_dataset(path)
+        except TaskFileError as exc:
+            raise pytest.UsageError(f"{how}: {exc}" if how else str(exc)) from None
+        found.setdefault(dataset.root, (dataset, []))[1].append(path)
+        other = by_name.setdefault(dataset.name, dataset.root)
+        if other != dataset.root:
+            raise pytest.UsageError(
+                f"two datasets are named {dataset.name!r}: {other} and {dataset.root}; "
+                "give them different `name:`s in agenteval.yaml"
+            )
+    return {root: (ds, selected_parts(root, paths)) for root, (ds, paths) in found.items()}
+
+
+def point_collection_at(config: pytest.Config, parts: Parts, specs: SpecCache) -> set[Path]:
+    """Make pytest collect the named datasets, keeping the paths and node ids the user named.
+
+    `--agenteval` paths replace pytest's default arguments; ini paths join them; either joins
+    explicit arguments unless one covers it or points inside it. Returns the roots that can be
+    collected in one pass: selected whole, with no argument pointing below them.
+    """
+    base = config.invocation_params.dir
+    datasets = [dataset for dataset, _ in parts.values()]
+    args = [_task_node_id(arg, base, datasets, specs) for arg in config.args]
+    named = [p for root, (_, selected) in parts.items() for p in selected or (root,)]
+    defaults = config.args_source != pytest.Config.ArgsSource.ARGS
+    if defaults and config.getoption("agenteval_datasets"):
+        args = []
+    config.args[:] = add_dataset_args(args, named, base)
+    whole = [root for root, (_, selected) in parts.items() if selected is None]
+    return one_pass_roots(whole, config.args, base)
+
+
+def _task_node_id(arg: str, base: Path, datasets: list[Dataset], specs: SpecCache) -> str:
+    """`<folder>::<task id>[attempt-<i>]` names a task of a dataset by its id, wherever its
+    file is: it becomes that file's node id (pytest itself refuses `::` after a folder)."""
+    where, sep, name = arg.partition("::")
+    folder = (base / where).resolve()
+    if not sep or "::" in name or not folder.is_dir():
+        return arg
+    inside = [d for d in datasets if folder.is_relative_to(d.root)]
+    if not inside:
+        return arg
+    dataset = max(inside, key=lambda d: len(d.root.parts))
+    task_id = name.partition("[")[0]
+    path = find_task(dataset, folder, task_id, specs)
+    if path is None:
+        raise pytest.UsageError(
+            f"not found: {arg}\n(no task {task_id!r} in dataset {dataset.name!r} below {where})"
+        )
+    return f"{path}::{name}"
 
 
 class DatasetDir(pytest.Dir):
@@ -143,11 +214,19 @@ class CollectHooks:
 
     froze = False
 
+    def __init__(self, parts: dict[Path, tuple[Path, ...]]) -> None:
+        self.parts = parts
+        """Dataset roots of which only some parts were named, with those parts."""
+
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
-        """Below a dataset root only task files are collected; workspace templates never are."""
+        """Below a dataset root only task files are collected, only in the parts named (when
+        an argument above the dataset walks into it), and workspace templates never are."""
         dataset = config.stash[RUNTIME].dataset_for(collection_path)
         if dataset is None or collection_path == dataset.root:
             return None
+        parts = self.parts.get(dataset.root)
+        if parts is not None and not is_selected(collection_path, parts):
+            return True
         if collection_path.is_dir():
             return dataset.is_workspace_dir(collection_path) or None
         return not dataset.is_task_file(collection_path) or None

@@ -15,6 +15,7 @@ from ..store.runs import Store
 from .recorder import Recorder
 from .reporter import Reporter
 from .runtime import Runtime
+from .settings import dry_run
 
 
 def start_controller(config: pytest.Config, runtime: Runtime) -> None:
@@ -35,7 +36,7 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
         rerun_errors=settings.rerun_errors,
         rerun_all=settings.rerun_all,
         allow_drift=settings.allow_drift,
-        dry=bool(config.option.collectonly or settings.show_plan),
+        dry=dry_run(config),
     )
     try:
         run = open_run(store, request)

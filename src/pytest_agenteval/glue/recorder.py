@@ -20,6 +20,7 @@ from ..store.lifecycle import OpenRun
 from ..store.runs import Store
 from .items import AttemptItem
 from .runtime import Runtime
+from .settings import dry_run
 
 
 class Recorder:
@@ -30,7 +31,7 @@ class Recorder:
         self.runtime = runtime
         self.store = store
         self.run = run
-        self.dry = bool(config.option.collectonly)
+        self.dry = dry_run(config)
         self.actions: Counter[str] = Counter()
         self.load_errors: list[dict[str, str]] = []
         self.other_failures = 0

@@ -56,13 +56,12 @@ def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
         raise pytest.UsageError(f"ini setting {name}: {exc}") from None
 
 
-def read_settings(config: pytest.Config) -> Settings:
+def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
     agent = _setting(config, "agenteval_agent", options.agent_ref)
     report = _setting(config, "agenteval_report")
     base = config.invocation_params.dir
     return Settings(
-        dataset_paths=[base / p for p in config.getoption("agenteval_datasets")]
-        or list(config.getini("agenteval_datasets")),
+        dataset_paths=dataset_paths,
         attempts=_setting(config, "agenteval_attempts", options.positive_int),
         agent_override=CallableAgentSpec(callable=agent) if agent else None,
         agent_version=_setting(config, "agenteval_agent_version"),
@@ -80,3 +79,11 @@ def read_settings(config: pytest.Config) -> Settings:
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
     )
+
+
+def dry_run(config: pytest.Config) -> bool:
+    """Whether this session runs no attempt (`--co`, `--agenteval-plan`, `--markers`,
+    `--fixtures`): it then creates and claims no run."""
+    option = config.option
+    shows = option.markers or option.showfixtures or option.show_fixtures_per_test
+    return bool(option.collectonly or shows)

@@ -17,12 +17,11 @@ from pydantic import ValidationError
 
 from ..core.errors import GraderSpecError, TaskFileError
 from ..core.model import GraderSpec, Manifest, TaskSpec, check_task_id
+from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
 from .speccache import SpecCache
 from .yamlfile import field_path, line_of, parse, validation_errors
 
 DIGEST_VERSION = "agenteval.digest/1"
-MANIFEST_NAME = "agenteval.yaml"
-TASK_SUFFIXES = (".yaml", ".yml")
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "venv", "build", "dist", "CVS"})
 
 
@@ -106,26 +105,53 @@ def _skipped_dir(name: str) -> bool:
     return name.startswith(".") or name in SKIP_DIRS or name.endswith(".egg")
 
 
-def load_dataset(root: Path) -> Dataset:
-    """Read the manifest of the dataset at `root` (optional: name defaults to the folder name)."""
-    root = root.resolve()
-    if not root.is_dir():
-        raise TaskFileError(root, "dataset folder not found", hint="pass an existing folder")
-    path = root / MANIFEST_NAME
-    if not path.is_file():
-        return Dataset(root, Manifest(name=_safe_name(root.name)), None)
-    node, data = parse(path)
+def load_dataset(path: Path) -> Dataset:
+    """The dataset `path` is, or lies in: its manifest is the nearest `agenteval.yaml` at or
+    above `path`, as pytest finds its rootdir, so a part of a dataset keeps its ids and agent.
+
+    Without a manifest, the folder itself (a file's folder) is a dataset named after it.
+    """
+    path = path.resolve()
+    if not path.exists():
+        raise TaskFileError(
+            path, "not found", hint="pass a dataset folder, a folder inside one, or a task file"
+        )
+    root = find_dataset_root(path)
+    if root is None:
+        folder = path if path.is_dir() else path.parent
+        return Dataset(folder, Manifest(name=_safe_name(folder.name)), None)
+    manifest_path = root / MANIFEST_NAME
+    node, data = parse(manifest_path)
     if not isinstance(data, dict):
-        raise TaskFileError(path, "the manifest must be a mapping (name, version, agent, ...)")
+        raise TaskFileError(
+            manifest_path, "the manifest must be a mapping (name, version, agent, ...)"
+        )
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
-        raise validation_errors(exc, path, node, (), Manifest)[0] from None
-    return Dataset(root, manifest, path)
+        raise validation_errors(exc, manifest_path, node, (), Manifest)[0] from None
+    return Dataset(root, manifest, manifest_path)
 
 
 def _safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_.-" else "_" for c in name) or "dataset"
+
+
+def find_task(
+    dataset: Dataset, folder: Path, task_id: str, cache: SpecCache | None = None
+) -> Path | None:
+    """The task file below `folder` that defines `task_id`, so `ds::<task id>` can name a task.
+
+    The file a default id names is tried first; other ids need a search of the dataset.
+    """
+    guesses = (dataset.root / f"{task_id}{suffix}" for suffix in TASK_SUFFIXES)
+    for path in (*(g for g in guesses if g.is_file()), *dataset.task_files()):
+        if not (path.is_relative_to(folder) and dataset.is_task_file(path)):
+            continue
+        for loaded in load_task_file(path, dataset, cache=cache):
+            if (loaded.id if isinstance(loaded, TaskDef) else loaded.label) == task_id:
+                return path
+    return None
 
 
 @dataclass(frozen=True, eq=False)
