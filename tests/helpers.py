@@ -83,37 +83,59 @@ def task(answer: Any = None, expected: Any = "ok", **fields: Any) -> dict[str, A
     return {"input": "question", "expected": expected, "metadata": meta, **fields}
 
 
-def summary_of(pytester: pytest.Pytester) -> dict[str, Any]:
-    """The newest summary.json in pytester's cache."""
-    runs = sorted(
-        (pytester.path / ".pytest_cache/agenteval/runs").glob("*/summary.json"),
-        key=lambda p: p.stat().st_mtime,
-    )
-    return json.loads(runs[-1].read_text())
+def run_ids(root: Path) -> list[str]:
+    """The stored runs below `root`, oldest first by when each was created (from run.json, not
+    from file times: two runs within one clock tick of the file system have equal mtimes).
+    Runs whose run.json is not written yet are left out."""
+    found = []
+    for meta in (root / ".pytest_cache/agenteval/runs").glob("*/run.json"):
+        data = json.loads(meta.read_text())
+        found.append((data["created_at"], data["run_id"]))
+    return [run_id for _, run_id in sorted(found)]
+
+
+def latest_run(root: Path) -> str:
+    """The newest run's id: what a test means when it did not name one."""
+    ids = run_ids(root)
+    assert ids, f"no run stored below {root}"
+    return ids[-1]
+
+
+def summary_of(pytester: pytest.Pytester, run_id: str | None = None) -> dict[str, Any]:
+    """summary.json of the given run, or of the run whose summary was written last."""
+    runs = pytester.path / ".pytest_cache/agenteval/runs"
+    if run_id is not None:
+        return json.loads((runs / run_id / "summary.json").read_text())
+    summaries = [json.loads(p.read_text()) for p in runs.glob("*/summary.json")]
+    assert summaries, "no summary.json written"
+    return max(summaries, key=lambda s: s["finished_at"])
 
 
 def stored(root: Path, run_id: str | None = None) -> list[tuple[str, int, str]]:
     """(task id, attempt, status) of the newest (or given) run's committed records."""
     from pytest_agenteval.store.runs import Store
 
+    if run_id is None:
+        ids = run_ids(root)
+        if not ids:
+            return []
+        run_id = ids[-1]
     store = Store(root / ".pytest_cache/agenteval")
     try:
-        runs = sorted(store.runs_dir.iterdir(), key=lambda p: (p / "run.json").stat().st_mtime)
-        if run_id is None and not runs:
-            return []
-        rows, _ = store.index(run_id or runs[-1].name)
+        rows, _ = store.index(run_id)
     finally:
         store.close()
     return sorted((r.key[1], r.key[2], r.status) for r in rows)
 
 
-def latest_record(root: Path, task_id: str, attempt: int) -> dict[str, Any]:
-    """The newest run's full stored record of one attempt."""
+def latest_record(
+    root: Path, task_id: str, attempt: int, run_id: str | None = None
+) -> dict[str, Any]:
+    """The newest (or given) run's full stored record of one attempt, as JSON."""
     from pytest_agenteval.store.runs import Store
 
     store = Store(root / ".pytest_cache/agenteval")
-    run = max(store.runs_dir.iterdir(), key=lambda p: (p / "run.json").stat().st_mtime)
-    record = store.record(run.name, ("ds", task_id, attempt))
+    record = store.record(run_id or latest_run(root), ("ds", task_id, attempt))
     store.close()
     assert record is not None
     return record.to_json()

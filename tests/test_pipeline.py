@@ -85,6 +85,7 @@ def test_an_incomplete_run_never_passes_the_gate(
     result.stdout.fnmatch_lines(["gate NOT met: the run is interrupted*"])
 
 
+@pytest.mark.slow
 def test_a_worker_crash_while_replaying_keeps_the_stored_record(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
@@ -109,6 +110,7 @@ def test_a_worker_crash_while_replaying_keeps_the_stored_record(
     assert len(dataset.calls()) == 4
 
 
+@pytest.mark.slow
 def test_a_crashed_attempt_runs_again_on_resume_until_it_crashed_twice(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:

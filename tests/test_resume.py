@@ -55,7 +55,12 @@ def reference_summary(pytester: pytest.Pytester, *args: str) -> dict:
 
 @pytest.mark.parametrize(
     ("how", "workers"),
-    [("kill", []), ("kill", ["-n", "2"]), ("sigint", []), ("sigint", ["-n", "2"])],
+    [
+        ("kill", []),
+        pytest.param("kill", ["-n", "2"], marks=pytest.mark.slow),
+        ("sigint", []),
+        pytest.param("sigint", ["-n", "2"], marks=pytest.mark.slow),
+    ],
 )
 def test_interrupted_run_resumes_without_redoing_work(
     pytester: pytest.Pytester, dataset: DatasetMaker, how: str, workers: list[str]
