@@ -203,3 +203,62 @@ def test_sync_agent_timeouts_hold(
         pid = int(pid_file.read_text())
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+DYING = """
+import ctypes, os, time
+
+
+def exits(task):
+    os._exit(0)
+
+
+def segfaults(task):
+    ctypes.string_at(0)
+
+
+def spins_in_c(task):
+    import re
+    re.search(r"^(a+)+$", "a" * 40 + "!")
+
+
+def raises(task):
+    raise ValueError("from the child")
+
+
+def answers(task):
+    return "ok"
+"""
+
+
+def test_isolated_attempts_that_die_are_errors_and_the_session_goes_on(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """With --agenteval-isolate, os._exit, a segfault and a hang in C code each error one
+    attempt; the others still run and the session ends with its summary and exit 1."""
+    root = dataset(
+        {
+            "exits.yaml": {**task("ok"), "agent": "dying:exits"},
+            "segfaults.yaml": {**task("ok"), "agent": "dying:segfaults"},
+            "spins.yaml": {**task("ok"), "agent": "dying:spins_in_c", "timeout": 1},
+            "raises.yaml": {**task("ok"), "agent": "dying:raises"},
+            "zz_ok.yaml": {**task("ok"), "agent": "dying:answers"},
+        }
+    )
+    (root / "dying.py").write_text(DYING)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-isolate")
+    result.assert_outcomes(passed=1, errors=4)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*exits [[]attempt 0[]] error: the attempt's process died without an answer: "
+            "exited with status 0*",
+            "*ValueError: from the child*",
+            "*killed by signal 11 (SIGSEGV)*",
+            "*agent timed out after 1s (its process and all it started were killed)*",
+        ]
+    )
+    summary = summary_of(pytester)
+    assert summary["status"] == "complete" and summary["counts"]["error"] == 4
+    record = [r for r in stored(pytester.path) if r[0] == "raises"]
+    assert record == [("raises", 0, "error")]

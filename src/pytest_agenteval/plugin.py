@@ -139,6 +139,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="CI gate: exit 0 when the suite's pass@1 >= X (even if attempts failed), else 1.",
     )
     option(
+        "--agenteval-isolate",
+        dest="agenteval_isolate",
+        action="store_true",
+        default=None,
+        ini=("agenteval_isolate", "bool"),
+        help="run each Python agent call in a child process: a crash or a hang in C code "
+        "errors that attempt only, and its timeout kills everything it started.",
+    )
+    option(
         "--agenteval-allow-errors",
         dest="agenteval_allow_errors",
         action="store_true",
@@ -178,6 +187,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .execution.agents import AgentResolver
     from .execution.attempt import AttemptRunner
     from .execution.executor import SerialExecutor
+    from .execution.isolation import IsolatingExecutor
     from .execution.workspaces import Workspaces
     from .glue.collect import CollectHooks, CollectState, load_datasets, point_collection_at
     from .glue.controller import agenteval_dir, start_controller
@@ -201,7 +211,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
     basetemp = config.option.basetemp
     runner = AttemptRunner(
-        SerialExecutor(),
+        IsolatingExecutor() if settings.isolate else SerialExecutor(),
         Workspaces(Path(basetemp) if basetemp else None, worker),
         fingerprint=agent_fingerprint(settings, datasets),
         passthrough=(pytest.exit.Exception, pytest.skip.Exception),

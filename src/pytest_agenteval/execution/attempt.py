@@ -164,7 +164,7 @@ class _Attempt:
             started_at=started,
             duration=time.perf_counter() - t0,
             error=error_text(exc) if exc is not None else None,
-            error_type=type(exc).__name__ if exc is not None else None,
+            error_type=getattr(exc, "error_type", type(exc).__name__) if exc else None,
             phase=phase if exc is not None else None,
         )
 

@@ -36,6 +36,7 @@ class Settings:
     task_rule: str
     min_pass_rate: float | None
     allow_errors: bool
+    isolate: bool
     show_plan: bool
     invocation_dir: Path
 
@@ -76,6 +77,7 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         task_rule=_setting(config, "agenteval_task_rule", options.task_rule) or "any",
         min_pass_rate=_setting(config, "agenteval_min_pass_rate", options.rate),
         allow_errors=bool(_setting(config, "agenteval_allow_errors")),
+        isolate=bool(_setting(config, "agenteval_isolate")),
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
     )
