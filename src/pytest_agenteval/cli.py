@@ -58,7 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("datasets", nargs="+", type=Path, metavar="DATASET")
     validate.set_defaults(command=_validate)
 
-    schema = sub.add_parser("schema", help="print the JSON Schema of a file format")
+    schema = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of a file format (task and manifest: as users write them)",
+    )
     schema.add_argument("kind", choices=["task", "manifest", "record", "summary"])
     schema.set_defaults(command=_schema)
     return parser
@@ -157,11 +160,21 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from .core.model import AttemptRecord, Manifest, TaskSpec
-    from .reporting.summary import Summary
+    from .sources import schemas
 
-    model = {"task": TaskSpec, "manifest": Manifest, "record": AttemptRecord, "summary": Summary}
-    print(json.dumps(model[args.kind].model_json_schema(by_alias=True), indent=2))
+    if args.kind == "task":
+        schema = schemas.task_file_schema()
+    elif args.kind == "manifest":
+        schema = schemas.manifest_schema()
+    elif args.kind == "record":
+        from .core.model import AttemptRecord
+
+        schema = schemas.model_schema(AttemptRecord, "pytest-agenteval attempt record")
+    else:
+        from .reporting.summary import Summary
+
+        schema = schemas.model_schema(Summary, "pytest-agenteval summary.json")
+    print(json.dumps(schema, indent=2, ensure_ascii=False))
     return 0
 
 
