@@ -255,7 +255,9 @@ def graders(draw: st.DrawFn) -> Any:
             st.from_regex(r"[a-z_]{1,10}", fullmatch=True).filter(lambda n: n not in OPTIONS)
         )
         options: dict[str, Any] = draw(
-            st.dictionaries(texts.filter(lambda k: k != "type"), json_values, max_size=2)
+            st.dictionaries(
+                texts.filter(lambda k: k not in ("type", "options")), json_values, max_size=2
+            )
         )
     else:
         options = draw(OPTIONS[name])

@@ -25,7 +25,6 @@ Schema = dict[str, Any]
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 TASK_ID_PATTERN = r"^(?!(?:.*/)?\.\.?(?:/|$))[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*$"
 """`check_task_id` as an ECMA-262 regex (editors run JavaScript): no `.` or `..` segment."""
-CALLABLE_PATTERN = r"^[^:]+:[A-Za-z_][A-Za-z0-9_.]*$"
 SHORTHAND_EXTRA: dict[str, list[Schema]] = {Contains.name: [{"type": "string"}]}
 """Shorthand values a grader accepts beyond its primary option's type (`- contains: Paris`)."""
 
@@ -66,9 +65,10 @@ def manifest_schema() -> Schema:
     defs = _user_defs()
     root = defs.pop("Manifest")
     props = root["properties"]
-    for name in ("version", "agent_version"):
-        types = ["string", "number"] if name == "version" else ["string", "number", "null"]
-        props[name] = _keep_docs(props[name], {"type": types})
+    props["version"] = _keep_docs(props["version"], {"type": ["string", "number"]})
+    props["agent_version"] = _keep_docs(
+        props["agent_version"], {"type": ["string", "number", "null"]}
+    )
     props["agent"] = _keep_docs(props["agent"], {"anyOf": [ref("Agent"), {"type": "null"}]})
     props["defaults"] = _keep_docs(props["defaults"], ref("Defaults"))
     props["name"] |= _pattern(props["name"]["pattern"], "letters, digits and _ . -")
@@ -106,7 +106,7 @@ def _user_defs() -> dict[str, Schema]:
         defs[model.__name__] = schema
         _describe(schema, defs, model)
     defs.pop("GraderSpec", None)
-    defs["Agent"] = _agent_schema()
+    defs["Agent"] = _agent_schema(defs["CallableAgentSpec"]["properties"]["callable"])
     defs["Defaults"]["properties"]["graders"] = _keep_docs(
         defs["Defaults"]["properties"]["graders"], _graders_or_null()
     )
@@ -118,7 +118,10 @@ def _task_schema(task: Schema) -> Schema:
     props = task["properties"]
     props["id"] = _keep_docs(
         props["id"],
-        {"type": ["string", "null"], **_pattern(TASK_ID_PATTERN, "letters, digits and _ . - /")},
+        {
+            "type": ["string", "null"],
+            **_pattern(TASK_ID_PATTERN, "letters, digits and _ . - / (no empty, . or .. segment)"),
+        },
     )
     props["tags"]["items"] = {
         "type": "string",
@@ -144,14 +147,17 @@ def _input_schema() -> Schema:
     return {"type": ["string", "object", "array"], "items": message}
 
 
-def _agent_schema() -> Schema:
+def _agent_schema(callable_ref: Schema) -> Schema:
+    """The spellings of an agent; a string is short for `{callable: ...}`."""
     return {
         "description": "The agent under test: `module:function`, `path/to/file.py:function`, "
         "`{callable: ...}` or `{command: [argv...], ...}`.",
         "anyOf": [
             {
                 "type": "string",
-                **_pattern(CALLABLE_PATTERN, "`module:function` or `path/to/file.py:function`"),
+                **_pattern(
+                    callable_ref["pattern"], "`module:function` or `path/to/file.py:function`"
+                ),
                 "description": "A Python function: `module:function` or "
                 "`path/to/file.py:function` (the dataset root is importable).",
             },
@@ -359,6 +365,8 @@ def field_docs(model: type[BaseModel]) -> dict[str, str]:
     """The docstrings written under the fields of `model` and its bases, by field name."""
     docs: dict[str, str] = {}
     for cls in reversed(model.__mro__):
+        if cls is BaseModel or not issubclass(cls, BaseModel):
+            continue
         node = _class_nodes(cls.__module__).get(cls.__qualname__)
         if node is None:
             continue
