@@ -25,12 +25,15 @@ GOLDEN_RUN = Path(__file__).parent / "golden/v1/runs/golden1"
 
 
 def kind_of(data: Any) -> str | None:
-    """`manifest`, `task` (a task file), or None for YAML that is neither."""
+    """`task` (a task file), `manifest` (a typo allowed), or None for other YAML."""
     if not isinstance(data, dict):
         return None
-    if "name" in data and set(data) <= set(Manifest.model_fields):
+    tasks = data.get("tasks")
+    if "input" in data or (isinstance(tasks, list) and any(isinstance(t, dict) for t in tasks)):
+        return "task"
+    if "name" in data and len(set(data) - set(Manifest.model_fields)) <= 1:
         return "manifest"
-    return "task" if {"input", "tasks"} & set(data) else None
+    return None
 
 
 def readme_blocks() -> list[Any]:
