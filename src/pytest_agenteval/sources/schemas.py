@@ -8,17 +8,14 @@ check-jsonschema accept what the loader accepts, with field docstrings as descri
 
 from __future__ import annotations
 
-import ast
 import inspect
-import re
-import sys
-from functools import cache
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import BaseModel
 
 from ..core.model import TAG_RE, Manifest, TaskSpec
 from ..execution.graders import BUILTIN_GRADERS, BuiltinGrader, Contains
+from .docstrings import describe
 
 Schema = dict[str, Any]
 
@@ -80,7 +77,7 @@ def model_schema(model: type[BaseModel], title: str) -> Schema:
     """The pydantic schema of a file we write (record, summary), with field docstrings."""
     schema = model.model_json_schema(by_alias=True)
     defs = schema.pop("$defs", {})
-    _describe(schema, defs, model)
+    describe(schema, defs, model)
     schema["title"] = title
     return finish(schema, defs)
 
@@ -104,7 +101,7 @@ def _user_defs() -> dict[str, Schema]:
         schema = model.model_json_schema()
         defs.update(schema.pop("$defs", {}))
         defs[model.__name__] = schema
-        _describe(schema, defs, model)
+        describe(schema, defs, model)
     defs.pop("GraderSpec", None)
     defs["Agent"] = _agent_schema(defs["CallableAgentSpec"]["properties"]["callable"])
     defs["Defaults"]["properties"]["graders"] = _keep_docs(
@@ -193,7 +190,7 @@ def _grader_defs(defs: dict[str, Schema]) -> None:
     """Add `Grader` and its parts: `name`, `{name: value-or-options}`, `{type: name, ...}`."""
     for grader in BUILTIN_GRADERS.values():
         options = grader.options_model.model_json_schema()
-        _describe(options, defs, grader.options_model)
+        describe(options, defs, grader.options_model)
         defs[grader.options_model.__name__] = options
         defs[f"{grader.__name__}Typed"] = _typed_builtin(grader, options)
     defs["GraderName"] = _grader_names()
@@ -327,75 +324,6 @@ def _typed_builtin(grader: type[BuiltinGrader], options: Schema) -> Schema:
         ),
         "else": _closed({"type": name, **options["properties"]}, ["type", *_required(options)]),
     }
-
-
-# -- descriptions from field docstrings ------------------------------------------------------
-
-
-def _describe(schema: Schema, defs: dict[str, Schema], model: type[BaseModel]) -> None:
-    """Give `model`'s properties (and those of the models it nests) their docstrings."""
-    for cls in _models_in(model):
-        target = schema if cls is model else defs.get(cls.__name__)
-        if target is None:
-            continue
-        for name, doc in field_docs(cls).items():
-            info = cls.model_fields.get(name)
-            prop = target.get("properties", {}).get(info.alias or name if info else name)
-            if prop is not None:
-                prop.setdefault("description", doc)
-                prop.pop("title", None)
-
-
-def _models_in(model: type[BaseModel]) -> list[type[BaseModel]]:
-    """`model` and every pydantic model its fields mention, each once."""
-    found: list[type[BaseModel]] = []
-    todo: list[Any] = [model]
-    while todo:
-        tp = todo.pop()
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            if tp not in found:
-                found.append(tp)
-                todo.extend(f.annotation for f in tp.model_fields.values())
-        else:
-            todo.extend(get_args(tp))
-    return found
-
-
-def field_docs(model: type[BaseModel]) -> dict[str, str]:
-    """The docstrings written under the fields of `model` and its bases, by field name."""
-    docs: dict[str, str] = {}
-    for cls in reversed(model.__mro__):
-        if cls is BaseModel or not issubclass(cls, BaseModel):
-            continue
-        node = _class_nodes(cls.__module__).get(cls.__qualname__)
-        if node is None:
-            continue
-        for field, text in zip(node.body, node.body[1:], strict=False):
-            if (
-                isinstance(field, ast.AnnAssign)
-                and isinstance(field.target, ast.Name)
-                and isinstance(text, ast.Expr)
-                and isinstance(text.value, ast.Constant)
-                and isinstance(text.value.value, str)
-            ):
-                docs[field.target.id] = _one_paragraph(text.value.value)
-    return docs
-
-
-@cache
-def _class_nodes(module_name: str) -> dict[str, ast.ClassDef]:
-    """Top-level class definitions of a module, parsed once."""
-    module = sys.modules.get(module_name)
-    try:
-        source = inspect.getsource(module) if module is not None else ""
-    except (OSError, TypeError):
-        return {}
-    tree = ast.parse(source)
-    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-
-
-def _one_paragraph(text: str) -> str:
-    return re.sub(r"(?<!\n)\n(?!\n)", " ", inspect.cleandoc(text))
 
 
 # -- output ----------------------------------------------------------------------------------
