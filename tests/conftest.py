@@ -8,12 +8,16 @@ import pytest
 # inline runs drop modules imported during the run, and libyaml cannot be imported twice.
 import pytest_agenteval.glue.controller  # noqa: F401
 from helpers import DatasetMaker
+from written import check_dataset
 
 
 @pytest.fixture
 def dataset(pytester: pytest.Pytester) -> DatasetMaker:
-    """Writes datasets into pytester's directory (which becomes the rootdir)."""
-    return DatasetMaker(pytester.path)
+    """Writes datasets into pytester's directory (which becomes the rootdir).
+
+    Each file the loader accepts must also pass the published JSON Schemas.
+    """
+    return DatasetMaker(pytester.path, check=check_dataset)
 
 
 @pytest.fixture(autouse=True)

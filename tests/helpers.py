@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,14 @@ def meta_sleep(task):
 
 
 class DatasetMaker:
-    """Writes a dataset folder (manifest, tasks, the test agent) below pytester's directory."""
+    """Writes a dataset folder (manifest, tasks, the test agent) below pytester's directory.
 
-    def __init__(self, root: Path) -> None:
+    `check` is called with each dataset's root once it is written.
+    """
+
+    def __init__(self, root: Path, check: Callable[[Path], None] | None = None) -> None:
         self.root = root
+        self.check = check
 
     def __call__(
         self,
@@ -68,6 +73,8 @@ class DatasetMaker:
             path.parent.mkdir(parents=True, exist_ok=True)
             text = json.dumps(content) if isinstance(content, dict) else textwrap.dedent(content)
             path.write_text(text)
+        if self.check is not None:
+            self.check(root)
         return root
 
     def calls(self, folder: str = "ds") -> list[str]:

@@ -71,4 +71,4 @@ def test_validate(
 @pytest.mark.parametrize("kind", ["task", "manifest", "record", "summary"])
 def test_schema(kind: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema", kind]) == 0
-    assert "properties" in json.loads(capsys.readouterr().out)
+    assert "$schema" in json.loads(capsys.readouterr().out)

@@ -51,6 +51,7 @@ def grade(raw: Any, output: str, expected: Any = None, workspace: Path | None = 
         ({"contains": {"any": ["x", "b"]}}, "a b", None, True),
         ({"contains": {"any": ["x", "y"], "case_insensitive": True}}, "X", None, True),
         ("contains", "one two", ["one", "two"], True),
+        ("contains", "The answer is 42.", 42, True),
         ({"regex": r"^\d{4}-\d{2}$"}, "2024-03", None, True),
         ({"regex": {"pattern": "abc", "fullmatch": True}}, "abcd", None, False),
         ({"regex": {"pattern": "ABC", "ignorecase": True}}, "xabcx", None, True),

@@ -58,7 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("datasets", nargs="+", type=Path, metavar="DATASET")
     validate.set_defaults(command=_validate)
 
-    schema = sub.add_parser("schema", help="print the JSON Schema of a file format")
+    schema = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of a file format (task and manifest: as users write them)",
+    )
     schema.add_argument("kind", choices=["task", "manifest", "record", "summary"])
     schema.set_defaults(command=_schema)
     return parser
@@ -157,16 +160,23 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from .core.model import Manifest, TaskSpec
-    from .core.records import record_schema
-    from .reporting.summary import Summary
+    from .sources import schemas
 
-    if args.kind == "record":
+    if args.kind == "task":
+        schema = schemas.task_file_schema()
+    elif args.kind == "manifest":
+        schema = schemas.manifest_schema()
+    elif args.kind == "record":
+        from .core.records import record_schema
+
         schema = record_schema()
+        defs = schema.pop("$defs", {})
+        schema = schemas.finish({**schema, "title": "pytest-agenteval attempt record"}, defs)
     else:
-        model = {"task": TaskSpec, "manifest": Manifest, "summary": Summary}[args.kind]
-        schema = model.model_json_schema(by_alias=True)
-    print(json.dumps(schema, indent=2))
+        from .reporting.summary import Summary
+
+        schema = schemas.model_schema(Summary, "pytest-agenteval summary.json")
+    print(json.dumps(schema, indent=2, ensure_ascii=False))
     return 0
 
 

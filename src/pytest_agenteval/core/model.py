@@ -147,13 +147,15 @@ class Manifest(UserModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     """Dataset name; keys records together with task id and attempt."""
     version: str = "0"
-    """Dataset version, shown in summaries."""
+    """Dataset version, shown in summaries. Quote it: the YAML number 1.10 reads as "1.1"."""
     description: str = ""
+    """What the dataset is about, for people reading it."""
     agent: AgentSpec | None = None
     """The default agent under test."""
     agent_version: str | None = None
     """A version you declare for the agent; part of its fingerprint, so a resume notices."""
     defaults: Defaults = Defaults()
+    """Settings for every task that does not name its own."""
     tasks: list[str] | None = None
     """Glob patterns of task files relative to the root (default: every other *.yaml/*.yml)."""
 
@@ -173,6 +175,7 @@ class TaskSpec(UserModel):
     id: str | None = None
     """Unique id; defaults to the file path relative to the dataset root, without extension."""
     description: str = ""
+    """What the task checks, for people reading it."""
     tags: list[str] = Field(default_factory=list)
     """Become pytest markers: `-m smoke` selects tasks tagged `smoke`."""
     input: Any
@@ -180,6 +183,7 @@ class TaskSpec(UserModel):
     expected: Any = None
     """The reference answer graders compare against; never shown to the agent."""
     graders: list[GraderSpec] | None = None
+    """How the output is judged; all must pass (default: the manifest's, else `equals`)."""
     timeout: PositiveFloat | None = None
     """Seconds the agent may take for one attempt (default: the manifest's, else none)."""
     grader_timeout: PositiveFloat | None = None
@@ -187,6 +191,7 @@ class TaskSpec(UserModel):
     agent: AgentSpec | None = None
     """Overrides the manifest's agent for this task."""
     metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form data the agent receives with the task (`task.metadata`)."""
     workspace: str | None = None
     """A folder (relative to this file) copied into each attempt's fresh working directory."""
 

@@ -66,6 +66,8 @@ def as_verdict(name: str, value: Any, threshold: float = 0.5) -> Verdict:
 
 
 class Options(BaseModel):
+    """Base of a built-in grader's options: unknown options are errors."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -130,9 +132,14 @@ class BuiltinGrader:
 
 
 class EqualsOptions(Options):
+    """Options of `equals`."""
+
     value: Any = None
+    """The text the output must equal (default: the task's `expected`)."""
     strip: bool = True
+    """Ignore leading and trailing whitespace."""
     case_insensitive: bool = False
+    """Compare case-folded text."""
 
 
 class Equals(BuiltinGrader):
@@ -157,9 +164,14 @@ class Equals(BuiltinGrader):
 
 
 class ContainsOptions(Options):
+    """Options of `contains`."""
+
     all: list[str] | None = None
+    """Strings that must all occur (default: the task's `expected`, unless `any` is given)."""
     any: list[str] | None = None
+    """Strings of which at least one must occur."""
     case_insensitive: bool = False
+    """Compare case-folded text."""
 
 
 class Contains(BuiltinGrader):
@@ -177,7 +189,7 @@ class Contains(BuiltinGrader):
         super().__init__(options, expected, base)
         if options.all is None and options.any is None:
             default = self.value_or_expected(None, "all")
-            self.all = [default] if isinstance(default, str) else [str(x) for x in default]
+            self.all = [str(x) for x in default] if isinstance(default, list) else [str(default)]
         else:
             self.all = options.all or []
         self.any = options.any or []
@@ -194,11 +206,18 @@ class Contains(BuiltinGrader):
 
 
 class RegexOptions(Options):
+    """Options of `regex`."""
+
     pattern: str | None = None
+    """A Python regular expression (default: the task's `expected`)."""
     fullmatch: bool = False
+    """The whole output must match, not just a part of it."""
     ignorecase: bool = False
+    """Match letters case-insensitively (re.IGNORECASE)."""
     multiline: bool = False
+    """`^` and `$` match at every line (re.MULTILINE)."""
     dotall: bool = False
+    """`.` matches newlines too (re.DOTALL)."""
 
 
 class Regex(BuiltinGrader):
@@ -228,8 +247,13 @@ class Regex(BuiltinGrader):
 
 
 class JsonOptions(Options):
+    """Options of `json`."""
+
     subset: Any = None
+    """Values the parsed output must contain: objects by subset, lists element-wise (default:
+    the task's `expected`; none: any valid JSON passes)."""
     extract: bool = True
+    """Parse the first ```json fenced block of the output when there is one."""
 
 
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
@@ -283,9 +307,14 @@ def json_mismatch(want: Any, got: Any, path: str) -> str | None:
 
 
 class NumberOptions(Options):
+    """Options of `number`."""
+
     value: float | None = None
+    """The expected number (default: the task's `expected`)."""
     tolerance: float = 0.0
+    """Largest absolute difference that still passes."""
     rel_tolerance: float = 0.0
+    """Largest difference relative to the larger number that still passes."""
 
 
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -324,9 +353,15 @@ def parse_number(text: str) -> float | None:
 
 
 class CommandOptions(Options):
+    """Options of `command`."""
+
     argv: list[str] | str
+    """The program and its arguments (a string is split like a shell would); `{python}` is
+    replaced by the running Python."""
     timeout: float = 300.0
+    """Seconds the program may run; a timeout fails the attempt."""
     env: dict[str, str] = {}
+    """Variables added to the program's environment."""
 
 
 class Command(BuiltinGrader):
@@ -365,9 +400,14 @@ class Command(BuiltinGrader):
 
 
 class PythonOptions(Options):
+    """Options of `python`."""
+
     function: str
+    """`module:function` or `path/to/file.py:function` (relative to the dataset root)."""
     threshold: float = 0.5
+    """A returned score passes at this value or above."""
     args: dict[str, Any] = {}
+    """Extra keyword arguments for the function."""
 
 
 GRADER_PARAMETERS = ("output", "expected", "task", "result", "workspace")
