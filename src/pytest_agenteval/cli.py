@@ -8,9 +8,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .core import options
+
+if TYPE_CHECKING:
+    from .core.model import GraderSpec, TaskSpec
+    from .sources.dataset import Dataset
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,7 +140,7 @@ def _validate(args: argparse.Namespace) -> int:
             problems += 1
             continue
 
-        def make(spec, task, dataset=dataset):  # type: ignore[no-untyped-def]
+        def make(spec: GraderSpec, task: TaskSpec, dataset: Dataset = dataset) -> Any:
             grader = make_builtin_grader(spec, task, dataset.root)
             if grader is None:
                 raise unknown_grader(spec.type, list(BUILTIN_GRADERS))

@@ -1,1 +1,1 @@
-"""execution"""
+"""Running one attempt: agents, graders, the attempt pipeline and the executor's time limits."""

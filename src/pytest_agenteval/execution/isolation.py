@@ -91,7 +91,7 @@ def _child(agent: Agent, task: Task, out: int) -> None:
 def _read_until(fd: int, timeout: float | None) -> tuple[bytes, bool]:
     """Everything written to `fd` until the writer closes it; (data, timed out)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:

@@ -15,7 +15,6 @@ from _pytest._code.code import ExceptionInfo
 from ..core.errors import TaskFileError
 from ..core.records import item_name
 from ..sources.dataset import (
-    TASK_SUFFIXES,
     Dataset,
     LoadFailure,
     TaskDef,
@@ -23,7 +22,13 @@ from ..sources.dataset import (
     load_dataset,
     load_task_file,
 )
-from ..sources.discovery import add_dataset_args, is_selected, one_pass_roots, selected_parts
+from ..sources.discovery import (
+    TASK_SUFFIXES,
+    add_dataset_args,
+    is_selected,
+    one_pass_roots,
+    selected_parts,
+)
 from ..sources.speccache import SpecCache
 from .items import AgentevalItem, AttemptItem
 from .runtime import RUNTIME
@@ -90,7 +95,7 @@ def _task_node_id(arg: str, base: Path, datasets: list[Dataset], specs: SpecCach
     return f"{path}::{name}"
 
 
-class DatasetDir(pytest.Dir):
+class DatasetDir(pytest.Dir):  # type: ignore[misc]  # pytest marks Dir final
     """A folder of a dataset whose task files' items are collected straight away.
 
     pytest's usual walk collects each file as its own collector, with a report and every
@@ -232,7 +237,7 @@ class CollectHooks:
         return not dataset.is_task_file(collection_path) or None
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> DatasetDir | None:
+    def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> pytest.Dir | None:
         config = parent.config
         dataset = config.stash[RUNTIME].dataset_for(path)
         if dataset is not None and dataset.root in config.stash[CollectState.KEY].whole_roots:

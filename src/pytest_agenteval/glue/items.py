@@ -213,7 +213,7 @@ class TaskHooks:
             agent = config.hook.pytest_agenteval_make_agent(spec=spec, dataset_root=root)
             if agent is None:
                 raise unknown_agent_kind(getattr(spec, "type", "?"), list(BUILTIN_AGENT_KINDS))
-            return agent  # type: ignore[no-any-return]
+            return agent
 
         return make
 

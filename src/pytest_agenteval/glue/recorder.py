@@ -115,7 +115,7 @@ class Recorder:
         )
         fingerprint = self.runtime.runner.fingerprint
         record = interrupted_record(task, key, fingerprint, message, "WorkerCrash")
-        report.when = "setup"  # type: ignore[assignment]
+        report.when = "setup"
         report.user_properties = junit_properties(record, reused=False)
         report.agenteval = {  # type: ignore[attr-defined]
             "action": "run",

@@ -1,1 +1,1 @@
-"""reporting"""
+"""From stored records to verdicts people read: metrics, summary.json, reports, the CI gate."""

@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+Number = TypeVar("Number", int, float)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float | None:
@@ -175,7 +177,7 @@ def group_metrics(tasks: Sequence[TaskMetrics], ks: Sequence[int]) -> GroupMetri
         power_k[k] = _mean(powers)
         per_k[k] = len(defined)
     group = GroupMetrics(len(tasks), at_k, power_k, per_k)
-    firsts = [t.pass_at_k[1] for t in tasks if t.pass_at_k.get(1) is not None]
+    firsts = [v for v in (t.pass_at_k.get(1) for t in tasks) if v is not None]
     if len(firsts) >= 2:
         mean = sum(firsts) / len(firsts)
         var = sum((x - mean) ** 2 for x in firsts) / (len(firsts) - 1)
@@ -224,6 +226,6 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _sum(values: Iterable[float | int | None]) -> float | int | None:
+def _sum(values: Iterable[Number | None]) -> Number | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None

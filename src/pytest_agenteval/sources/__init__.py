@@ -1,1 +1,1 @@
-"""sources"""
+"""Where tasks come from: finding datasets, reading and validating task files, their schemas."""

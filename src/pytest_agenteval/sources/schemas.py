@@ -88,7 +88,8 @@ def finish(root: Schema, defs: dict[str, Schema]) -> Schema:
     schema = {"$schema": DIALECT, **root}
     if used:
         schema["$defs"] = {name: defs[name] for name in sorted(used)}
-    return _ordered(_flat_unions(schema))
+    ordered: Schema = _ordered(_flat_unions(schema))
+    return ordered
 
 
 # -- the user-facing models, with their written spellings ----------------------------------
@@ -190,7 +191,7 @@ def _pattern(regex: str, allowed: str) -> Schema:
 
 def _keep_docs(old: Schema, new: Schema) -> Schema:
     """`new` in place of a generated property schema, keeping its description and default."""
-    kept = {k: old[k] for k in ("description", "default") if k in old}
+    kept: Schema = {k: old[k] for k in ("description", "default") if k in old}
     return {**new, **kept}
 
 

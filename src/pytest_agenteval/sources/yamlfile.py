@@ -11,10 +11,10 @@ from pydantic import BaseModel, ValidationError
 from ..core.errors import TaskFileError, did_you_mean
 from ..core.model import UNION_TAGS
 
-_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+class _Loader(_BaseLoader):
     """Safe YAML loader (libyaml when present) that keeps dates as the strings they were.
 
     Resolving a plain scalar's tag runs Python regexes; task files repeat the same keys and
@@ -70,7 +70,8 @@ def line_of(node: Any, loc: tuple[Any, ...]) -> int | None:
         if child is None:
             break
         node = child
-    return node.start_mark.line + 1
+    line: int = node.start_mark.line + 1
+    return line
 
 
 def _child(node: Any, part: Any) -> Any:
@@ -121,9 +122,10 @@ def _fields_at(model: type, loc: tuple[Any, ...]) -> list[str]:
             return []
         sub = info.annotation
         candidates = [sub, *getattr(sub, "__args__", ())]
-        model = next(
+        found = next(
             (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
         )
-        if model is None:
+        if found is None:
             return []
+        model = found
     return list(getattr(model, "model_fields", {}))
