@@ -162,8 +162,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--sizes", help="task counts to measure, e.g. 100,1000 (default 100,1000,10000)"
+    )
     args = parser.parse_args()
     sizes = [100, 1000] if args.quick else [100, 1000, 10000]
+    if args.sizes:
+        sizes = [int(n) for n in args.sizes.split(",")]
     repeats = 1 if args.quick else args.repeats
     root = Path(tempfile.mkdtemp(prefix="agenteval-bench-"))
     try:
