@@ -421,3 +421,41 @@ def test_custom_grader_from_a_plugin_hook(pytester: pytest.Pytester, dataset: Da
     result.assert_outcomes(passed=1, failed=1, errors=1)
     result.stdout.fnmatch_lines(["*[[]FAIL[]] length: 2 chars*"])
     result.stdout.fnmatch_lines(["ds/c.yaml:1: at graders[[]0[]]: at_least must be >= 0"])
+
+
+def test_custom_agent_kind_from_a_plugin_hook(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A conftest provides an agent kind; `{kind: {options}}` uses it (built once, also as
+    the manifest's agent); an unknown kind errors its attempts, saying where kinds come from."""
+    dataset(
+        {
+            "a.yaml": task("hello a", metadata={}, expected="hello a"),
+            "b.yaml": {**task(expected="hi b"), "agent": {"echo": {"greeting": "hi"}}},
+            "c.yaml": {**task(expected="x"), "agent": {"ecko": {}}},
+        },
+        manifest={"agent": {"echo": {"greeting": "hello"}}},
+    )
+    pytester.makeconftest(
+        """
+        BUILT = []
+
+        def pytest_agenteval_make_agent(spec, dataset_root):
+            if getattr(spec, "type", None) == "echo":
+                BUILT.append(spec.options)
+                greeting = spec.options["greeting"]
+                return lambda task: f"{greeting} {task.id}"
+
+        def pytest_sessionfinish(session):
+            print("BUILT", len(BUILT))
+        """
+    )
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "-s")
+    result.assert_outcomes(passed=4, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*c [[]attempt 0[]] error: unknown agent kind 'ecko'*",
+            "built-in kinds: callable, command; other kinds come from plugins*",
+            "BUILT 2",
+        ]
+    )

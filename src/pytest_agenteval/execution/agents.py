@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..core.errors import AgentError, AgentTimeout, did_you_mean
+from ..core.errors import AgentError, AgentTimeout
 from ..core.importing import UnresolvedReference, resolve_callable
 from ..core.model import AgentResult, AnyAgentSpec, CallableAgentSpec, CommandAgentSpec, Task
 from ..core.text import excerpt
@@ -101,8 +101,11 @@ def make_builtin_agent(spec: AnyAgentSpec, dataset_root: Path) -> Agent | None:
 
 def unknown_agent_kind(kind: str, known: list[str]) -> AgentError:
     """The error for an agent kind no plugin provides."""
-    hint = did_you_mean(kind, known) or "agent kinds: " + ", ".join(sorted(known))
-    return AgentError(f"unknown agent kind {kind!r}", detail=hint)
+    return AgentError(
+        f"unknown agent kind {kind!r}",
+        detail=f"built-in kinds: {', '.join(sorted(known))}; other kinds come from plugins "
+        "implementing pytest_agenteval_make_agent (is the plugin installed?)",
+    )
 
 
 def spec_label(spec: AnyAgentSpec) -> str:
