@@ -454,8 +454,8 @@ def test_custom_agent_kind_from_a_plugin_hook(
     result.assert_outcomes(passed=4, errors=2)
     result.stdout.fnmatch_lines(
         [
+            "*BUILT 2",
             "*c [[]attempt 0[]] error: unknown agent kind 'ecko'*",
             "built-in kinds: callable, command; other kinds come from plugins*",
-            "BUILT 2",
         ]
     )
