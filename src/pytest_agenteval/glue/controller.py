@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from ..core.errors import StoreError
+from ..core.errors import ReportError, StoreError
 from ..core.model import Key
 from ..core.records import build_record, junit_properties, parse_item_name
-from ..reporting.reports import terminal_lines, write_reports
+from ..reporting.reports import store_damage_lines, terminal_lines, write_reports
 from ..reporting.summary import build_summary
 from ..sources.dataset import TaskDef, load_task_file
+from ..store.locate import resolve_cache_dir
 from ..store.plan import Plan, count_actions, make_plan, plan_key
 from ..store.runs import Store, Unreadable, new_run_id
 from .items import AttemptItem
@@ -48,6 +49,9 @@ class Controller:
         self.dry_plan: dict[Key, str] = {}
         self.shipped: dict[str, Any] | None = None
         self.resumed = self.settings.resume or self.settings.rerun_all
+        self.session: pytest.Session | None = None
+        self.failures: list[str] = []
+        """Store or report writes that failed: each stops the session, the run is interrupted."""
         try:
             self.run_id = self._resume() if self.resumed else self._create()
         except StoreError as exc:
@@ -61,7 +65,10 @@ class Controller:
                 "--resume-suite needs the pytest cache, but the cacheprovider plugin is "
                 "disabled (-p no:cacheprovider); enable it to store and resume runs"
             )
-        return Store(self.store_dir)
+        try:
+            return Store(self.store_dir)
+        except StoreError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     def _create(self) -> str:
         run_id = self.settings.run_id or new_run_id()
@@ -120,13 +127,22 @@ class Controller:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         state = "resuming" if self.resumed else "new"
         lines = [f"agenteval: run {self.run_id} ({state}) · store {self.store.describe()}"]
-        for bad in self.unreadable:
-            lines.append(
-                f"agenteval: unreadable record at {bad.where} ({bad.problem}); "
-                "its attempt runs again"
-            )
-        lines += [f"agenteval: skipped a run: {problem}" for problem in self.store.problems]
-        return lines
+        return lines + [f"agenteval: store damage: {p}" for p in self.store.problems]
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+
+    def _failed(self, exc: StoreError | ReportError) -> None:
+        """A store or report write failed (disk full, read-only): stop cleanly, say where and
+        why once; what is committed stays committed."""
+        message = f"agenteval: {exc}"
+        if message not in self.failures:
+            self.failures.append(message)
+        if self.session is not None:
+            self.session.shouldstop = self.failures[0]
+        dsession = self.config.pluginmanager.getplugin("dsession")
+        if dsession is not None:  # xdist's controller loop checks its own flag
+            dsession.shouldstop = self.failures[0]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         keys = [i.key for i in session.items if isinstance(i, AttemptItem)]
@@ -156,7 +172,10 @@ class Controller:
     def _planned(self, keys: list[Key]) -> None:
         self.planned_keys.update(keys)
         if not self.dry:
-            self.store.set_planned(self.run_id, len(self.planned_keys))
+            try:
+                self.store.set_planned(self.run_id, len(self.planned_keys))
+            except StoreError as exc:
+                self._failed(exc)
 
     def _dataset_of(self, nodeid: str) -> str | None:
         dataset = self.runtime.dataset_for((self.config.rootpath / nodeid.split("::")[0]).resolve())
@@ -176,8 +195,14 @@ class Controller:
         record = info.get("record")
         if record is not None:
             key: Key = tuple(info["key"])  # type: ignore[assignment]
-            self.store.commit(self.run_id, record, replaces=self.runtime.plan.existing(key))
-            self.config.hook.pytest_agenteval_record_committed(record=record, config=self.config)
+            try:
+                self.store.commit(self.run_id, record, replaces=self.runtime.plan.existing(key))
+            except StoreError as exc:
+                self._failed(exc)
+            else:
+                self.config.hook.pytest_agenteval_record_committed(
+                    record=record, config=self.config
+                )
         result = yield
         # Every plugin has seen the record; the terminal reporter keeps reports all session long.
         report.agenteval = None  # type: ignore[attr-defined]
@@ -244,14 +269,23 @@ class Controller:
             self.store_dir / "runs" / self.run_id if self.store_dir else None
         )
         if out_dir is not None:
-            self.written = write_reports(self.summary, out_dir, self.settings.task_rule)
+            try:
+                self.written = write_reports(self.summary, out_dir, self.settings.task_rule)
+            except ReportError as exc:
+                self._failed(exc)
+                status = "interrupted"
         self.config.hook.pytest_agenteval_summary(summary=self.summary, config=self.config)
-        self.store.finish_run(
-            self.run_id,
-            status,
-            {"finished_at": time.time(), "exitstatus": int(exitstatus), "counts": counts},
-        )
+        try:
+            self.store.finish_run(
+                self.run_id,
+                status,
+                {"finished_at": time.time(), "exitstatus": int(exitstatus), "counts": counts},
+            )
+        except StoreError as exc:
+            self._failed(exc)
         self._gate(session, int(exitstatus))
+        if self.failures:
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
 
     def _summarize(self, session: pytest.Session, exitstatus: int) -> tuple[str, dict[str, int]]:
         """Build the summary from the stored records (freed before the reports are written)."""
@@ -276,6 +310,7 @@ class Controller:
             session_counts=counts,
             status=status,
             load_errors=self.load_errors,
+            store_problems=[p.as_dict() for p in self.store.problems],
         )
         return status, counts
 
@@ -308,10 +343,14 @@ class Controller:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
+        for failure in self.failures:
+            tr.write_line(failure, red=True, bold=True)
         if self.dry:
             if self.resumed:
                 tr.write_sep("=", "agenteval plan")
                 for line in plan_lines(self.dry_plan, self.run_id):
+                    tr.write_line(line)
+                for line in store_damage_lines([p.as_dict() for p in self.store.problems]):
                     tr.write_line(line)
             return
         if self.summary is None:
@@ -366,7 +405,10 @@ def agenteval_dir(config: pytest.Config) -> Path | None:
     cache = getattr(config, "cache", None)
     if cache is None:
         return None
-    return Path(cache.mkdir("agenteval")).parent.parent / "agenteval"
+    try:
+        return Path(cache.mkdir("agenteval")).parent.parent / "agenteval"
+    except OSError:  # a read-only cache dir: the store says what it cannot do there
+        return resolve_cache_dir(str(config.getini("cache_dir")), config.rootpath) / "agenteval"
 
 
 def _load_tasks(runtime: Runtime) -> list[TaskDef]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.model import Key
-from .runs import IndexRow
+from .index import IndexRow
 
 Action = Literal["reuse", "regrade", "run"]
 
@@ -119,8 +119,37 @@ def _replay(entry: list[Any]) -> dict[str, Any]:
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
         "cost": cost,
-        **(json.loads(replay) if replay else {}),
+        **(_replay_details(replay) if replay else {}),
     }
+
+
+UNREADABLE_DETAILS = "(the stored details of this verdict are unreadable)"
+
+
+def _replay_details(text: str) -> dict[str, Any]:
+    """The stored verdicts and excerpts; damaged ones become a note, never an exception."""
+    try:
+        details = json.loads(text)
+    except (ValueError, RecursionError):
+        details = None
+    if _readable_details(details):
+        return details
+    return {"verdicts": [], "output_excerpt": None, "error": UNREADABLE_DETAILS}
+
+
+def _readable_details(details: Any) -> bool:
+    return (
+        isinstance(details, dict)
+        and isinstance(details.get("verdicts", []), list)
+        and all(
+            isinstance(v, dict)
+            and isinstance(v.get("grader"), str)
+            and isinstance(v.get("passed"), bool)
+            and isinstance(v.get("reason"), str)
+            for v in details.get("verdicts", [])
+        )
+        and all(isinstance(details.get(k), str | None) for k in ("output_excerpt", "error"))
+    )
 
 
 def count_actions(actions: Iterable[Action]) -> dict[str, int]:
