@@ -236,9 +236,7 @@ def test_corrupt_record_is_reported_and_rerun(
     result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
-        [
-            "agenteval: store damage: *index.jsonl:2: not a complete JSON line*; that attempt runs again"
-        ]
+        ["agenteval: store damage: *index.jsonl:2: not valid JSON*; that attempt runs again"]
     )
     assert dataset.calls() == ["a 0", "b 0", "b 0"]
     assert len(stored(pytester.path)) == 2

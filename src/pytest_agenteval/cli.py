@@ -153,12 +153,12 @@ def _report(args: argparse.Namespace) -> int:
         return 1
     rows, _ = store.index(run.run_id, for_plan=False)
     _print_damage(store)
-    last = run.sessions[-1]["counts"] if run.sessions else {}
+    last = run.sessions[-1].get("counts") if run.sessions else None
     summary = build_summary(
         run,
         rows,
         ks=args.pass_k,
-        session_counts=last,
+        session_counts=last if isinstance(last, dict) else {},
         status=run.status,
         store_problems=[p.as_dict() for p in store.problems],
     )

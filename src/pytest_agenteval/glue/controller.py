@@ -273,7 +273,7 @@ class Controller:
                 self.written = write_reports(self.summary, out_dir, self.settings.task_rule)
             except ReportError as exc:
                 self._failed(exc)
-                status = "interrupted"
+                status = self.summary["status"] = "interrupted"
         self.config.hook.pytest_agenteval_summary(summary=self.summary, config=self.config)
         try:
             self.store.finish_run(
@@ -343,8 +343,6 @@ class Controller:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
-        for failure in self.failures:
-            tr.write_line(failure, red=True, bold=True)
         if self.dry:
             if self.resumed:
                 tr.write_sep("=", "agenteval plan")
@@ -353,17 +351,18 @@ class Controller:
                 for line in store_damage_lines([p.as_dict() for p in self.store.problems]):
                     tr.write_line(line)
             return
-        if self.summary is None:
-            return
-        tr.write_sep("=", "agenteval")
-        for line in terminal_lines(
-            self.summary, tr.config.option.verbose > 0, self.settings.task_rule
-        ):
-            tr.write_line(line)
+        if self.summary is not None:
+            tr.write_sep("=", "agenteval")
+            for line in terminal_lines(
+                self.summary, tr.config.option.verbose > 0, self.settings.task_rule
+            ):
+                tr.write_line(line)
         if self.written:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
         if self.gate_message:
             tr.write_line(self.gate_message, bold=True, red="NOT" in self.gate_message)
+        for failure in self.failures:
+            tr.write_line(failure, red=True, bold=True)
 
     def pytest_unconfigure(self) -> None:
         self.store.close()

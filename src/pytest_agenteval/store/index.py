@@ -244,7 +244,7 @@ def explain(raw: bytes) -> tuple[str, Key | None]:
     except RecursionError:
         return "nested too deeply to read", None
     except ValueError as exc:
-        return f"not a complete JSON line ({exc})", _key_from_start(raw)
+        return f"not valid JSON ({exc})", _key_from_start(raw)
     if not isinstance(line, dict):
         return f"expected a JSON object, got {_show(line)}", None
     key = _key_of(line)

@@ -77,13 +77,13 @@ def _rebuild(store: Store, run_id: str, rows: list[IndexRow], exc: RunFileError)
 def rebuilt_meta(store: Store, run_id: str, rows: list[IndexRow]) -> dict[str, Any]:
     """A run.json from the run's index and records (versions from its summary.json, if any)."""
     folder = store.runs_dir / run_id
-    versions = _summary_versions(folder / "summary.json")
+    versions, agent = _from_summary(folder / "summary.json")
     datasets = [
         {"name": name, "version": versions.get(name, "unknown")}
         for name in sorted({row.dataset for row in rows})
     ]
-    records = (store.record(run_id, row.key) for row in reversed(rows))
-    agent = next((r["agent"] for r in records if r and isinstance(r.get("agent"), dict)), {})
+    if agent is None:
+        agent = _agent_of_records(store, run_id, rows)
     return {
         "schema": RUN_SCHEMA,
         "run_id": run_id,
@@ -99,13 +99,24 @@ def rebuilt_meta(store: Store, run_id: str, rows: list[IndexRow]) -> dict[str, A
     }
 
 
-def _summary_versions(path: Path) -> dict[str, str]:
-    """Dataset versions from the run's last summary.json; {} when there is none."""
+def _from_summary(path: Path) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """Dataset versions and the agent fingerprint from the run's last summary.json, if any."""
     try:
-        datasets = json.loads(path.read_text(encoding="utf-8"))["datasets"]
-        return {d["name"]: d["version"] for d in datasets if isinstance(d.get("version"), str)}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        versions = {d["name"]: d["version"] for d in summary["datasets"]}
+        agent = summary["agent"]["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}, None
+    return versions, agent if isinstance(agent, dict) else None
+
+
+def _agent_of_records(store: Store, run_id: str, rows: list[IndexRow]) -> dict[str, Any]:
+    """The fingerprint the newest readable record was made with (records add what they used)."""
+    for row in reversed(rows):
+        record = store.record(run_id, row.key)
+        if record is not None and isinstance(record.get("agent"), dict):
+            return {k: v for k, v in record["agent"].items() if k != "used"}
+    return {}
 
 
 def _first_started(path: Path) -> float:

@@ -154,7 +154,12 @@ class Store:
             "status": "running",
             "sessions": [],
         }
-        write_json(folder / "run.json", meta)
+        try:
+            write_json(folder / "run.json", meta)
+        except StoreError:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # still empty: no half-made run is left behind
+            raise
         self.claim_run(run_id)
 
     def latest_run(self, datasets: list[dict[str, str]]) -> str | None:
