@@ -169,7 +169,7 @@ def test_report_files_follow_the_umask(tmp_path: Path, umask: int, mode: int) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml", "summary.json", "summary.md"]
 
 
-@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
+@pytest.mark.parametrize(("umask", "mode"), [(0o002, 0o644), (0o077, 0o600)])
 def test_store_files_share_one_mode(tmp_path: Path, umask: int, mode: int) -> None:
     """Every file of a run is 0644 minus the umask, as the README says."""
     old = os.umask(umask)
