@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import StoreError, os_failure
+from .files import write_json
 from .index import IndexRow
 from .problems import StoreProblem
-from .runs import RUN_SCHEMA, RunFileError, Store, dataset_key, write_json
+from .runs import RUN_SCHEMA, RunFileError, Store, dataset_key
 
 
 @dataclass

@@ -20,9 +20,7 @@ and the errno. No message advises deleting data: `agenteval repair` rebuilds a l
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import secrets
 import shutil
 import tempfile
@@ -34,6 +32,7 @@ from typing import Any
 
 from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
+from .files import RunFiles, has_attempts, line_number, locked, write_json
 from .index import IndexRow, attempt_reason, index_line, read_index, replay_fields
 from .problems import OUTPUT_LOST, RUN_SKIPPED, StoreProblem
 
@@ -51,8 +50,6 @@ __all__ = [
 
 RUN_SCHEMA = "agenteval.run/1"
 HISTORY_LIMIT = 10
-FILE_MODE = 0o644
-"""Store files are readable by everyone who may enter the folder, like pytest's cache."""
 
 Unreadable = StoreProblem
 """The former name of a store problem (an unreadable index line)."""
@@ -83,8 +80,7 @@ class RunFileError(StoreError):
         remedy = (
             f"; `agenteval repair {path.parent.name}` rebuilds it from the run's stored attempts"
         )
-        self.detail = problem + (remedy if repairable else "")
-        """The problem and what to do about it."""
+        self.detail = problem + (remedy if repairable else "")  # what is wrong, what to do
         super().__init__(f"{path} {self.detail}")
 
 
@@ -104,7 +100,7 @@ class Store:
         except OSError as exc:
             raise StoreError(os_failure("create", self.runs_dir, exc)) from None
         self._problems: dict[str, StoreProblem] = {}
-        self._open: dict[str, _RunFiles] = {}
+        self._open: dict[str, RunFiles] = {}
         self._offsets: dict[str, dict[Key, tuple[int, int]]] = {}
 
     @property
@@ -255,13 +251,13 @@ class Store:
 
     def running(self, run_id: str) -> bool:
         """Whether a pytest session (this one or another) holds the run's lock right now."""
-        return run_id in self._open or _locked(self.runs_dir / run_id) is not False
+        return run_id in self._open or locked(self.runs_dir / run_id) is not False
 
     def claim_run(self, run_id: str) -> None:
         """Take the run's lock for this session; refuse if another pytest process holds it."""
         if run_id in self._open:
             return
-        files = _RunFiles(self.runs_dir / run_id)
+        files = RunFiles(self.runs_dir / run_id)
         if not files.lock():
             files.close()
             raise StoreError(f"run {run_id} is being run by another pytest process right now")
@@ -426,25 +422,6 @@ def parse_record(data: bytes, key: Key) -> tuple[dict[str, Any] | None, str | No
     return record, None
 
 
-def line_number(path: Path, offset: int) -> int | None:
-    """The line at byte `offset` of a file (counted only when reporting damage)."""
-    try:
-        with path.open("rb") as f:
-            before = f.read(offset)
-    except OSError:
-        return None
-    return before.count(b"\n") + 1 if len(before) == offset else None
-
-
-def has_attempts(folder: Path) -> bool:
-    """Whether a run folder holds stored attempts (index or records not empty)."""
-    for name in ("index.jsonl", "records.jsonl"):
-        with contextlib.suppress(OSError):
-            if (folder / name).stat().st_size:
-                return True
-    return False
-
-
 _META_FIELDS: dict[str, tuple[type, ...]] = {
     "schema": (str,),
     "run_id": (str,),
@@ -479,109 +456,6 @@ def _split(exc: StoreError, default: Path) -> tuple[str, str]:
     if isinstance(exc, RunFileError):
         return str(exc.path.parent), f"{exc.path.name} {exc.detail}"
     return str(default), str(exc)
-
-
-class _RunFiles:
-    """The open, append-only files of the run this session writes."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self._index_fd = self._records_fd = -1
-        self._index_end = self._records_end = 0
-        self._lock_fd = _open(folder / "lock", os.O_RDWR | os.O_CREAT)
-
-    def lock(self) -> bool:
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        self._index_fd, self._index_end = _open_append(self.folder / "index.jsonl")
-        self._records_fd, self._records_end = _open_append(self.folder / "records.jsonl")
-        return True
-
-    def append_record(self, text: str) -> tuple[int, int]:
-        data = text.encode("utf-8") + b"\n"
-        offset = self._records_end
-        self._records_end = _append(self._records_fd, offset, data, self.folder / "records.jsonl")
-        return offset, len(data) - 1
-
-    def append_index(self, text: str) -> None:
-        data = text.encode("utf-8") + b"\n"
-        self._index_end = _append(
-            self._index_fd, self._index_end, data, self.folder / "index.jsonl"
-        )
-
-    def close(self) -> None:
-        for fd in (self._index_fd, self._records_fd, self._lock_fd):
-            if fd >= 0:
-                os.close(fd)
-        self._index_fd = self._records_fd = self._lock_fd = -1
-
-
-def _open(path: Path, flags: int) -> int:
-    try:
-        return os.open(path, flags, FILE_MODE)
-    except OSError as exc:
-        raise StoreError(os_failure("open", path, exc)) from None
-
-
-def _open_append(path: Path) -> tuple[int, int]:
-    """Open for appending, and the file's end; a torn last line (power loss) is ended first so
-    it cannot swallow the next."""
-    fd = _open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-    size = os.lseek(fd, 0, os.SEEK_END)
-    if size and os.pread(fd, 1, size - 1) != b"\n":
-        size = _append(fd, size, b"\n", path)
-    return fd, size
-
-
-def _append(fd: int, end: int, data: bytes, path: Path) -> int:
-    """Append `data` at `end`, the file's end; returns the new end. A failed write (disk full)
-    is cut off again, so no torn line is left, and raised as a StoreError."""
-    view = memoryview(data)
-    try:
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, end)
-        raise StoreError(os_failure("write", path, exc)) from None
-    return end + len(data)
-
-
-def _locked(folder: Path) -> bool | None:
-    """Whether some process holds the run's lock (it is running right now); None: unknown.
-
-    A read-only descriptor is enough for flock, so this also works on a read-only store."""
-    try:
-        fd = os.open(folder / "lock", os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return False
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Replace `path` atomically with `data` as JSON (mode 0644 minus the umask)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(data, indent=1, ensure_ascii=False))
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise StoreError(os_failure("write", path, exc)) from None
 
 
 def dataset_key(datasets: list[dict[str, str]]) -> str:
