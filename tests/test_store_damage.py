@@ -352,6 +352,8 @@ def test_a_mistyped_row_reruns_and_shows_even_with_q(
         "problem": 'at score: expected a number or null, got "high"',
         "effect": RUNS_AGAIN,
     }
+    markdown = (Path(where.rsplit(":", 1)[0]).parent / "summary.md").read_text()
+    assert "**store damage**" in markdown and "at score" in markdown
 
 
 @pytest.mark.parametrize("how", ["garbage", "deleted"])
