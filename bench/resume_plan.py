@@ -75,9 +75,9 @@ def plan_seconds(store: Store, records: int) -> tuple[float, float]:
 
 NO_STORE = """
 def pytest_configure(config):
-    from pytest_agenteval import store
+    from pytest_agenteval.store.runs import Store
 
-    store.Store.commit = lambda self, run_id, record, replaces=False: None
+    Store.commit = lambda self, run_id, record, replaces=False: None
 """
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from helpers import DatasetMaker, summary_of, task
-from pytest_agenteval.cli import main
+from pytest_agenteval.cli import SIGPIPE_EXIT, main
+from pytest_agenteval.store.runs import Store
+from test_store import record
 
 
 def agenteval(*args: str) -> subprocess.CompletedProcess[str]:
@@ -72,3 +76,91 @@ def test_validate(
 def test_schema(kind: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema", kind]) == 0
     assert "$schema" in json.loads(capsys.readouterr().out)
+
+
+def test_runs_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    """`agenteval runs | head`: a reader that went away ends the command without a traceback."""
+    store = Store(tmp_path / "agenteval")
+    for number in range(3):
+        store.create_run(f"run{number}", [{"name": "ds", "version": "1"}], {})
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    code = "import sys; from pytest_agenteval.cli import main; sys.exit(main())"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "runs", "--cache-dir", str(tmp_path)],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write)
+    assert done.returncode == SIGPIPE_EXIT and done.stderr == ""
+
+
+def project_with_runs(root: Path, config: dict[str, str], cache: str) -> None:
+    """A project folder with pytest config files, and one stored run in `cache`."""
+    root.mkdir(parents=True)
+    for name, text in config.items():
+        (root / name).write_text(text)
+    store = Store(root / cache / "agenteval")
+    store.create_run("abc12345", [{"name": "ds", "version": "1"}], {})
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("config", "cache"),
+    [
+        (
+            {"pyproject.toml": '[tool.pytest.ini_options]\ncache_dir = "build/cache"\n'},
+            "build/cache",
+        ),
+        ({"pyproject.toml": '[tool.pytest]\ncache_dir = "native"\n'}, "native"),
+        ({"pytest.ini": "[pytest]\ncache_dir = .c\n", "pyproject.toml": ""}, ".c"),
+        ({"tox.ini": "[pytest]\ncache_dir = tox\n"}, "tox"),
+        ({"setup.cfg": "[tool:pytest]\ncache_dir = cfg\n"}, "cfg"),
+        ({"pytest.ini": "[pytest]\n"}, ".pytest_cache"),
+        ({"pyproject.toml": "[project]\nname = 'x'\n"}, ".pytest_cache"),
+    ],
+)
+def test_runs_finds_the_cache_dir_as_pytest_does(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    config: dict[str, str],
+    cache: str,
+) -> None:
+    """From a subfolder, or with --rootdir: the rootdir's pytest config and its cache_dir."""
+    project = tmp_path / "project"
+    project_with_runs(project, config, cache)
+    (project / "sub/deeper").mkdir(parents=True)
+    monkeypatch.chdir(project / "sub/deeper")
+    assert main(["runs"]) == 0
+    assert "abc12345" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    assert main(["runs", "--rootdir", "project"]) == 0
+    assert "abc12345" in capsys.readouterr().out
+
+
+def test_run_ids_can_be_shortened_as_git_commits_can(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A unique prefix names a run; an ambiguous one lists the candidates; an exact id wins."""
+    store = Store(tmp_path / "agenteval")
+    for run_id in ("ab", "ab12cd34", "ab98ef76", "ff001122"):
+        store.create_run(run_id, [{"name": "ds", "version": "1"}], {})
+        store.commit(run_id, record("t", 0))
+        store.finish_run(run_id, "complete", {})
+    report = ["report", "--cache-dir", str(tmp_path), "--out", str(tmp_path / "out")]
+    assert main([*report, "ff"]) == 0
+    assert json.loads((tmp_path / "out/summary.json").read_text())["run_id"] == "ff001122"
+    assert main([*report, "ab"]) == 0, "an exact id is never ambiguous"
+    capsys.readouterr()
+    assert main([*report, "ab1"]) == 0
+    assert main([*report, "a"]) == 1
+    assert (
+        "run id 'a' is ambiguous; it starts 3 runs: ab, ab12cd34, ab98ef76"
+        in capsys.readouterr().err
+    )
+    assert main([*report, "zz"]) == 1
+    assert "no run 'zz'" in capsys.readouterr().err
+    assert main(["repair", "ab9", "--cache-dir", str(tmp_path)]) == 0
+    assert "run ab98ef76: run.json is readable, kept as it is" in capsys.readouterr().out

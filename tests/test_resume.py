@@ -241,29 +241,25 @@ def test_corrupt_record_is_reported_and_rerun(
     result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
-        [
-            "agenteval: unreadable record at *index.jsonl:2 (JSONDecodeError*); its attempt runs again"
-        ]
+        ["agenteval: store damage: *index.jsonl:2: not valid JSON*; that attempt runs again"]
     )
     assert dataset.calls() == ["a 0", "b 0", "b 0"]
     assert len(stored(pytester.path)) == 2
     assert len(index.read_bytes().splitlines()) == 3, "the torn line was ended, not extended"
 
 
-def test_unreadable_run_is_skipped_with_a_message(
+def test_unreadable_older_run_is_skipped_with_a_message(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
+    """A damaged run that is not the latest is skipped and named, also under -q."""
     dataset({"a.yaml": task("ok")})
-    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "good")
     pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "broken")
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "good")
     (pytester.path / ".pytest_cache/agenteval/runs/broken/run.json").write_text("{trunc")
-    result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
+    result = pytester.runpytest("--agenteval", "ds", "--resume-suite", "-q")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        [
-            "agenteval: run good (resuming)*",
-            "agenteval: skipped a run: *broken/run.json is unreadable*",
-        ]
+        ["store damage: *broken: run.json is unreadable*agenteval repair broken*; run skipped"]
     )
     assert len(dataset.calls()) == 2
 

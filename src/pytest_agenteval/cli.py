@@ -1,9 +1,13 @@
-"""The `agenteval` command: list stored runs, re-render reports, validate datasets, schemas."""
+"""The `agenteval` command: list, repair and re-render stored runs, validate datasets, schemas.
+
+Problems are one line each on stderr (`agenteval: ...`, exit 1), never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -12,19 +16,41 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .core import options
+from .core.errors import AgentevalError
 
 if TYPE_CHECKING:
     from .core.model import GraderSpec, TaskSpec
     from .sources.dataset import Dataset
+    from .store.runs import Store
+
+SIGPIPE_EXIT = 141
+"""What a shell reports for a program its reader stopped early (`agenteval runs | head`)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "command", None):
-        parser.print_help()
-        return 2
-    return int(args.command(args) or 0)
+    try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return 2
+        code = int(args.command(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone()
+    except (AgentevalError, OSError) as exc:
+        print(f"agenteval: {exc}", file=sys.stderr)
+        return 1
+    return code
+
+
+def _reader_gone() -> int:
+    """Stop quietly when the reader of stdout went away, as `git log | head` does; what is
+    still buffered goes to /dev/null so that exiting does not fail on it again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_EXIT
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,10 +60,16 @@ def _parser() -> argparse.ArgumentParser:
 
     def cache_option(p: argparse.ArgumentParser) -> None:
         p.add_argument(
+            "--rootdir",
+            type=Path,
+            help="the project's pytest rootdir (default: the nearest folder with a pytest "
+            "config file, from the current one upwards, as pytest finds it)",
+        )
+        p.add_argument(
             "--cache-dir",
             type=Path,
-            default=Path(".pytest_cache"),
-            help="the pytest cache dir holding the runs (default: .pytest_cache)",
+            help="the pytest cache dir holding the runs (default: the rootdir's cache_dir "
+            "setting, else ROOTDIR/.pytest_cache)",
         )
 
     runs = sub.add_parser("runs", help="list stored runs, newest first")
@@ -45,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     runs.set_defaults(command=_runs)
 
     report = sub.add_parser("report", help="re-render summary.json/md and junit.xml of a run")
-    report.add_argument("run_id", metavar="RUN_ID")
+    report.add_argument("run_id", metavar="RUN_ID", help="a run id, or its first characters")
     report.add_argument("--out", type=Path, help="output folder (default: the run's folder)")
     report.add_argument(
         "--task-rule",
@@ -58,6 +90,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     cache_option(report)
     report.set_defaults(command=_report)
+
+    repair = sub.add_parser(
+        "repair", help="check a run's stored attempts; rebuild its run.json if damaged or lost"
+    )
+    repair.add_argument("run_id", metavar="RUN_ID", help="a run id, or its first characters")
+    cache_option(repair)
+    repair.set_defaults(command=_repair)
 
     validate = sub.add_parser("validate", help="load datasets and report every problem")
     validate.add_argument("datasets", nargs="+", type=Path, metavar="DATASET")
@@ -72,23 +111,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_store(cache_dir: Path):  # type: ignore[no-untyped-def]
+def _open_store(args: argparse.Namespace) -> Store | None:
+    from .store.locate import cache_dir, find_rootdir
     from .store.runs import Store
 
-    root = cache_dir / "agenteval"
+    folder = args.cache_dir or cache_dir(args.rootdir or find_rootdir(Path.cwd()))
+    root = folder / "agenteval"
     if not (root / "runs").is_dir():
         print(f"agenteval: no runs stored in {root}", file=sys.stderr)
         return None
     return Store(root)
 
 
+def _print_damage(store: Store) -> None:
+    for problem in store.problems:
+        print(f"agenteval: store damage: {problem}", file=sys.stderr)
+
+
 def _runs(args: argparse.Namespace) -> int:
-    store = _open_store(args.cache_dir)
+    store = _open_store(args)
     if store is None:
         return 1
     runs = store.runs()
-    for problem in store.problems:
-        print(f"agenteval: skipped a run: {problem}", file=sys.stderr)
+    _print_damage(store)
     print(f"{'run':10} {'dataset':24} {'started':19} {'done/planned':>13}  status")
     for run in runs:
         names = "+".join(d["name"] for d in run.datasets)
@@ -100,29 +145,50 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .core.errors import StoreError
+    from .core.errors import ReportError
     from .reporting.reports import write_reports
     from .reporting.summary import build_summary
 
-    store = _open_store(args.cache_dir)
+    store = _open_store(args)
     if store is None:
         return 1
-    try:
-        run = store.run(args.run_id, count=True)
-    except StoreError as exc:
-        print(f"agenteval: {exc}", file=sys.stderr)
-        return 1
+    run = store.run(store.resolve(args.run_id), count=True)
     if run is None:
         print(f"agenteval: no run {args.run_id!r} (see `agenteval runs`)", file=sys.stderr)
         return 1
-    rows, bad = store.index(run.run_id, for_plan=False)
-    for item in bad:
-        print(f"agenteval: unreadable record at {item.where}: {item.problem}", file=sys.stderr)
-    last = run.sessions[-1]["counts"] if run.sessions else {}
-    summary = build_summary(run, rows, ks=args.pass_k, session_counts=last, status=run.status)
-    out = args.out or args.cache_dir / "agenteval" / "runs" / run.run_id
-    for path in write_reports(summary, out, args.task_rule):
+    rows, _ = store.index(run.run_id, for_plan=False)
+    _print_damage(store)
+    last = run.sessions[-1].get("counts") if run.sessions else None
+    summary = build_summary(
+        run,
+        rows,
+        ks=args.pass_k,
+        session_counts=last if isinstance(last, dict) else {},
+        status=run.status,
+        store_problems=[p.as_dict() for p in store.problems],
+    )
+    try:
+        written = write_reports(summary, args.out or store.runs_dir / run.run_id, args.task_rule)
+    except ReportError as exc:
+        hint = "" if args.out else "; write them elsewhere with --out DIR"
+        raise ReportError(f"{exc}{hint}") from None
+    for path in written:
         print(path)
+    return 0
+
+
+def _repair(args: argparse.Namespace) -> int:
+    from .store.repair import repair_run
+
+    store = _open_store(args)
+    if store is None:
+        return 1
+    run_id = store.resolve(args.run_id)
+    repair = repair_run(store, run_id)
+    for line in repair.done:
+        print(f"run {run_id}: {line}")
+    for problem in repair.damage:
+        print(f"damage left as it is: {problem}")
     return 0
 
 

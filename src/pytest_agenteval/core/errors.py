@@ -69,7 +69,16 @@ class GraderSpecError(ValueError):
 
 
 class StoreError(AgentevalError):
-    """The run store cannot be used (missing cache dir, unknown run, newer schema)."""
+    """The run store cannot be used (unknown run, newer schema, a read or write that failed)."""
+
+
+class ReportError(AgentevalError):
+    """A report file could not be written (read-only folder, full disk...)."""
+
+
+def os_failure(action: str, path: Path | str, exc: OSError) -> str:
+    """`cannot write /x/index.jsonl: [Errno 28] No space left on device`: what, where and why."""
+    return f"cannot {action} {path}: [Errno {exc.errno}] {exc.strerror or exc}"
 
 
 def display_path(path: Path | str) -> str:

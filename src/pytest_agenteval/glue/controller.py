@@ -11,6 +11,7 @@ import pytest
 
 from ..core.errors import StoreError
 from ..store.lifecycle import RunRequest, open_run
+from ..store.locate import resolve_cache_dir
 from ..store.runs import Store
 from .recorder import Recorder
 from .reporter import Reporter
@@ -27,7 +28,10 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
             "--resume-suite needs the pytest cache, but the cacheprovider plugin is "
             "disabled (-p no:cacheprovider); enable it to store and resume runs"
         )
-    store = Store(folder)
+    try:
+        store = Store(folder)
+    except StoreError as exc:
+        raise pytest.UsageError(str(exc)) from None
     request = RunRequest(
         datasets=[{"name": d.name, "version": d.manifest.version} for d in runtime.datasets],
         fingerprint=runtime.runner.fingerprint,
@@ -61,4 +65,7 @@ def agenteval_dir(config: pytest.Config) -> Path | None:
     cache = getattr(config, "cache", None)
     if cache is None:
         return None
-    return Path(cache.mkdir("agenteval")).parent.parent / "agenteval"
+    try:
+        return Path(cache.mkdir("agenteval")).parent.parent / "agenteval"
+    except OSError:  # a read-only cache dir: the store says what it cannot do there
+        return resolve_cache_dir(str(config.getini("cache_dir")), config.rootpath) / "agenteval"

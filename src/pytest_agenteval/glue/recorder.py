@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ..core.errors import ReportError, StoreError
 from ..core.model import Key
 from ..core.records import AttemptRecord, junit_properties, parse_item_name
 from ..execution.attempt import interrupted_record
@@ -37,6 +38,24 @@ class Recorder:
         self.other_failures = 0
         self.planned_keys: set[Key] = {row.key for row in run.plan.rows.values()}
         self.collected_once = False
+        self.session: pytest.Session | None = None
+        self.failures: list[str] = []
+        """Store or report writes that failed: each stops the session; the run is interrupted."""
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+
+    def failed(self, exc: StoreError | ReportError) -> None:
+        """A store or report write failed (disk full, read-only): stop cleanly and say where
+        and why, once; what is committed stays committed."""
+        message = f"agenteval: {exc}"
+        if message not in self.failures:
+            self.failures.append(message)
+        if self.session is not None:
+            self.session.shouldstop = self.failures[0]
+        dsession = self.config.pluginmanager.getplugin("dsession")
+        if dsession is not None:  # xdist's controller loop checks its own flag
+            dsession.shouldstop = self.failures[0]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._planned([i.key for i in session.items if isinstance(i, AttemptItem)])
@@ -57,7 +76,10 @@ class Recorder:
     def _planned(self, keys: list[Key]) -> None:
         self.planned_keys.update(keys)
         if not self.dry:
-            self.store.set_planned(self.run.run_id, len(self.planned_keys))
+            try:
+                self.store.set_planned(self.run.run_id, len(self.planned_keys))
+            except StoreError as exc:
+                self.failed(exc)
 
     def _dataset_of(self, nodeid: str) -> str | None:
         dataset = self.runtime.dataset_for(self._path_of(nodeid))
@@ -91,7 +113,11 @@ class Recorder:
 
     def _commit(self, record: AttemptRecord) -> None:
         replaces = self.runtime.plan.stored(record.key) is not None
-        self.store.commit(self.run.run_id, record, replaces=replaces)
+        try:
+            self.store.commit(self.run.run_id, record, replaces=replaces)
+        except StoreError as exc:
+            self.failed(exc)
+            return
         self.config.hook.pytest_agenteval_record_committed(
             record=record.to_json(), config=self.config
         )

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from ..core.errors import ReportError, StoreError
 from ..core.model import Key
 from ..reporting.gate import gate
-from ..reporting.reports import terminal_lines, write_reports
+from ..reporting.reports import store_damage_lines, terminal_lines, write_reports
 from ..reporting.summary import build_summary
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, count_actions
@@ -43,13 +44,7 @@ class Reporter:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         state = "resuming" if self.run.resumed else "new"
         lines = [f"agenteval: run {self.run.run_id} ({state}) · store {self.store.describe()}"]
-        for bad in self.run.unreadable:
-            lines.append(
-                f"agenteval: unreadable record at {bad.where} ({bad.problem}); "
-                "its attempt runs again"
-            )
-        lines += [f"agenteval: skipped a run: {problem}" for problem in self.store.problems]
-        return lines
+        return lines + [f"agenteval: store damage: {p}" for p in self.store.problems]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if self.dry and self.run.resumed:
@@ -70,18 +65,22 @@ class Reporter:
         if out_dir is None and not self.store.temporary:
             out_dir = self.store.runs_dir / self.run.run_id
         if out_dir is not None:
-            self.written = write_reports(self.summary, out_dir, self.settings.task_rule)
+            try:
+                self.written = write_reports(self.summary, out_dir, self.settings.task_rule)
+            except ReportError as exc:
+                self.recorder.failed(exc)
+                status = self.summary["status"] = "interrupted"
         config = session.config
         config.hook.pytest_agenteval_summary(summary=self.summary, config=config)
-        self.store.finish_run(
-            self.run.run_id,
-            status,
-            {
-                "finished_at": time.time(),
-                "exitstatus": int(exitstatus),
-                "counts": self._session_counts(),
-            },
-        )
+        session_entry = {
+            "finished_at": time.time(),
+            "exitstatus": int(exitstatus),
+            "counts": self._session_counts(),
+        }
+        try:
+            self.store.finish_run(self.run.run_id, status, session_entry)
+        except StoreError as exc:
+            self.recorder.failed(exc)
         result = gate(
             self.summary,
             min_pass_rate=self.settings.min_pass_rate,
@@ -92,6 +91,8 @@ class Reporter:
         if result.exitstatus is not None:
             session.exitstatus = result.exitstatus
         self.gate_message = result.message
+        if self.recorder.failures:
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
 
     def _session_counts(self) -> dict[str, int]:
         actions = self.recorder.actions
@@ -115,6 +116,7 @@ class Reporter:
             session_counts=self._session_counts(),
             status=status,
             load_errors=self.recorder.load_errors,
+            store_problems=[p.as_dict() for p in self.store.problems],
         )
         return status
 
@@ -125,17 +127,20 @@ class Reporter:
                 tr.write_sep("=", "agenteval plan")
                 for line in plan_lines(self.dry_plan, self.run.run_id):
                     tr.write_line(line)
+                for line in store_damage_lines([p.as_dict() for p in self.store.problems]):
+                    tr.write_line(line)
             return
-        if self.summary is None:
-            return
-        tr.write_sep("=", "agenteval")
-        verbose = tr.config.option.verbose > 0
-        for line in terminal_lines(self.summary, verbose, self.settings.task_rule):
-            tr.write_line(line)
+        if self.summary is not None:
+            tr.write_sep("=", "agenteval")
+            verbose = tr.config.option.verbose > 0
+            for line in terminal_lines(self.summary, verbose, self.settings.task_rule):
+                tr.write_line(line)
         if self.written:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
         if self.gate_message:
             tr.write_line(self.gate_message, bold=True, red="NOT" in self.gate_message)
+        for failure in self.recorder.failures:
+            tr.write_line(failure, red=True, bold=True)
 
     def pytest_unconfigure(self) -> None:
         self.store.close()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
+import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -13,15 +14,22 @@ from xml.sax.saxutils import quoteattr
 
 from junitparser import xunit2
 
+from ..core.errors import ReportError, os_failure
 from ..core.text import excerpt, xml_safe
+from ..store.problems import StoreProblem
 from .summary import task_passes
 
 LOWEST_SHOWN = 10
 
 
 def write_reports(summary: dict[str, Any], out_dir: Path, rule: str) -> list[Path]:
-    """Write summary.json, summary.md and junit.xml atomically; returns their paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write summary.json, summary.md and junit.xml atomically; returns their paths.
+
+    A file that cannot be written raises ReportError naming it and the errno."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReportError(os_failure("create", out_dir, exc)) from None
     markdown = render_markdown(summary, rule)
     paths = [
         _atomic_write(out_dir / "summary.json", lambda f: write_json(summary, f)),
@@ -30,8 +38,11 @@ def write_reports(summary: dict[str, Any], out_dir: Path, rule: str) -> list[Pat
     ]
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as f:
-            f.write(markdown + "\n")
+        try:
+            with open(step_summary, "a", encoding="utf-8") as f:
+                f.write(markdown + "\n")
+        except OSError as exc:
+            raise ReportError(os_failure("append to", step_summary, exc)) from None
     return paths
 
 
@@ -47,14 +58,23 @@ def write_json(summary: dict[str, Any], out: TextIO) -> None:
 
 
 def _atomic_write(path: Path, write: Callable[[Any], Any]) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write a temporary file beside `path`, then rename it: nobody reads half a report.
+
+    Created like any other file (0666 minus the umask), not private as mkstemp's are.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+                write(f)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise ReportError(os_failure("write", path, exc)) from None
     return path
 
 
@@ -97,6 +117,11 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
         )
     for err in summary["load_errors"]:
         lines.append(f"\n**load error** `{_md(err['path'])}`: {_md(excerpt(err['message'], 300))}")
+    for damage in summary.get("store_problems", []):
+        lines.append(
+            f"\n**store damage** `{_md(damage['where'])}`: {_md(damage['problem'])}; "
+            f"{_md(damage['effect'])}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -245,4 +270,9 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
         hidden = len([t for t in tasks if t["c"] < t["n"]]) - len(shown)
         if hidden > 0 and not verbose:
             lines.append(f"  ... {hidden} more below 100% (-v shows all tasks)")
-    return lines
+    return lines + store_damage_lines(summary.get("store_problems", []))
+
+
+def store_damage_lines(problems: list[dict[str, str]]) -> list[str]:
+    """One line per piece of store damage: where, what is wrong, what happens."""
+    return [f"store damage: {StoreProblem(**p).render()}" for p in problems]

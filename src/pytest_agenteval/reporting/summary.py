@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..store.runs import IndexRow, RunInfo
+from ..store.index import IndexRow
+from ..store.runs import RunInfo
 from .metrics import (
     GroupMetrics,
     TaskMetrics,
@@ -19,7 +20,7 @@ from .metrics import (
     totals,
 )
 
-SUMMARY_SCHEMA = "agenteval.summary/1"
+SUMMARY_SCHEMA: Literal["agenteval.summary/1"] = "agenteval.summary/1"
 
 
 class AttemptSummary(BaseModel):
@@ -51,6 +52,17 @@ class Metrics(BaseModel):
     pass_at_1_ci95: list[float] | None = None
 
 
+class StoreProblemSummary(BaseModel):
+    """Damage found in the run store; the summary was made without what it hides."""
+
+    where: str
+    """`path:line` (or the path) of the damage."""
+    problem: str
+    """What is wrong there."""
+    effect: str
+    """What happens because of it, e.g. "that attempt runs again" or "run skipped"."""
+
+
 class Summary(BaseModel):
     """summary.json. Errored attempts count as not passed in pass@k / pass^k."""
 
@@ -72,6 +84,8 @@ class Summary(BaseModel):
     tags: dict[str, Metrics]
     tasks: list[TaskSummary]
     load_errors: list[dict[str, str]] = []
+    store_problems: list[StoreProblemSummary] = []
+    """Damage in the run store found while the run was resumed or summarized."""
 
 
 def build_summary(
@@ -82,6 +96,7 @@ def build_summary(
     session_counts: dict[str, int],
     status: str,
     load_errors: list[dict[str, str]] | None = None,
+    store_problems: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """summary.json as plain types; the same records always give the same summary."""
     tasks = task_metrics(rows, ks)
@@ -114,6 +129,7 @@ def build_summary(
         "tags": {tag: _group_json(g) for tag, g in tag_metrics(tasks, chosen).items()},
         "tasks": [_task_json(t, by_task[(t.dataset, t.task_id)], estimates) for t in tasks],
         "load_errors": load_errors or [],
+        "store_problems": store_problems or [],
     }
 
 
@@ -181,7 +197,8 @@ def _task_json(
 
 def task_passes(task: dict[str, Any], rule: str) -> bool:
     """The task-level success rule: `any` attempt passed, `all` did, or a pass rate >= r."""
-    n, c = task["n"], task["c"]
+    n: int = task["n"]
+    c: int = task["c"]
     if rule == "any":
         return c >= 1
     if rule == "all":

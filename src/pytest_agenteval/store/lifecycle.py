@@ -6,13 +6,12 @@ error before anything runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import StoreError
 from .plan import Plan, make_plan
-from .runs import Store, Unreadable, dataset_key, new_run_id
+from .runs import Store, dataset_key, new_run_id
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,6 @@ class OpenRun:
     run_id: str
     resumed: bool
     plan: Plan = field(default_factory=Plan)
-    unreadable: Sequence[Unreadable] = ()
 
 
 def open_run(store: Store, request: RunRequest) -> OpenRun:
@@ -71,12 +69,12 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
             "in one summary:\n" + "\n".join(drift) + "\nUse the same agent, start a new run "
             "(drop --resume-suite), or pass --agenteval-allow-drift to mix them on purpose"
         )
-    rows, unreadable = store.index(info.run_id)
+    rows, _ = store.index(info.run_id)  # damage is in store.problems
     plan = make_plan(rows, rerun_errors=request.rerun_errors, rerun_all=request.rerun_all)
     plan.fetch = lambda key: store.record(info.run_id, key)
     if not request.dry:
         store.claim_run(info.run_id)
-    return OpenRun(info.run_id, True, plan, unreadable)
+    return OpenRun(info.run_id, True, plan)
 
 
 def fingerprint_drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

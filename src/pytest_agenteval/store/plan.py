@@ -15,7 +15,7 @@ from typing import Any
 from ..core.errors import StoreError
 from ..core.model import Action, Key
 from ..core.records import AttemptRecord, plan_key
-from .runs import IndexRow
+from .index import IndexRow
 
 PLAN_SCHEMA = "agenteval.plan/1"
 CRASH_LIMIT = 2

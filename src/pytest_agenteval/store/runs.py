@@ -11,29 +11,46 @@ O(1) whatever the run's size. The index line is the commit point. A kill -9 cann
 `write()` to a regular file, so every committed attempt survives it; after a power loss a torn
 last line is reported as unreadable and that attempt runs again. The newest line of a key wins;
 a replaced record is kept in its successor's `previous`.
+
+Damage is never fatal and never silent: what cannot be read is left out and listed in
+`Store.problems`; a failed read or write of the file system is a `StoreError` naming the path
+and the errno. No message advises deleting data: `agenteval repair` rebuilds a lost run.json.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from sys import intern
 from typing import Any
 
-from ..core.errors import StoreError
+from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import AttemptRecord, Detail, index_line
+from ..core.records import AttemptRecord, index_line
+from .files import RunFiles, has_attempts, line_number, locked, write_json
+from .index import IndexRow, read_index
+from .problems import OUTPUT_LOST, RUN_SKIPPED, StoreProblem
+
+__all__ = [
+    "IndexRow",
+    "RunFileError",
+    "RunInfo",
+    "Store",
+    "StoreProblem",
+    "Unreadable",
+    "new_run_id",
+]
 
 RUN_SCHEMA = "agenteval.run/1"
+
+Unreadable = StoreProblem
+"""The former name of a store problem (an unreadable index line)."""
 
 
 @dataclass(frozen=True)
@@ -51,54 +68,18 @@ class RunInfo:
     sessions: list[dict[str, Any]]
 
 
-@dataclass(frozen=True, slots=True)
-class IndexRow:
-    """What planning and metrics read of one stored attempt: compact, no output, no transcript.
+class RunFileError(StoreError):
+    """A run.json that cannot be used: damaged or missing (`repairable`), or of a newer version."""
 
-    Runs hold tens of thousands of rows, so the replay data stays a JSON string until an item
-    actually replays it.
-    """
-
-    key: Key
-    digest: str
-    run_digest: str
-    status: str
-    score: float | None
-    duration: float
-    input_tokens: int | None
-    output_tokens: int | None
-    cost: float | None
-    tags: tuple[str, ...]
-    reason: str
-    """One line on why the attempt passed, failed or errored."""
-    phase: str | None
-    """Where an error happened: agent, grading or crash."""
-    replay: str
-    """JSON of what replaying a failure or error shows: verdicts, output excerpt, error (a
-    replayed pass shows nothing, so passes store "")."""
-    crashes: int = 0
-    """How many times in a row the attempt's process died (phase `crash`)."""
-
-    @property
-    def dataset(self) -> str:
-        return self.key[0]
-
-    def detail(self) -> Detail:
-        """What replaying this attempt shows (nothing for a pass)."""
-        return Detail.from_json(json.loads(self.replay)) if self.replay else Detail()
-
-    @property
-    def task_id(self) -> str:
-        return self.key[1]
-
-
-@dataclass(frozen=True, slots=True)
-class Unreadable:
-    """A stored attempt that cannot be read; it is reported and runs again."""
-
-    where: str
-    """`path:line` of the bad index line."""
-    problem: str
+    def __init__(self, path: Path, problem: str, *, repairable: bool = True) -> None:
+        self.path = path
+        self.problem = problem
+        self.repairable = repairable
+        remedy = (
+            f"; `agenteval repair {path.parent.name}` rebuilds it from the run's stored attempts"
+        )
+        self.detail = problem + (remedy if repairable else "")  # what is wrong, what to do
+        super().__init__(f"{path} {self.detail}")
 
 
 def new_run_id() -> str:
@@ -112,10 +93,23 @@ class Store:
         self.temporary = root is None
         self.root = Path(tempfile.mkdtemp(prefix="agenteval-store-")) if root is None else root
         self.runs_dir = self.root / "runs"
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
-        self.problems: list[str] = []
-        self._open: dict[str, _RunFiles] = {}
+        try:
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(os_failure("create", self.runs_dir, exc)) from None
+        self._problems: dict[str, StoreProblem] = {}
+        self._open: dict[str, RunFiles] = {}
         self._offsets: dict[str, dict[Key, tuple[int, int]]] = {}
+
+    @property
+    def problems(self) -> list[StoreProblem]:
+        """Every damaged place this store has come across, each once, in the order found."""
+        return list(self._problems.values())
+
+    def _found(self, problems: Iterable[StoreProblem]) -> None:
+        """Note damage; a place read twice keeps its first description."""
+        for problem in problems:
+            self._problems.setdefault(problem.where, problem)
 
     def describe(self) -> str:
         return "memory only (no cache dir)" if self.temporary else str(self.runs_dir)
@@ -139,6 +133,8 @@ class Store:
             raise StoreError(
                 f"run {run_id!r} exists already; add --resume-suite to continue it"
             ) from None
+        except OSError as exc:
+            raise StoreError(os_failure("create", folder, exc)) from None
         now = time.time()
         meta = {
             "schema": RUN_SCHEMA,
@@ -152,37 +148,71 @@ class Store:
             "status": "running",
             "sessions": [],
         }
-        _write_json(folder / "run.json", meta)
+        try:
+            write_json(folder / "run.json", meta)
+        except StoreError:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # still empty: no half-made run is left behind
+            raise
         self.claim_run(run_id)
 
     def latest_run(self, datasets: list[dict[str, str]]) -> str | None:
-        """The most recently used run of exactly these datasets."""
+        """The most recently used run of exactly these datasets.
+
+        A damaged run that may be more recent is never passed over in silence: that raises a
+        StoreError naming the run and how to repair it.
+        """
         wanted = dataset_key(datasets)
         best: tuple[float, str] | None = None
-        for meta in self._scan():
-            if meta["dataset_key"] == wanted and (best is None or meta["updated_at"] > best[0]):
-                best = (meta["updated_at"], meta["run_id"])
+        damaged: list[tuple[str, StoreError]] = []
+        for run_id, meta in self._scan():
+            if isinstance(meta, StoreError):
+                damaged.append((run_id, meta))
+            elif meta["dataset_key"] == wanted and (best is None or meta["updated_at"] > best[0]):
+                best = (meta["updated_at"], run_id)
+        for run_id, error in damaged:
+            used = self._last_used(run_id, wanted)
+            if used is not None and (best is None or used > best[0]):
+                raise StoreError(
+                    f"the latest run of {wanted} may be run {run_id}, which cannot be read: "
+                    f"{error}\nOr resume another run by its id: --agenteval-run-id ID "
+                    "(`agenteval runs` lists them)"
+                )
         return best[1] if best else None
 
-    def _scan(self) -> Iterator[dict[str, Any]]:
-        """Every run's run.json; unreadable ones are skipped and listed in `problems`."""
+    def _last_used(self, run_id: str, wanted: str) -> float | None:
+        """When a damaged run last committed an attempt, if its attempts are of `wanted`."""
+        path = self.runs_dir / run_id / "index.jsonl"
+        try:
+            rows = read_index(path, for_plan=False).rows
+            names = {key[0] for key in rows}
+            return path.stat().st_mtime if names and names <= set(wanted.split("+")) else None
+        except OSError:
+            return None
+
+    def _scan(self) -> Iterator[tuple[str, dict[str, Any] | StoreError]]:
+        """Every run's run.json; a damaged one is listed in `problems` and given as its error."""
         for folder in sorted(self.runs_dir.iterdir()):
+            if not folder.is_dir():
+                continue
             try:
                 meta = self._meta_or_none(folder.name)
             except StoreError as exc:
-                self.problems.append(str(exc))
+                where, problem = _split(exc, folder / "run.json")
+                self._found([StoreProblem(where, problem, RUN_SKIPPED)])
+                yield folder.name, exc
                 continue
             if meta is not None:
-                yield meta
+                yield folder.name, meta
 
     def run(self, run_id: str, *, count: bool = False) -> RunInfo | None:
         """A run's description (`count`: also read its index to count finished attempts)."""
         meta = self._meta_or_none(run_id)
         if meta is None:
             return None
-        done = len(self.index(run_id)[0]) if count else 0
+        done = len(self.index(run_id, for_plan=False)[0]) if count else 0
         status = meta["status"]
-        if status == "running" and run_id not in self._open and not _locked(self.runs_dir / run_id):
+        if status == "running" and not self.running(run_id):
             status = "interrupted"
         return RunInfo(
             run_id,
@@ -197,15 +227,35 @@ class Store:
         )
 
     def runs(self) -> list[RunInfo]:
-        """Every readable run, most recently used first, with counts."""
-        found = [self.run(meta["run_id"], count=True) for meta in self._scan()]
+        """Every readable run, most recently used first, with counts (damage in `problems`)."""
+        found = [
+            self.run(run_id, count=True) for run_id, meta in self._scan() if isinstance(meta, dict)
+        ]
         return sorted((r for r in found if r), key=lambda r: r.updated_at, reverse=True)
+
+    def resolve(self, prefix: str) -> str:
+        """The run whose id is `prefix`, or the only one starting with it (as git finds commits)."""
+        names = sorted(p.name for p in self.runs_dir.iterdir() if p.is_dir())
+        if prefix in names:
+            return prefix
+        matches = [name for name in names if name.startswith(prefix)] if prefix else []
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise StoreError(f"no run {prefix!r} in {self.runs_dir} (`agenteval runs` lists them)")
+        raise StoreError(
+            f"run id {prefix!r} is ambiguous; it starts {len(matches)} runs: {', '.join(matches)}"
+        )
+
+    def running(self, run_id: str) -> bool:
+        """Whether a pytest session (this one or another) holds the run's lock right now."""
+        return run_id in self._open or locked(self.runs_dir / run_id) is not False
 
     def claim_run(self, run_id: str) -> None:
         """Take the run's lock for this session; refuse if another pytest process holds it."""
         if run_id in self._open:
             return
-        files = _RunFiles(self.runs_dir / run_id)
+        files = RunFiles(self.runs_dir / run_id)
         if not files.lock():
             files.close()
             raise StoreError(f"run {run_id} is being run by another pytest process right now")
@@ -216,106 +266,133 @@ class Store:
         self._update(run_id, planned=planned)
 
     def finish_run(self, run_id: str, status: str, session: dict[str, Any]) -> None:
-        meta = self._meta(run_id)
-        self._update(run_id, status=status, sessions=[*meta["sessions"], session])
-        files = self._open.pop(run_id, None)
-        if files is not None:
-            files.close()
+        """Record how the session ended and release the run, also when run.json cannot be
+        written (the run then reads as interrupted: nobody holds its lock)."""
+        try:
+            meta = self._meta(run_id)
+            self._update(run_id, status=status, sessions=[*meta["sessions"], session])
+        finally:
+            files = self._open.pop(run_id, None)
+            if files is not None:
+                files.close()
 
     def _update(self, run_id: str, **changes: Any) -> None:
         meta = {**self._meta(run_id), **changes, "updated_at": time.time()}
-        _write_json(self.runs_dir / run_id / "run.json", meta)
+        write_json(self.runs_dir / run_id / "run.json", meta)
 
     def _meta(self, run_id: str) -> dict[str, Any]:
         path = self.runs_dir / run_id / "run.json"
         try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"{path} is unreadable ({exc}); delete that run's folder") from None
-        if _major(meta.get("schema", "")) > _major(RUN_SCHEMA):
-            raise StoreError(
-                f"{path} was written by a newer pytest-agenteval ({meta['schema']}); "
-                "upgrade pytest-agenteval or use another cache_dir"
+            meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RunFileError(path, "is missing, but the run has stored attempts") from None
+        except OSError as exc:
+            raise StoreError(os_failure("read", path, exc)) from None
+        except (ValueError, RecursionError) as exc:
+            raise RunFileError(path, f"is unreadable ({exc})") from None
+        problem = _meta_problem(meta)
+        if problem:
+            raise RunFileError(path, problem)
+        if _major(meta["schema"]) > _major(RUN_SCHEMA):
+            raise RunFileError(
+                path,
+                f"was written by a newer pytest-agenteval ({meta['schema']}); "
+                "upgrade pytest-agenteval or use another cache_dir",
+                repairable=False,
             )
         return meta
 
     def _meta_or_none(self, run_id: str) -> dict[str, Any] | None:
-        if not (self.runs_dir / run_id / "run.json").exists():
+        """The run's run.json, None when there is no such run; a run whose run.json is missing
+        but whose attempts are stored is damaged, not absent."""
+        folder = self.runs_dir / run_id
+        if not (folder / "run.json").exists() and not has_attempts(folder):
             return None
         return self._meta(run_id)
 
     # --- attempts -------------------------------------------------------------------------
 
     def commit(self, run_id: str, record: AttemptRecord, *, replaces: bool = False) -> None:
-        """Store one finished attempt durably; keep the record it replaces as history."""
+        """Store one finished attempt durably; keep the record it replaces as history.
+
+        A failed write raises StoreError (path and errno) and leaves no torn line behind.
+        """
         if replaces:
             old = self.record(run_id, record.key)
             if old is not None:
                 record = record.replacing(old)
         files = self._open[run_id]
         offset, length = files.append_record(json.dumps(record.to_json(), ensure_ascii=False))
-        files.append_index(json.dumps(index_line(record, offset, length), ensure_ascii=False))
+        line = index_line(record, offset, length)
+        files.append_index(json.dumps(line, ensure_ascii=False))
         offsets = self._offsets.get(run_id)  # loaded only once a plan or a replace needed it
         if offsets is not None:
             offsets[record.key] = (offset, length)
 
     def index(
         self, run_id: str, *, for_plan: bool = True
-    ) -> tuple[list[IndexRow], list[Unreadable]]:
-        """The newest readable line of every stored attempt; unreadable lines apart.
+    ) -> tuple[list[IndexRow], list[StoreProblem]]:
+        """The newest readable line of every stored attempt; damaged lines apart (and in
+        `problems`): their attempts are left out, so they run again.
 
         Without `for_plan` the digests, replay data and record offsets are left out (metrics
-        need none of them). Equal reasons share one string: most attempts have one of a few.
+        need none of them). With it, the end of records.jsonl is checked too (cheaply).
         """
         path = self.runs_dir / run_id / "index.jsonl"
-        rows: dict[Key, IndexRow] = {}
-        offsets: dict[Key, tuple[int, int]] = {}
-        reasons: dict[str, str] = {}
-        bad = []
-        with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
-            for number, raw in enumerate(f, 1):
-                try:
-                    line = json.loads(raw)
-                    key = (intern(line["dataset"]), line["task_id"], line["attempt"])
-                    if line["schema"] != RECORD_SCHEMA or line["status"] not in _STATUSES:
-                        raise ValueError(f"unknown schema {line['schema']!r} or status")
-                    rows[key] = IndexRow(
-                        key,
-                        line["digest"] if for_plan else "",
-                        line["run_digest"] if for_plan else "",
-                        intern(line["status"]),
-                        line["score"],
-                        line["duration"],
-                        line["input_tokens"],
-                        line["output_tokens"],
-                        line["cost"],
-                        tuple(map(intern, line["tags"])),
-                        reasons.setdefault(line["reason"], line["reason"]),
-                        line["phase"],
-                        line["replay"] if for_plan else "",
-                        line.get("crashes", 0),
-                    )
-                    if for_plan:
-                        offsets[key] = tuple(line["record"])  # type: ignore[assignment]
-                except (ValueError, KeyError, TypeError) as exc:
-                    bad.append(Unreadable(f"{path}:{number}", f"{type(exc).__name__}: {exc}"))
+        try:
+            read = read_index(path, for_plan=for_plan)
+        except FileNotFoundError:
+            return [], []
+        except OSError as exc:
+            raise StoreError(os_failure("read", path, exc)) from None
+        self._found(read.problems)
         if for_plan:
-            self._offsets[run_id] = offsets
-        return list(rows.values()), bad
+            self._offsets[run_id] = read.offsets
+            if read.newest is not None:
+                self._check_records_end(run_id, *read.newest, read.offsets)
+        return list(read.rows.values()), read.problems
+
+    def _check_records_end(
+        self, run_id: str, key: Key, where: tuple[int, int], offsets: dict[Key, tuple[int, int]]
+    ) -> None:
+        """Is records.jsonl as long as the index says, and is its newest record whole?"""
+        path = self.runs_dir / run_id / "records.jsonl"
+        size = path.stat().st_size if path.exists() else 0
+        if where[0] + where[1] <= size:
+            self._read_record(run_id, key, where)
+            return
+        lost = sum(1 for offset, length in offsets.values() if offset + length > size)
+        problem = (
+            f"the file ends at byte {size}, but the records of {lost} stored attempts lie "
+            "beyond it (it was cut short)"
+        )
+        self._found([StoreProblem(str(path), problem, OUTPUT_LOST)])
 
     def record(self, run_id: str, key: Key) -> AttemptRecord | None:
-        """The full stored record of one attempt (None when missing or unreadable)."""
+        """The full stored record of one attempt (None when missing or unreadable, which is
+        reported in `problems`)."""
         if run_id not in self._offsets:
             self.index(run_id)
         where = self._offsets[run_id].get(key)
-        if where is None:
-            return None
+        return None if where is None else self._read_record(run_id, key, where)
+
+    def _read_record(self, run_id: str, key: Key, where: tuple[int, int]) -> AttemptRecord | None:
+        path = self.runs_dir / run_id / "records.jsonl"
         try:
-            with (self.runs_dir / run_id / "records.jsonl").open("rb") as f:
+            with path.open("rb") as f:
                 f.seek(where[0])
-                return AttemptRecord.from_json(json.loads(f.read(where[1])))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
+                data = f.read(where[1])
+        except FileNotFoundError:
+            data = b""
+        except OSError as exc:
+            raise StoreError(os_failure("read", path, exc)) from None
+        record, problem = parse_record(data, key)
+        if problem:
+            line = line_number(path, where[0])
+            self._found(
+                [StoreProblem(f"{path}:{line}" if line else str(path), problem, OUTPUT_LOST)]
+            )
+        return record
 
     def records(self, run_id: str) -> Iterator[AttemptRecord]:
         """Every stored attempt's full record (the newest of each)."""
@@ -326,79 +403,59 @@ class Store:
                 yield record
 
 
-_STATUSES = frozenset({"pass", "fail", "error"})
-
-
-class _RunFiles:
-    """The open, append-only files of the run this session writes."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self._lock_fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        self._index_fd = self._records_fd = -1
-        self._records_end = 0
-
-    def lock(self) -> bool:
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        self._index_fd = _open_append(self.folder / "index.jsonl")
-        self._records_fd = _open_append(self.folder / "records.jsonl")
-        self._records_end = os.lseek(self._records_fd, 0, os.SEEK_END)
-        return True
-
-    def append_record(self, text: str) -> tuple[int, int]:
-        data = text.encode("utf-8") + b"\n"
-        offset = self._records_end
-        _write_all(self._records_fd, data)
-        self._records_end += len(data)
-        return offset, len(data) - 1
-
-    def append_index(self, text: str) -> None:
-        _write_all(self._index_fd, text.encode("utf-8") + b"\n")
-
-    def close(self) -> None:
-        for fd in (self._index_fd, self._records_fd, self._lock_fd):
-            if fd >= 0:
-                os.close(fd)
-        self._index_fd = self._records_fd = self._lock_fd = -1
-
-
-def _open_append(path: Path) -> int:
-    """Open for appending; a torn last line (power loss) is ended so it cannot swallow the next."""
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    size = os.lseek(fd, 0, os.SEEK_END)
-    if size and os.pread(fd, 1, size - 1) != b"\n":
-        _write_all(fd, b"\n")
-    return fd
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _locked(folder: Path) -> bool:
-    """Whether some process holds the run's lock (it is running right now)."""
+def parse_record(data: bytes, key: Key) -> tuple[AttemptRecord | None, str | None]:
+    """The stored record of attempt `key` from its bytes, or what is wrong with them."""
+    what = f"the record of {key[1]} attempt {key[2]}"
+    if not data:
+        return None, f"{what} is missing (records.jsonl is shorter than the index says)"
     try:
-        fd = os.open(folder / "lock", os.O_RDWR)
-    except FileNotFoundError:
-        return False
+        record = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        return None, f"{what} is not complete JSON ({exc})"
+    if not isinstance(record, dict) or record.get("schema") != RECORD_SCHEMA:
+        return None, f"{what} is not an {RECORD_SCHEMA} record"
+    if (record.get("dataset"), record.get("task_id"), record.get("attempt")) != tuple(key):
+        return None, f"{what} is not where the index says (another attempt's record is there)"
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+        return AttemptRecord.from_json(record), None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return None, f"{what} has fields of the wrong shape ({type(exc).__name__}: {exc})"
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+_META_FIELDS: dict[str, tuple[type, ...]] = {
+    "schema": (str,),
+    "run_id": (str,),
+    "datasets": (list,),
+    "dataset_key": (str,),
+    "agent": (dict,),
+    "created_at": (int, float),
+    "updated_at": (int, float),
+    "planned": (int,),
+    "status": (str,),
+    "sessions": (list,),
+}
+
+
+def _meta_problem(meta: Any) -> str | None:
+    """What makes a parsed run.json unusable, if anything."""
+    if not isinstance(meta, dict):
+        return "is not a JSON object"
+    for name, kinds in _META_FIELDS.items():
+        if type(meta.get(name)) not in kinds:
+            return f"has no valid {name!r}"
+    datasets = meta["datasets"]
+    if not all(isinstance(d, dict) and type(d.get("name")) is str for d in datasets):
+        return "has no valid 'datasets'"
+    if not all(isinstance(s, dict) for s in meta["sessions"]):
+        return "has no valid 'sessions'"
+    return None
+
+
+def _split(exc: StoreError, default: Path) -> tuple[str, str]:
+    """(where, problem) of a store error, for the problem list."""
+    if isinstance(exc, RunFileError):
+        return str(exc.path.parent), f"{exc.path.name} {exc.detail}"
+    return str(default), str(exc)
 
 
 def dataset_key(datasets: list[dict[str, str]]) -> str:

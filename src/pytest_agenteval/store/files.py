@@ -1,0 +1,140 @@
+"""The files of one run folder: append-only writes that leave no torn line, the run's lock,
+atomic JSON replacement. Every failure of the file system becomes a StoreError naming the path
+and the errno; every file is created 0644 minus the umask, like pytest's cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import StoreError, os_failure
+
+FILE_MODE = 0o644
+"""Store files are readable by everyone who may enter the folder, like pytest's cache."""
+
+
+class RunFiles:
+    """The open, append-only files of the run this session writes."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._index_fd = self._records_fd = -1
+        self._index_end = self._records_end = 0
+        self._lock_fd = _open(folder / "lock", os.O_RDWR | os.O_CREAT)
+
+    def lock(self) -> bool:
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self._index_fd, self._index_end = _open_append(self.folder / "index.jsonl")
+        self._records_fd, self._records_end = _open_append(self.folder / "records.jsonl")
+        return True
+
+    def append_record(self, text: str) -> tuple[int, int]:
+        data = text.encode("utf-8") + b"\n"
+        offset = self._records_end
+        self._records_end = _append(self._records_fd, offset, data, self.folder / "records.jsonl")
+        return offset, len(data) - 1
+
+    def append_index(self, text: str) -> None:
+        data = text.encode("utf-8") + b"\n"
+        self._index_end = _append(
+            self._index_fd, self._index_end, data, self.folder / "index.jsonl"
+        )
+
+    def close(self) -> None:
+        for fd in (self._index_fd, self._records_fd, self._lock_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._index_fd = self._records_fd = self._lock_fd = -1
+
+
+def _open(path: Path, flags: int) -> int:
+    try:
+        return os.open(path, flags, FILE_MODE)
+    except OSError as exc:
+        raise StoreError(os_failure("open", path, exc)) from None
+
+
+def _open_append(path: Path) -> tuple[int, int]:
+    """Open for appending, and the file's end; a torn last line (power loss) is ended first so
+    it cannot swallow the next."""
+    fd = _open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    size = os.lseek(fd, 0, os.SEEK_END)
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        size = _append(fd, size, b"\n", path)
+    return fd, size
+
+
+def _append(fd: int, end: int, data: bytes, path: Path) -> int:
+    """Append `data` at `end`, the file's end; returns the new end. A failed write (disk full)
+    is cut off again, so no torn line is left, and raised as a StoreError."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, end)
+        raise StoreError(os_failure("write", path, exc)) from None
+    return end + len(data)
+
+
+def locked(folder: Path) -> bool | None:
+    """Whether some process holds the run's lock (it is running right now); None: unknown.
+
+    A read-only descriptor is enough for flock, so this also works on a read-only store."""
+    try:
+        fd = os.open(folder / "lock", os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return False
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Replace `path` atomically with `data` as JSON (mode 0644 minus the umask)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=1, ensure_ascii=False))
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise StoreError(os_failure("write", path, exc)) from None
+
+
+def line_number(path: Path, offset: int) -> int | None:
+    """The line at byte `offset` of a file (counted only when reporting damage)."""
+    try:
+        with path.open("rb") as f:
+            before = f.read(offset)
+    except OSError:
+        return None
+    return before.count(b"\n") + 1 if len(before) == offset else None
+
+
+def has_attempts(folder: Path) -> bool:
+    """Whether a run folder holds stored attempts (index or records not empty)."""
+    for name in ("index.jsonl", "records.jsonl"):
+        with contextlib.suppress(OSError):
+            if (folder / name).stat().st_size:
+                return True
+    return False

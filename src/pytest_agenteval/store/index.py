@@ -1,0 +1,342 @@
+"""index.jsonl: one small line per committed attempt, what resume plans and metrics read.
+
+A run's index is read whole for every resume and report, up to 100,000 lines, so a line is
+checked with one type signature lookup and a few comparisons; only a line that fails them is
+examined field by field, to say what is wrong with it. A bad line never stops the reader: its
+attempt is left out (it runs again) and the line is reported as a `StoreProblem`.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import product
+from math import isfinite
+from operator import itemgetter
+from pathlib import Path
+from sys import intern
+from types import NoneType
+from typing import Any, BinaryIO
+
+from ..core.model import RECORD_SCHEMA, Key
+from ..core.records import Detail
+from ..core.text import excerpt
+from .problems import StoreProblem
+
+STATUSES = frozenset({"pass", "fail", "error"})
+UNREADABLE_DETAILS = "(the stored details of this verdict are unreadable)"
+
+_STR, _INT, _LIST = (str,), (int,), (list,)
+_NUMBER, _MAYBE_NUMBER = (int, float), (int, float, NoneType)
+FIELDS: dict[str, tuple[type, ...]] = {
+    "schema": _STR,
+    "dataset": _STR,
+    "task_id": _STR,
+    "attempt": _INT,
+    "digest": _STR,
+    "run_digest": _STR,
+    "status": _STR,
+    "score": _MAYBE_NUMBER,
+    "duration": _NUMBER,
+    "input_tokens": (int, NoneType),
+    "output_tokens": (int, NoneType),
+    "cost": _MAYBE_NUMBER,
+    "tags": _LIST,
+    "reason": _STR,
+    "phase": (str, NoneType),
+    "replay": _STR,
+    "record": _LIST,
+}
+"""Every field of an index line and the JSON types it may have (`bool` is never a number)."""
+
+_values = itemgetter(*FIELDS)
+_SIGNATURES = frozenset(product(*FIELDS.values()))
+"""Every allowed tuple of field types: checking a line's types is one set lookup."""
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+_decode = json.JSONDecoder(parse_constant=_refuse_constant).decode
+_UNREADABLE = (ValueError, KeyError, TypeError, ArithmeticError, RecursionError)
+"""What a damaged line can raise while it is read (a JSON error is a ValueError)."""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """What planning and metrics read of one stored attempt: compact, no output, no transcript.
+
+    Runs hold tens of thousands of rows, so the replay data stays a JSON string until an item
+    actually replays it.
+    """
+
+    key: Key
+    digest: str
+    run_digest: str
+    status: str
+    score: float | None
+    duration: float
+    input_tokens: int | None
+    output_tokens: int | None
+    cost: float | None
+    tags: tuple[str, ...]
+    reason: str
+    """One line on why the attempt passed, failed or errored."""
+    phase: str | None
+    """Where an error happened: agent, grading or crash."""
+    replay: str
+    """JSON of what replaying a failure or error shows: verdicts, output excerpt, error (a
+    replayed pass shows nothing, so passes store "")."""
+    crashes: int = 0
+    """How many times in a row the attempt's process died (phase `crash`)."""
+
+    @property
+    def dataset(self) -> str:
+        return self.key[0]
+
+    def detail(self) -> Detail:
+        """What replaying this attempt shows; damaged details become a note, never an error."""
+        if not self.replay:
+            return Detail()
+        try:
+            return Detail.from_json(json.loads(self.replay))
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            return Detail(error=UNREADABLE_DETAILS)
+
+    @property
+    def task_id(self) -> str:
+        return self.key[1]
+
+
+@dataclass
+class IndexRead:
+    """What reading one index gives: the newest readable row of each attempt, and the damage."""
+
+    rows: dict[Key, IndexRow] = field(default_factory=dict)
+    offsets: dict[Key, tuple[int, int]] = field(default_factory=dict)
+    """Where each row's full record lies in records.jsonl: (offset, length)."""
+    problems: list[StoreProblem] = field(default_factory=list)
+    newest: tuple[Key, tuple[int, int]] | None = None
+    """The last readable line's attempt and record place (its record ends records.jsonl)."""
+
+
+def read_index(path: Path, *, for_plan: bool = True) -> IndexRead:
+    """Read index.jsonl; never raises for its content (only OSError for the file).
+
+    The newest line of an attempt wins, also when it is damaged: then the attempt is left out
+    and runs again, never silently replaced by an older verdict. Without `for_plan` the
+    digests, replay data and record offsets are left out (metrics need none of them). Equal
+    reasons share one string: most attempts have one of a few.
+    """
+    with path.open("rb") as f, _gc_paused():
+        return _read(f, path, for_plan)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Reading makes 100,000 long-lived rows and no garbage cycles; collecting while they pile
+    up rescans them again and again (a sixth of the reading time, measured at 100,000 rows)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read(f: BinaryIO, path: Path, for_plan: bool) -> IndexRead:
+    read = IndexRead()
+    rows, offsets = read.rows, read.offsets
+    reasons: dict[str, str] = {}
+    damage = _Damage(path)
+    for number, raw in enumerate(f, 1):
+        try:
+            row, where = _parse(raw, reasons, for_plan)
+        except _UNREADABLE:
+            key = damage.add(number, raw)
+            if key is not None:
+                rows.pop(key, None)
+                offsets.pop(key, None)
+            continue
+        rows[row.key] = row
+        if for_plan:
+            offsets[row.key] = where
+            read.newest = (row.key, where)
+        if damage:
+            damage.superseded(row.key)
+    read.problems = damage.problems()
+    return read
+
+
+class _Damage:
+    """Damaged lines of one index, by attempt (None: the line does not say which)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines: dict[Key | None, list[tuple[int, StoreProblem]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.lines)
+
+    def add(self, number: int, raw: bytes) -> Key | None:
+        """Note a line `_parse` refused (blank lines lose nothing); returns its attempt."""
+        if raw.isspace():
+            return None
+        problem, key = explain(raw)
+        self.lines.setdefault(key, []).append(
+            (number, StoreProblem(f"{self.path}:{number}", problem))
+        )
+        return key
+
+    def superseded(self, key: Key) -> None:
+        """A newer readable line of the attempt makes its earlier damage harmless."""
+        self.lines.pop(key, None)
+
+    def problems(self) -> list[StoreProblem]:
+        numbered = sorted(
+            (pair for pairs in self.lines.values() for pair in pairs), key=lambda p: p[0]
+        )
+        return [problem for _, problem in numbered]
+
+
+def _parse(raw: bytes, reasons: dict[str, str], for_plan: bool) -> tuple[IndexRow, tuple[int, int]]:
+    """One line as a row and its record's place; any exception means the line is damaged."""
+    values = _values(_decode(raw.decode()))
+    if tuple(map(type, values)) not in _SIGNATURES:
+        raise TypeError
+    schema, dataset, task_id, attempt, digest, run_digest, status, score, duration = values[:9]
+    input_tokens, output_tokens, cost, tags, reason, phase, replay, record = values[9:]
+    if (
+        schema != RECORD_SCHEMA
+        or status not in STATUSES
+        or attempt < 0
+        or (replay and replay[0] != "{")
+        or not _is_location(record)
+        or not (isfinite(duration) and (score is None or isfinite(score)))
+        or not (cost is None or isfinite(cost))  # a too large int raises OverflowError
+    ):
+        raise ValueError
+    row = IndexRow(
+        (intern(dataset), task_id, attempt),
+        digest if for_plan else "",
+        run_digest if for_plan else "",
+        intern(status),
+        score,
+        duration,
+        input_tokens,
+        output_tokens,
+        cost,
+        tuple(map(intern, tags)),
+        reasons.setdefault(reason, reason),
+        phase,
+        replay if for_plan else "",
+        _crashes(raw) if phase == "crash" else 0,
+    )
+    return row, (record[0], record[1])
+
+
+def _crashes(raw: bytes) -> int:
+    """The crash count of a line of phase `crash` (optional; rare, so parsed again)."""
+    count = json.loads(raw).get("crashes", 1)
+    return count if type(count) is int and count > 0 else 1
+
+
+def _is_location(record: list[Any]) -> bool:
+    return (
+        len(record) == 2
+        and type(record[0]) is int
+        and type(record[1]) is int
+        and record[0] >= 0
+        and record[1] >= 0
+    )
+
+
+def explain(raw: bytes) -> tuple[str, Key | None]:
+    """What is wrong with a line `_parse` refused, and its attempt's key when that is readable."""
+    try:
+        line = _decode(raw.rstrip(b"\r\n").decode())
+    except RecursionError:
+        return "nested too deeply to read", None
+    except ValueError as exc:
+        return f"not valid JSON ({exc})", _key_from_start(raw)
+    if not isinstance(line, dict):
+        return f"expected a JSON object, got {_show(line)}", None
+    key = _key_of(line)
+    for name, kinds in FIELDS.items():
+        if name not in line:
+            return f"missing field {name!r}", key
+        problem = _type_problem(line[name], kinds) or _value_problem(name, line[name])
+        if problem:
+            return f"at {name}: {problem}", key
+    return "unreadable", key
+
+
+def _key_of(line: dict[str, Any]) -> Key | None:
+    dataset, task_id, attempt = (line.get(k) for k in ("dataset", "task_id", "attempt"))
+    if type(dataset) is str and type(task_id) is str and type(attempt) is int and attempt >= 0:
+        return (intern(dataset), task_id, attempt)
+    return None
+
+
+_START = re.compile(
+    rb'\{"schema": "[^"]*", "dataset": ("(?:[^"\\]|\\.)*"), '
+    rb'"task_id": ("(?:[^"\\]|\\.)*"), "attempt": (\d+),'
+)
+
+
+def _key_from_start(raw: bytes) -> Key | None:
+    """The attempt of a torn line, from its start (as `index_line` writes it), if still there."""
+    match = _START.match(raw)
+    if match is None:
+        return None
+    try:
+        return (intern(json.loads(match[1])), json.loads(match[2]), int(match[3]))
+    except ValueError:
+        return None
+
+
+_KIND_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list"}
+
+
+def _type_problem(value: Any, kinds: tuple[type, ...]) -> str | None:
+    if type(value) in kinds:
+        return None
+    wanted = "a number" if float in kinds else _KIND_NAMES[kinds[0]]
+    if NoneType in kinds:
+        wanted += " or null"
+    return f"expected {wanted}, got {_show(value)}"
+
+
+def _value_problem(name: str, value: Any) -> str | None:
+    if name == "schema" and value != RECORD_SCHEMA:
+        return f"unknown schema {_show(value)} (this pytest-agenteval reads {RECORD_SCHEMA})"
+    if name == "status" and value not in STATUSES:
+        return f"unknown status {_show(value)} (pass, fail or error)"
+    if name == "attempt" and value < 0:
+        return f"a negative attempt {value}"
+    if name in ("score", "duration", "cost") and value is not None and not _finite(value):
+        return f"not a finite number: {_show(value)}"
+    if name == "tags" and not all(type(t) is str for t in value):
+        return f"expected a list of strings, got {_show(value)}"
+    if name == "replay" and value and value[0] != "{":
+        return f'expected "" or a JSON object, got {_show(value)}'
+    if name == "record" and not _is_location(value):
+        return f"expected [offset, length] in records.jsonl, got {_show(value)}"
+    return None
+
+
+def _finite(value: float) -> bool:
+    try:
+        return isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _show(value: Any) -> str:
+    return excerpt(json.dumps(value, ensure_ascii=False), 80)
