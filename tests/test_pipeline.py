@@ -4,6 +4,7 @@ the limits on agents and graders hold."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import pytest
@@ -262,3 +263,25 @@ def test_isolated_attempts_that_die_are_errors_and_the_session_goes_on(
     assert summary["status"] == "complete" and summary["counts"]["error"] == 4
     record = [r for r in stored(pytester.path) if r[0] == "raises"]
     assert record == [("raises", 0, "error")]
+
+
+def test_a_solo_session_that_dies_names_the_attempt_it_was_running(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """os._exit in a solo run: `agenteval runs` and the next --resume-suite name the attempt
+    whose agent was running, and the resume finishes the run (with --agenteval-isolate the
+    deadly attempt is one error)."""
+    dataset({"a_ok.yaml": task("ok"), "b_dies.yaml": task(metadata={"exit": 0})})
+    died = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", "r1")
+    assert died.ret == 0 and "agenteval" not in died.stdout.str().split("collected")[-1]
+    listing = pytester.run(sys.executable, "-m", "pytest_agenteval.cli", "runs")
+    listing.stdout.fnmatch_lines(["r1 * interrupted (died running b_dies [[]attempt 0[]] of ds)"])
+    resumed = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--resume-suite", "--agenteval-isolate"
+    )
+    resumed.stdout.fnmatch_lines(
+        ["agenteval: the last session of this run died while the agent ran b_dies [[]attempt 0[]]*"]
+    )
+    resumed.assert_outcomes(passed=1, errors=1)
+    assert summary_of(pytester, "r1")["status"] == "complete"
+    assert dataset.calls() == ["a_ok 0", "b_dies 0", "b_dies 0"]

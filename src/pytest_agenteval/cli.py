@@ -140,6 +140,7 @@ def _runs(args: argparse.Namespace) -> int:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created_at))
         print(
             f"{run.run_id:10} {names:24} {started:19} {run.done:>6}/{run.planned:<6}  {run.status}"
+            + (f" (died running {run.died_running})" if run.died_running else "")
         )
     return 0
 

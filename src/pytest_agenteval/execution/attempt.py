@@ -86,6 +86,8 @@ class AttemptRunner:
     fingerprint: dict[str, Any]
     passthrough: tuple[type[BaseException], ...] = ()
     """Exceptions that are not the attempt's to record (they stop the session)."""
+    note_running: Callable[[str], None] | None = None
+    """Told which attempt's agent starts ("" when it ended), where the store can keep it."""
 
     def run(self, job: AttemptJob, source: AgentSource) -> Outcome:
         """Carry out one attempt. Whatever the agent or a grader raises, SystemExit included,
@@ -106,7 +108,7 @@ class AttemptRunner:
             else:
                 agent, label = source()
                 used = {**self.fingerprint, "used": label}
-                result = self.executor.call_agent(agent, context.task, job.task.timeout)
+                result = self._call(agent, context.task, job)
             phase = "grading"
             verdicts = grade(job.task, context.task, result)
         except BaseException as exc:
@@ -117,6 +119,15 @@ class AttemptRunner:
         status: Status = "pass" if all(v.passed for v in verdicts) else "fail"
         record = context.record(used, status, verdicts, result, started, t0)
         return Outcome(decision, record, workspace=context.workspace)
+
+    def _call(self, agent: Agent, task: Task, job: AttemptJob) -> AgentResult:
+        if self.note_running is None:
+            return self.executor.call_agent(agent, task, job.task.timeout)
+        self.note_running(f"{job.task.id} [attempt {job.attempt}] of {job.task.dataset.name}")
+        try:
+            return self.executor.call_agent(agent, task, job.task.timeout)
+        finally:
+            self.note_running("")
 
 
 class _Attempt:

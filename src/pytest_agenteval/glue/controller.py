@@ -5,6 +5,8 @@ xdist, the hooks that ship the plan to workers.
 
 from __future__ import annotations
 
+import contextlib
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -48,6 +50,8 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
         store.close()
         raise pytest.UsageError(str(exc)) from None
     runtime.plan = run.plan
+    if not request.dry:
+        runtime.runner.note_running = partial(_note_running, store, run.run_id)
     recorder = Recorder(config, runtime, store, run)
     config.pluginmanager.register(recorder, "agenteval-recorder")
     config.pluginmanager.register(Reporter(runtime, store, run, recorder), "agenteval-reporter")
@@ -55,6 +59,12 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
         from .xdist import XdistHooks
 
         config.pluginmanager.register(XdistHooks(runtime, recorder), "agenteval-xdist")
+
+
+def _note_running(store: Store, run_id: str, attempt: str) -> None:
+    """Best effort: a store that cannot take the note fails loudly at the next commit."""
+    with contextlib.suppress(StoreError):
+        store.note_running(run_id, attempt)
 
 
 def agenteval_dir(config: pytest.Config) -> Path | None:

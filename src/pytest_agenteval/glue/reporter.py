@@ -44,6 +44,12 @@ class Reporter:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         state = "resuming" if self.run.resumed else "new"
         lines = [f"agenteval: run {self.run.run_id} ({state}) · store {self.store.describe()}"]
+        if self.run.died_running:
+            lines.append(
+                f"agenteval: the last session of this run died while the agent ran "
+                f"{self.run.died_running} (os._exit, a crash in C code, a signal or the OOM "
+                "killer); it runs again now (--agenteval-isolate makes such an attempt one error)"
+            )
         return lines + [f"agenteval: store damage: {p}" for p in self.store.problems]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:

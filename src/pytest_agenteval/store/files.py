@@ -48,6 +48,17 @@ class RunFiles:
             self._index_fd, self._index_end, data, self.folder / "index.jsonl"
         )
 
+    def note_running(self, text: str) -> None:
+        """Keep `text` (the attempt whose agent runs now, or "") in the lock file, so a session
+        that dies mid-attempt leaves its name behind. Two system calls, no fsync: it only has
+        to outlive the process, not the machine."""
+        data = text.encode("utf-8")
+        try:
+            os.pwrite(self._lock_fd, data, 0)
+            os.ftruncate(self._lock_fd, len(data))
+        except OSError as exc:
+            raise StoreError(os_failure("write", self.folder / "lock", exc)) from None
+
     def close(self) -> None:
         for fd in (self._index_fd, self._records_fd, self._lock_fd):
             if fd >= 0:
@@ -105,6 +116,15 @@ def locked(folder: Path) -> bool | None:
     finally:
         os.close(fd)
     return False
+
+
+def running_note(folder: Path) -> str | None:
+    """What a run's lock file says was running when its session ended (None: nothing)."""
+    try:
+        text = (folder / "lock").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    return text or None
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

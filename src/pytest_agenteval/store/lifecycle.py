@@ -37,6 +37,8 @@ class OpenRun:
     run_id: str
     resumed: bool
     plan: Plan = field(default_factory=Plan)
+    died_running: str | None = None
+    """The attempt whose agent was running when the run's last session died."""
 
 
 def open_run(store: Store, request: RunRequest) -> OpenRun:
@@ -74,7 +76,7 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
     plan.fetch = lambda key: store.record(info.run_id, key)
     if not request.dry:
         store.claim_run(info.run_id)
-    return OpenRun(info.run_id, True, plan)
+    return OpenRun(info.run_id, True, plan, info.died_running)
 
 
 def fingerprint_drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -33,7 +33,7 @@ from typing import Any
 from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
 from ..core.records import AttemptRecord, index_line
-from .files import RunFiles, has_attempts, line_number, locked, write_json
+from .files import RunFiles, has_attempts, line_number, locked, running_note, write_json
 from .index import IndexRow, read_index
 from .problems import OUTPUT_LOST, RUN_SKIPPED, StoreProblem
 
@@ -66,6 +66,8 @@ class RunInfo:
     done: int
     status: str
     sessions: list[dict[str, Any]]
+    died_running: str | None = None
+    """The attempt whose agent was running when the run's last session died, if one was."""
 
 
 class RunFileError(StoreError):
@@ -212,8 +214,10 @@ class Store:
             return None
         done = len(self.index(run_id, for_plan=False)[0]) if count else 0
         status = meta["status"]
+        died_running = None
         if status == "running" and not self.running(run_id):
             status = "interrupted"
+            died_running = running_note(self.runs_dir / run_id)
         return RunInfo(
             run_id,
             meta["datasets"],
@@ -224,6 +228,7 @@ class Store:
             done,
             status,
             meta["sessions"],
+            died_running,
         )
 
     def runs(self) -> list[RunInfo]:
@@ -262,6 +267,10 @@ class Store:
         self._open[run_id] = files
         self._update(run_id, status="running")
 
+    def note_running(self, run_id: str, attempt: str) -> None:
+        """Name the attempt whose agent runs now ("" when none does); see RunInfo."""
+        self._open[run_id].note_running(attempt)
+
     def set_planned(self, run_id: str, planned: int) -> None:
         self._update(run_id, planned=planned)
 
@@ -274,6 +283,8 @@ class Store:
         finally:
             files = self._open.pop(run_id, None)
             if files is not None:
+                with contextlib.suppress(StoreError):
+                    files.note_running("")
                 files.close()
 
     def _update(self, run_id: str, **changes: Any) -> None:
