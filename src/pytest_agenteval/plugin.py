@@ -21,6 +21,7 @@ from .core import options
 if TYPE_CHECKING:
     from .glue.runtime import Settings
     from .sources.dataset import Dataset
+    from .sources.speccache import SpecCache
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -208,26 +209,25 @@ def pytest_configure(config: pytest.Config) -> None:
     from .glue.controller import Controller, XdistHooks, agenteval_dir, worker_setup
     from .glue.items import TaskHooks
     from .glue.runtime import RUNTIME, Runtime, agent_fingerprint
-    from .sources.speccache import SpecCache
+    from .sources.speccache import CACHE_NAME, SpecCache
 
     settings = read_settings(config)
-    datasets = _load_datasets(settings.dataset_paths)
+    folder = agenteval_dir(config)
+    specs = SpecCache(folder / CACHE_NAME if folder else None)
+    datasets = _load_datasets(settings.dataset_paths, specs)
     for dataset in datasets:
         if str(dataset.root) not in sys.path:
             sys.path.append(str(dataset.root))
     whole_roots = _point_collection_at(config, datasets)
     if settings.show_plan:
         config.option.collectonly = True
-    worker = getattr(config, "workerinput", {}).get("workerid", "main")
-    basetemp = config.option.basetemp
-    folder = agenteval_dir(config)
     runtime = Runtime(
         settings,
         datasets,
         make_grader=TaskHooks.grader_maker(config),
-        workspaces=Workspaces(Path(basetemp) if basetemp else None, worker),
+        workspaces=Workspaces(lambda: _basetemp(config)),
         agenteval_dir=folder,
-        specs=SpecCache(folder / "specs.pickle" if folder else None),
+        specs=specs,
         fingerprint=agent_fingerprint(settings, datasets),
     )
     if not settings.strict:  # a bad file must fail alone, as its own collector
@@ -249,14 +249,22 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(XdistHooks(controller), "agenteval-xdist")
 
 
-def _load_datasets(paths: list[Path]) -> list[Dataset]:
+def _basetemp(config: pytest.Config) -> Path | None:
+    """pytest's basetemp for this session (made on first use; its retention policy applies).
+
+    None with `-p no:tmpdir`. Looked up late: pytest's tmpdir plugin is configured after us."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    return factory.getbasetemp() if factory is not None else None
+
+
+def _load_datasets(paths: list[Path], specs: SpecCache) -> list[Dataset]:
     from .core.errors import TaskFileError
     from .sources.dataset import load_dataset
 
     datasets: dict[str, Dataset] = {}
     for path in paths:
         try:
-            dataset = load_dataset(path)
+            dataset = load_dataset(path, specs)
         except TaskFileError as exc:
             raise pytest.UsageError(f"--agenteval {path}: {exc}") from None
         other = datasets.setdefault(dataset.name, dataset)

@@ -178,4 +178,7 @@ class CollectHooks:
             self.froze = False
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        session.config.stash[RUNTIME].specs.save()
+        runtime = session.config.stash[RUNTIME]
+        runtime.specs.save()
+        for dataset in runtime.datasets:
+            dataset.forget_reads()
