@@ -15,6 +15,7 @@ from helpers import DatasetMaker, task
 from pytest_agenteval.core.errors import TaskFileError, TemplateError
 from pytest_agenteval.core.model import TaskSpec
 from pytest_agenteval.execution.workspaces import Workspaces, folder_name
+from pytest_agenteval.sources.dataset import LoadFailure, load_dataset, load_task_file
 from pytest_agenteval.sources.speccache import CACHE_SCHEMA, CachedTask, SpecCache
 from pytest_agenteval.sources.yamlfile import MAX_EXPANDED_NODES, parse
 
@@ -214,6 +215,38 @@ def test_workspaces_cannot_reach_outside_the_dataset(
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines([f"ds/escape.yaml:3: at workspace: *{message}*", "Hint: *"])
     assert dataset.calls() == ["ok 0"]
+
+
+@pytest.mark.parametrize(
+    ("workspace", "reason"),
+    [
+        ('"a\\0b"', "embedded null byte"),
+        ("x" * 5000, "File name too long"),
+        ("loop", "Symlink loop"),
+    ],
+)
+def test_unusable_workspace_paths_are_load_errors(
+    tmp_path: Path, workspace: str, reason: str
+) -> None:
+    """A workspace path the OS cannot use is a load error at its line, not a crash."""
+    (tmp_path / "loop").symlink_to("loop")
+    path = tmp_path / "t.yaml"
+    path.write_text(f"input: q\nexpected: ok\nworkspace: {workspace}\n")
+    (failure,) = load_task_file(path, load_dataset(tmp_path))
+    assert isinstance(failure, LoadFailure)
+    assert "t.yaml:3: at workspace: workspace " in failure.render()
+    assert f"is not a usable path: {reason}" in failure.render()
+
+
+def test_a_fifo_in_a_template_is_refused(tmp_path: Path) -> None:
+    """Only files, folders and links go into workspaces: a FIFO would hang the copy."""
+    (tmp_path / "ws").mkdir()
+    os.mkfifo(tmp_path / "ws" / "pipe")
+    path = tmp_path / "t.yaml"
+    path.write_text("input: q\nexpected: ok\nworkspace: ws\n")
+    (failure,) = load_task_file(path, load_dataset(tmp_path))
+    assert isinstance(failure, LoadFailure)
+    assert "t.yaml:3: at workspace: pipe in the workspace folder is not a file" in failure.render()
 
 
 def test_a_template_is_copied_as_plain_files(tmp_path: Path) -> None:

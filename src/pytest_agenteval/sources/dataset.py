@@ -3,6 +3,7 @@ and its tasks with versioned content digests."""
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -17,6 +18,7 @@ from pydantic import ValidationError
 
 from ..core.errors import GraderSpecError, TaskFileError, TemplateError
 from ..core.model import GraderSpec, Manifest, TaskSpec
+from ..core.text import excerpt
 from .speccache import CachedTask, SpecCache
 from .taskfile import FileRead, LoadFailure, read_task_file, read_with_node
 from .templates import Entry, template_digest, template_entries
@@ -42,7 +44,9 @@ class Dataset:
     cache: SpecCache | None = field(default=None, compare=False, repr=False)
     """Where validated specs of unchanged files are kept between sessions."""
     _reads: dict[Path, FileRead] = field(default_factory=dict, compare=False, repr=False)
-    _layout: list[Any] = field(default_factory=list, compare=False, repr=False)
+    _walked: list[tuple[list[Path], frozenset[Path]]] = field(
+        default_factory=list, compare=False, repr=False
+    )
     _templates: dict[Path, list[Entry] | TemplateError] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -83,19 +87,20 @@ class Dataset:
 
         Templates are the folders the dataset's tasks name in `workspace:` (valid tasks or not).
         """
-        templates = self._walk()[1]
+        _, templates = self._walk()
         return any(p in templates for p in (path, *path.parents) if p != self.root)
 
     def task_files(self) -> Iterator[Path]:
         """Task files in collection order (sorted, skipping the folders pytest skips)."""
-        yield from self._walk()[0]
+        files, _ = self._walk()
+        yield from files
 
     def _walk(self) -> tuple[list[Path], frozenset[Path]]:
         """Read every task file once, top down; the folders named as workspaces are pruned.
 
         A template named from elsewhere (`../ws`) after the walk went into it is pruned after.
         """
-        if not self._layout:
+        if not self._walked:
             files: list[Path] = []
             templates: set[Path] = set()
             for dirpath, dirnames, filenames in os.walk(self.root):
@@ -110,17 +115,18 @@ class Dataset:
                 )
             found = frozenset(templates)
             inside = [f for f in files if not any(p in found for p in f.parents)]
-            self._layout[:] = [inside, found]
-        return self._layout[0], self._layout[1]
+            self._walked.append((inside, found))
+        return self._walked[0]
 
     def _named_templates(self, path: Path) -> set[Path]:
         """The folders `path`'s tasks name as workspaces, as written and resolved."""
         named = set()
         for value in self.read(path).workspaces:
             folder = path.parent / value
-            for form in (Path(os.path.normpath(folder)), folder.resolve()):
-                if not path.is_relative_to(form):  # never hides its own task file
-                    named.add(form)
+            with contextlib.suppress(OSError, ValueError, RuntimeError):  # not a usable path
+                for form in (Path(os.path.normpath(folder)), folder.resolve()):
+                    if not path.is_relative_to(form):  # never hides its own task file
+                        named.add(form)
         return named
 
     def template(self, folder: Path) -> list[Entry]:
@@ -297,10 +303,14 @@ def _finish(
 
 
 def _check_workspace(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[TaskFileError]:
-    folder = task.workspace_dir
-    if folder is None:
+    if task.spec.workspace is None:
         return []
-    problem, hint = _workspace_problem(task, folder)
+    try:
+        problem, hint = _workspace_problem(task)
+    except (OSError, ValueError, RuntimeError) as exc:  # a NUL byte, too long, a symlink loop
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        problem = f"workspace {excerpt(task.spec.workspace, 80)!r} is not a usable path: {reason}"
+        hint = "name a folder inside the dataset, relative to the task file"
     if problem is None:
         return []
     where = (*loc, "workspace")
@@ -311,10 +321,12 @@ def _check_workspace(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[Tas
     ]
 
 
-def _workspace_problem(task: TaskDef, folder: Path) -> tuple[str | None, str | None]:
-    """Why the workspace template `folder` (resolved) cannot be used, with a hint; or Nones."""
+def _workspace_problem(task: TaskDef) -> tuple[str | None, str | None]:
+    """Why the task's workspace template cannot be used, with a hint; or Nones."""
+    folder = task.workspace_dir
+    assert folder is not None
     root = task.dataset.root
-    name = task.spec.workspace
+    name = excerpt(task.spec.workspace or "", 80)
     if not folder.is_relative_to(root):
         return (
             f"workspace folder {name!r} is outside the dataset (it is {folder})",
