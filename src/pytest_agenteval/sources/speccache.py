@@ -86,21 +86,31 @@ class SpecCache:
             for name in LEGACY_NAMES:
                 with contextlib.suppress(OSError):
                     (self.path.parent / name).unlink(missing_ok=True)
-        if self.path is not None and self._fresh:
-            files = dict(self._stored)
-            for name, (size, mtime, tasks) in self._fresh.items():
-                entries = _tasks_to_json(tasks)
-                if entries is None:
-                    files.pop(name, None)
-                else:
-                    files[name] = [size, mtime, entries]
-            data = {"schema": CACHE_SCHEMA, "versions": _versions(), "files": files}
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            with contextlib.suppress(OSError, ValueError):
-                tmp.write_text(json.dumps(data, separators=(",", ":")))
-                os.replace(tmp, self.path)
+            if self._fresh:
+                _write(self.path, self._merged())
         self._stored = {}
         self._fresh = {}
+
+    def _merged(self) -> dict[str, Any]:
+        files = dict(self._stored)
+        for name, (size, mtime, tasks) in self._fresh.items():
+            entries = _tasks_to_json(tasks)
+            if entries is None:
+                files.pop(name, None)
+            else:
+                files[name] = [size, mtime, entries]
+        return {"schema": CACHE_SCHEMA, "versions": _versions(), "files": files}
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    """Replace `path` with `data` as JSON, or leave it be: a cache is never worth an error."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, separators=(",", ":")))
+        os.replace(tmp, path)
+    except (OSError, ValueError):  # a full disk; an int JSON cannot write
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def _read(path: Path) -> dict[str, Any]:
