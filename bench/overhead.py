@@ -87,7 +87,7 @@ def ours(work: Path, mode_args: list[str], *, fresh: bool = True, cold: bool = F
     if fresh:
         shutil.rmtree(work / ".pytest_cache/agenteval/runs", ignore_errors=True)
     if cold:
-        (work / ".pytest_cache/agenteval/specs.pickle").unlink(missing_ok=True)
+        (work / ".pytest_cache/agenteval/specs.json").unlink(missing_ok=True)
     return ["-p", "agenteval", "--agenteval", "ds", *mode_args]
 
 

@@ -288,9 +288,9 @@ def test_workspace_is_fresh_per_attempt_and_kept_on_failure(
         "--agenteval", "ds", "--attempts", "2", "--basetemp", str(pytester.path / "tmp")
     )
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*exited 1*", "workspace kept: *code--0"])
-    kept = [p.name for p in (pytester.path / "tmp").glob("agenteval-main/*")]
-    assert kept == ["ds--code--0"]
+    result.stdout.fnmatch_lines(["*exited 1*", "workspace kept: *tmp/agenteval/ds--code--0-*"])
+    kept = [p.name for p in (pytester.path / "tmp").glob("agenteval/*")]
+    assert len(kept) == 1 and kept[0].startswith("ds--code--0-")
     assert (root / "ws/calc.py").read_text().count("a - b") == 1
 
 

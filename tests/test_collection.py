@@ -200,7 +200,7 @@ def test_unchanged_files_are_not_parsed_again(
     """The second run reuses validated specs; an edited file is parsed (and checked) afresh."""
     root = dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
     pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=2)
-    assert (pytester.path / ".pytest_cache/agenteval/specs.pickle").exists()
+    assert (pytester.path / ".pytest_cache/agenteval/specs.json").exists()
     (root / "b.yaml").write_text("input: q\nexpected: ok\nbogus: 1\n")
     result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=1, errors=1)

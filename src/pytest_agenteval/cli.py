@@ -196,7 +196,8 @@ def _repair(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from .core.errors import TaskFileError
     from .execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
-    from .sources.dataset import LoadFailure, load_dataset, load_task_file
+    from .sources.dataset import load_dataset, load_task_file
+    from .sources.taskfile import LoadFailure
 
     problems = tasks = 0
     for root in args.datasets:

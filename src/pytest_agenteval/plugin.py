@@ -195,24 +195,22 @@ def pytest_configure(config: pytest.Config) -> None:
     from .glue.runtime import RUNTIME, Runtime, agent_fingerprint
     from .glue.settings import read_settings
     from .glue.xdist import worker_setup
-    from .sources.speccache import SpecCache
+    from .sources.speccache import CACHE_NAME, SpecCache
 
     settings = read_settings(config, list(named))
-    parts = load_datasets(named)
+    folder = agenteval_dir(config)
+    specs = SpecCache(folder / CACHE_NAME if folder else None)
+    parts = load_datasets(named, specs)
     datasets = [dataset for dataset, _ in parts.values()]
     for dataset in datasets:
         if str(dataset.root) not in sys.path:
             sys.path.append(str(dataset.root))
-    folder = agenteval_dir(config)
-    specs = SpecCache(folder / "specs.pickle" if folder else None)
     whole_roots = point_collection_at(config, parts, specs)
     if settings.show_plan:
         config.option.collectonly = True
-    worker = getattr(config, "workerinput", {}).get("workerid", "main")
-    basetemp = config.option.basetemp
     runner = AttemptRunner(
         IsolatingExecutor() if settings.isolate else SerialExecutor(),
-        Workspaces(Path(basetemp) if basetemp else None, worker),
+        Workspaces(lambda: _basetemp(config)),
         fingerprint=agent_fingerprint(settings, datasets),
         passthrough=(pytest.exit.Exception, pytest.skip.Exception),
     )
@@ -238,3 +236,11 @@ def pytest_configure(config: pytest.Config) -> None:
         worker_setup(config)
     else:
         start_controller(config, config.stash[RUNTIME])
+
+
+def _basetemp(config: pytest.Config) -> Path | None:
+    """pytest's basetemp for this session (made on first use; its retention policy applies).
+
+    None with `-p no:tmpdir`. Looked up late: pytest's tmpdir plugin is configured after us."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    return factory.getbasetemp() if factory is not None else None

@@ -68,6 +68,15 @@ class GraderSpecError(ValueError):
         self.hint = hint
 
 
+class TemplateError(AgentevalError):
+    """A workspace template holds something a workspace must not get (a link out, a device)."""
+
+    def __init__(self, problem: str, *, hint: str) -> None:
+        self.problem = problem
+        self.hint = hint
+        super().__init__(f"{problem}\nHint: {hint}")
+
+
 class StoreError(AgentevalError):
     """The run store cannot be used (unknown run, newer schema, a read or write that failed)."""
 

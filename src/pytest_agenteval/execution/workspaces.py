@@ -1,41 +1,54 @@
-"""Fresh working directories for attempts: created on demand, kept only when an attempt fails."""
+"""Fresh working directories for attempts: created on demand, kept only when an attempt fails.
+
+They live in pytest's base temporary folder (one per session, and per xdist worker), so pytest's
+`tmp_path_retention_count` / `tmp_path_retention_policy` remove old sessions' folders.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+from ..sources.templates import copy_template
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+NAME_PREFIX_CHARS = 60
+"""Readable part of a workspace folder's name; a hash of the exact key follows it."""
 
 
 class Workspaces:
     """One base folder per process; one subfolder per attempt that asks for a workspace."""
 
-    def __init__(self, basetemp: Path | None = None, label: str = "main") -> None:
+    def __init__(self, basetemp: Path | Callable[[], Path | None] | None = None) -> None:
+        """`basetemp`: the folder to work in, or a function giving it when first needed (pytest's
+        basetemp, made on demand). None: a new folder in the system's temp folder."""
         self._basetemp = basetemp
-        self._label = label
         self._base: Path | None = None
 
     @property
     def base(self) -> Path:
         if self._base is None:
-            if self._basetemp is not None:
-                self._base = self._basetemp / f"agenteval-{self._label}"
+            basetemp = self._basetemp() if callable(self._basetemp) else self._basetemp
+            if basetemp is not None:
+                self._base = basetemp / "agenteval"
                 self._base.mkdir(parents=True, exist_ok=True)
             else:
-                self._base = Path(tempfile.mkdtemp(prefix=f"agenteval-{self._label}-"))
+                self._base = Path(tempfile.mkdtemp(prefix="agenteval-"))
         return self._base
 
     def create(self, dataset: str, task_id: str, attempt: int, template: Path | None) -> Path:
         """A new empty folder for one attempt, or a copy of the task's workspace template."""
-        path = self.base / f"{_UNSAFE.sub('_', dataset)}--{_UNSAFE.sub('_', task_id)}--{attempt}"
+        path = self.base / folder_name(dataset, task_id, attempt)
         if path.exists():
             shutil.rmtree(path)
         if template is not None:
-            shutil.copytree(template, path, symlinks=True)
+            copy_template(template, path)
         else:
             path.mkdir()
         return path
@@ -46,6 +59,17 @@ class Workspaces:
 
     def close(self) -> None:
         """Remove the base folder if no failed attempt's workspace was kept in it."""
-        if self._base is not None and self._basetemp is None:
+        if self._base is not None:
             with contextlib.suppress(OSError):
                 self._base.rmdir()
+
+
+def folder_name(dataset: str, task_id: str, attempt: int) -> str:
+    """A short, file-name-safe name that only this (dataset, task id, attempt) gets.
+
+    Readable (`ds--arith_add--0-<hash>`), bounded in length whatever the id's length, and
+    collision-free: ids that read the same once made safe (`x/y`, `x_y`) differ in the hash.
+    """
+    readable = _UNSAFE.sub("_", f"{dataset}--{task_id}")[:NAME_PREFIX_CHARS]
+    exact = json.dumps([dataset, task_id, attempt]).encode()
+    return f"{readable}--{attempt}-{hashlib.sha256(exact).hexdigest()[:12]}"

@@ -14,14 +14,7 @@ from _pytest._code.code import ExceptionInfo
 
 from ..core.errors import TaskFileError
 from ..core.records import item_name
-from ..sources.dataset import (
-    Dataset,
-    LoadFailure,
-    TaskDef,
-    find_task,
-    load_dataset,
-    load_task_file,
-)
+from ..sources.dataset import Dataset, TaskDef, find_task, load_dataset, load_task_file
 from ..sources.discovery import (
     TASK_SUFFIXES,
     add_dataset_args,
@@ -30,6 +23,7 @@ from ..sources.discovery import (
     selected_parts,
 )
 from ..sources.speccache import SpecCache
+from ..sources.taskfile import LoadFailure
 from .items import AgentevalItem, AttemptItem
 from .runtime import RUNTIME
 
@@ -37,13 +31,13 @@ Parts = dict[Path, tuple[Dataset, tuple[Path, ...] | None]]
 """Each named dataset by root, with the parts of it named (None: all of it)."""
 
 
-def load_datasets(named: dict[Path, str]) -> Parts:
+def load_datasets(named: dict[Path, str], specs: SpecCache | None = None) -> Parts:
     """The datasets the paths are, or lie in; `named` gives the option naming each path."""
     found: dict[Path, tuple[Dataset, list[Path]]] = {}
     by_name: dict[str, Path] = {}
     for path, how in named.items():
         try:
-            dataset = load_dataset(path)
+            dataset = load_dataset(path, specs)
         except TaskFileError as exc:
             raise pytest.UsageError(f"{how}: {exc}" if how else str(exc)) from None
         found.setdefault(dataset.root, (dataset, []))[1].append(path)
@@ -276,4 +270,7 @@ class CollectHooks:
             self.froze = False
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        session.config.stash[RUNTIME].specs.save()
+        runtime = session.config.stash[RUNTIME]
+        runtime.specs.save()
+        for dataset in runtime.datasets:
+            dataset.forget_reads()

@@ -1,12 +1,13 @@
-"""Find, parse and validate task files; every task gets versioned content digests."""
+"""A dataset: its manifest, its task files (each read once), the workspace templates they name,
+and its tasks with versioned content digests."""
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,10 +16,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import GraderSpecError, TaskFileError
-from ..core.model import GraderSpec, Manifest, TaskSpec, check_task_id
+from ..core.errors import GraderSpecError, TaskFileError, TemplateError
+from ..core.model import GraderSpec, Manifest, TaskSpec
+from ..core.text import excerpt
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
-from .speccache import SpecCache
+from .speccache import CachedTask, SpecCache
+from .taskfile import FileRead, LoadFailure, read_task_file, read_with_node
+from .templates import Entry, template_digest, template_entries
 from .yamlfile import field_path, line_of, parse, validation_errors
 
 DIGEST_VERSION = "agenteval.digest/1"
@@ -29,19 +33,20 @@ SKIP_DIRS = frozenset({"__pycache__", "node_modules", "venv", "build", "dist", "
 MakeGrader = Callable[[GraderSpec, TaskSpec], Any]
 
 
-_WORKSPACE_LINE = re.compile(
-    rb"""(?:^|[\s{,-])["']?workspace["']?[ \t]*:[ \t]*["']?([^"'\s#,}\]]+)"""
-)
-
-
 @dataclass(frozen=True)
 class Dataset:
-    """A dataset root folder and its manifest."""
+    """A dataset root folder and its manifest; reads each of its task files once."""
 
     root: Path
     manifest: Manifest
     manifest_path: Path | None
-    _referenced: dict[Path, frozenset[Path]] = field(
+    cache: SpecCache | None = field(default=None, compare=False, repr=False)
+    """Where validated specs of unchanged files are kept between sessions."""
+    _reads: dict[Path, FileRead] = field(default_factory=dict, compare=False, repr=False)
+    _walked: list[tuple[list[Path], frozenset[Path]]] = field(
+        default_factory=list, compare=False, repr=False
+    )
+    _templates: dict[Path, list[Entry] | TemplateError] = field(
         default_factory=dict, compare=False, repr=False
     )
 
@@ -64,52 +69,94 @@ class Dataset:
         rel = str(path)[len(str(self.root)) + 1 :]
         return rel.rpartition(".")[0].replace(os.sep, "/")
 
-    def is_workspace_dir(self, path: Path) -> bool:
-        """Whether `path` is a task's workspace template: never collected, its conftest unused.
-
-        A template is named by a `workspace:` line of a task file in one of its parent folders;
-        only folders that have subfolders are scanned, once each.
-        """
-        for parent in path.parents:
-            if path in self._workspaces_named_in(parent):
-                return True
-            if parent == self.root:
-                break
-        return False
-
-    def _workspaces_named_in(self, folder: Path) -> frozenset[Path]:
-        found = self._referenced.get(folder)
+    def read(self, path: Path, cache: SpecCache | None = None) -> FileRead:
+        """The validated specs of the task file `path`, read once per session."""
+        found = self._reads.get(path)
         if found is None:
-            names: set[Path] = set()
-            for file in folder.iterdir():
-                if file.suffix in TASK_SUFFIXES and file.is_file():
-                    for match in _WORKSPACE_LINE.finditer(file.read_bytes()):
-                        names.add((folder / match.group(1).decode(errors="replace")).resolve())
-            found = self._referenced[folder] = frozenset(names)
+            found = read_task_file(path, self.id_for(path), cache or self.cache)
+            self._reads[path] = found
         return found
+
+    def forget_reads(self) -> None:
+        """Drop what was read (once collected, tasks hold their own specs)."""
+        self._reads.clear()
+
+    def is_workspace_dir(self, path: Path) -> bool:
+        """Whether `path` is (inside) a workspace template: never collected, conftest unused.
+
+        Templates are the folders the dataset's tasks name in `workspace:` (valid tasks or not).
+        """
+        _, templates = self._walk()
+        return any(p in templates for p in (path, *path.parents) if p != self.root)
 
     def task_files(self) -> Iterator[Path]:
         """Task files in collection order (sorted, skipping the folders pytest skips)."""
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            here = Path(dirpath)
-            dirnames[:] = sorted(
-                d for d in dirnames if not _skipped_dir(d) and not self.is_workspace_dir(here / d)
-            )
-            for name in sorted(filenames):
-                path = Path(dirpath, name)
-                if self.is_task_file(path):
-                    yield path
+        files, _ = self._walk()
+        yield from files
+
+    def _walk(self) -> tuple[list[Path], frozenset[Path]]:
+        """Read every task file once, top down; the folders named as workspaces are pruned.
+
+        A template named from elsewhere (`../ws`) after the walk went into it is pruned after.
+        """
+        if not self._walked:
+            files: list[Path] = []
+            templates: set[Path] = set()
+            for dirpath, dirnames, filenames in os.walk(self.root):
+                here = Path(dirpath)
+                for name in sorted(filenames):
+                    path = here / name
+                    if self.is_task_file(path):
+                        files.append(path)
+                        templates.update(self._named_templates(path))
+                dirnames[:] = sorted(
+                    d for d in dirnames if not _skipped_dir(d) and here / d not in templates
+                )
+            found = frozenset(templates)
+            inside = [f for f in files if not any(p in found for p in f.parents)]
+            self._walked.append((inside, found))
+        return self._walked[0]
+
+    def _named_templates(self, path: Path) -> set[Path]:
+        """The folders `path`'s tasks name as workspaces, as written and resolved."""
+        named = set()
+        for value in self.read(path).workspaces:
+            folder = path.parent / value
+            with contextlib.suppress(OSError, ValueError, RuntimeError):  # not a usable path
+                for form in (Path(os.path.normpath(folder)), folder.resolve()):
+                    if not path.is_relative_to(form):  # never hides its own task file
+                        named.add(form)
+        return named
+
+    def template(self, folder: Path) -> list[Entry]:
+        """The checked contents of the workspace template `folder`; raises TemplateError."""
+        found = self._templates.get(folder)
+        if found is None:
+            try:
+                found = template_entries(folder)
+            except TemplateError as exc:
+                found = exc
+            except OSError as exc:
+                found = TemplateError(
+                    f"cannot read the workspace folder: {exc.strerror} ({exc.filename})",
+                    hint="make the folder and everything in it readable",
+                )
+            self._templates[folder] = found
+        if isinstance(found, TemplateError):
+            raise found
+        return found
 
 
 def _skipped_dir(name: str) -> bool:
     return name.startswith(".") or name in SKIP_DIRS or name.endswith(".egg")
 
 
-def load_dataset(path: Path) -> Dataset:
+def load_dataset(path: Path, cache: SpecCache | None = None) -> Dataset:
     """The dataset `path` is, or lies in: its manifest is the nearest `agenteval.yaml` at or
     above `path`, as pytest finds its rootdir, so a part of a dataset keeps its ids and agent.
 
-    Without a manifest, the folder itself (a file's folder) is a dataset named after it.
+    Without a manifest, the folder itself (a file's folder) is a dataset named after it. With a
+    cache, unchanged task files are not parsed again.
     """
     path = path.resolve()
     if not path.exists():
@@ -119,7 +166,7 @@ def load_dataset(path: Path) -> Dataset:
     root = find_dataset_root(path)
     if root is None:
         folder = path if path.is_dir() else path.parent
-        return Dataset(folder, Manifest(name=_safe_name(folder.name)), None)
+        return Dataset(folder, Manifest(name=_safe_name(folder.name)), None, cache)
     manifest_path = root / MANIFEST_NAME
     node, data = parse(manifest_path)
     if not isinstance(data, dict):
@@ -130,7 +177,7 @@ def load_dataset(path: Path) -> Dataset:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
         raise validation_errors(exc, manifest_path, node, (), Manifest)[0] from None
-    return Dataset(root, manifest, manifest_path)
+    return Dataset(root, manifest, manifest_path, cache)
 
 
 def _safe_name(name: str) -> str:
@@ -220,32 +267,12 @@ class TaskDef:
     @cached_property
     def _workspace_digest(self) -> str | None:
         folder = self.workspace_dir
-        if folder is None:
-            return None
-        sha = hashlib.sha256()
-        for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-            sha.update(file.relative_to(folder).as_posix().encode() + b"\0")
-            sha.update(file.read_bytes() + b"\0")
-        return sha.hexdigest()[:16]
+        return None if folder is None else template_digest(self.dataset.template(folder))
 
 
 def _digest(value: Any) -> str:
     text = json.dumps([DIGEST_VERSION, value], sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class LoadFailure:
-    """A task file, or one task of a `tasks:` list, that could not be loaded."""
-
-    path: Path
-    label: str
-    """Task id when known, else the file's id-like path (and list position)."""
-    line: int
-    errors: list[TaskFileError] = field(default_factory=list)
-
-    def render(self) -> str:
-        return "\n".join(e.render() for e in self.errors)
 
 
 def load_task_file(
@@ -256,103 +283,27 @@ def load_task_file(
 ) -> list[TaskDef | LoadFailure]:
     """Load every task of one file; problems become LoadFailures, never exceptions.
 
-    With a cache, an unchanged file's validated specs are reused instead of parsing it again.
-    """
-    cached = cache.get(path) if cache is not None else None
-    if cached is not None:
-        results = [_finish(path, dataset, *entry, None, make_grader) for entry in cached]
-        if all(isinstance(r, TaskDef) for r in results):
-            return results
-        return load_task_file(path, dataset, make_grader)  # again, for the error's line numbers
-    results = _load_file(path, dataset, make_grader)
-    if cache is not None and all(isinstance(r, TaskDef) for r in results):
-        cache.put(path, [(t.spec, t.line, t.loc) for t in results])  # type: ignore[union-attr]
-    return results
-
-
-def _load_file(
-    path: Path, dataset: Dataset, make_grader: MakeGrader | None
-) -> list[TaskDef | LoadFailure]:
-    default_id = dataset.id_for(path)
-    try:
-        node, data = parse(path)
-    except TaskFileError as exc:
-        return [LoadFailure(path, default_id, exc.line or 1, [exc])]
-    if isinstance(data, dict) and "tasks" in data:
-        return _load_list(path, dataset, node, data, make_grader)
-    if not isinstance(data, dict):
-        problem = "a task file holds one task (a mapping) or a `tasks:` list of tasks"
-        return [LoadFailure(path, default_id, 1, [TaskFileError(path, problem, line=1)])]
-    return [_load_task(path, dataset, node, data, (), default_id, make_grader)]
-
-
-def _load_list(
-    path: Path, dataset: Dataset, node: Any, data: dict[str, Any], make_grader: MakeGrader | None
-) -> list[TaskDef | LoadFailure]:
-    stem = dataset.id_for(path)
-    tasks = data["tasks"]
-    extra = sorted(set(data) - {"tasks"})
-    if extra or not isinstance(tasks, list):
-        field_name = extra[0] if extra else "tasks"
-        problem = f"unknown field {field_name!r}" if extra else "`tasks` must be a list of tasks"
-        err = TaskFileError(path, problem, line=line_of(node, (field_name,)), field=field_name)
-        return [LoadFailure(path, stem, err.line or 1, [err])]
-    results: list[TaskDef | LoadFailure] = []
-    for index, raw in enumerate(tasks):
-        loc = ("tasks", index)
-        if isinstance(raw, dict) and "id" not in raw:
-            err = TaskFileError(
-                path,
-                "missing required field 'id' (tasks in a `tasks:` list need one)",
-                line=line_of(node, loc),
-                field=field_path(loc),
-            )
-            results.append(LoadFailure(path, f"{stem}.{index}", err.line or 1, [err]))
-            continue
-        results.append(_load_task(path, dataset, node, raw, loc, f"{stem}.{index}", make_grader))
-    return results
-
-
-def _load_task(
-    path: Path,
-    dataset: Dataset,
-    node: Any,
-    raw: Any,
-    loc: tuple[Any, ...],
-    default_id: str,
-    make_grader: MakeGrader | None,
-) -> TaskDef | LoadFailure:
-    line = line_of(node, loc) or 1
-    label = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
-    label = label or default_id
-    if not isinstance(raw, dict):
-        err = TaskFileError(path, "a task must be a mapping", line=line, field=field_path(loc))
-        return LoadFailure(path, label, line, [err])
-    try:
-        spec = TaskSpec.model_validate(raw)
-    except ValidationError as exc:
-        return LoadFailure(path, label, line, validation_errors(exc, path, node, loc, TaskSpec))
-    if spec.id is None:
-        try:
-            spec = spec.model_copy(update={"id": _checked_default_id(default_id)})
-        except ValueError as exc:
-            hint = "add an `id:` field, or rename the file"
-            return LoadFailure(
-                path, label, line, [TaskFileError(path, str(exc), line=line, hint=hint)]
-            )
-    return _finish(path, dataset, spec, line, loc, node, make_grader)
+    The file is read once per session (through the cache: an unchanged file is not parsed)."""
+    read = dataset.read(path, cache)
+    results = [_finish(path, dataset, t, None, make_grader) for t in read.tasks]
+    if all(r is t or isinstance(r, TaskDef) for r, t in zip(results, read.tasks, strict=True)):
+        return results
+    # A valid spec failed its graders or workspace check: parse again for the error's lines.
+    again, node = read_with_node(path, dataset.id_for(path))
+    return [_finish(path, dataset, t, node, make_grader) for t in again.tasks]
 
 
 def _finish(
     path: Path,
     dataset: Dataset,
-    spec: TaskSpec,
-    line: int,
-    loc: tuple[Any, ...],
+    read: CachedTask | LoadFailure,
     node: Any,
     make_grader: MakeGrader | None,
 ) -> TaskDef | LoadFailure:
     """A validated spec becomes a TaskDef: manifest defaults, workspace check, graders built."""
+    if isinstance(read, LoadFailure):
+        return read
+    spec, line, loc = read
     task = TaskDef(spec, dataset, path, line, loc)
     errors = _check_workspace(task, node, loc)
     specs = spec.graders or dataset.manifest.defaults.graders
@@ -378,25 +329,51 @@ def _finish(
     return task
 
 
-def _checked_default_id(default_id: str) -> str:
-    check_task_id(default_id)
-    return default_id
-
-
 def _check_workspace(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[TaskFileError]:
-    folder = task.workspace_dir
-    if folder is None or folder.is_dir():
+    if task.spec.workspace is None:
+        return []
+    try:
+        problem, hint = _workspace_problem(task)
+    except (OSError, ValueError, RuntimeError) as exc:  # a NUL byte, too long, a symlink loop
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        problem = f"workspace {excerpt(task.spec.workspace, 80)!r} is not a usable path: {reason}"
+        hint = "name a folder inside the dataset, relative to the task file"
+    if problem is None:
         return []
     where = (*loc, "workspace")
     return [
         TaskFileError(
-            task.path,
-            f"workspace folder {task.spec.workspace!r} not found (looked for {folder})",
-            line=line_of(node, where),
-            field=field_path(where),
-            hint="the path is relative to the task file",
+            task.path, problem, line=line_of(node, where), field=field_path(where), hint=hint
         )
     ]
+
+
+def _workspace_problem(task: TaskDef) -> tuple[str | None, str | None]:
+    """Why the task's workspace template cannot be used, with a hint; or Nones."""
+    folder = task.workspace_dir
+    assert folder is not None
+    root = task.dataset.root
+    name = excerpt(task.spec.workspace or "", 80)
+    if not folder.is_relative_to(root):
+        return (
+            f"workspace folder {name!r} is outside the dataset (it is {folder})",
+            f"a workspace is a folder inside the dataset ({root}), relative to the task file",
+        )
+    if task.path.parent.resolve().is_relative_to(folder):
+        return (
+            f"workspace folder {name!r} holds this task file",
+            "templates are never collected: give the workspace a folder of its own",
+        )
+    if not folder.is_dir():
+        return (
+            f"workspace folder {name!r} not found (looked for {folder})",
+            "the path is relative to the task file",
+        )
+    try:
+        task.dataset.template(folder)
+    except TemplateError as exc:
+        return exc.problem, exc.hint
+    return None, None
 
 
 def _build_graders(

@@ -13,6 +13,12 @@ from ..core.model import UNION_TAGS
 
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+MAX_EXPANDED_NODES = 1_000_000
+"""How many YAML nodes a file may hold once its aliases (`*name`) are expanded.
+
+PyYAML shares one object per anchor, so a "billion laughs" file parses small; what blows up
+is everything that walks the data afterwards (validation, digests)."""
+
 
 class _Loader(_BaseLoader):
     """Safe YAML loader (libyaml when present) that keeps dates as the strings they were.
@@ -46,6 +52,8 @@ def parse(path: Path) -> tuple[Any, Any]:
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
+        if node is not None and b"*" in text:  # no asterisk, no alias
+            _check_expansion(path, node)
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -59,6 +67,72 @@ def parse(path: Path) -> tuple[Any, Any]:
     if data is None:
         raise TaskFileError(path, "the file is empty", line=1)
     return node, data
+
+
+def _check_expansion(path: Path, root: Any) -> None:
+    """Refuse alias bombs and recursive aliases before anything walks the data.
+
+    Counts each node's expanded size once (aliases share nodes), depth first without recursion.
+    """
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            open_nodes.discard(key)
+            sizes[key] = size = 1 + sum(sizes[id(child)] for _, child in _children(node))
+            if size > MAX_EXPANDED_NODES:
+                problem = f"aliases expand this value to more than {MAX_EXPANDED_NODES:,} nodes"
+                hint = (
+                    f"a file may hold at most {MAX_EXPANDED_NODES:,} nodes once its aliases "
+                    "(*name) are expanded; write the repeated data out, or split the file"
+                )
+                raise _alias_error(path, root, node, problem, hint)
+        elif key in open_nodes:
+            problem = "a recursive alias: this value contains itself"
+            hint = "an alias (*name) cannot stand inside the value its anchor (&name) marks"
+            raise _alias_error(path, root, node, problem, hint)
+        elif key not in sizes:
+            open_nodes.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for _, child in _children(node))
+
+
+def _children(node: Any) -> list[tuple[Any, Any]]:
+    """(step, child) pairs: a mapping's keys (step None) and values, a sequence's items."""
+    if isinstance(node, yaml.MappingNode):
+        return [
+            pair for key, value in node.value for pair in ((None, key), (_key_text(key), value))
+        ]
+    if isinstance(node, yaml.SequenceNode):
+        return list(enumerate(node.value))
+    return []
+
+
+def _key_text(key: Any) -> str | None:
+    return key.value if isinstance(key, yaml.ScalarNode) else None
+
+
+def _alias_error(path: Path, root: Any, node: Any, problem: str, hint: str) -> TaskFileError:
+    loc = _loc_of(root, node)
+    field = field_path(loc) if loc and None not in loc else None
+    return TaskFileError(path, problem, line=node.start_mark.line + 1, field=field, hint=hint)
+
+
+def _loc_of(root: Any, target: Any) -> tuple[Any, ...]:
+    """The first place `target` appears below `root`, visiting each shared node once."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(root, ())]
+    while stack:
+        node, loc = stack.pop()
+        if node is target:
+            return loc
+        if id(node) not in seen:
+            seen.add(id(node))
+            stack.extend((child, (*loc, step)) for step, child in reversed(_children(node)))
+    return ()
 
 
 def line_of(node: Any, loc: tuple[Any, ...]) -> int | None:

@@ -1,0 +1,131 @@
+"""Read one task file: parse it, validate its tasks, and note the workspace folders it names.
+
+Reading stops at validated specs; graders and workspaces are checked when the dataset turns the
+specs into tasks, because both can change without the file changing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..core.errors import TaskFileError
+from ..core.model import TaskSpec, check_task_id
+from .speccache import CachedTask, SpecCache
+from .yamlfile import field_path, line_of, parse, validation_errors
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """A task file, or one task of a `tasks:` list, that could not be loaded."""
+
+    path: Path
+    label: str
+    """Task id when known, else the file's id-like path (and list position)."""
+    line: int
+    errors: list[TaskFileError] = field(default_factory=list)
+
+    def render(self) -> str:
+        return "\n".join(e.render() for e in self.errors)
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """What one task file holds."""
+
+    tasks: list[CachedTask | LoadFailure]
+    """Each task's validated spec, or why it is not valid."""
+    workspaces: tuple[str, ...]
+    """`workspace:` values of its tasks, valid or not: templates that are never collected."""
+
+
+def read_task_file(path: Path, default_id: str, cache: SpecCache | None) -> FileRead:
+    """Read `path` (through the cache when given); problems become LoadFailures."""
+    cached = cache.get(path) if cache is not None else None
+    if cached is not None:
+        return FileRead(list(cached), tuple(t.spec.workspace for t in cached if t.spec.workspace))
+    read, _ = read_with_node(path, default_id)
+    if cache is not None and all(isinstance(t, CachedTask) for t in read.tasks):
+        cache.put(path, read.tasks)  # type: ignore[arg-type]
+    return read
+
+
+def read_with_node(path: Path, default_id: str) -> tuple[FileRead, Any]:
+    """Parse and validate `path`; also return its YAML node tree (None if unparseable)."""
+    try:
+        node, data = parse(path)
+    except TaskFileError as exc:
+        return FileRead([LoadFailure(path, default_id, exc.line or 1, [exc])], ()), None
+    if isinstance(data, dict) and "tasks" in data:
+        raws = data["tasks"] if isinstance(data["tasks"], list) else []
+        tasks = _read_list(path, default_id, node, data)
+    elif isinstance(data, dict):
+        raws = [data]
+        tasks = [_read_task(path, node, data, (), default_id)]
+    else:
+        raws = []
+        problem = "a task file holds one task (a mapping) or a `tasks:` list of tasks"
+        tasks = [LoadFailure(path, default_id, 1, [TaskFileError(path, problem, line=1)])]
+    return FileRead(tasks, _named_workspaces(raws)), node
+
+
+def _named_workspaces(raws: list[Any]) -> tuple[str, ...]:
+    return tuple(
+        raw["workspace"]
+        for raw in raws
+        if isinstance(raw, dict) and isinstance(raw.get("workspace"), str)
+    )
+
+
+def _read_list(
+    path: Path, stem: str, node: Any, data: dict[str, Any]
+) -> list[CachedTask | LoadFailure]:
+    tasks = data["tasks"]
+    extra = sorted(set(data) - {"tasks"})
+    if extra or not isinstance(tasks, list):
+        field_name = extra[0] if extra else "tasks"
+        problem = f"unknown field {field_name!r}" if extra else "`tasks` must be a list of tasks"
+        err = TaskFileError(path, problem, line=line_of(node, (field_name,)), field=field_name)
+        return [LoadFailure(path, stem, err.line or 1, [err])]
+    results: list[CachedTask | LoadFailure] = []
+    for index, raw in enumerate(tasks):
+        loc = ("tasks", index)
+        if isinstance(raw, dict) and "id" not in raw:
+            err = TaskFileError(
+                path,
+                "missing required field 'id' (tasks in a `tasks:` list need one)",
+                line=line_of(node, loc),
+                field=field_path(loc),
+            )
+            results.append(LoadFailure(path, f"{stem}.{index}", err.line or 1, [err]))
+            continue
+        results.append(_read_task(path, node, raw, loc, f"{stem}.{index}"))
+    return results
+
+
+def _read_task(
+    path: Path, node: Any, raw: Any, loc: tuple[Any, ...], default_id: str
+) -> CachedTask | LoadFailure:
+    line = line_of(node, loc) or 1
+    label = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
+    label = label or default_id
+    if not isinstance(raw, dict):
+        err = TaskFileError(path, "a task must be a mapping", line=line, field=field_path(loc))
+        return LoadFailure(path, label, line, [err])
+    try:
+        spec = TaskSpec.model_validate(raw)
+    except ValidationError as exc:
+        return LoadFailure(path, label, line, validation_errors(exc, path, node, loc, TaskSpec))
+    if spec.id is None:
+        try:
+            check_task_id(default_id)
+        except ValueError as exc:
+            hint = "add an `id:` field, or rename the file"
+            return LoadFailure(
+                path, label, line, [TaskFileError(path, str(exc), line=line, hint=hint)]
+            )
+        spec = spec.model_copy(update={"id": default_id})
+    return CachedTask(spec, line, loc)
