@@ -85,8 +85,10 @@ def _runs(args: argparse.Namespace) -> int:
     for run in runs:
         names = "+".join(d["name"] for d in run.datasets)
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created_at))
+        narrowed = f", narrowed by {run.narrowed_by}" if run.narrowed_by else ""
         print(
-            f"{run.run_id:10} {names:24} {started:19} {run.done:>6}/{run.planned:<6}  {run.status}"
+            f"{run.run_id:10} {names:24} {started:19} {run.done:>6}/{run.planned:<6}  "
+            f"{run.status}{narrowed}"
         )
     return 0
 
@@ -110,8 +112,15 @@ def _report(args: argparse.Namespace) -> int:
     rows, bad = store.index(run.run_id, for_plan=False)
     for item in bad:
         print(f"agenteval: unreadable record at {item.where}: {item.problem}", file=sys.stderr)
-    last = run.sessions[-1]["counts"] if run.sessions else {}
-    summary = build_summary(run, rows, ks=args.pass_k, session_counts=last, status=run.status)
+    last = run.sessions[-1] if run.sessions else {}
+    summary = build_summary(
+        run,
+        rows,
+        ks=args.pass_k,
+        session_counts=last.get("counts", {}),
+        status=run.status,
+        load_errors=last.get("load_errors"),
+    )
     out = args.out or args.cache_dir / "agenteval" / "runs" / run.run_id
     for path in write_reports(summary, out, args.task_rule):
         print(path)

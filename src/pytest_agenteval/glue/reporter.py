@@ -41,7 +41,7 @@ class Reporter:
         self.dry_plan: dict[Key, Decision] = {}
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        state = "resuming" if self.run.resumed else "new"
+        state = "resuming" if self.run.resumed else self.run.note or "new"
         lines = [f"agenteval: run {self.run.run_id} ({state}) · store {self.store.describe()}"]
         for bad in self.run.unreadable:
             lines.append(
@@ -62,7 +62,7 @@ class Reporter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.dry:
+        if self.dry or self.run.dropped:
             return
         status = self._summarize(session, int(exitstatus))
         assert self.summary is not None
@@ -80,6 +80,7 @@ class Reporter:
                 "finished_at": time.time(),
                 "exitstatus": int(exitstatus),
                 "counts": self._session_counts(),
+                "load_errors": self.recorder.load_errors,
             },
         )
         result = gate(
@@ -125,6 +126,9 @@ class Reporter:
                 tr.write_sep("=", "agenteval plan")
                 for line in plan_lines(self.dry_plan, self.run.run_id):
                     tr.write_line(line)
+            return
+        if self.run.dropped:
+            tr.write_line(f"agenteval: no attempt selected; run {self.run.run_id} was not kept")
             return
         if self.summary is None:
             return

@@ -49,6 +49,8 @@ class RunInfo:
     done: int
     status: str
     sessions: list[dict[str, Any]]
+    narrowed_by: str | None = None
+    """What narrowed the run to part of its datasets (-k, -m, paths...); None for a whole run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +158,15 @@ class Store:
         self.claim_run(run_id)
 
     def latest_run(self, datasets: list[dict[str, str]]) -> str | None:
-        """The most recently used run of exactly these datasets."""
+        """The most recently used run of exactly these datasets that was started on all of
+        them: a narrowed run (`-k`, `-m`, a path inside a dataset...) or one with nothing
+        planned is resumed only by its id, so it can never take a whole run's place."""
         wanted = dataset_key(datasets)
         best: tuple[float, str] | None = None
         for meta in self._scan():
-            if meta["dataset_key"] == wanted and (best is None or meta["updated_at"] > best[0]):
+            if meta["dataset_key"] != wanted or meta.get("narrowed") or not meta["planned"]:
+                continue
+            if best is None or meta["updated_at"] > best[0]:
                 best = (meta["updated_at"], meta["run_id"])
         return best[1] if best else None
 
@@ -194,6 +200,7 @@ class Store:
             done,
             status,
             meta["sessions"],
+            meta.get("narrowed_by") if meta.get("narrowed") else None,
         )
 
     def runs(self) -> list[RunInfo]:
@@ -212,8 +219,18 @@ class Store:
         self._open[run_id] = files
         self._update(run_id, status="running")
 
-    def set_planned(self, run_id: str, planned: int) -> None:
-        self._update(run_id, planned=planned)
+    def set_planned(self, run_id: str, planned: int, narrowed_by: str | None = None) -> None:
+        """How many attempts the run plans, and whether it covers only part of its datasets."""
+        self._update(
+            run_id, planned=planned, narrowed=narrowed_by is not None, narrowed_by=narrowed_by
+        )
+
+    def drop_run(self, run_id: str) -> None:
+        """Remove a run this session created but never used: it selected nothing to run."""
+        files = self._open.pop(run_id, None)
+        if files is not None:
+            files.close()
+        shutil.rmtree(self.runs_dir / run_id, ignore_errors=True)
 
     def finish_run(self, run_id: str, status: str, session: dict[str, Any]) -> None:
         meta = self._meta(run_id)
