@@ -69,6 +69,7 @@ def test_sys_exit_in_the_agent_is_an_error_record(
         "reused": 0,
         "regraded": 0,
         "run": 2,
+        "load_error": 0,
     }
     assert summary["metrics"]["pass_at_k"]["1"] == 0.5
     assert result.ret == 1

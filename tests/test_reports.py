@@ -39,6 +39,7 @@ def test_summary_json_has_exact_metrics(pytester: pytest.Pytester, dataset: Data
         "reused": 0,
         "regraded": 0,
         "run": 12,
+        "load_error": 0,
     }
     assert summary["n_attempts"] == 12 and summary["status"] == "complete"
     assert summary["dataset"] == {"name": "ds", "version": "1"}

@@ -296,6 +296,7 @@ def test_an_older_damaged_run_does_not_block_resume(tmp_path: Path, store: Store
     store.finish_run("r1", "complete", {})
     damage(store, "r1", "garbage")
     store.create_run("r2", DS, {})
+    store.set_planned("r2", 1)  # a run that planned nothing is never the latest
     fresh = Store(tmp_path)
     assert fresh.latest_run(DS) == "r2"
     assert "run.json is unreadable" in fresh.problems[0].problem

@@ -138,8 +138,10 @@ def _runs(args: argparse.Namespace) -> int:
     for run in runs:
         names = "+".join(d["name"] for d in run.datasets)
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created_at))
+        narrowed = f", narrowed by {run.narrowed_by}" if run.narrowed_by else ""
         print(
-            f"{run.run_id:10} {names:24} {started:19} {run.done:>6}/{run.planned:<6}  {run.status}"
+            f"{run.run_id:10} {names:24} {started:19} {run.done:>6}/{run.planned:<6}  "
+            f"{run.status}{narrowed}"
             + (f" (died running {run.died_running})" if run.died_running else "")
         )
     return 0
@@ -159,13 +161,14 @@ def _report(args: argparse.Namespace) -> int:
         return 1
     rows, _ = store.index(run.run_id, for_plan=False)
     _print_damage(store)
-    last = run.sessions[-1].get("counts") if run.sessions else None
+    last = run.sessions[-1] if run.sessions else {}
     summary = build_summary(
         run,
         rows,
         ks=args.pass_k,
-        session_counts=last if isinstance(last, dict) else {},
+        session_counts=last.get("counts") or {},
         status=run.status,
+        load_errors=last.get("load_errors"),
         store_problems=[p.as_dict() for p in store.problems],
     )
     try:

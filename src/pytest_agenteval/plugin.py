@@ -73,14 +73,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--resume-suite",
         dest="agenteval_resume",
         action="store_true",
-        help="continue the most recent run of these datasets: reuse finished attempts.",
+        help="continue the most recent run started on these whole datasets (not narrowed by "
+        "-k, -m or paths): reuse finished attempts.",
     )
     option(
         "--agenteval-run-id",
         dest="agenteval_run_id",
         type=options.run_id,
         metavar="ID",
-        help="name this run (or, with --resume-suite, the run to continue).",
+        help="name this run (or, with --resume-suite, the run to continue, started if missing).",
     )
     option(
         "--rerun-errors",

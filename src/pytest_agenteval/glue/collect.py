@@ -143,7 +143,7 @@ class TaskFile(pytest.File):
             if isinstance(loaded, LoadFailure):
                 if runtime.settings.strict:
                     raise self.CollectError(loaded.render())
-                name = f"{loaded.label}[load-error]"
+                name = loaded.label + LOAD_ERROR
                 yield LoadErrorItem.from_parent(
                     self, name=name, nodeid=self._child_id(name), failure=loaded
                 )
@@ -185,6 +185,17 @@ def _mark(state: CollectState, config: pytest.Config, tag: str) -> pytest.MarkDe
     return getattr(pytest.mark, tag)
 
 
+LOAD_ERROR = "[load-error]"
+"""The suffix of a load-error item's name, after the task's label."""
+
+
+def load_error_label(nodeid: str) -> str | None:
+    """The task label of a load-error item's node id (None for any other node id); tolerates
+    xdist's `@group` suffix."""
+    label, found, rest = nodeid.partition("::")[2].rpartition(LOAD_ERROR)
+    return label if found and (not rest or rest.startswith("@")) else None
+
+
 class LoadErrorItem(AgentevalItem):
     """Stands for a task that could not be loaded: it errors with file, line and field."""
 
@@ -204,8 +215,21 @@ class LoadErrorItem(AgentevalItem):
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.failure.line - 1, f"agenteval: {self.name}"
 
+    @property
+    def dataset_name(self) -> str:
+        dataset = self.config.stash[RUNTIME].dataset_for(self.path)
+        return dataset.name if dataset else ""
+
     def report_extras(self) -> dict[str, Any]:
-        return {"load_error": {"path": str(self.failure.path), "message": self.failure.render()}}
+        failure = self.failure
+        return {
+            "load_error": {
+                "dataset": self.dataset_name,
+                "label": failure.label,
+                "path": str(failure.path),
+                "message": failure.render(),
+            }
+        }
 
 
 class CollectHooks:

@@ -1,4 +1,6 @@
-"""The recorder: commits each attempt's record the moment its report reaches the controller.
+"""The recorder: plans the run from what the session selected (and marks a run that covers only
+part of its datasets as narrowed), then commits each attempt's record the moment its report
+reaches the controller.
 
 Registered only in the controller (or the lone process); it is the store's one writer. Workers
 compute and put records on their reports.
@@ -12,13 +14,15 @@ from typing import Any
 
 import pytest
 
-from ..core.errors import ReportError, StoreError
+from ..core.errors import ReportError, StoreError, display_path
 from ..core.model import Key
 from ..core.records import AttemptRecord, junit_properties, parse_item_name
 from ..execution.attempt import interrupted_record
 from ..sources.dataset import TaskDef, load_task_file
-from ..store.lifecycle import OpenRun
+from ..sources.discovery import arg_path
+from ..store.lifecycle import OpenRun, narrowing
 from ..store.runs import Store
+from .collect import LoadErrorItem, load_error_label
 from .items import AttemptItem
 from .runtime import Runtime
 from .settings import dry_run
@@ -57,29 +61,55 @@ class Recorder:
         if dsession is not None:  # xdist's controller loop checks its own flag
             dsession.shouldstop = self.failures[0]
 
+    @pytest.hookimpl(tryfirst=True)  # before the spec cache is saved and emptied
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self._planned([i.key for i in session.items if isinstance(i, AttemptItem)])
+        keys: list[Key] = []
+        broken: set[tuple[str, str]] = set()
+        for item in session.items:
+            if isinstance(item, AttemptItem):
+                keys.append(item.key)
+            elif isinstance(item, LoadErrorItem):
+                broken.add((item.dataset_name, item.failure.label))
+        self._selected(keys, broken)
 
     def node_collected(self, ids: list[str]) -> None:
-        """Under xdist: what the first worker collected is this session's plan."""
+        """Under xdist: what the first worker collected is this session's selection."""
         if self.collected_once:
             return
         self.collected_once = True
-        keys = []
+        keys: list[Key] = []
+        broken: set[tuple[str, str]] = set()
         for nodeid in ids:
-            parsed = parse_item_name(nodeid)
             dataset = self._dataset_of(nodeid)
-            if parsed and dataset:
+            parsed = parse_item_name(nodeid)
+            label = load_error_label(nodeid)
+            if dataset and parsed:
                 keys.append((dataset, *parsed))
-        self._planned(keys)
+            elif dataset and label is not None:
+                broken.add((dataset, label))
+        self._selected(keys, broken)
 
-    def _planned(self, keys: list[Key]) -> None:
+    def _selected(self, keys: list[Key], broken: set[tuple[str, str]]) -> None:
+        """Plan the run from what this session selected, and mark it narrowed when that is not
+        every attempt of its datasets: a new run that selected nothing is not kept at all."""
+        if self.dry:
+            return
+        run = self.run
+        if not keys and not broken and not run.resumed:
+            self.store.drop_run(run.run_id)
+            run.dropped = True
+            return
+        whole = {k for k in self.runtime.whole_keys() if k[:2] not in broken}
+        narrowed_by = narrowing(keys, whole, _narrowing_hints(self.config, self.runtime))
+        if run.resumed and narrowed_by is not None:
+            narrowed_by = run.narrowed_by  # a narrowed session continues the run as it is
         self.planned_keys.update(keys)
-        if not self.dry:
-            try:
-                self.store.set_planned(self.run.run_id, len(self.planned_keys))
-            except StoreError as exc:
-                self.failed(exc)
+        if narrowed_by is None:
+            self.planned_keys.update(whole)
+        try:
+            self.store.set_planned(run.run_id, len(self.planned_keys), narrowed_by)
+        except StoreError as exc:
+            self.failed(exc)
 
     def _dataset_of(self, nodeid: str) -> str | None:
         dataset = self.runtime.dataset_for(self._path_of(nodeid))
@@ -96,7 +126,7 @@ class Recorder:
                 self.other_failures += 1
             return (yield)
         if "load_error" in info:
-            self.load_errors.append(info["load_error"])
+            self._load_error(info["load_error"])
             return (yield)
         self.actions[info["action"]] += 1
         data = info.get("record")
@@ -110,6 +140,12 @@ class Recorder:
         if info.get("crashed"):
             self._close_crashed(report)
         return result
+
+    def _load_error(self, error: dict[str, str]) -> None:
+        """Count each broken task once (also if a report should come twice)."""
+        where = (error["path"], error["label"])
+        if where not in {(e["path"], e["label"]) for e in self.load_errors}:
+            self.load_errors.append(error)
 
     def _commit(self, record: AttemptRecord) -> None:
         replaces = self.runtime.plan.stored(record.key) is not None
@@ -182,3 +218,32 @@ class Recorder:
         )
         closing.node = getattr(report, "node", None)  # type: ignore[attr-defined]
         self.config.hook.pytest_runtest_logreport(report=closing)
+
+
+_NARROWING_OPTIONS = (
+    ("keyword", "-k"),
+    ("markexpr", "-m"),
+    ("lf", "--lf"),
+    ("deselect", "--deselect"),
+    ("stepwise", "--sw"),
+)
+
+
+def _narrowing_hints(config: pytest.Config, runtime: Runtime) -> list[str]:
+    """The options and paths of this session that select part of a dataset, for run.json."""
+    hints = []
+    for dest, flag in _NARROWING_OPTIONS:
+        value = getattr(config.option, dest, None)
+        if value:
+            hints.append(flag if value is True else f"{flag} {_shown(value)}")
+    base = config.invocation_params.dir
+    roots = [dataset.root for dataset in runtime.datasets]
+    for arg in config.args:
+        path = arg_path(base, arg)
+        if any(path != root and path.is_relative_to(root) for root in roots):
+            hints.append(display_path(arg))
+    return hints
+
+
+def _shown(value: object) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else repr(value)

@@ -42,7 +42,7 @@ class Reporter:
         self.dry_plan: dict[Key, Decision] = {}
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        state = "resuming" if self.run.resumed else "new"
+        state = "resuming" if self.run.resumed else self.run.note or "new"
         lines = [f"agenteval: run {self.run.run_id} ({state}) · store {self.store.describe()}"]
         if self.run.died_running:
             lines.append(
@@ -63,7 +63,7 @@ class Reporter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.dry:
+        if self.dry or self.run.dropped:
             return
         status = self._summarize(session, int(exitstatus))
         assert self.summary is not None
@@ -82,6 +82,7 @@ class Reporter:
             "finished_at": time.time(),
             "exitstatus": int(exitstatus),
             "counts": self._session_counts(),
+            "load_errors": self.recorder.load_errors,
         }
         try:
             self.store.finish_run(self.run.run_id, status, session_entry)
@@ -135,6 +136,9 @@ class Reporter:
                     tr.write_line(line)
                 for line in store_damage_lines([p.as_dict() for p in self.store.problems]):
                     tr.write_line(line)
+            return
+        if self.run.dropped:
+            tr.write_line(f"agenteval: no attempt selected; run {self.run.run_id} was not kept")
             return
         if self.summary is not None:
             tr.write_sep("=", "agenteval")

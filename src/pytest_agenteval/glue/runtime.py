@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from ..core.errors import AgentError
-from ..core.model import AnyAgentSpec, GraderSpec, TaskSpec
+from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
 from ..execution.agents import AgentResolver, spec_label
 from ..execution.attempt import AttemptRunner
-from ..sources.dataset import Dataset, TaskDef
+from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import SpecCache
 from ..store.plan import Plan
 from .settings import Settings
@@ -55,6 +55,25 @@ class Runtime:
     def attempts_for(self, dataset: Dataset) -> int:
         """`--attempts`, else ini `agenteval_attempts`, else the manifest default, else 1."""
         return self.settings.attempts or dataset.manifest.defaults.attempts or 1
+
+    def all_tasks(self) -> Iterator[TaskDef]:
+        """Every task the manifests define (their `tasks:` globs) that loads, whatever this
+        session selects; graders are not built (their problems show when it is collected)."""
+        for dataset in self.datasets:
+            for path in dataset.task_files():
+                if self.dataset_for(path) is not dataset:  # a nested dataset's file
+                    continue
+                for loaded in load_task_file(path, dataset, cache=self.specs):
+                    if isinstance(loaded, TaskDef):
+                        yield loaded
+
+    def whole_keys(self) -> set[Key]:
+        """Every attempt a session must select to be a run of its datasets whole."""
+        return {
+            (task.dataset.name, task.id, attempt)
+            for task in self.all_tasks()
+            for attempt in range(self.attempts_for(task.dataset))
+        }
 
     def grader_factory(self, dataset: Dataset) -> Callable[[GraderSpec, TaskSpec], Any]:
         def make(spec: GraderSpec, task: TaskSpec) -> Any:

@@ -12,7 +12,6 @@ import pytest
 from ..core.errors import StoreError
 from ..core.model import Key
 from ..core.records import plan_key
-from ..sources.dataset import TaskDef, load_task_file
 from ..store.plan import Plan
 from .recorder import Recorder
 from .runtime import RUNTIME, Runtime
@@ -55,22 +54,13 @@ class XdistHooks:
 def _regrades(runtime: Runtime) -> dict[str, Any]:
     """The stored records the plan will regrade, without their history."""
     found = {}
-    for task in _tasks(runtime):
+    for task in runtime.all_tasks():
         for attempt in range(runtime.attempts_for(task.dataset)):
             key: Key = (task.dataset.name, task.id, attempt)
             decision = runtime.plan.decide(key, task.digest, task.run_digest, task.regradable)
             if decision.record is not None:
                 found[plan_key(key)] = decision.record.with_previous(())
     return found
-
-
-def _tasks(runtime: Runtime) -> list[TaskDef]:
-    tasks = []
-    for dataset in runtime.datasets:
-        for path in dataset.task_files():
-            loaded = load_task_file(path, dataset, cache=runtime.specs)
-            tasks += [t for t in loaded if isinstance(t, TaskDef)]
-    return tasks
 
 
 def worker_setup(config: pytest.Config) -> None:

@@ -115,8 +115,11 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
             f"| {_md(task['task_id'])} | {task['c']}/{task['n']} | {task['errors']} | "
             f"{fmt(task['pass_at_k'].get('1'))} | {ok} | {reason} |"
         )
-    for err in summary["load_errors"]:
-        lines.append(f"\n**load error** `{_md(err['path'])}`: {_md(excerpt(err['message'], 300))}")
+    broken = summary["load_errors"]
+    if broken:
+        heading = f"**{_plural(len(broken), 'task')} could not be loaded** (not evaluated):"
+        lines += ["", heading, ""]
+        lines += [f"- {_md(_label(e))}: {_md(excerpt(e['message'], 300))}" for e in broken]
     for damage in summary.get("store_problems", []):
         lines.append(
             f"\n**store damage** `{_md(damage['where'])}`: {_md(damage['problem'])}; "
@@ -135,8 +138,23 @@ def _pass_rate(task: dict[str, Any]) -> tuple[float, str]:
 
 def _counts_line(counts: dict[str, int]) -> str:
     text = f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors"
+    if counts.get("load_error"):
+        text += f", {_plural(counts['load_error'], 'load error')}"
     extra = [f"{counts[k]} {k}" for k in ("reused", "regraded") if counts.get(k)]
     return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _first_line(text: str) -> str:
+    return text.partition("\n")[0]
+
+
+def _label(error: dict[str, str]) -> str:
+    """A load error's task: its id, or its file when no id could be read."""
+    return error.get("label") or error["path"]
 
 
 # --- JUnit (one testcase per task) -------------------------------------------------------------
@@ -145,14 +163,17 @@ def _counts_line(counts: dict[str, int]) -> str:
 def write_junit(summary: dict[str, Any], rule: str, out: TextIO) -> None:
     """Per-task JUnit XML: the document and suite built with junitparser, then the testcases
     streamed one at a time (a whole tree of 10,000 tasks held 25 MiB and serialized slower)."""
-    tasks = summary["tasks"]
+    tasks, broken = summary["tasks"], summary["load_errors"]
     kinds = [_task_kind(task, rule) for task in tasks]
     durations = [sum(a["duration"] for a in task["attempts"]) for task in tasks]
-    head, tail = _junit_document(summary, rule, kinds, sum(durations)).rsplit("</testsuite>", 1)
+    document = _junit_document(summary, rule, kinds + ["error"] * len(broken), sum(durations))
+    head, tail = document.rsplit("</testsuite>", 1)
     out.write("<?xml version='1.0' encoding='utf-8'?>\n" + head)
     properties: dict[tuple[int, int, int], str] = {}
     for task, kind, duration in zip(tasks, kinds, durations, strict=True):
         out.write(_task_case(task, rule, kind, duration, properties))
+    for error in broken:
+        out.write(_load_error_case(error, summary["dataset"]["name"]))
     out.write("</testsuite>" + tail + "\n")
 
 
@@ -223,6 +244,20 @@ def _task_case(
     )
 
 
+def _load_error_case(error: dict[str, str], dataset: str) -> str:
+    """A task that could not be loaded: an <error> testcase named after it, whose message is
+    the `file:line: at field: problem` line, so CI counts a broken task file as an error."""
+    message = error["message"]
+    element = ET.Element("error", message=xml_safe(_first_line(message)), type="load error")
+    element.text = xml_safe(message)
+    name = quoteattr(xml_safe(_label(error)))
+    classname = quoteattr(xml_safe(error.get("dataset") or dataset))
+    return (
+        f'<testcase name={name} classname={classname} time="0.000">'
+        f"{ET.tostring(element, encoding='unicode')}</testcase>"
+    )
+
+
 def _properties(task: dict[str, Any]) -> ET.Element:
     element = ET.Element("properties")
     for name, value in (
@@ -254,6 +289,13 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
     if m["pass_at_1_stderr"] is not None:
         low, high = m["pass_at_1_ci95"]
         lines[-2] += f"   (pass@1 ±{fmt(m['pass_at_1_stderr'])}, 95% CI {fmt(low)}-{fmt(high)})"
+    broken = summary["load_errors"]
+    if broken:
+        lines.append(f"{_plural(len(broken), 'task')} could not be loaded (not evaluated):")
+        shown_errors = broken if verbose else broken[:LOWEST_SHOWN]
+        lines += [f"  {_label(e)}: {_first_line(e['message'])}" for e in shown_errors]
+        if len(broken) > len(shown_errors):
+            lines.append(f"  ... {len(broken) - len(shown_errors)} more (-v shows all)")
     tot = summary["totals"]
     if tot["input_tokens"] is not None or tot["output_tokens"] is not None:
         lines.append(f"tokens {tot['input_tokens'] or 0} in / {tot['output_tokens'] or 0} out")

@@ -78,12 +78,14 @@ class Summary(BaseModel):
     status: str
     n_attempts: int
     counts: dict[str, int]
-    """pass / fail / error over the run; reused / regraded / run in the last session."""
+    """pass / fail / error over the run; reused / regraded / run in the last session;
+    load_error: the tasks (or task files) that could not be loaded in the last session."""
     metrics: Metrics
     totals: dict[str, float | int | None]
     tags: dict[str, Metrics]
     tasks: list[TaskSummary]
     load_errors: list[dict[str, str]] = []
+    """Tasks that could not be loaded: dataset, label (task id or file), path, message."""
     store_problems: list[StoreProblemSummary] = []
     """Damage in the run store found while the run was resumed or summarized."""
 
@@ -102,6 +104,7 @@ def build_summary(
     tasks = task_metrics(rows, ks)
     chosen = list(ks) if ks else default_ks(tasks)
     tot = totals(rows)
+    load_errors = sorted(load_errors or [], key=lambda e: (e["path"], e.get("label", "")))
     estimates: dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any]]] = {}
     by_task: dict[tuple[str, str], list[IndexRow]] = {}
     for row in rows:
@@ -116,7 +119,7 @@ def build_summary(
         "finished_at": time.time(),
         "status": status,
         "n_attempts": len(rows),
-        "counts": {**tot.counts, **session_counts},
+        "counts": {**tot.counts, **session_counts, "load_error": len(load_errors)},
         "metrics": _group_json(group_metrics(tasks, chosen)),
         "totals": {
             "mean_score": tot.mean_score,
@@ -128,7 +131,7 @@ def build_summary(
         },
         "tags": {tag: _group_json(g) for tag, g in tag_metrics(tasks, chosen).items()},
         "tasks": [_task_json(t, by_task[(t.dataset, t.task_id)], estimates) for t in tasks],
-        "load_errors": load_errors or [],
+        "load_errors": load_errors,
         "store_problems": store_problems or [],
     }
 

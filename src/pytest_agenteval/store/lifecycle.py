@@ -1,4 +1,5 @@
-"""A run's life in the store: create it, or resume it (agent drift checked, plan made once).
+"""A run's life in the store: create it, or resume it (agent drift checked, plan made once),
+and tell a run of whole datasets from a narrowed one.
 
 Pure: raises StoreError with the message a user reads; the pytest glue turns it into a usage
 error before anything runs.
@@ -6,10 +7,12 @@ error before anything runs.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import StoreError
+from ..core.model import Key
 from .plan import Plan, make_plan
 from .runs import Store, dataset_key, new_run_id
 
@@ -39,27 +42,42 @@ class OpenRun:
     plan: Plan = field(default_factory=Plan)
     died_running: str | None = None
     """The attempt whose agent was running when the run's last session died."""
+    note: str = ""
+    """How the header describes a new run, when plain "new" would not say enough."""
+    narrowed_by: str | None = None
+    """A resumed run's own narrowing (None: it covers its datasets whole)."""
+    dropped: bool = False
+    """The session selected nothing, so its new run was removed again."""
 
 
 def open_run(store: Store, request: RunRequest) -> OpenRun:
-    """Create the run, or continue the one asked for; its lock is held from here on."""
+    """Create the run, or continue the one asked for; its lock is held from here on.
+
+    `--resume-suite` with a run id that does not exist yet starts that run, so a CI job can be
+    retried with the same command line."""
     if request.resume or request.rerun_all:
         return _resume(store, request)
-    run_id = request.run_id or new_run_id()
+    return _create(store, request, request.run_id or new_run_id())
+
+
+def _create(store: Store, request: RunRequest, run_id: str, note: str = "") -> OpenRun:
     if not request.dry:
         store.create_run(run_id, request.datasets, request.fingerprint)
-    return OpenRun(run_id, resumed=False)
+    return OpenRun(run_id, resumed=False, note=note)
 
 
 def _resume(store: Store, request: RunRequest) -> OpenRun:
     names = dataset_key(request.datasets)
     run_id = request.run_id or store.latest_run(request.datasets)
     info = store.run(run_id) if run_id else None
+    if info is None and request.run_id:
+        return _create(store, request, request.run_id, "new: nothing to resume yet")
     if info is None:
-        which = f"run {run_id!r}" if request.run_id else f"run of dataset {names}"
         raise StoreError(
-            f"--resume-suite: no {which} in {store.describe()}; nothing was started. "
-            "Run without --resume-suite first (`agenteval runs` lists stored runs)"
+            f"--resume-suite: no run of dataset {names} in {store.describe()}; nothing was "
+            "started. Run without --resume-suite first; a run of part of the dataset (-k, -m, "
+            "a path inside it) is resumed only by its id (--agenteval-run-id ID; "
+            "`agenteval runs` lists stored runs)"
         )
     stored = dataset_key(info.datasets)
     if stored != names:
@@ -76,7 +94,18 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
     plan.fetch = lambda key: store.record(info.run_id, key)
     if not request.dry:
         store.claim_run(info.run_id)
-    return OpenRun(info.run_id, True, plan, info.died_running)
+    return OpenRun(info.run_id, True, plan, info.died_running, narrowed_by=info.narrowed_by)
+
+
+def narrowing(selected: Collection[Key], whole: Collection[Key], how: Sequence[str]) -> str | None:
+    """Why a session's selection is less than its datasets' every attempt (None: it is all of
+    them); `how` names the options and paths that may have narrowed it."""
+    chosen = set(selected)
+    missing = sum(1 for key in whole if key not in chosen)
+    if not missing:
+        return None
+    count = f"{len(whole) - missing} of {len(whole)} attempts"
+    return f"{', '.join(how)} ({count})" if how else count
 
 
 def fingerprint_drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

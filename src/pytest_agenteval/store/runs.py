@@ -68,6 +68,8 @@ class RunInfo:
     sessions: list[dict[str, Any]]
     died_running: str | None = None
     """The attempt whose agent was running when the run's last session died, if one was."""
+    narrowed_by: str | None = None
+    """What narrowed the run to part of its datasets (-k, -m, paths...); None for a whole run."""
 
 
 class RunFileError(StoreError):
@@ -159,7 +161,9 @@ class Store:
         self.claim_run(run_id)
 
     def latest_run(self, datasets: list[dict[str, str]]) -> str | None:
-        """The most recently used run of exactly these datasets.
+        """The most recently used run of exactly these datasets that was started on all of
+        them: a narrowed run (`-k`, `-m`, a path inside a dataset...) or one with nothing
+        planned is resumed only by its id, so it can never take a whole run's place.
 
         A damaged run that may be more recent is never passed over in silence: that raises a
         StoreError naming the run and how to repair it.
@@ -170,7 +174,12 @@ class Store:
         for run_id, meta in self._scan():
             if isinstance(meta, StoreError):
                 damaged.append((run_id, meta))
-            elif meta["dataset_key"] == wanted and (best is None or meta["updated_at"] > best[0]):
+            elif (
+                meta["dataset_key"] == wanted
+                and not meta.get("narrowed")
+                and meta["planned"]
+                and (best is None or meta["updated_at"] > best[0])
+            ):
                 best = (meta["updated_at"], run_id)
         for run_id, error in damaged:
             used = self._last_used(run_id, wanted)
@@ -229,6 +238,7 @@ class Store:
             status,
             meta["sessions"],
             died_running,
+            meta.get("narrowed_by") if meta.get("narrowed") else None,
         )
 
     def runs(self) -> list[RunInfo]:
@@ -271,8 +281,18 @@ class Store:
         """Name the attempt whose agent runs now ("" when none does); see RunInfo."""
         self._open[run_id].note_running(attempt)
 
-    def set_planned(self, run_id: str, planned: int) -> None:
-        self._update(run_id, planned=planned)
+    def set_planned(self, run_id: str, planned: int, narrowed_by: str | None = None) -> None:
+        """How many attempts the run plans, and whether it covers only part of its datasets."""
+        self._update(
+            run_id, planned=planned, narrowed=narrowed_by is not None, narrowed_by=narrowed_by
+        )
+
+    def drop_run(self, run_id: str) -> None:
+        """Remove a run this session created but never used: it selected nothing to run."""
+        files = self._open.pop(run_id, None)
+        if files is not None:
+            files.close()
+        shutil.rmtree(self.runs_dir / run_id, ignore_errors=True)
 
     def finish_run(self, run_id: str, status: str, session: dict[str, Any]) -> None:
         """Record how the session ended and release the run, also when run.json cannot be
