@@ -51,6 +51,13 @@ class Metrics(BaseModel):
     pass_at_1_ci95: list[float] | None = None
 
 
+class AgentErrorSummary(BaseModel):
+    message: str
+    """`path:line: at agent: problem`, and a `Hint:` line when something is close."""
+    attempts: int
+    """How many attempts of the last session did not start because of it."""
+
+
 class Summary(BaseModel):
     """summary.json. Errored attempts count as not passed in pass@k / pass^k."""
 
@@ -64,6 +71,8 @@ class Summary(BaseModel):
     created_at: float
     finished_at: float
     status: str
+    agent_errors: list[AgentErrorSummary] = []
+    """Agents that could not be built; their attempts did not run and are not recorded."""
     n_attempts: int
     counts: dict[str, int]
     """pass / fail / error over the run; reused / regraded / run in the last session."""
@@ -81,6 +90,7 @@ def build_summary(
     ks: Sequence[int] | None,
     session_counts: dict[str, int],
     status: str,
+    agent_errors: list[dict[str, Any]] | None = None,
     load_errors: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """summary.json as plain types; the same records always give the same summary."""
@@ -100,6 +110,7 @@ def build_summary(
         "created_at": run.created_at,
         "finished_at": time.time(),
         "status": status,
+        "agent_errors": agent_errors or [],
         "n_attempts": len(rows),
         "counts": {**tot.counts, **session_counts},
         "metrics": _group_json(group_metrics(tasks, chosen)),

@@ -215,6 +215,10 @@ class Store:
     def set_planned(self, run_id: str, planned: int) -> None:
         self._update(run_id, planned=planned)
 
+    def set_agent(self, run_id: str, agent: dict[str, Any]) -> None:
+        """Replace the run's agent fingerprint (only while it has no records)."""
+        self._update(run_id, agent=agent)
+
     def finish_run(self, run_id: str, status: str, session: dict[str, Any]) -> None:
         meta = self._meta(run_id)
         self._update(run_id, status=status, sessions=[*meta["sessions"], session])
