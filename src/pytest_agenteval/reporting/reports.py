@@ -111,7 +111,7 @@ def _interval(m: dict[str, Any]) -> str:
     )
 
 
-def agent_error_lines(errors: list[dict[str, Any]]) -> list[str]:
+def _agent_error_lines(errors: list[dict[str, Any]]) -> list[str]:
     """Agents that could not be built, each once, with the attempts that did not start."""
     if not errors:
         return []
@@ -248,7 +248,7 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
         f"run {summary['run_id']} ({summary['status']}) · dataset {ds['name']} {ds['version']} · "
         f"{m['n_tasks']} tasks, {summary['n_attempts']} attempts",
         _counts_line(counts) + (f"; {counts.get('run', 0)} run now" if "run" in counts else ""),
-        *agent_error_lines(summary.get("agent_errors", [])),
+        *_agent_error_lines(summary.get("agent_errors", [])),
         "pass@k " + "  ".join(f"@{k} {fmt(v)}" for k, v in m["pass_at_k"].items()),
         "pass^k " + "  ".join(f"^{k} {fmt(v)}" for k, v in m["pass_power_k"].items()),
     ]

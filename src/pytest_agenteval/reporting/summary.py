@@ -52,6 +52,8 @@ class Metrics(BaseModel):
 
 
 class AgentErrorSummary(BaseModel):
+    """An agent that could not be built: its attempts did not start and are not recorded."""
+
     message: str
     """`path:line: at agent: problem`, and a `Hint:` line when something is close."""
     attempts: int
