@@ -41,6 +41,15 @@ class TaskSummary(BaseModel):
     attempts: list[AttemptSummary]
 
 
+class AgentErrorSummary(BaseModel):
+    """An agent that could not be built: its attempts did not start and are not recorded."""
+
+    message: str
+    """`path:line: at agent: problem`, and a `Hint:` line when something is close."""
+    attempts: int
+    """How many attempts of the last session did not start because of it."""
+
+
 class Metrics(BaseModel):
     pass_at_k: dict[str, float | None]
     """Mean over tasks with at least k attempts; keys are k as strings."""
@@ -49,15 +58,6 @@ class Metrics(BaseModel):
     n_tasks: int
     pass_at_1_stderr: float | None = None
     pass_at_1_ci95: list[float] | None = None
-
-
-class AgentErrorSummary(BaseModel):
-    """An agent that could not be built: its attempts did not start and are not recorded."""
-
-    message: str
-    """`path:line: at agent: problem`, and a `Hint:` line when something is close."""
-    attempts: int
-    """How many attempts of the last session did not start because of it."""
 
 
 class Summary(BaseModel):
