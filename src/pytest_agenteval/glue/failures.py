@@ -66,16 +66,18 @@ def _user_frames(excinfo: ExceptionInfo[BaseException]) -> Any:
 
 def junit_error_message(config: pytest.Config, report: pytest.TestReport) -> None:
     """pytest's --junitxml writes a setup error's message as `failed on setup with "..."`;
-    an attempt's error says what happened instead (its crash message, e.g. `RuntimeError: x`).
+    an attempt's error says what happened instead (its crash message, e.g. `RuntimeError: x`,
+    or the first line of a worker crash's report).
 
     Called right after the junitxml plugin saw the report: it sets the message of the
     `<error>` element it just added (pytest offers no hook for it)."""
     from _pytest.junitxml import shorten_message, xml_key
 
     xml = config.stash.get(xml_key, None)
-    crash = getattr(report.longrepr, "reprcrash", None)
-    if xml is None or crash is None:
+    if xml is None or report.longrepr is None:
         return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = crash.message if crash is not None else str(report.longrepr).partition("\n")[0]
     nodes = xml.node_reporter(report).nodes
     if nodes and nodes[-1].tag == "error":
-        nodes[-1].set("message", xml_safe(shorten_message(clean_text(crash.message))))
+        nodes[-1].set("message", xml_safe(shorten_message(clean_text(message))))
