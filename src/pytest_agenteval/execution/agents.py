@@ -152,7 +152,10 @@ def _programs_on(search: str | None) -> set[str]:
 
 def unknown_agent_kind(kind: str, known: list[str]) -> AgentUnavailable:
     """The error for an agent kind no plugin provides."""
-    hint = did_you_mean(kind, known) or "agent kinds: " + ", ".join(sorted(known))
+    hint = did_you_mean(kind, known) or (
+        f"built-in kinds: {', '.join(sorted(known))}; other kinds come from plugins "
+        "implementing pytest_agenteval_make_agent (is the plugin installed?)"
+    )
     return AgentUnavailable(f"unknown agent kind {kind!r}", hint=hint)
 
 
