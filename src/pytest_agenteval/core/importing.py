@@ -64,7 +64,7 @@ def _resolve(ref: str, base: Path) -> Callable[..., Any]:
             raise UnresolvedReference(f"{where!r} has no attribute {name!r}", hint) from None
     if not callable(obj):
         raise UnresolvedReference(f"{ref!r} is not callable")
-    return obj
+    return obj  # type: ignore[no-any-return]
 
 
 def _is_path(where: str) -> bool:
