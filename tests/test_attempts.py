@@ -34,7 +34,7 @@ def test_wrong_answer_is_a_failure_with_a_readable_report(
     result.stdout.fnmatch_lines(
         [
             "*agenteval: q[[]attempt-1[]]*",
-            "q [[]attempt 1[]] failed",
+            "q [[]attempt 1[]] failed: equals: expected '42', got '41'",
             "  [[]FAIL[]] equals: expected '42', got '41'",
             "  [[]pass[]] contains: contains '4'",
             "expected: 42",
@@ -107,12 +107,18 @@ def test_agent_problems_are_errors_with_advice(
     dataset({"a.yaml": task("ok")}, manifest={"agent": "nosuchmodule:run"})
     result = pytester.runpytest("--agenteval", "ds")
     result.stdout.fnmatch_lines(
-        ["*error: cannot load agent 'nosuchmodule:run': cannot import module 'nosuchmodule'*"]
+        [
+            "*not run: ds/agenteval.yaml:1: at agent: cannot load agent 'nosuchmodule:run': "
+            "no module named 'nosuchmodule'"
+        ]
     )
     dataset({"a.yaml": task("ok")}, manifest={"agent": None})
     result = pytester.runpytest("--agenteval", "ds")
     result.stdout.fnmatch_lines(
-        ["*error: no agent for task 'a'", "set `agent:` in agenteval.yaml*"]
+        [
+            "*not run: ds/agenteval.yaml:1: at agent: no agent for the tasks of this dataset",
+            "*Hint: set `agent:` in agenteval.yaml*",
+        ]
     )
     pytester.makepyfile(bad_agent="def run(task):\n    return 42\n")
     result = pytester.runpytest("--agenteval", "ds", "--agenteval-agent", "bad_agent:run")
@@ -452,10 +458,11 @@ def test_custom_agent_kind_from_a_plugin_hook(
     )
     result = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "-s")
     result.assert_outcomes(passed=4, errors=2)
+    assert "PydanticSerializationUnexpectedValue" not in result.stdout.str()
     result.stdout.fnmatch_lines(
         [
             "*BUILT 2",
-            "*c [[]attempt 0[]] error: unknown agent kind 'ecko'*",
-            "built-in kinds: callable, command; other kinds come from plugins*",
+            "*ds/c.yaml:1: at agent: unknown agent kind 'ecko'*",
+            "*built-in kinds: callable, command; other kinds come from plugins*",
         ]
     )

@@ -124,8 +124,11 @@ def test_python_grader_fills_parameters_by_name(tmp_path: Path) -> None:
         assert verdict.passed and verdict.score == 0.6 and verdict.reason == "length score"
         with pytest.raises(GraderSpecError, match="parameter 'nonsense' cannot be filled"):
             grade({"python": "checks:bad"}, "a")
-        with pytest.raises(GraderSpecError, match="cannot import module 'nope'"):
+        with pytest.raises(GraderSpecError, match="no module named 'nope'"):
             grade({"python": "nope:f"}, "a")
+        with pytest.raises(GraderSpecError, match="has no attribute 'exat'") as info:
+            grade({"python": "checks:exat"}, "a")
+        assert info.value.hint == "did you mean 'exact'?"
         with pytest.raises(GraderError, match="returned 'yes'"):
             grade({"python": "checks:weird"}, "a")
     finally:

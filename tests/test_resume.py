@@ -117,13 +117,14 @@ def test_full_replay_runs_nothing_and_replays_verdicts(
     assert len(dataset.calls()) == calls
     again.stdout.fnmatch_lines(
         [
-            "a [[]attempt 1[]] failed (replayed from the stored record)",
+            "a [[]attempt 1[]] failed (replayed from the stored record): "
+            "equals: expected 'ok', got 'no'",
             "  [[]FAIL[]] equals: expected 'ok', got 'no'",
         ]
     )
     again.stdout.fnmatch_lines(
         [
-            "*e [[]attempt 0[]] errored (replayed from the stored record)",
+            "*e [[]attempt 0[]] errored (replayed from the stored record): RuntimeError: x",
             "error: Traceback*",
             "*RuntimeError: x",
         ]

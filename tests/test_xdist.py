@@ -61,6 +61,8 @@ def test_worker_death_is_an_error_and_the_run_goes_on(
         and props["status"] == "error"
         and props["task_id"] == "dies"
     )
+    message = cases["dies[attempt-0]"].result[0].message
+    assert message.startswith("worker 'gw") and "crashed while running" in message
 
 
 def test_stop_early_then_resume(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:

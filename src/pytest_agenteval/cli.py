@@ -12,15 +12,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .core import options
 from .core.errors import AgentevalError
 
 if TYPE_CHECKING:
-    from .core.model import GraderSpec, TaskSpec
-    from .sources.dataset import Dataset
     from .store.runs import Store
 
 SIGPIPE_EXIT = 141
@@ -197,40 +195,28 @@ def _repair(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    """Load each dataset; then collect them as `pytest --co` would (conftest plugins included)
+    and build every grader and every task's agent, starting nothing."""
     from .core.errors import TaskFileError
-    from .execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
-    from .sources.dataset import load_dataset, load_task_file
-    from .sources.taskfile import LoadFailure
+    from .sources.dataset import load_dataset
 
-    problems = tasks = 0
+    problems, roots = 0, []
     for root in args.datasets:
         try:
-            dataset = load_dataset(root)
+            load_dataset(root)
         except TaskFileError as exc:
             print(exc.render())
             problems += 1
             continue
+        roots.append(root)
+    tasks = 0
+    if roots:
+        from .glue.validate import validate  # imports pytest
 
-        def make(spec: GraderSpec, task: TaskSpec, dataset: Dataset = dataset) -> Any:
-            grader = make_builtin_grader(spec, task, dataset.root)
-            if grader is None:
-                raise unknown_grader(spec.type, list(BUILTIN_GRADERS))
-            return grader
-
-        seen: dict[str, Path] = {}
-        for path in dataset.task_files():
-            for loaded in load_task_file(path, dataset, make):
-                if isinstance(loaded, LoadFailure):
-                    print(loaded.render())
-                    problems += 1
-                elif seen.setdefault(loaded.id, path) != path:
-                    print(
-                        f"{path}:{loaded.line}: at id: duplicate task id {loaded.id!r}, "
-                        f"first defined in {seen[loaded.id]}"
-                    )
-                    problems += 1
-                else:
-                    tasks += 1
+        lines, tasks, found = validate(roots)
+        for line in lines:
+            print(line)
+        problems += found
     print(f"{tasks} tasks valid, {problems} problems")
     return 1 if problems else 0
 

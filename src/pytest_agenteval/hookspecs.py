@@ -28,8 +28,10 @@ def pytest_agenteval_make_agent(spec: AnyAgentSpec, dataset_root: Path) -> Any:
 
     `spec` is a `PluginAgentSpec` (`type` and `options`) for a kind written as `{kind: {...}}`
     in a manifest or task, else a built-in spec. Return a callable taking the `Task` (sync or
-    `async def`) that returns a str or an AgentResult. Raise `pytest_agenteval.AgentError`
-    for bad options. The built-in kinds (`callable`, `command`) answer last.
+    `async def`) that returns a str or an AgentResult; start nothing yet (a run that replays
+    everything builds no agent). Raise `pytest_agenteval.AgentError` for bad options: it is
+    reported once, at the spec's line, and the attempts of that agent do not run (nothing is
+    recorded for them). The built-in kinds (`callable`, `command`) answer last.
     """
 
 

@@ -226,7 +226,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     # A bad file must fail alone, as its own collector, under --agenteval-strict.
     config.stash[CollectState.KEY] = CollectState(set() if settings.strict else whole_roots)
-    config.pluginmanager.register(TaskHooks(), "agenteval-tasks")
+    config.pluginmanager.register(TaskHooks(config), "agenteval-tasks")
     hooks = CollectHooks({root: p for root, (_, p) in parts.items() if p is not None})
     config.pluginmanager.register(hooks, "agenteval-collect")
     # Cleanups run last-in first-out and pytest's builtin plugins register theirs after this

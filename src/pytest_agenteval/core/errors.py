@@ -58,6 +58,26 @@ class GraderError(AgentError):
     """A grader could not judge the output (it crashed, or its command could not run)."""
 
 
+class AgentUnavailable(AgentevalError):
+    """The agent a spec names cannot be built: a module, file, function or program that does
+    not exist, or a plugin that refused its options. Its attempts never start, so nothing is
+    recorded for them and a resume after the fix runs them."""
+
+    def __init__(self, problem: str, *, hint: str | None = None, where: str = "") -> None:
+        self.problem = problem
+        self.hint = hint
+        self.where = where
+        """`path:line: at field` of the agent spec (or the option naming it), once known."""
+        super().__init__(self.render())
+
+    def located(self, where: str) -> AgentUnavailable:
+        return AgentUnavailable(self.problem, hint=self.hint, where=where)
+
+    def render(self) -> str:
+        text = f"{self.where}: {self.problem}" if self.where else self.problem
+        return f"{text}\nHint: {self.hint}" if self.hint else text
+
+
 class GraderSpecError(ValueError):
     """A grader spec that cannot be built; `option` names the offending option, if any."""
 

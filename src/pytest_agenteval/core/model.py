@@ -70,6 +70,8 @@ class PluginAgentSpec(UserModel):
 
 
 def _agent_kind(value: Any) -> str:
+    if isinstance(value, UserModel):  # serializing: the model says which kind it is
+        return _KIND_TAGS[type(value).__name__]
     if isinstance(value, dict) and "command" in value:
         return "command-agent"
     if isinstance(value, dict) and "callable" not in value:
@@ -97,7 +99,12 @@ AgentSpec = Annotated[
     Discriminator(_agent_kind),
 ]
 AnyAgentSpec = CallableAgentSpec | CommandAgentSpec | PluginAgentSpec
-UNION_TAGS = frozenset({"callable-agent", "command-agent", "plugin-agent"})
+_KIND_TAGS = {
+    "CallableAgentSpec": "callable-agent",
+    "CommandAgentSpec": "command-agent",
+    "PluginAgentSpec": "plugin-agent",
+}
+UNION_TAGS = frozenset(_KIND_TAGS.values())
 
 
 class GraderSpec(UserModel):

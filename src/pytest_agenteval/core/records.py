@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import RECORD_SCHEMA, AgentResult, Key, Phase, Status, Verdict
+from .numbers import rounded
 from .text import clean_text, excerpt, json_safe
 
 ITEM_NAME_RE = re.compile(r"^(?P<task_id>.+)\[attempt-(?P<attempt>\d+)\](?:@.*)?$")
@@ -308,6 +309,8 @@ def crash_count(record: AttemptRecord) -> int:
 def junit_properties(facts: Any, reused: bool) -> list[tuple[str, Any]]:
     """Per-attempt JUnit properties: task_id, attempt, status, score, duration, tokens, cost.
 
+    Numbers are rounded for people (the record keeps them at full precision).
+
     `facts` is an AttemptRecord or a stored IndexRow (both have these fields). Reports keep
     their properties all session long, so the ones that repeat across attempts share one tuple.
     """
@@ -322,7 +325,7 @@ def junit_properties(facts: Any, reused: bool) -> list[tuple[str, Any]]:
     if tokens != (None, None):
         props.append(("tokens", (tokens[0] or 0) + (tokens[1] or 0)))
     if facts.cost is not None:
-        props.append(("cost", facts.cost))
+        props.append(("cost", rounded(facts.cost)))
     if reused:
         props.append(_shared("reused", "true"))
     return props

@@ -3,13 +3,16 @@ commands), and the registry that turns an agent spec into an agent."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..core.errors import AgentError, AgentTimeout
+from ..core.errors import AgentError, AgentTimeout, AgentUnavailable, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
 from ..core.model import AgentResult, AnyAgentSpec, CallableAgentSpec, CommandAgentSpec, Task
 from ..core.text import excerpt
@@ -86,26 +89,74 @@ MakeAgent = Callable[[AnyAgentSpec, Path], Agent]
 
 
 def make_builtin_agent(spec: AnyAgentSpec, dataset_root: Path) -> Agent | None:
-    """The agent a built-in spec names; None for a kind a plugin must provide."""
+    """The agent a built-in spec names, resolved without starting anything: a callable's
+    module is imported, a command's program looked up. None for a kind a plugin provides."""
     if isinstance(spec, CommandAgentSpec):
+        check_program(spec, dataset_root)
         return CommandAgent(spec, dataset_root)
     if not isinstance(spec, CallableAgentSpec):
         return None
     try:
         return resolve_callable(spec.callable, dataset_root)
     except UnresolvedReference as exc:
-        raise AgentError(f"cannot load agent {spec.callable!r}: {exc}") from None
-    except Exception as exc:
-        raise AgentError(f"importing agent {spec.callable!r} failed: {exc!r}") from exc
+        raise AgentUnavailable(
+            f"cannot load agent {spec.callable!r}: {exc}", hint=exc.hint
+        ) from None
 
 
-def unknown_agent_kind(kind: str, known: list[str]) -> AgentError:
+def check_program(spec: CommandAgentSpec, dataset_root: Path) -> None:
+    """Raise AgentUnavailable when a command's program does not exist: a bare name must be on
+    PATH (the command's own `env: PATH` if it sets one); an absolute path, after `{dataset}`
+    and `{python}` are filled in, must be a file, and so must the `{dataset}/...` script that
+    `{python}` runs. Paths relative to the attempt's workspace are only known when it runs."""
+    argv = spec.command
+    program = _filled(argv[0], dataset_root)
+    if argv[0] == "{python}" and len(argv) > 1 and argv[1].startswith("{dataset}"):
+        _check_file(argv[1], _filled(argv[1], dataset_root), "script")
+    if "{" in program:
+        return
+    if os.sep in program or (os.altsep and os.altsep in program):
+        if os.path.isabs(program):
+            _check_file(argv[0], program, "program")
+        return
+    search = spec.env.get("PATH")
+    if shutil.which(program, path=search) is None:
+        hint = (
+            did_you_mean(program, _programs_on(search)) or "give the full path, or add it to PATH"
+        )
+        raise AgentUnavailable(f"agent command {program!r} not found on PATH", hint=hint)
+
+
+def _filled(arg: str, dataset_root: Path) -> str:
+    return arg.replace("{python}", sys.executable).replace("{dataset}", str(dataset_root))
+
+
+def _check_file(written: str, path: str, what: str) -> None:
+    if "{" not in path and not os.path.isfile(path):
+        folder = Path(path).parent
+        near = (
+            did_you_mean(Path(path).name, (p.name for p in folder.glob("*")))
+            if folder.is_dir()
+            else None
+        )
+        raise AgentUnavailable(f"agent command {what} {written!r} not found ({path})", hint=near)
+
+
+def _programs_on(search: str | None) -> set[str]:
+    names: set[str] = set()
+    for folder in (search or os.environ.get("PATH", "")).split(os.pathsep):
+        with contextlib.suppress(OSError):
+            names.update(entry.name for entry in os.scandir(folder or "."))
+    return names
+
+
+def unknown_agent_kind(kind: str, known: list[str]) -> AgentUnavailable:
     """The error for an agent kind no plugin provides."""
-    return AgentError(
-        f"unknown agent kind {kind!r}",
-        detail=f"built-in kinds: {', '.join(sorted(known))}; other kinds come from plugins "
-        "implementing pytest_agenteval_make_agent (is the plugin installed?)",
+    hint = did_you_mean(kind, known) or (
+        f"built-in kinds: {', '.join(sorted(known))}; other kinds come from plugins "
+        "implementing pytest_agenteval_make_agent (is the plugin installed?)"
     )
+    return AgentUnavailable(f"unknown agent kind {kind!r}", hint=hint)
 
 
 def spec_label(spec: AnyAgentSpec) -> str:
@@ -118,18 +169,32 @@ def spec_label(spec: AnyAgentSpec) -> str:
 
 
 class AgentResolver:
-    """Builds each declared agent once, on first use (a run that replays everything starts
-    none)."""
+    """Builds each declared agent once, when an attempt first needs it (a run that replays
+    everything builds none), and remembers one that cannot be built, so its problem is found
+    once, not once per attempt."""
 
     def __init__(self, make: MakeAgent) -> None:
         self._make = make
-        self._agents: dict[int, tuple[Agent, AnyAgentSpec]] = {}
+        self._agents: dict[int, tuple[Agent | AgentUnavailable, AnyAgentSpec]] = {}
 
     def agent(self, spec: AnyAgentSpec, base: Path) -> Agent:
+        """The agent `spec` names; raises AgentUnavailable when it cannot be built."""
         found = self._agents.get(id(spec))  # specs live as long as the run: ids are stable
         if found is None:
-            found = self._agents[id(spec)] = (self._make(spec, base), spec)
+            found = self._agents[id(spec)] = (self._build(spec, base), spec)
+        if isinstance(found[0], AgentUnavailable):
+            raise found[0].with_traceback(None)
         return found[0]
+
+    def _build(self, spec: AnyAgentSpec, base: Path) -> Agent | AgentUnavailable:
+        try:
+            return self._make(spec, base)
+        except AgentUnavailable as exc:
+            return exc
+        except AgentError as exc:  # what plugins raise for bad options
+            return AgentUnavailable(exc.message, hint=exc.detail or None)
+        except Exception as exc:
+            return AgentUnavailable(f"building the agent failed: {type(exc).__name__}: {exc}")
 
 
 def as_result(value: Any) -> AgentResult:

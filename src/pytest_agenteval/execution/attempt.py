@@ -7,6 +7,11 @@ here, so other front ends (a concurrent executor, a CLI) get the same behaviour.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import importlib
+import os
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -15,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import AgentError, GraderError
+from ..core.errors import AgentError, AgentUnavailable, GraderError
 from ..core.model import AgentResult, Key, Phase, Status, Task, Verdict
 from ..core.records import AttemptRecord, Detail, attempt_seed, new_record
 from ..sources.dataset import TaskDef
@@ -112,7 +117,8 @@ class AttemptRunner:
             phase = "grading"
             verdicts = grade(job.task, context.task, result)
         except BaseException as exc:
-            if isinstance(exc, (KeyboardInterrupt, *self.passthrough)):
+            # An agent that cannot be built never started: there is no attempt to record.
+            if isinstance(exc, (KeyboardInterrupt, AgentUnavailable, *self.passthrough)):
                 raise
             record = context.record(used, "error", verdicts, result, started, t0, exc, phase)
             return Outcome(decision, record, exc, context.workspace)
@@ -207,13 +213,46 @@ def grader_timeout(task: TaskDef) -> float:
 
 
 def error_text(exc: BaseException) -> str:
-    """The record's error: our message, or the user's traceback without the plugin's frames."""
+    """The record's error: our message, or the user's traceback (internal frames hidden)."""
     if isinstance(exc, AgentError):
         return exc.render()
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+    shown = traceback.TracebackException.from_exception(exc)
+    for part in _chain(shown):
+        frames = [f for f in part.stack if not internal_frame(f.filename)]
+        part.stack = traceback.StackSummary.from_list(frames or part.stack)
+    return "".join(shown.format()).rstrip()
+
+
+def _chain(exc: traceback.TracebackException) -> list[traceback.TracebackException]:
+    found, seen = [], set()
+    todo: list[traceback.TracebackException | None] = [exc]
+    while todo:
+        part = todo.pop()
+        if part is not None and id(part) not in seen:
+            seen.add(id(part))
+            found.append(part)
+            todo += [part.__cause__, part.__context__]
+    return found
+
+
+_INTERNAL_DIRS = tuple(
+    str(Path(module.__file__).parent) + os.sep
+    for module in (asyncio, concurrent.futures, importlib)
+    if module.__file__
+)
+_INTERNAL_FILES = (threading.__file__, PACKAGE_DIR + os.sep)
+_INTERNAL_PACKAGES = (f"{os.sep}_pytest{os.sep}", f"{os.sep}pluggy{os.sep}")
+
+
+def internal_frame(filename: str) -> bool:
+    """Whether a traceback frame is machinery around the user's code: the plugin, pytest,
+    pluggy, or the asyncio / concurrent.futures / threading code an agent call runs on."""
+    return (
+        filename.startswith(_INTERNAL_DIRS)
+        or filename.startswith(_INTERNAL_FILES)
+        or filename.startswith("<frozen importlib")
+        or any(part in filename for part in _INTERNAL_PACKAGES)
+    )
 
 
 def interrupted_record(

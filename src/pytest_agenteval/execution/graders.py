@@ -424,7 +424,7 @@ class Python(BuiltinGrader):
         try:
             self.function = resolve_callable(options.function, base)
         except UnresolvedReference as exc:
-            raise GraderSpecError(str(exc), option="function") from None
+            raise GraderSpecError(str(exc), option="function", hint=exc.hint) from None
         self.wants = _parameters(self.function, options.args)
 
     def grade(self, ctx: GradeContext) -> Verdict:

@@ -7,21 +7,24 @@ is a *failure*. A replayed attempt runs nothing.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
 
-from ..core.errors import AgentError, AgentevalError, GraderSpecError
+from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
-from ..core.records import junit_properties
-from ..core.text import clean_text, excerpt
+from ..core.records import Detail, junit_properties
+from ..core.text import excerpt
 from ..execution.agents import BUILTIN_AGENT_KINDS, Agent, make_builtin_agent, unknown_agent_kind
-from ..execution.attempt import PACKAGE_DIR, AttemptJob, Outcome
+from ..execution.attempt import AttemptJob, Outcome
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
 from ..sources.dataset import TaskDef
+from .failures import as_crash_repr, encodable, junit_error_message, text_repr, user_traceback
 from .runtime import FIXTURE_NAME, RUNTIME, Runtime
+from .settings import dry_run
 
 
 class AttemptFailed(Exception):
@@ -49,6 +52,8 @@ class AttemptItem(AgentevalItem):
         self.attempt = attempt
         self.key: Key = (task.dataset.name, task.id, attempt)
         self.outcome: Outcome | None = None
+        self.not_started: AgentUnavailable | None = None
+        """Why the attempt could not start (its agent cannot be built); nothing is recorded."""
 
     @property
     def runtime(self) -> Runtime:
@@ -57,6 +62,12 @@ class AttemptItem(AgentevalItem):
     def setup(self) -> None:
         runtime, task = self.runtime, self.task
         decision = runtime.plan.decide(self.key, task.digest, task.run_digest, task.regradable)
+        if decision.action == "run":
+            try:
+                self.check_agent()
+            except AgentUnavailable as exc:
+                self.not_started = exc
+                raise
         job = AttemptJob(task, self.attempt, decision)
         self.outcome = outcome = runtime.runner.run(job, self._agent)
         if outcome.error is not None:
@@ -73,15 +84,37 @@ class AttemptItem(AgentevalItem):
         if outcome is not None and outcome.workspace is not None and outcome.status == "pass":
             self.runtime.runner.workspaces.discard(outcome.workspace)
         # The record has travelled on the report; tens of thousands of items stay in memory.
-        self.outcome = None
+        self.outcome = self.not_started = None
+
+    def check_agent(self) -> None:
+        """Build the agent this attempt declares, starting nothing (the fixture's is only set
+        up when an attempt runs); raises AgentUnavailable, located at its spec."""
+        if not self.uses_fixture():
+            self.runtime.declared_agent(self.task)
+
+    def prepare_agent(self, checked: set[tuple[int, int]]) -> None:
+        """Before any attempt runs: build the agent now if this attempt will call it, so a bad
+        reference is known once, up front (`checked`: what other attempts built already)."""
+        runtime, task = self.runtime, self.task
+        key = (id(runtime.agent_spec(task)), id(self.parent))
+        if key in checked:
+            return
+        decision = runtime.plan.decide(self.key, task.digest, task.run_digest, task.regradable)
+        if decision.action == "run":
+            checked.add(key)
+            with contextlib.suppress(AgentUnavailable):
+                self.check_agent()
 
     def _agent(self) -> tuple[Any, str]:
         """The agent of this attempt: the `agenteval_agent` fixture when it supplies it."""
-        runtime = self.runtime
-        declared = runtime.settings.agent_override or self.task.spec.agent
-        if declared is None and self._has_fixture():
+        if self.uses_fixture():
             return self._fixture_agent(), f"fixture:{FIXTURE_NAME}"
-        return runtime.declared_agent(self.task)
+        return self.runtime.declared_agent(self.task)
+
+    def uses_fixture(self) -> bool:
+        """Whether the `agenteval_agent` fixture supplies this attempt's agent."""
+        declared = self.runtime.settings.agent_override or self.task.spec.agent
+        return declared is None and self._has_fixture()
 
     def _has_fixture(self) -> bool:
         folders = self.runtime.fixture_folders
@@ -106,6 +139,12 @@ class AttemptItem(AgentevalItem):
     def report_extras(self) -> dict[str, Any]:
         """What the report carries to the controller: action, key, and a new record if any."""
         outcome = self.outcome
+        if self.not_started is not None:
+            return {
+                "action": "run",
+                "key": list(self.key),
+                "agent_error": self.not_started.render(),
+            }
         if outcome is None:  # setup stopped before the attempt began (a passthrough exception)
             return {"action": "run", "key": list(self.key), "record": None}
         if not any(p[0] == "task_id" for p in self.user_properties):
@@ -123,31 +162,38 @@ class AttemptItem(AgentevalItem):
         exc = excinfo.value
         if isinstance(exc, AttemptFailed | ReplayedError):
             return self._describe()
+        if isinstance(exc, AgentUnavailable):
+            text = f"{self._headline()} not run: {exc.where}: {exc.problem}"
+            note = "nothing was recorded; the agenteval section at the end says more"
+            return self._text(f"{text}\n({note})", f"not run: {exc.where}: {exc.problem}")
         if isinstance(exc, AgentError):
-            return f"{self._headline()} error: {exc.render()}{self._workspace_line()}"
+            text = f"{self._headline()} error: {exc.render()}{self._workspace_line()}"
+            return self._text(text, exc.message)
         if isinstance(exc, AgentevalError):
             return f"{self._headline()} error: {exc}"
         if self.outcome is None or self.outcome.error is not exc:
             # Our own bug, not the agent's: keep every frame so it can be reported and fixed.
             return f"internal error in pytest-agenteval, please report it:\n{excinfo.getrepr()}"
-        return excinfo.getrepr(
-            style="long", funcargs=False, tbfilter=_user_frames, truncate_locals=True
-        )
+        return user_traceback(excinfo)
 
     def _headline(self) -> str:
         return f"{self.task.id} [attempt {self.attempt}]"
+
+    def _text(self, text: str, message: str) -> TerminalRepr:
+        return text_repr(text, message, self.path, self.task.line)
 
     def _workspace_line(self) -> str:
         workspace = self.outcome.workspace if self.outcome else None
         return f"\nworkspace kept: {workspace}" if workspace else ""
 
-    def _describe(self) -> str:
+    def _describe(self) -> TerminalRepr:
+        """A wrong answer (or a replayed error) in a few plain lines; the first says why."""
         assert self.outcome is not None
         outcome, detail = self.outcome, self.outcome.detail()
         verb = "errored" if outcome.status == "error" else "failed"
-        lines = [f"{self._headline()} {verb}"]
-        if outcome.reused:
-            lines[0] += " (replayed from the stored record)"
+        replayed = " (replayed from the stored record)" if outcome.reused else ""
+        why = _why(detail)
+        lines = [f"{self._headline()} {verb}{replayed}: {why}"]
         for v in detail.verdicts:
             lines.append(f"  [{'pass' if v.passed else 'FAIL'}] {v.grader}: {v.reason}")
         if detail.error:
@@ -156,35 +202,26 @@ class AttemptItem(AgentevalItem):
             lines.append(f"expected: {excerpt(str(self.task.spec.expected), 300)}")
         if detail.output is not None:
             lines.append(f"output: {excerpt(detail.output, 500)!r}")
-        return "\n".join(lines) + self._workspace_line()
+        return self._text("\n".join(lines) + self._workspace_line(), why)
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.task.line - 1, f"agenteval: {self.name}"
 
 
-def _encodable(longrepr: Any, excinfo: ExceptionInfo[BaseException] | None) -> Any:
-    """The failure's text without lone surrogates (from an agent's exception or a grader's
-    reason): neither the terminal nor xdist's channel to the controller can carry them."""
-    if isinstance(longrepr, str):
-        return clean_text(longrepr)
-    if excinfo is not None and clean_text(str(excinfo.value)) != str(excinfo.value):
-        return clean_text(str(longrepr))
-    return longrepr
-
-
-def _user_frames(excinfo: ExceptionInfo[BaseException]) -> Any:
-    """Drop pytest, pluggy and plugin frames so the user sees their agent's traceback."""
-    return excinfo.traceback.filter(
-        lambda e: (
-            "_pytest" not in str(e.path)
-            and "pluggy" not in str(e.path)
-            and not str(e.path).startswith(PACKAGE_DIR)
-        )
-    )
+def _why(detail: Detail) -> str:
+    """One line on why an attempt did not pass: its failing graders' reasons, or its error."""
+    failed = [f"{v.grader}: {v.reason}".splitlines()[0] for v in detail.verdicts if not v.passed]
+    if failed:
+        return excerpt("; ".join(failed), 300)
+    error = (detail.error or "error").strip().splitlines() or ["error"]
+    return error[-1] if error[0].startswith("Traceback") else error[0]
 
 
 class TaskHooks:
     """Hooks registered only while a dataset is active, so other runs pay nothing for them."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
 
     @staticmethod
     def grader_maker(config: pytest.Config) -> Any:
@@ -227,6 +264,16 @@ class TaskHooks:
     ) -> Any:
         return make_builtin_grader(spec, task, dataset_root)
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Build the agents of the attempts that will run before the first one starts, once
+        each (a replay, `--co` and `--agenteval-plan` build none)."""
+        if dry_run(self.config):
+            return
+        checked: set[tuple[int, int]] = set()
+        for item in session.items:
+            if isinstance(item, AttemptItem):
+                item.prepare_agent(checked)
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
@@ -234,10 +281,21 @@ class TaskHooks:
             if call.when == "setup" and report.failed and call.excinfo is not None:
                 report.longrepr = item.repr_failure(call.excinfo)
             if report.failed:
-                report.longrepr = _encodable(report.longrepr, call.excinfo)
+                path, line, _ = item.reportinfo()
+                longrepr = as_crash_repr(report.longrepr, Path(path), (line or 0) + 1)
+                report.longrepr = encodable(longrepr, call.excinfo)
             if call.when == "call" or report.failed:
                 report.agenteval = item.report_extras()
         return report
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Any:
+        """Innermost wrapper: runs right after --junitxml's plugin, while `report.agenteval`
+        (which the recorder clears afterwards) still marks the attempt's reports."""
+        result = yield
+        if report.when == "setup" and report.failed and getattr(report, "agenteval", None):
+            junit_error_message(self.config, report)
+        return result
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         runner = config.stash[RUNTIME].runner

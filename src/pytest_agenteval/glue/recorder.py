@@ -39,6 +39,9 @@ class Recorder:
         self.dry = dry_run(config)
         self.actions: Counter[str] = Counter()
         self.load_errors: list[dict[str, str]] = []
+        self.agent_errors: Counter[str] = Counter()
+        """Agents that could not be built (their problem, rendered) and how many attempts
+        did not start because of each."""
         self.other_failures = 0
         self.planned_keys: set[Key] = {row.key for row in run.plan.rows.values()}
         self.collected_once = False
@@ -127,6 +130,9 @@ class Recorder:
             return (yield)
         if "load_error" in info:
             self._load_error(info["load_error"])
+            return (yield)
+        if "agent_error" in info:  # the attempt never started: nothing to commit
+            self.agent_errors[info["agent_error"]] += 1
             return (yield)
         self.actions[info["action"]] += 1
         data = info.get("record")

@@ -122,6 +122,10 @@ class Reporter:
             ks=self.settings.pass_k,
             session_counts=self._session_counts(),
             status=status,
+            agent_errors=[
+                {"message": message, "attempts": n}
+                for message, n in self.recorder.agent_errors.items()
+            ],
             load_errors=self.recorder.load_errors,
             store_problems=[p.as_dict() for p in self.store.problems],
         )

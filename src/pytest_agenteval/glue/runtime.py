@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from ..core.errors import AgentError
+from ..core.errors import AgentUnavailable, TaskFileError, display_path
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
 from ..execution.agents import AgentResolver, spec_label
 from ..execution.attempt import AttemptRunner
 from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import SpecCache
+from ..sources.yamlfile import field_path, line_of, parse
 from ..store.plan import Plan
 from .settings import Settings
 
@@ -38,6 +39,8 @@ class Runtime:
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
+    _unavailable: dict[Any, AgentUnavailable] = field(default_factory=dict)
+    """Declared agents that cannot be built (by spec), located at their spec."""
 
     def __post_init__(self) -> None:
         # Innermost roots first, as "root/" prefixes, so nested datasets match correctly.
@@ -86,17 +89,49 @@ class Runtime:
         return self.settings.agent_override or task.spec.agent or task.dataset.manifest.agent
 
     def declared_agent(self, task: TaskDef) -> tuple[Any, str]:
-        """The agent the task's declared spec names (built once), and its label for records."""
+        """The agent the task's declared spec names (built once), and its label for records.
+
+        Raises AgentUnavailable, located at the spec's line, when there is no agent or it
+        cannot be built; the located problem is made once per spec.
+        """
         spec = self.agent_spec(task)
-        if spec is None:
-            raise AgentError(
-                f"no agent for task {task.id!r}",
-                detail="set `agent:` in agenteval.yaml, pass --agenteval-agent module:function, "
-                f"or define an `{FIXTURE_NAME}` fixture in conftest.py",
-            )
-        override = spec is self.settings.agent_override
-        base = self.settings.invocation_dir if override else task.dataset.root
-        return self.agents.agent(spec, base), spec_label(spec)
+        key = id(spec) if spec is not None else task.dataset.name
+        problem = self._unavailable.get(key)
+        if problem is None:
+            try:
+                if spec is None:
+                    raise AgentUnavailable("no agent for the tasks of this dataset", hint=NO_AGENT)
+                override = spec is self.settings.agent_override
+                base = self.settings.invocation_dir if override else task.dataset.root
+                return self.agents.agent(spec, base), spec_label(spec)
+            except AgentUnavailable as exc:
+                problem = self._unavailable[key] = exc.located(self._spec_location(spec, task))
+        raise problem.with_traceback(None)
+
+    def _spec_location(self, spec: AnyAgentSpec | None, task: TaskDef) -> str:
+        """Where `spec` is written: `path:line: at field`, or the option that gave it."""
+        if spec is not None and spec is self.settings.agent_override:
+            return self.settings.agent_override_source
+        if spec is not None and spec is task.spec.agent:
+            return yaml_location(task.path, (*task.loc, "agent"))
+        manifest = task.dataset.manifest_path
+        return yaml_location(manifest, ("agent",)) if manifest else display_path(task.dataset.root)
+
+
+NO_AGENT = (
+    "set `agent:` in agenteval.yaml, pass --agenteval-agent module:function, "
+    f"or define an `{FIXTURE_NAME}` fixture in conftest.py"
+)
+
+
+def yaml_location(path: Path, loc: tuple[Any, ...]) -> str:
+    """`path:line: at field` for the value at `loc` of a YAML file (only read on errors)."""
+    try:
+        node, _ = parse(path)
+    except TaskFileError:
+        node = None
+    line = line_of(node, loc)
+    return f"{display_path(path)}{f':{line}' if line else ''}: at {field_path(loc)}"
 
 
 def agent_fingerprint(settings: Settings, datasets: list[Dataset]) -> dict[str, Any]:

@@ -24,6 +24,8 @@ class Settings:
     dataset_paths: list[Path]
     attempts: int | None
     agent_override: CallableAgentSpec | None
+    agent_override_source: str
+    """Where the override comes from, for messages: the option, or the ini setting."""
     agent_version: str | None
     strict: bool
     resume: bool
@@ -65,6 +67,9 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         dataset_paths=dataset_paths,
         attempts=_setting(config, "agenteval_attempts", options.positive_int),
         agent_override=CallableAgentSpec(callable=agent) if agent else None,
+        agent_override_source=f"--agenteval-agent {agent}"
+        if config.getoption("agenteval_agent")
+        else f"ini agenteval_agent = {agent}",
         agent_version=_setting(config, "agenteval_agent_version"),
         strict=bool(_setting(config, "agenteval_strict")),
         resume=config.getoption("agenteval_resume") or config.getoption("agenteval_plan"),

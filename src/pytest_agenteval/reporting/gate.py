@@ -49,6 +49,9 @@ def _problems(summary: dict[str, Any], allow_errors: bool, other_failures: int) 
     problems = []
     if summary["status"] != "complete":
         problems.append(f"the run is {summary['status']}: not every planned attempt finished")
+    not_run = sum(e["attempts"] for e in summary.get("agent_errors") or ())
+    if not_run:
+        problems.append(f"{not_run} attempt(s) not run: their agent cannot be built")
     loads = len(summary.get("load_errors") or ())
     if loads:
         problems.append(f"{loads} task(s) could not be loaded")

@@ -15,6 +15,7 @@ from xml.sax.saxutils import quoteattr
 from junitparser import xunit2
 
 from ..core.errors import ReportError, os_failure
+from ..core.numbers import rounded_values, shown
 from ..core.text import excerpt, xml_safe
 from ..store.problems import StoreProblem
 from .summary import task_passes
@@ -104,8 +105,8 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
         )
     lines += ["", _counts_line(counts), ""]
     if m["pass_at_1_stderr"] is not None:
-        low, high = m["pass_at_1_ci95"]
-        lines += [f"pass@1 stderr {fmt(m['pass_at_1_stderr'])} (95% CI {fmt(low)}-{fmt(high)})", ""]
+        lines += [_interval(m), ""]
+    lines += [f"**agent error**: {_md(e['message'])}" for e in summary.get("agent_errors", [])]
     lines += ["| task | passed | errors | pass@1 | rule | reason |", "|---|---|---|---|---|---|"]
     for task in sorted(summary["tasks"], key=_pass_rate):
         ok = "ok" if task_passes(task, rule) else "**FAIL**"
@@ -126,6 +127,30 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
             f"{_md(damage['effect'])}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _interval(m: dict[str, Any]) -> str:
+    """The uncertainty of pass@1, labelled: a 95% interval, and the standard error it comes
+    from (a `±` alone reads as the interval's half-width)."""
+    low, high = m["pass_at_1_ci95"]
+    return (
+        f"pass@1 {fmt(m['pass_at_k'].get('1'))}, 95% CI {fmt(low)}-{fmt(high)} "
+        f"(standard error {fmt(m['pass_at_1_stderr'])} across {m['tasks_per_k'].get('1', 0)} tasks)"
+    )
+
+
+def _agent_error_lines(errors: list[dict[str, Any]]) -> list[str]:
+    """Agents that could not be built, each once, with the attempts that did not start."""
+    if not errors:
+        return []
+    total = sum(e["attempts"] for e in errors)
+    lines = [
+        f"{total} attempt(s) not run: their agent cannot be built; nothing was recorded for "
+        "them, so --resume-suite runs them once it is fixed:"
+    ]
+    for error in errors:
+        lines += [f"  {line}" for line in error["message"].splitlines()]
+    return lines
 
 
 def _md(text: str) -> str:
@@ -188,12 +213,12 @@ def _junit_document(summary: dict[str, Any], rule: str, kinds: list[str], time: 
         ("task_rule", rule),
         ("n_tasks", m["n_tasks"]),
         ("pass_at_1", m["pass_at_k"].get("1")),
-        ("pass_at_k", json.dumps(m["pass_at_k"])),
-        ("pass_power_k", json.dumps(m["pass_power_k"])),
+        ("pass_at_k", json.dumps(rounded_values(m["pass_at_k"]))),
+        ("pass_power_k", json.dumps(rounded_values(m["pass_power_k"]))),
         ("pass_at_1_stderr", m["pass_at_1_stderr"]),
         *((f"count_{k}", v) for k, v in summary["counts"].items()),
     ):
-        suite.add_property(name, xml_safe(str(value)))
+        suite.add_property(name, xml_safe(str(shown(value))))
     counts = (len(kinds), kinds.count("failure"), kinds.count("error"))
     suite.tests, suite.failures, suite.errors = counts
     suite.skipped, suite.time = 0, round(time, 3)
@@ -265,10 +290,10 @@ def _properties(task: dict[str, Any]) -> ET.Element:
         ("c", task["c"]),
         ("errors", task["errors"]),
         ("pass_at_1", task["pass_at_k"].get("1")),
-        ("pass_at_k", json.dumps(task["pass_at_k"])),
-        ("pass_power_k", json.dumps(task["pass_power_k"])),
+        ("pass_at_k", json.dumps(rounded_values(task["pass_at_k"]))),
+        ("pass_power_k", json.dumps(rounded_values(task["pass_power_k"]))),
     ):
-        ET.SubElement(element, "property", name=name, value=str(value))
+        ET.SubElement(element, "property", name=name, value=str(shown(value)))
     return element
 
 
@@ -283,12 +308,12 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
         f"run {summary['run_id']} ({summary['status']}) · dataset {ds['name']} {ds['version']} · "
         f"{m['n_tasks']} tasks, {summary['n_attempts']} attempts",
         _counts_line(counts) + (f"; {counts.get('run', 0)} run now" if "run" in counts else ""),
+        *_agent_error_lines(summary.get("agent_errors", [])),
         "pass@k " + "  ".join(f"@{k} {fmt(v)}" for k, v in m["pass_at_k"].items()),
         "pass^k " + "  ".join(f"^{k} {fmt(v)}" for k, v in m["pass_power_k"].items()),
     ]
     if m["pass_at_1_stderr"] is not None:
-        low, high = m["pass_at_1_ci95"]
-        lines[-2] += f"   (pass@1 ±{fmt(m['pass_at_1_stderr'])}, 95% CI {fmt(low)}-{fmt(high)})"
+        lines.append(_interval(m))
     broken = summary["load_errors"]
     if broken:
         lines.append(f"{_plural(len(broken), 'task')} could not be loaded (not evaluated):")

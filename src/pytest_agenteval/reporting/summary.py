@@ -42,6 +42,15 @@ class TaskSummary(BaseModel):
     attempts: list[AttemptSummary]
 
 
+class AgentErrorSummary(BaseModel):
+    """An agent that could not be built: its attempts did not start and are not recorded."""
+
+    message: str
+    """`path:line: at agent: problem`, and a `Hint:` line when something is close."""
+    attempts: int
+    """How many attempts of the last session did not start because of it."""
+
+
 class Metrics(BaseModel):
     pass_at_k: dict[str, float | None]
     """Mean over tasks with at least k attempts; keys are k as strings."""
@@ -76,6 +85,8 @@ class Summary(BaseModel):
     created_at: float
     finished_at: float
     status: str
+    agent_errors: list[AgentErrorSummary] = []
+    """Agents that could not be built; their attempts did not run and are not recorded."""
     n_attempts: int
     counts: dict[str, int]
     """pass / fail / error over the run; reused / regraded / run in the last session;
@@ -97,6 +108,7 @@ def build_summary(
     ks: Sequence[int] | None,
     session_counts: dict[str, int],
     status: str,
+    agent_errors: list[dict[str, Any]] | None = None,
     load_errors: list[dict[str, str]] | None = None,
     store_problems: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
@@ -118,6 +130,7 @@ def build_summary(
         "created_at": run.created_at,
         "finished_at": time.time(),
         "status": status,
+        "agent_errors": agent_errors or [],
         "n_attempts": len(rows),
         "counts": {**tot.counts, **session_counts, "load_error": len(load_errors)},
         "metrics": _group_json(group_metrics(tasks, chosen)),

@@ -82,18 +82,22 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
     stored = dataset_key(info.datasets)
     if stored != names:
         raise StoreError(f"run {info.run_id} is of dataset {stored}, not {names}")
-    drift = fingerprint_drift(info.agent, request.fingerprint)
+    rows, damaged = store.index(info.run_id)  # damage is also in store.problems
+    # A run with no records (its agent could not be built, say) has no agent to drift from.
+    recorded = bool(rows or damaged)
+    drift = fingerprint_drift(info.agent, request.fingerprint) if recorded else []
     if drift and not request.allow_drift:
         raise StoreError(
             f"run {info.run_id} was made with a different agent; resuming would mix two agents "
             "in one summary:\n" + "\n".join(drift) + "\nUse the same agent, start a new run "
             "(drop --resume-suite), or pass --agenteval-allow-drift to mix them on purpose"
         )
-    rows, _ = store.index(info.run_id)  # damage is in store.problems
     plan = make_plan(rows, rerun_errors=request.rerun_errors, rerun_all=request.rerun_all)
     plan.fetch = lambda key: store.record(info.run_id, key)
     if not request.dry:
         store.claim_run(info.run_id)
+        if not recorded and info.agent != request.fingerprint:
+            store.set_agent(info.run_id, request.fingerprint)
     return OpenRun(info.run_id, True, plan, info.died_running, narrowed_by=info.narrowed_by)
 
 

@@ -281,6 +281,10 @@ class Store:
         """Name the attempt whose agent runs now ("" when none does); see RunInfo."""
         self._open[run_id].note_running(attempt)
 
+    def set_agent(self, run_id: str, agent: dict[str, Any]) -> None:
+        """Replace the run's agent fingerprint (only while it has no records)."""
+        self._update(run_id, agent=agent)
+
     def set_planned(self, run_id: str, planned: int, narrowed_by: str | None = None) -> None:
         """How many attempts the run plans, and whether it covers only part of its datasets."""
         self._update(

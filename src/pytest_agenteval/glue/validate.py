@@ -1,0 +1,78 @@
+"""`agenteval validate`: collect datasets as `pytest --co` would and build what attempts need.
+
+Collection runs in-process with the project's conftest.py files and plugins, so plugin graders
+(`pytest_agenteval_make_grader`) and plugin agent kinds are built by the same hooks as in a
+real run. Each task's agent is built as its first attempt would build it: a module imported,
+a command's program looked up; nothing is started, no run is created, no cache is written.
+An `agenteval_agent` fixture is not set up (it may start things): such tasks are only counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ..core.errors import AgentUnavailable
+from .collect import LoadErrorItem
+from .items import AttemptItem
+
+ARGS = ("--collect-only", "-p", "no:cacheprovider", "-p", "no:terminal", "-o", "addopts=")
+"""Collect only, write no cache, print nothing of pytest's own, ignore the ini's addopts
+(`-n`, `-x`, ...), which are about running."""
+
+
+class Validation:
+    """A plugin for one in-process collection that notes every problem it finds."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.agent_problems: Counter[str] = Counter()
+        self.tasks = 0
+        self.fixture_tasks = 0
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.problems.append(f"{report.nodeid or '.'}: {report.longreprtext.strip()}")
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        for item in session.items:
+            if isinstance(item, LoadErrorItem):
+                self.problems.append(item.failure.render())
+            elif isinstance(item, AttemptItem) and item.attempt == 0:
+                self._check(item)
+
+    def _check(self, item: AttemptItem) -> None:
+        try:
+            item.check_agent()
+        except AgentUnavailable as exc:
+            self.agent_problems[exc.render()] += 1
+            return
+        self.tasks += 1
+        self.fixture_tasks += item.uses_fixture()
+
+    def report(self) -> list[str]:
+        """What `validate` prints: each problem once, then the totals."""
+        lines = list(self.problems)
+        for message, tasks in self.agent_problems.items():
+            lines.append(message + (f"\n(the agent of {tasks} tasks)" if tasks > 1 else ""))
+        if self.fixture_tasks:
+            lines.append(
+                f"note: {self.fixture_tasks} task(s) use the `agenteval_agent` fixture; "
+                "it is set up only when attempts run, so it was not checked"
+            )
+        return lines
+
+
+def validate(roots: list[Path]) -> tuple[list[str], int, int]:
+    """Collect the datasets at `roots`; returns what to print, the valid tasks and the
+    number of problems."""
+    validation = Validation()
+    args = [*ARGS, *(arg for root in roots for arg in ("--agenteval", str(root)))]
+    code = pytest.main(args, plugins=[validation])
+    lines = validation.report()
+    problems = len(validation.problems) + len(validation.agent_problems)
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and not problems:
+        problems = 1  # pytest refused to start and printed why (a usage error)
+    return lines, validation.tasks, problems
