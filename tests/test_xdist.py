@@ -100,3 +100,32 @@ def test_regrade_under_xdist_ships_records_to_workers(
     )
     assert len(dataset.calls()) == 4
     assert summary_of(pytester)["counts"]["regraded"] == 4
+
+
+@pytest.mark.slow
+def test_ctrl_c_commits_what_workers_already_sent(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """When the controller is interrupted, reports that arrived from workers are still
+    committed; only attempts that were in flight are lost (and a resume runs them)."""
+    dataset({f"t{i:02}.yaml": task("ok") for i in range(30)})
+    pytester.makeconftest(
+        """
+        import os, time
+
+        def pytest_runtest_logreport(report):
+            on_controller = "PYTEST_XDIST_WORKER" not in os.environ
+            if on_controller and getattr(report, "agenteval", None) and not hasattr(os, "_stop"):
+                os._stop = True
+                time.sleep(3)  # the workers finish and send the rest meanwhile
+                raise KeyboardInterrupt
+        """
+    )
+    # worksteal hands out every attempt up front, so the workers go on while the controller waits
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--dist", "worksteal")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    calls, committed = len(dataset.calls()), len(stored(pytester.path))
+    assert calls == 30 and committed >= 26
+    (pytester.path / "conftest.py").unlink()
+    pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite")
+    assert len(stored(pytester.path)) == 30 and len(dataset.calls()) == 30 + 30 - committed

@@ -5,6 +5,7 @@ Registered only when xdist is loaded (its hook specs exist only then).
 
 from __future__ import annotations
 
+import queue
 from typing import Any
 
 import pytest
@@ -44,6 +45,16 @@ class XdistHooks:
             }
         return self._shipment
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        """On Ctrl-C, the reports workers already sent still get committed: xdist would drop
+        its queue of them, and with them finished (maybe paid) attempts."""
+        try:
+            return (yield)
+        except KeyboardInterrupt:
+            _report_what_arrived(session.config)
+            raise
+
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.recorder.node_collected(list(ids))
 
@@ -61,6 +72,22 @@ def _regrades(runtime: Runtime) -> dict[str, Any]:
             if decision.record is not None:
                 found[plan_key(key)] = decision.record.with_previous(())
     return found
+
+
+def _report_what_arrived(config: pytest.Config) -> None:
+    """Hand the test reports waiting in xdist's queue to pytest, as xdist would have."""
+    dsession = config.pluginmanager.getplugin("dsession")
+    if dsession is None:
+        return
+    while True:
+        try:
+            event, kwargs = dsession.queue.get_nowait()
+        except queue.Empty:
+            return
+        if event == "testreport":
+            report = kwargs["rep"]
+            report.node = kwargs["node"]
+            config.hook.pytest_runtest_logreport(report=report)
 
 
 def worker_setup(config: pytest.Config) -> None:
