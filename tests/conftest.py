@@ -8,7 +8,6 @@ import pytest
 # inline runs drop modules imported during the run, and libyaml cannot be imported twice.
 import pytest_agenteval.glue.controller  # noqa: F401
 from helpers import DatasetMaker
-from written import check_dataset
 
 
 @pytest.fixture
@@ -17,6 +16,11 @@ def dataset(pytester: pytest.Pytester) -> DatasetMaker:
 
     Each file the loader accepts must also pass the published JSON Schemas.
     """
+    # Imported here, not at the top: pytest loads this conftest for the README's example-suite
+    # command too (it loads `test*/conftest.py` below the rootdir), before the test extra
+    # (jsonschema) is installed.
+    from written import check_dataset
+
     return DatasetMaker(pytester.path, check=check_dataset)
 
 

@@ -32,3 +32,17 @@ def test_pure_modules_import_without_pytest() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_tests_conftest_loads_without_the_test_extra() -> None:
+    """pytest loads tests/conftest.py for the README's example-suite command too, before the
+    test extra is installed: it must not need jsonschema or hypothesis to import."""
+    tests = __file__.rsplit("/", 1)[0]
+    code = (
+        "import sys\n"
+        "sys.modules['jsonschema'] = sys.modules['hypothesis'] = None\n"
+        f"sys.path.insert(0, {tests!r})\n"
+        "import conftest\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -41,7 +41,7 @@ def test_narrowed_sessions_never_take_the_full_runs_place(
     full = summary_of(pytester)["run_id"]
     calls = len(dataset.calls())
     typo = pytester.runpytest_subprocess(*FULL, "-m", "typo", *workers)
-    typo.stdout.fnmatch_lines(["agenteval: no attempt selected; run * was not kept"])
+    typo.stdout.fnmatch_lines(["agenteval: no attempt ran; run * was not kept"])
     pytester.runpytest_subprocess(*FULL, "-k", "one", *workers).assert_outcomes(passed=2)
     assert len(run_ids(pytester.path)) == 2, "the -m typo session kept a run"
     result = pytester.runpytest_subprocess(*FULL, "--resume-suite", *workers)
@@ -234,3 +234,32 @@ def test_latest_run_skips_narrowed_and_empty_runs(tmp_path: Path) -> None:
     store.set_planned("part", 6)
     assert store.latest_run(datasets) == "part"
     store.close()
+
+
+def test_a_task_with_a_bad_grader_is_not_part_of_the_whole_run(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A task whose grader cannot be built is never counted among the attempts a run must
+    cover, also when -k leaves its error item out: a complete run stays complete."""
+    dataset({**TASKS, "typo.yaml": {**task("ok"), "graders": ["equal"]}})
+    pytester.runpytest_subprocess(*FULL).assert_outcomes(passed=5, failed=1, errors=1)
+    full = summary_of(pytester)["run_id"]
+    narrowed = pytester.runpytest_subprocess(*FULL, "-k", "one")
+    narrowed.assert_outcomes(passed=2)
+    assert run_json(pytester.path, summary_of(pytester)["run_id"])["narrowed_by"].endswith(
+        "(2 of 6 attempts)"
+    )
+    pytester.runpytest_subprocess(*FULL, "--resume-suite", "-k", "one").assert_outcomes(passed=2)
+    assert summary_of(pytester, full)["status"] == "complete"
+
+
+def test_a_session_whose_collection_failed_keeps_no_run(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Under --agenteval-strict a bad task file stops the session before any attempt: no run
+    is left behind to be resumed or listed."""
+    dataset({**TASKS, "typo.yaml": {**task("ok"), "graders": ["equal"]}})
+    result = pytester.runpytest_subprocess(*FULL, "--agenteval-strict")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["agenteval: no attempt ran; run * was not kept"])
+    assert run_ids(pytester.path) == set()

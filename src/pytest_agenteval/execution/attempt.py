@@ -113,7 +113,7 @@ class AttemptRunner:
             else:
                 agent, label = source()
                 used = {**self.fingerprint, "used": label}
-                result = self._call(agent, context.task, job)
+                result = self._call(agent, context)
             phase = "grading"
             verdicts = grade(job.task, context.task, result)
         except BaseException as exc:
@@ -126,14 +126,17 @@ class AttemptRunner:
         record = context.record(used, status, verdicts, result, started, t0)
         return Outcome(decision, record, workspace=context.workspace)
 
-    def _call(self, agent: Agent, task: Task, job: AttemptJob) -> AgentResult:
-        if self.note_running is None:
-            return self.executor.call_agent(agent, task, job.task.timeout)
-        self.note_running(f"{job.task.id} [attempt {job.attempt}] of {job.task.dataset.name}")
+    def _call(self, agent: Agent, context: _Attempt) -> AgentResult:
+        job = context.job
+        if self.note_running is not None:
+            self.note_running(f"{job.task.id} [attempt {job.attempt}] of {job.task.dataset.name}")
         try:
-            return self.executor.call_agent(agent, task, job.task.timeout)
+            return self.executor.call_agent(agent, context.task, job.task.timeout)
         finally:
-            self.note_running("")
+            if self.note_running is not None:
+                self.note_running("")
+            if self.executor.runs_elsewhere:
+                context.adopt_workspace()
 
 
 class _Attempt:
@@ -156,6 +159,12 @@ class _Attempt:
     def _create(self) -> Path:
         self.workspace = self.workspaces.create(*self.job.key, self.job.task.workspace_dir)
         return self.workspace
+
+    def adopt_workspace(self) -> None:
+        """Take on the workspace the agent made in another process (`--agenteval-isolate`)."""
+        if self.workspace is None:
+            path = self.workspaces.path(*self.job.key)
+            self.workspace = path if path.exists() else None
 
     def record(
         self,

@@ -39,6 +39,9 @@ LOOP_GRACE = 2.0
 class SerialExecutor:
     """Runs agent calls one at a time, each within its attempt's timeout."""
 
+    runs_elsewhere = False
+    """Whether agents run in another process (so a workspace they make is not known here)."""
+
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None

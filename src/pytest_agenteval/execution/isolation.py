@@ -37,10 +37,11 @@ class IsolatedAgentError(AgentError):
 class IsolatingExecutor(SerialExecutor):
     """Runs every callable agent call in a forked child; commands are processes already."""
 
+    runs_elsewhere = True
+
     def call_agent(self, agent: Agent, task: Task, timeout: float | None) -> AgentResult:
         if isinstance(agent, CommandAgent):
             return agent(task, timeout)
-        task.workspace  # noqa: B018 - made here, so the parent knows it and keeps or removes it
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: never returns

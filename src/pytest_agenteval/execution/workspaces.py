@@ -42,9 +42,13 @@ class Workspaces:
                 self._base = Path(tempfile.mkdtemp(prefix="agenteval-"))
         return self._base
 
+    def path(self, dataset: str, task_id: str, attempt: int) -> Path:
+        """Where the attempt's workspace is (or will be, once something asks for it)."""
+        return self.base / folder_name(dataset, task_id, attempt)
+
     def create(self, dataset: str, task_id: str, attempt: int, template: Path | None) -> Path:
         """A new empty folder for one attempt, or a copy of the task's workspace template."""
-        path = self.base / folder_name(dataset, task_id, attempt)
+        path = self.path(dataset, task_id, attempt)
         if path.exists():
             shutil.rmtree(path)
         if template is not None:

@@ -65,6 +65,10 @@ class Reporter:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.dry or self.run.dropped:
             return
+        if self._nothing_happened():
+            self.store.drop_run(self.run.run_id)
+            self.run.dropped = True
+            return
         status = self._summarize(session, int(exitstatus))
         assert self.summary is not None
         out_dir = self.settings.report_dir
@@ -100,6 +104,14 @@ class Reporter:
         self.gate_message = result.message
         if self.recorder.failures:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
+
+    def _nothing_happened(self) -> bool:
+        """A new run in which no attempt ran nor could even start (collection failed under
+        --agenteval-strict, Ctrl-C before the first attempt ended): there is nothing to keep."""
+        recorder = self.recorder
+        return not (
+            self.run.resumed or recorder.actions or recorder.agent_errors or recorder.load_errors
+        )
 
     def _session_counts(self) -> dict[str, int]:
         actions = self.recorder.actions
@@ -142,7 +154,7 @@ class Reporter:
                     tr.write_line(line)
             return
         if self.run.dropped:
-            tr.write_line(f"agenteval: no attempt selected; run {self.run.run_id} was not kept")
+            tr.write_line(f"agenteval: no attempt ran; run {self.run.run_id} was not kept")
             return
         if self.summary is not None:
             tr.write_sep("=", "agenteval")

@@ -60,13 +60,14 @@ class Runtime:
         return self.settings.attempts or dataset.manifest.defaults.attempts or 1
 
     def all_tasks(self) -> Iterator[TaskDef]:
-        """Every task the manifests define (their `tasks:` globs) that loads, whatever this
-        session selects; graders are not built (their problems show when it is collected)."""
+        """Every task the manifests define (their `tasks:` globs) that loads, graders included,
+        whatever this session selects: a task with a bad grader is not one a run must cover."""
         for dataset in self.datasets:
+            make_grader = self.grader_factory(dataset)
             for path in dataset.task_files():
                 if self.dataset_for(path) is not dataset:  # a nested dataset's file
                     continue
-                for loaded in load_task_file(path, dataset, cache=self.specs):
+                for loaded in load_task_file(path, dataset, make_grader, self.specs):
                     if isinstance(loaded, TaskDef):
                         yield loaded
 
