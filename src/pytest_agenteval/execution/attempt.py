@@ -153,7 +153,7 @@ class _Attempt:
             metadata=task.spec.metadata,
             attempt=job.attempt,
             seed=attempt_seed(job.key),
-            workspace=self._create if task.workspace_dir is None else self._create(),
+            workspace=self._create,  # made (from its template) when first asked for
         )
 
     def _create(self) -> Path:

@@ -62,14 +62,12 @@ class AttemptItem(AgentevalItem):
     def setup(self) -> None:
         runtime, task = self.runtime, self.task
         decision = runtime.plan.decide(self.key, task.digest, task.run_digest, task.regradable)
-        if decision.action == "run":
-            try:
-                self.check_agent()
-            except AgentUnavailable as exc:
-                self.not_started = exc
-                raise
         job = AttemptJob(task, self.attempt, decision)
-        self.outcome = outcome = runtime.runner.run(job, self._agent)
+        try:
+            self.outcome = outcome = runtime.runner.run(job, self._agent)
+        except AgentUnavailable as exc:  # raised before the attempt began: nothing to record
+            self.not_started = exc
+            raise
         if outcome.error is not None:
             raise outcome.error
         if outcome.reused and outcome.status == "error":

@@ -139,7 +139,7 @@ class Recorder:
         if data is None and report.failed and info["action"] != "reuse":
             data = self._vanished(report, "InternalError", "the plugin failed around it")
         if data is not None:
-            self._commit(AttemptRecord.from_json(data))
+            self._commit(data)
         result = yield
         # Every plugin has seen the record; the terminal reporter keeps reports all session long.
         report.agenteval = None  # type: ignore[attr-defined]
@@ -153,16 +153,16 @@ class Recorder:
         if where not in {(e["path"], e["label"]) for e in self.load_errors}:
             self.load_errors.append(error)
 
-    def _commit(self, record: AttemptRecord) -> None:
+    def _commit(self, data: dict[str, Any]) -> None:
+        """Commit the record JSON a report carried (checked by parsing it once)."""
+        record = AttemptRecord.from_json(data)
         replaces = self.runtime.plan.stored(record.key) is not None
         try:
-            self.store.commit(self.run.run_id, record, replaces=replaces)
+            stored = self.store.commit(self.run.run_id, record, replaces=replaces, as_json=data)
         except StoreError as exc:
             self.failed(exc)
             return
-        self.config.hook.pytest_agenteval_record_committed(
-            record=record.to_json(), config=self.config
-        )
+        self.config.hook.pytest_agenteval_record_committed(record=stored, config=self.config)
 
     def crashed(self, nodeid: str, report: pytest.TestReport) -> None:
         """A worker died running `nodeid`: an interruption, recorded as an error a resume runs

@@ -14,6 +14,8 @@ from typing import Any
 
 from ..core.errors import StoreError, os_failure
 
+NOTE_SIZE = 256
+"""Bytes of the running-attempt note in the lock file (padded, so a write needs no truncate)."""
 FILE_MODE = 0o644
 """Store files are readable by everyone who may enter the folder, like pytest's cache."""
 
@@ -50,12 +52,11 @@ class RunFiles:
 
     def note_running(self, text: str) -> None:
         """Keep `text` (the attempt whose agent runs now, or "") in the lock file, so a session
-        that dies mid-attempt leaves its name behind. Two system calls, no fsync: it only has
-        to outlive the process, not the machine."""
-        data = text.encode("utf-8")
+        that dies mid-attempt leaves its name behind: one fixed-size write, no fsync (it only
+        has to outlive the process, not the machine)."""
+        data = text.encode("utf-8")[:NOTE_SIZE].ljust(NOTE_SIZE)
         try:
             os.pwrite(self._lock_fd, data, 0)
-            os.ftruncate(self._lock_fd, len(data))
         except OSError as exc:
             raise StoreError(os_failure("write", self.folder / "lock", exc)) from None
 

@@ -347,22 +347,33 @@ class Store:
 
     # --- attempts -------------------------------------------------------------------------
 
-    def commit(self, run_id: str, record: AttemptRecord, *, replaces: bool = False) -> None:
+    def commit(
+        self,
+        run_id: str,
+        record: AttemptRecord,
+        *,
+        replaces: bool = False,
+        as_json: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Store one finished attempt durably; keep the record it replaces as history.
 
-        A failed write raises StoreError (path and errno) and leaves no torn line behind.
+        `as_json`: the record's JSON when the caller has it already (as it came on a report).
+        Returns the JSON stored. A failed write raises StoreError (path and errno) and leaves
+        no torn line behind.
         """
         if replaces:
             old = self.record(run_id, record.key)
             if old is not None:
-                record = record.replacing(old)
+                record, as_json = record.replacing(old), None
+        data = as_json if as_json is not None else record.to_json()
         files = self._open[run_id]
-        offset, length = files.append_record(json.dumps(record.to_json(), ensure_ascii=False))
+        offset, length = files.append_record(json.dumps(data, ensure_ascii=False))
         line = index_line(record, offset, length)
         files.append_index(json.dumps(line, ensure_ascii=False))
         offsets = self._offsets.get(run_id)  # loaded only once a plan or a replace needed it
         if offsets is not None:
             offsets[record.key] = (offset, length)
+        return data
 
     def index(
         self, run_id: str, *, for_plan: bool = True
