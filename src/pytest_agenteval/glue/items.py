@@ -90,11 +90,12 @@ class AttemptItem(AgentevalItem):
         if not self.uses_fixture():
             self.runtime.declared_agent(self.task)
 
-    def prepare_agent(self, checked: set[tuple[int, int]]) -> None:
+    def prepare_agent(self, checked: set[tuple[int, bool]]) -> None:
         """Before any attempt runs: build the agent now if this attempt will call it, so a bad
         reference is known once, up front (`checked`: what other attempts built already)."""
         runtime, task = self.runtime, self.task
-        key = (id(runtime.agent_spec(task)), id(self.parent))
+        fixture = self.uses_fixture()  # cached per folder
+        key = (id(runtime.agent_spec(task)), fixture)
         if key in checked:
             return
         decision = runtime.plan.decide(self.key, task.digest, task.run_digest, task.regradable)
@@ -267,7 +268,7 @@ class TaskHooks:
         each (a replay, `--co` and `--agenteval-plan` build none)."""
         if dry_run(self.config):
             return
-        checked: set[tuple[int, int]] = set()
+        checked: set[tuple[int, bool]] = set()
         for item in session.items:
             if isinstance(item, AttemptItem):
                 item.prepare_agent(checked)
