@@ -113,6 +113,8 @@ class AttemptRunner:
             else:
                 agent, label = source()
                 used = {**self.fingerprint, "used": label}
+                if job.task.workspace_dir is not None:
+                    context.task.workspace  # noqa: B018 - the template is there before the agent
                 result = self._call(agent, context)
             phase = "grading"
             verdicts = grade(job.task, context.task, result)
@@ -153,7 +155,7 @@ class _Attempt:
             metadata=task.spec.metadata,
             attempt=job.attempt,
             seed=attempt_seed(job.key),
-            workspace=self._create,  # made (from its template) when first asked for
+            workspace=self._create,  # made when first asked for (a template: before the agent)
         )
 
     def _create(self) -> Path:
