@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import mmap
 import os
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ class RunFiles:
         self._index_fd = self._records_fd = -1
         self._index_end = self._records_end = 0
         self._lock_fd = _open(folder / "lock", os.O_RDWR | os.O_CREAT)
-        self._note: mmap.mmap | None = None
 
     def lock(self) -> bool:
         try:
@@ -54,21 +52,15 @@ class RunFiles:
 
     def note_running(self, text: str) -> None:
         """Keep `text` (the attempt whose agent runs now, or "") in the lock file, so a session
-        that dies mid-attempt leaves its name behind. The file is memory-mapped: a note is a
-        memory write, no system call, and the kernel keeps it when the process dies (it only
+        that dies mid-attempt leaves its name behind: one fixed-size write, no fsync (it only
         has to outlive the process, not the machine)."""
-        if self._note is None:
-            try:
-                os.ftruncate(self._lock_fd, NOTE_SIZE)
-                self._note = mmap.mmap(self._lock_fd, NOTE_SIZE)
-            except (OSError, ValueError) as exc:
-                raise StoreError(f"cannot use {self.folder / 'lock'}: {exc}") from None
-        self._note[:] = text.encode("utf-8")[:NOTE_SIZE].ljust(NOTE_SIZE)
+        data = text.encode("utf-8")[:NOTE_SIZE].ljust(NOTE_SIZE)
+        try:
+            os.pwrite(self._lock_fd, data, 0)
+        except OSError as exc:
+            raise StoreError(os_failure("write", self.folder / "lock", exc)) from None
 
     def close(self) -> None:
-        if self._note is not None:
-            self._note.close()
-            self._note = None
         for fd in (self._index_fd, self._records_fd, self._lock_fd):
             if fd >= 0:
                 os.close(fd)
