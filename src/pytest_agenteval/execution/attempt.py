@@ -91,8 +91,8 @@ class AttemptRunner:
     fingerprint: dict[str, Any]
     passthrough: tuple[type[BaseException], ...] = ()
     """Exceptions that are not the attempt's to record (they stop the session)."""
-    note_running: Callable[[str], None] | None = None
-    """Told which attempt's agent starts ("" when it ended), where the store can keep it."""
+    note_running: Callable[[Key], None] | None = None
+    """Told which attempt's agent starts, where the store can keep it (one write per call)."""
 
     def run(self, job: AttemptJob, source: AgentSource) -> Outcome:
         """Carry out one attempt. Whatever the agent or a grader raises, SystemExit included,
@@ -131,12 +131,10 @@ class AttemptRunner:
     def _call(self, agent: Agent, context: _Attempt) -> AgentResult:
         job = context.job
         if self.note_running is not None:
-            self.note_running(f"{job.task.id} [attempt {job.attempt}] of {job.task.dataset.name}")
+            self.note_running(job.key)
         try:
             return self.executor.call_agent(agent, context.task, job.task.timeout)
         finally:
-            if self.note_running is not None:
-                self.note_running("")
             if self.executor.runs_elsewhere:
                 context.adopt_workspace()
 

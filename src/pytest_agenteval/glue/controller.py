@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ..core.errors import StoreError
+from ..core.model import Key
 from ..store.lifecycle import RunRequest, open_run
 from ..store.locate import resolve_cache_dir
 from ..store.runs import Store
@@ -61,7 +62,7 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
         config.pluginmanager.register(XdistHooks(runtime, recorder), "agenteval-xdist")
 
 
-def _note_running(store: Store, run_id: str, attempt: str) -> None:
+def _note_running(store: Store, run_id: str, attempt: Key) -> None:
     """Best effort: a store that cannot take the note fails loudly at the next commit."""
     with contextlib.suppress(StoreError):
         store.note_running(run_id, attempt)

@@ -14,7 +14,7 @@ from typing import Any
 from ..core.errors import StoreError
 from ..core.model import Key
 from .plan import Plan, make_plan
-from .runs import Store, dataset_key, new_run_id
+from .runs import Store, dataset_key, new_run_id, unfinished
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,8 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
         store.claim_run(info.run_id)
         if not recorded and info.agent != request.fingerprint:
             store.set_agent(info.run_id, request.fingerprint)
-    return OpenRun(info.run_id, True, plan, info.died_running, narrowed_by=info.narrowed_by)
+    died = unfinished(info.died_running, rows) if info.status == "interrupted" else None
+    return OpenRun(info.run_id, True, plan, died, narrowed_by=info.narrowed_by)
 
 
 def narrowing(selected: Collection[Key], whole: Collection[Key], how: Sequence[str]) -> str | None:

@@ -67,7 +67,8 @@ class RunInfo:
     status: str
     sessions: list[dict[str, Any]]
     died_running: str | None = None
-    """The attempt whose agent was running when the run's last session died, if one was."""
+    """The attempt whose agent a dead session started last and that has no record, as the
+    run's index tells (without `count`: the raw note, for `unfinished` to judge)."""
     narrowed_by: str | None = None
     """What narrowed the run to part of its datasets (-k, -m, paths...); None for a whole run."""
 
@@ -221,12 +222,14 @@ class Store:
         meta = self._meta_or_none(run_id)
         if meta is None:
             return None
-        done = len(self.index(run_id, for_plan=False)[0]) if count else 0
+        rows = self.index(run_id, for_plan=False)[0] if count else []
+        done = len(rows)
         status = meta["status"]
         died_running = None
         if status == "running" and not self.running(run_id):
             status = "interrupted"
-            died_running = running_note(self.runs_dir / run_id)
+            note = running_note(self.runs_dir / run_id)
+            died_running = unfinished(note, rows) if count else note
         return RunInfo(
             run_id,
             meta["datasets"],
@@ -277,9 +280,9 @@ class Store:
         self._open[run_id] = files
         self._update(run_id, status="running")
 
-    def note_running(self, run_id: str, attempt: str) -> None:
-        """Name the attempt whose agent runs now ("" when none does); see RunInfo."""
-        self._open[run_id].note_running(attempt)
+    def note_running(self, run_id: str, key: Key) -> None:
+        """Name the attempt whose agent starts now; see RunInfo.died_running."""
+        self._open[run_id].note_running(json.dumps(list(key), ensure_ascii=False))
 
     def set_agent(self, run_id: str, agent: dict[str, Any]) -> None:
         """Replace the run's agent fingerprint (only while it has no records)."""
@@ -447,6 +450,18 @@ class Store:
             record = self.record(run_id, row.key)
             if record is not None:
                 yield record
+
+
+def unfinished(note: str | None, rows: list[IndexRow]) -> str | None:
+    """The attempt a dead session last started, unless it has a record (then it finished, and
+    the session died somewhere else)."""
+    try:
+        dataset, task_id, attempt = json.loads(note or "null")
+    except (ValueError, TypeError):
+        return None
+    if any(row.key == (dataset, task_id, attempt) for row in rows):
+        return None
+    return f"{task_id} [attempt {attempt}] of {dataset}"
 
 
 def parse_record(data: bytes, key: Key) -> tuple[AttemptRecord | None, str | None]:
