@@ -148,6 +148,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "errors that attempt only, and its timeout kills everything it started.",
     )
     option(
+        "--agenteval-concurrency",
+        dest="agenteval_concurrency",
+        type=options.positive_int,
+        metavar="N",
+        ini=("agenteval_concurrency", "string"),
+        help="attempts in flight at once per process (default: the manifest's "
+        "defaults.concurrency, else 1); items are still reported one by one, in order.",
+    )
+    option(
         "--agenteval-allow-errors",
         dest="agenteval_allow_errors",
         action="store_true",
@@ -190,6 +199,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .execution.isolation import IsolatingExecutor
     from .execution.workspaces import Workspaces
     from .glue.collect import CollectHooks, CollectState, load_datasets, point_collection_at
+    from .glue.concurrency import AheadHooks, check_combination, concurrency_of
     from .glue.controller import agenteval_dir, start_controller
     from .glue.items import TaskHooks
     from .glue.runtime import RUNTIME, Runtime, agent_fingerprint
@@ -232,6 +242,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
     # the collected tree.
     config.add_cleanup(hooks.thaw)
+    size = concurrency_of(config.stash[RUNTIME])
+    check_combination(config, size, settings.isolate)
+    if size > 1:
+        config.pluginmanager.register(AheadHooks(config.stash[RUNTIME], size), "agenteval-ahead")
     if hasattr(config, "workerinput"):
         worker_setup(config)
     else:

@@ -135,6 +135,8 @@ class Defaults(UserModel):
     """Seconds each grader may take to judge an attempt (default 60)."""
     attempts: PositiveInt | None = None
     """Attempts per task when neither `--attempts` nor ini `agenteval_attempts` is set."""
+    concurrency: PositiveInt | None = None
+    """Attempts in flight at once per process, when `--agenteval-concurrency` is not set."""
     graders: list[GraderSpec] | None = None
     """Graders for tasks that name none."""
 

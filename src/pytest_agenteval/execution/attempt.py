@@ -22,6 +22,7 @@ from ..sources.dataset import TaskDef
 from ..store.plan import Decision
 from ..store.runs import IndexRow
 from .agents import Agent
+from .concurrent import Ahead, NotStarted, Stopped
 from .executor import SerialExecutor, call_with_deadline
 from .graders import GradeContext, as_verdict
 from .workspaces import Workspaces
@@ -88,6 +89,29 @@ class AttemptRunner:
     """Exceptions that are not the attempt's to record (they stop the session)."""
     note_running: Callable[[str], None] | None = None
     """Told which attempt's agent starts ("" when it ended), where the store can keep it."""
+    stopped: Stopped | None = None
+    """Why no new attempt may start now (cancel, spend cap, deadline), or None."""
+    ahead: Ahead | None = None
+    """Under `--agenteval-concurrency`: the pool that starts agent calls ahead of their turn."""
+
+    def schedule(self, job: AttemptJob, source: AgentSource) -> bool:
+        """Start the attempt's agent call ahead of its turn, when it has one to make; False
+        when its agent cannot be had now (it is then made at the attempt's turn, and fails
+        there as in a serial run)."""
+        if self.ahead is None or not _calls_agent(job.decision) or self.ahead.scheduled(job.key):
+            return True
+        try:
+            agent, label = source()
+        except Exception:
+            return False
+        payload: dict[str, Any] = {"used": {**self.fingerprint, "used": label}}
+
+        def call() -> AgentResult:
+            payload["context"] = context = _Attempt(job, self.workspaces)
+            return self.executor.call_agent(agent, context.task, job.task.timeout)
+
+        self.ahead.schedule(job.key, call, payload)
+        return True
 
     def run(self, job: AttemptJob, source: AgentSource) -> Outcome:
         """Carry out one attempt. Whatever the agent or a grader raises, SystemExit included,
@@ -96,8 +120,16 @@ class AttemptRunner:
         decision = job.decision
         if decision.action == "reuse":
             return Outcome(decision)
-        context = _Attempt(job, self.workspaces)
-        started, t0 = time.time(), time.perf_counter()
+        early = self.ahead.take(job.key) if self.ahead and _calls_agent(decision) else None
+        if early is not None:
+            early.wait()  # raises NotStarted when the run stopped before the call began
+            context = early.payload.get("context") or _Attempt(job, self.workspaces)
+            started, t0 = early.started, early.t0
+        else:
+            if _calls_agent(decision):
+                self._check_stop()
+            context = _Attempt(job, self.workspaces)
+            started, t0 = time.time(), time.perf_counter()
         verdicts: list[Verdict] = []
         result: AgentResult | None = None
         phase: Phase = "agent"
@@ -105,6 +137,9 @@ class AttemptRunner:
         try:
             if decision.record is not None:
                 result = decision.record.result()
+            elif early is not None:
+                used = early.payload["used"]
+                result = early.result()
             else:
                 agent, label = source()
                 used = {**self.fingerprint, "used": label}
@@ -112,13 +147,22 @@ class AttemptRunner:
             phase = "grading"
             verdicts = grade(job.task, context.task, result)
         except BaseException as exc:
-            if isinstance(exc, (KeyboardInterrupt, *self.passthrough)):
+            if isinstance(exc, (KeyboardInterrupt, NotStarted, *self.passthrough)):
                 raise
             record = context.record(used, "error", verdicts, result, started, t0, exc, phase)
             return Outcome(decision, record, exc, context.workspace)
         status: Status = "pass" if all(v.passed for v in verdicts) else "fail"
         record = context.record(used, status, verdicts, result, started, t0)
         return Outcome(decision, record, workspace=context.workspace)
+
+    def stop_reason(self) -> str | None:
+        """Why no new attempt may start now, or None."""
+        return self.stopped() if self.stopped is not None else None
+
+    def _check_stop(self) -> None:
+        reason = self.stop_reason()
+        if reason is not None:
+            raise NotStarted(reason)
 
     def _call(self, agent: Agent, task: Task, job: AttemptJob) -> AgentResult:
         if self.note_running is None:
@@ -128,6 +172,11 @@ class AttemptRunner:
             return self.executor.call_agent(agent, task, job.task.timeout)
         finally:
             self.note_running("")
+
+
+def _calls_agent(decision: Decision) -> bool:
+    """Whether carrying out the decision calls the agent (a regrade and a reuse do not)."""
+    return decision.action == "run" and decision.record is None
 
 
 class _Attempt:

@@ -37,6 +37,8 @@ class Settings:
     min_pass_rate: float | None
     allow_errors: bool
     isolate: bool
+    concurrency: int | None
+    """Attempts in flight per process (`--agenteval-concurrency`); None: the manifest's."""
     show_plan: bool
     invocation_dir: Path
 
@@ -78,6 +80,7 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         min_pass_rate=_setting(config, "agenteval_min_pass_rate", options.rate),
         allow_errors=bool(_setting(config, "agenteval_allow_errors")),
         isolate=bool(_setting(config, "agenteval_isolate")),
+        concurrency=_setting(config, "agenteval_concurrency", options.positive_int),
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
     )
