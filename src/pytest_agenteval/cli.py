@@ -98,6 +98,18 @@ def _parser() -> argparse.ArgumentParser:
     cache_option(repair)
     repair.set_defaults(command=_repair)
 
+    cancel = sub.add_parser(
+        "cancel", help="stop a running run: no new attempt starts; those in flight finish"
+    )
+    cancel.add_argument(
+        "run_id",
+        nargs="?",
+        metavar="RUN_ID",
+        help="a run id or its start (default: the most recently used run that is running)",
+    )
+    cache_option(cancel)
+    cancel.set_defaults(command=_cancel)
+
     validate = sub.add_parser("validate", help="load datasets and report every problem")
     validate.add_argument("datasets", nargs="+", type=Path, metavar="DATASET")
     validate.set_defaults(command=_validate)
@@ -190,6 +202,30 @@ def _repair(args: argparse.Namespace) -> int:
         print(f"run {run_id}: {line}")
     for problem in repair.damage:
         print(f"damage left as it is: {problem}")
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from .store.stops import request_cancel
+
+    store = _open_store(args)
+    if store is None:
+        return 1
+    if args.run_id:
+        run_id = store.resolve(args.run_id)
+    else:
+        running = [r.run_id for r in store.runs() if r.status == "running"]
+        if not running:
+            print(
+                "agenteval: no run is running (name one: agenteval cancel RUN_ID)", file=sys.stderr
+            )
+            return 1
+        run_id = running[0]
+    request_cancel(store.runs_dir / run_id)
+    print(
+        f"run {run_id}: cancel requested; attempts in flight finish, the rest are skipped "
+        "(--resume-suite runs them)"
+    )
     return 0
 
 

@@ -157,6 +157,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "defaults.concurrency, else 1); items are still reported one by one, in order.",
     )
     option(
+        "--agenteval-max-cost",
+        dest="agenteval_max_cost",
+        type=options.positive_float,
+        metavar="USD",
+        ini=("agenteval_max_cost", "string"),
+        help="spend cap of the run (all its sessions): once reached, no new attempt starts; "
+        "the rest are skipped and the run is 'budget'.",
+    )
+    option(
+        "--agenteval-max-tokens",
+        dest="agenteval_max_tokens",
+        type=options.positive_int,
+        metavar="N",
+        ini=("agenteval_max_tokens", "string"),
+        help="token cap of the run (input + output, all its sessions), like --agenteval-max-cost.",
+    )
+    option(
+        "--agenteval-deadline",
+        dest="agenteval_deadline",
+        type=options.deadline,
+        metavar="WHEN",
+        help="start no attempt after WHEN: a duration from now (90s, 30m, 1h30m) or an ISO "
+        "time (2026-12-01T18:00); the rest are skipped and the run is 'deadline'.",
+    )
+    option(
         "--agenteval-allow-errors",
         dest="agenteval_allow_errors",
         action="store_true",

@@ -14,17 +14,26 @@ Which attempts a process knows it will run:
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import sys
+import threading
 from collections import deque
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
+from functools import partial
 from typing import Any
 
 import pytest
 
 from ..execution.concurrent import Ahead
+from ..store.stops import Stops
 from .items import AttemptItem
 from .runtime import Runtime
 
 UNSAFE_DIST = ("worksteal", "each")
+INTERRUPT_GRACE = 30.0
+"""Seconds attempts in flight get to finish after the first Ctrl-C."""
 
 
 def concurrency_of(runtime: Runtime) -> int:
@@ -76,7 +85,12 @@ class AheadHooks:
             self.queue = interactor
         elif not (config.option.collectonly or stopped_early):
             self._schedule(session.items)
+        alone = interactor is None and not config.pluginmanager.hasplugin("dsession")
+        stops = self.runtime.stops
         try:
+            if alone and stops is not None:
+                with GentleInterrupt(stops, INTERRUPT_GRACE, partial(_say, config)):
+                    return (yield)
             return (yield)
         finally:
             self.ahead.close()
@@ -112,6 +126,54 @@ class AheadHooks:
         """Schedule deferred items in order, up to the first one still not ready."""
         while self.deferred and self.deferred[0].schedule():
             self.deferred.popleft()
+
+
+class GentleInterrupt:
+    """Ctrl-C with attempts in flight: the first starts no new attempt and lets those in flight
+    finish and be recorded (for up to `grace` seconds, then it stops at once); a second Ctrl-C
+    stops at once. Installed on the main thread of a lone process only: under xdist every
+    process gets the signal and pytest-xdist stops at once."""
+
+    def __init__(self, stops: Stops, grace: float, say: Callable[[str], None]) -> None:
+        self.stops = stops
+        self.say = say
+        self.grace = grace
+        self.timer: threading.Timer | None = None
+        self.previous: Any = None
+
+    def __enter__(self) -> GentleInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._first)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _first(self, signum: int, frame: Any) -> None:
+        self.stops.halt("interrupted", "interrupted (Ctrl-C)")
+        signal.signal(signal.SIGINT, self._again)
+        self.say(
+            f"agenteval: Ctrl-C: no new attempt starts; those in flight get {self.grace:g}s "
+            "to finish and be recorded. Ctrl-C again stops at once."
+        )
+        self.timer = threading.Timer(self.grace, os.kill, (os.getpid(), signal.SIGINT))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _again(self, signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    """Print a line on the terminal now, also while an item's output is being captured."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    context = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    with context:
+        sys.stderr.write(f"\n{line}\n")
+        sys.stderr.flush()
 
 
 def _worker_interactor(config: pytest.Config) -> Any:

@@ -19,6 +19,7 @@ from ..execution.attempt import interrupted_record
 from ..sources.dataset import TaskDef, load_task_file
 from ..store.lifecycle import OpenRun
 from ..store.runs import Store
+from ..store.stops import Budget
 from .items import AttemptItem
 from .runtime import Runtime
 from .settings import dry_run
@@ -41,6 +42,11 @@ class Recorder:
         self.session: pytest.Session | None = None
         self.failures: list[str] = []
         """Store or report writes that failed: each stops the session; the run is interrupted."""
+        settings = runtime.settings
+        self.budget = Budget(settings.max_cost, settings.max_tokens)
+        for row in run.plan.rows.values():  # a resumed run's earlier sessions spent too
+            self.budget.add(row.cost, row.input_tokens, row.output_tokens)
+        self._check_budget()
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
@@ -121,6 +127,21 @@ class Recorder:
         self.config.hook.pytest_agenteval_record_committed(
             record=record.to_json(), config=self.config
         )
+        self._spend(record)
+
+    def _spend(self, record: AttemptRecord) -> None:
+        """Count the attempt's spend; at a cap, tell every process of the run to stop."""
+        budget = self.budget
+        if not budget.capped:
+            return
+        budget.add(record.cost, record.input_tokens, record.output_tokens)
+        self._check_budget()
+
+    def _check_budget(self) -> None:
+        reason = self.budget.reached()
+        stops = self.runtime.stops
+        if reason is not None and stops is not None and stops.stop is None:
+            stops.halt("budget", reason, publish=True)
 
     def crashed(self, nodeid: str, report: pytest.TestReport) -> None:
         """A worker died running `nodeid`: an interruption, recorded as an error a resume runs

@@ -21,6 +21,7 @@ from ..reporting.summary import build_summary
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, count_actions
 from ..store.runs import Store
+from ..store.stops import Stop
 from .items import AttemptItem
 from .recorder import Recorder
 from .runtime import Runtime
@@ -66,6 +67,10 @@ class Reporter:
         if self.dry:
             return
         status = self._summarize(session, int(exitstatus))
+        stop = self._stop()
+        if stop is not None and status == stop.kind:
+            # Attempts were skipped: CI must not mistake the run for a finished one.
+            exitstatus = session.exitstatus = pytest.ExitCode.INTERRUPTED
         assert self.summary is not None
         out_dir = self.settings.report_dir
         if out_dir is None and not self.store.temporary:
@@ -100,6 +105,9 @@ class Reporter:
         if self.recorder.failures:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
 
+    def _stop(self) -> Stop | None:
+        return self.runtime.stops.stop if self.runtime.stops else None
+
     def _session_counts(self) -> dict[str, int]:
         actions = self.recorder.actions
         return {"reused": actions["reuse"], "regraded": actions["regrade"], "run": actions["run"]}
@@ -113,6 +121,9 @@ class Reporter:
             or len(rows) < len(self.recorder.planned_keys)
         )
         status = "interrupted" if interrupted else "complete"
+        stop = self._stop()
+        if interrupted and stop is not None:
+            status = stop.kind
         info = self.store.run(self.run.run_id)
         assert info is not None
         self.summary = build_summary(
@@ -143,6 +154,14 @@ class Reporter:
                 tr.write_line(line)
         if self.written:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
+        stop = self._stop()
+        if stop is not None and self.summary is not None and self.summary["status"] == stop.kind:
+            tr.write_line(
+                f"agenteval: stopped ({stop.reason}): attempts not started were skipped; "
+                "--resume-suite runs them",
+                yellow=True,
+                bold=True,
+            )
         if self.gate_message:
             tr.write_line(self.gate_message, bold=True, red="NOT" in self.gate_message)
         for failure in self.recorder.failures:

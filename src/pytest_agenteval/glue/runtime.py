@@ -17,6 +17,7 @@ from ..execution.attempt import AttemptRunner
 from ..sources.dataset import Dataset, TaskDef
 from ..sources.speccache import SpecCache
 from ..store.plan import Plan
+from ..store.stops import Stops
 from .settings import Settings
 
 FIXTURE_NAME = "agenteval_agent"
@@ -35,6 +36,8 @@ class Runtime:
     """<cache_dir>/agenteval, or None without the cache provider."""
     specs: SpecCache
     plan: Plan = field(default_factory=Plan)
+    stops: Stops | None = None
+    """The run's stops (cancel, caps, deadline), once the run is known."""
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
@@ -43,6 +46,11 @@ class Runtime:
         # Innermost roots first, as "root/" prefixes, so nested datasets match correctly.
         ordered = sorted(self.datasets, key=lambda d: len(d.root.parts), reverse=True)
         self._roots = [(str(d.root) + os.sep, d) for d in ordered]
+
+    def watch_stops(self, stops: Stops) -> None:
+        """Check `stops` before each attempt starts."""
+        self.stops = stops
+        self.runner.stopped = stops.reason
 
     def dataset_for(self, path: Path) -> Dataset | None:
         """The dataset whose root contains `path` (the innermost one); called for every file."""

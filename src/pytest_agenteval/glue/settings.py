@@ -39,6 +39,9 @@ class Settings:
     isolate: bool
     concurrency: int | None
     """Attempts in flight per process (`--agenteval-concurrency`); None: the manifest's."""
+    max_cost: float | None
+    max_tokens: int | None
+    deadline: str | None
     show_plan: bool
     invocation_dir: Path
 
@@ -81,6 +84,9 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         allow_errors=bool(_setting(config, "agenteval_allow_errors")),
         isolate=bool(_setting(config, "agenteval_isolate")),
         concurrency=_setting(config, "agenteval_concurrency", options.positive_int),
+        max_cost=_setting(config, "agenteval_max_cost", options.positive_float),
+        max_tokens=_setting(config, "agenteval_max_tokens", options.positive_int),
+        deadline=config.getoption("agenteval_deadline"),
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
     )

@@ -12,6 +12,7 @@ from typing import Any
 from ..core.errors import StoreError
 from .plan import Plan, make_plan
 from .runs import Store, dataset_key, new_run_id
+from .stops import clear_stops
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
     plan.fetch = lambda key: store.record(info.run_id, key)
     if not request.dry:
         store.claim_run(info.run_id)
+        clear_stops(store.runs_dir / info.run_id)
     return OpenRun(info.run_id, True, plan, info.died_running)
 
 
