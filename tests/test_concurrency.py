@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +213,73 @@ def test_session_fixture_agent_runs_ahead(pytester: pytest.Pytester, dataset: Da
     result.assert_outcomes(passed=6)
     assert (pytester.path / "made.log").read_text() == "made\n"
     assert most_overlapping(spans(root)) >= 2
+
+
+def _starts_apart(calls: list[Any]) -> float:
+    starts = sorted(c[2] for c in calls)
+    return min(b - a for a, b in pairwise(starts))
+
+
+def test_manifest_limits_hold_across_xdist_workers(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`limits` in the manifest hold for the whole run under -n 2 with attempts in flight:
+    never more than max_in_flight calls overlap, starts at least min_interval apart."""
+    root = timed_dataset(dataset, 16, sleep=0.15)
+    manifest = json.loads((root / "agenteval.yaml").read_text())
+    manifest["limits"] = {"max_in_flight": 2, "min_interval": 0.05}
+    (root / "agenteval.yaml").write_text(json.dumps(manifest))
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "4"
+    )
+    result.assert_outcomes(passed=16)
+    calls = spans(root)
+    assert len({c[4] for c in calls}) == 2  # both workers ran attempts
+    assert most_overlapping(calls) == 2
+    assert _starts_apart(calls) >= 0.05 - 0.005  # the agent stamps its start a little later
+
+
+def test_task_agent_limits_and_command_line_twins(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A task's own `agent:` mapping carries limits for that agent; the command line's
+    --agenteval-max-in-flight overrides them."""
+    root = timed_dataset(dataset, 0)
+    for i in range(8):
+        spec = {
+            **task(expected="ok"),
+            "agent": {"callable": "timed:run", "limits": {"max_in_flight": 3}},
+        }
+        (root / f"t{i}.yaml").write_text(json.dumps(spec))
+    pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "8"
+    ).assert_outcomes(passed=8)
+    assert most_overlapping(spans(root)) == 3
+    (root / "spans.log").unlink()
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "8", "--agenteval-max-in-flight", "1",
+        "--resume-suite", "--agenteval-rerun",
+    )  # fmt: skip
+    result.assert_outcomes(passed=8)
+    assert most_overlapping(spans(root)) == 1
+
+
+def test_limits_are_not_part_of_the_digests(tmp_path: Path) -> None:
+    """Adding limits to a task's agent (or a plugin agent's mapping) leaves its digests alone,
+    so a resume reuses what was recorded before."""
+    from pytest_agenteval.sources.dataset import TaskDef, load_dataset, load_task_file
+
+    (tmp_path / "agenteval.yaml").write_text("name: d\nagent: agent:run\n")
+    digests = []
+    for agent in (
+        {"callable": "agent:run"},
+        {"callable": "agent:run", "limits": {"max_in_flight": 2, "min_interval": 0.5}},
+        {"llm": {"model": "m"}},
+        {"llm": {"model": "m"}, "limits": {"max_in_flight": 2}},
+    ):
+        path = tmp_path / "t.yaml"
+        path.write_text(json.dumps({"input": "x", "expected": "1", "agent": agent}))
+        (loaded,) = load_task_file(path, load_dataset(tmp_path), lambda spec, task: None)
+        assert isinstance(loaded, TaskDef), loaded
+        digests.append((loaded.digest, loaded.run_digest))
+    assert digests[0] == digests[1] and digests[2] == digests[3]

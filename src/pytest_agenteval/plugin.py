@@ -157,6 +157,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "defaults.concurrency, else 1); items are still reported one by one, in order.",
     )
     option(
+        "--agenteval-max-in-flight",
+        dest="agenteval_max_in_flight",
+        type=options.positive_int,
+        metavar="N",
+        ini=("agenteval_max_in_flight", "string"),
+        help="calls of one agent running at once, across all processes of the run on this "
+        "machine (overrides the manifest's limits.max_in_flight).",
+    )
+    option(
+        "--agenteval-min-interval",
+        dest="agenteval_min_interval",
+        type=options.non_negative_float,
+        metavar="SECONDS",
+        ini=("agenteval_min_interval", "string"),
+        help="seconds between the starts of two calls of one agent, across all processes of "
+        "the run on this machine (overrides the manifest's limits.min_interval).",
+    )
+    option(
         "--agenteval-max-cost",
         dest="agenteval_max_cost",
         type=options.positive_float,

@@ -7,9 +7,11 @@ here, so other front ends (a concurrent executor, a CLI) get the same behaviour.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -93,6 +95,8 @@ class AttemptRunner:
     """Why no new attempt may start now (cancel, spend cap, deadline), or None."""
     ahead: Ahead | None = None
     """Under `--agenteval-concurrency`: the pool that starts agent calls ahead of their turn."""
+    limits: Callable[[AttemptJob], AbstractContextManager[None]] | None = None
+    """Waits for the limits of the attempt's agent (slots, pace) and holds them for its call."""
 
     def schedule(self, job: AttemptJob, source: AgentSource) -> bool:
         """Start the attempt's agent call ahead of its turn, when it has one to make; False
@@ -107,8 +111,9 @@ class AttemptRunner:
         payload: dict[str, Any] = {"used": {**self.fingerprint, "used": label}}
 
         def call() -> AgentResult:
-            payload["context"] = context = _Attempt(job, self.workspaces)
-            return self.executor.call_agent(agent, context.task, job.task.timeout)
+            with self._limited(job):
+                payload["context"] = context = _Attempt(job, self.workspaces)
+                return self.executor.call_agent(agent, context.task, job.task.timeout)
 
         self.ahead.schedule(job.key, call, payload)
         return True
@@ -164,12 +169,21 @@ class AttemptRunner:
         if reason is not None:
             raise NotStarted(reason)
 
+    @contextlib.contextmanager
+    def _limited(self, job: AttemptJob) -> Iterator[None]:
+        """Within the agent's limits; a stop that came while waiting for them still counts."""
+        with self.limits(job) if self.limits is not None else contextlib.nullcontext():
+            self._check_stop()
+            yield
+
     def _call(self, agent: Agent, task: Task, job: AttemptJob) -> AgentResult:
         if self.note_running is None:
-            return self.executor.call_agent(agent, task, job.task.timeout)
+            with self._limited(job):
+                return self.executor.call_agent(agent, task, job.task.timeout)
         self.note_running(f"{job.task.id} [attempt {job.attempt}] of {job.task.dataset.name}")
         try:
-            return self.executor.call_agent(agent, task, job.task.timeout)
+            with self._limited(job):
+                return self.executor.call_agent(agent, task, job.task.timeout)
         finally:
             self.note_running("")
 

@@ -57,7 +57,7 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
         runtime.runner.note_running = partial(_note_running, store, run.run_id)
         deadline = settings.deadline
         at = options.deadline_at(deadline, time.time()) if deadline else None
-        runtime.watch_stops(Stops(store.runs_dir / run.run_id, at))
+        runtime.join_run(Stops(store.runs_dir / run.run_id, at))
     recorder = Recorder(config, runtime, store, run)
     config.pluginmanager.register(recorder, "agenteval-recorder")
     config.pluginmanager.register(Reporter(runtime, store, run, recorder), "agenteval-reporter")

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from ..core.errors import AgentError
-from ..core.model import AnyAgentSpec, GraderSpec, TaskSpec
+from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, TaskSpec
 from ..execution.agents import AgentResolver, spec_label
 from ..execution.attempt import AttemptRunner
+from ..execution.limits import LimitGate, Limits
 from ..sources.dataset import Dataset, TaskDef
 from ..sources.speccache import SpecCache
 from ..store.plan import Plan
@@ -47,10 +48,26 @@ class Runtime:
         ordered = sorted(self.datasets, key=lambda d: len(d.root.parts), reverse=True)
         self._roots = [(str(d.root) + os.sep, d) for d in ordered]
 
-    def watch_stops(self, stops: Stops) -> None:
-        """Check `stops` before each attempt starts."""
+    def join_run(self, stops: Stops) -> None:
+        """Share the run's folder with its other processes: check `stops` before each attempt
+        starts, and hold the agents' limits there."""
         self.stops = stops
         self.runner.stopped = stops.reason
+        if stops.run_dir is not None:
+            gate = LimitGate(stops.run_dir / "limits")
+            self.runner.limits = lambda job: gate.hold(*self.limits_for(job.task))
+
+    def limits_for(self, task: TaskDef) -> tuple[str, Limits]:
+        """The task's agent (its label) and its limits: the command line's, else those of the
+        task's own agent, else the manifest's."""
+        spec = self.agent_spec(task)
+        manifest = task.dataset.manifest
+        declared = (spec.limits if spec else None) or manifest.limits or AgentLimits()
+        settings = self.settings
+        return spec_label(spec) if spec else FIXTURE_NAME, Limits(
+            settings.max_in_flight or declared.max_in_flight,
+            settings.min_interval if settings.min_interval is not None else declared.min_interval,
+        )
 
     def dataset_for(self, path: Path) -> Dataset | None:
         """The dataset whose root contains `path` (the innermost one); called for every file."""

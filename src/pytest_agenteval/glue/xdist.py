@@ -94,7 +94,7 @@ def worker_setup(config: pytest.Config) -> None:
     runtime.runner.fingerprint = shipped["fingerprint"]
     stops = shipped.get("stops")
     if stops:
-        runtime.watch_stops(Stops(Path(stops["run_dir"]), stops["deadline"]))
+        runtime.join_run(Stops(Path(stops["run_dir"]), stops["deadline"]))
 
 
 def _stops(stops: Stops | None) -> dict[str, Any] | None:
