@@ -204,3 +204,35 @@ def test_kill_9_with_attempts_in_flight(pytester: pytest.Pytester, dataset: Data
     result = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
     result.assert_outcomes(passed=30)
     assert len(dataset.calls()) - calls_before == 30 - len(before)
+
+
+def test_progress_json_is_always_parseable_and_ends_final(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """progress.json is replaced atomically while the run goes on (every read parses) and its
+    last version has the final status and counts; `agenteval status` prints it."""
+    costly(dataset, 40, sleep=0.08)
+    proc = _start(pytester, "--agenteval-concurrency", "4")
+    seen: list[dict[str, object]] = []
+    while proc.poll() is None:
+        for path in (pytester.path / ".pytest_cache/agenteval/runs").glob("*/progress.json"):
+            seen.append(json.loads(path.read_text()))  # never a torn file
+    assert proc.returncode == 0, proc.communicate()[0].decode()
+    assert any(s["status"] == "running" for s in seen)
+    final = json.loads(
+        next((pytester.path / ".pytest_cache/agenteval/runs").glob("*/progress.json")).read_text()
+    )
+    assert final["schema"] == "agenteval.progress/1"
+    assert (final["status"], final["planned"], final["done"], final["pass"]) == (
+        "complete",
+        40,
+        40,
+        40,
+    )
+    assert final["cost"] == 40.0 and final["tokens"] == 4000
+    shown = subprocess.run(
+        [sys.executable, "-m", "pytest_agenteval.cli", "status", "--watch"],
+        cwd=pytester.path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "complete · 40/40 done" in shown.stdout and "40 passed" in shown.stdout

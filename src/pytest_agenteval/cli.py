@@ -110,6 +110,19 @@ def _parser() -> argparse.ArgumentParser:
     cache_option(cancel)
     cancel.set_defaults(command=_cancel)
 
+    status = sub.add_parser("status", help="show a run's live progress (its progress.json)")
+    status.add_argument(
+        "run_id",
+        nargs="?",
+        metavar="RUN_ID",
+        help="a run id or its start (default: the most recently used run)",
+    )
+    status.add_argument(
+        "--watch", action="store_true", help="print it again every second until the run ends"
+    )
+    cache_option(status)
+    status.set_defaults(command=_status)
+
     validate = sub.add_parser("validate", help="load datasets and report every problem")
     validate.add_argument("datasets", nargs="+", type=Path, metavar="DATASET")
     validate.set_defaults(command=_validate)
@@ -227,6 +240,38 @@ def _cancel(args: argparse.Namespace) -> int:
         "(--resume-suite runs them)"
     )
     return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .store.progress import progress_lines, read_progress
+
+    store = _open_store(args)
+    if store is None:
+        return 1
+    if args.run_id:
+        run_id = store.resolve(args.run_id)
+    else:
+        runs = store.runs()
+        if not runs:
+            print("agenteval: no run stored yet", file=sys.stderr)
+            return 1
+        run_id = runs[0].run_id
+    while True:
+        data = read_progress(store.runs_dir / run_id)
+        if data is None:
+            print(f"agenteval: run {run_id} has no progress.json yet", file=sys.stderr)
+            return 1
+        info = store.run(run_id)
+        if data["status"] in ("running", "stopping") and info and info.status != "running":
+            data["status"] = info.status  # its session died without a last word
+        print("\n".join(progress_lines(data)), flush=True)
+        if not args.watch or data["status"] not in ("running", "stopping"):
+            return 0
+        try:
+            time.sleep(1.0)
+        except KeyboardInterrupt:
+            return 0
+        print()
 
 
 def _validate(args: argparse.Namespace) -> int:

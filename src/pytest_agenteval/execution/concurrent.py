@@ -83,6 +83,8 @@ class Ahead:
         self._pool = ThreadPoolExecutor(size, thread_name_prefix="agenteval-attempt")
         self._calls: dict[Key, Started] = {}
         self._lock = threading.Lock()
+        self.running = 0
+        """Calls in flight now (for progress.json)."""
 
     def schedule(self, key: Key, call: Call, payload: Any) -> None:
         """Start `call` once a pool thread is free, unless the run is stopping by then."""
@@ -98,12 +100,16 @@ class Ahead:
         if reason is not None:
             return None, NotStarted(reason)
         started.started, started.t0 = time.time(), time.perf_counter()
+        with self._lock:
+            self.running += 1
         try:
             return call(), None
         except BaseException as exc:  # raised again on the main thread, at the item's turn
             return None, exc
         finally:
             started.ended = time.perf_counter()
+            with self._lock:
+                self.running -= 1
 
     def take(self, key: Key) -> Started | None:
         """The call scheduled for `key` (removed: each attempt is taken once), or None."""

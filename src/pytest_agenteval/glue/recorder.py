@@ -18,6 +18,7 @@ from ..core.records import AttemptRecord, junit_properties, parse_item_name
 from ..execution.attempt import interrupted_record
 from ..sources.dataset import TaskDef, load_task_file
 from ..store.lifecycle import OpenRun
+from ..store.progress import PROGRESS_FILE, Progress
 from ..store.runs import Store
 from ..store.stops import Budget
 from .items import AttemptItem
@@ -40,6 +41,9 @@ class Recorder:
         self.planned_keys: set[Key] = {row.key for row in run.plan.rows.values()}
         self.collected_once = False
         self.session: pytest.Session | None = None
+        self._distributed = config.pluginmanager.hasplugin("dsession") or bool(
+            getattr(config.option, "numprocesses", None)
+        )
         self.failures: list[str] = []
         """Store or report writes that failed: each stops the session; the run is interrupted."""
         settings = runtime.settings
@@ -47,6 +51,8 @@ class Recorder:
         for row in run.plan.rows.values():  # a resumed run's earlier sessions spent too
             self.budget.add(row.cost, row.input_tokens, row.output_tokens)
         self._check_budget()
+        folder = None if self.dry else store.runs_dir / run.run_id / PROGRESS_FILE
+        self.progress = Progress(run.run_id, folder)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
@@ -81,6 +87,8 @@ class Recorder:
 
     def _planned(self, keys: list[Key]) -> None:
         self.planned_keys.update(keys)
+        self.progress.planned = len(self.planned_keys)
+        self.show_progress()
         if not self.dry:
             try:
                 self.store.set_planned(self.run.run_id, len(self.planned_keys))
@@ -100,6 +108,9 @@ class Recorder:
         if info is None:
             if report.failed:
                 self.other_failures += 1
+            elif report.skipped and report.when == "setup" and parse_item_name(report.nodeid):
+                self.progress.counts["skipped"] += 1
+                self.show_progress()
             return (yield)
         if "load_error" in info:
             self.load_errors.append(info["load_error"])
@@ -110,6 +121,7 @@ class Recorder:
             data = self._vanished(report, "InternalError", "the plugin failed around it")
         if data is not None:
             self._commit(AttemptRecord.from_json(data))
+        self._attempt_done(info, data)
         result = yield
         # Every plugin has seen the record; the terminal reporter keeps reports all session long.
         report.agenteval = None  # type: ignore[attr-defined]
@@ -131,11 +143,29 @@ class Recorder:
 
     def _spend(self, record: AttemptRecord) -> None:
         """Count the attempt's spend; at a cap, tell every process of the run to stop."""
-        budget = self.budget
-        if not budget.capped:
-            return
-        budget.add(record.cost, record.input_tokens, record.output_tokens)
-        self._check_budget()
+        self.budget.add(record.cost, record.input_tokens, record.output_tokens)
+        if self.budget.capped:
+            self._check_budget()
+
+    def _attempt_done(self, info: dict[str, Any], data: dict[str, Any] | None) -> None:
+        key = tuple(info["key"])
+        stored = self.runtime.plan.stored(key) if data is None else None
+        status = data["status"] if data is not None else stored.status if stored else None
+        if status is not None:
+            self.progress.attempt(status, reused=data is None)
+        self.show_progress()
+
+    def show_progress(self, status: str | None = None) -> None:
+        """Refresh progress.json (at most about once a second unless `status` is final)."""
+        progress, runtime = self.progress, self.runtime
+        progress.tokens, progress.cost = self.budget.tokens, self.budget.cost
+        ahead = runtime.runner.ahead
+        progress.in_flight = ahead.running if ahead is not None and not self._distributed else None
+        if status is None:
+            stopping = runtime.stops is not None and runtime.stops.stop is not None
+            progress.write("stopping" if stopping else "running")
+        else:
+            progress.write(status, final=True)
 
     def _check_budget(self) -> None:
         reason = self.budget.reached()

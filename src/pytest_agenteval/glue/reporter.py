@@ -67,6 +67,7 @@ class Reporter:
         if self.dry:
             return
         status = self._summarize(session, int(exitstatus))
+        self.recorder.show_progress(status)
         stop = self._stop()
         if stop is not None and status == stop.kind:
             # Attempts were skipped: CI must not mistake the run for a finished one.
