@@ -50,6 +50,7 @@ class AttemptItem(AgentevalItem):
         self.attempt = attempt
         self.key: Key = (task.dataset.name, task.id, attempt)
         self.outcome: Outcome | None = None
+        self._job: AttemptJob | None = None
 
     @property
     def runtime(self) -> Runtime:
@@ -63,11 +64,13 @@ class AttemptItem(AgentevalItem):
     def schedule(self) -> bool:
         """Start this attempt's agent call ahead of its turn (`--agenteval-concurrency`);
         False when its agent cannot be had yet (a fixture not made yet)."""
-        return self.runtime.runner.schedule(self.job(), self._agent_ahead)
+        self._job = self._job or self.job()  # decided once: setup takes the same job
+        return self.runtime.runner.schedule(self._job, self._agent_ahead)
 
     def setup(self) -> None:
         try:
-            self.outcome = outcome = self.runtime.runner.run(self.job(), self._agent)
+            job, self._job = self._job or self.job(), None
+            self.outcome = outcome = self.runtime.runner.run(job, self._agent)
         except NotStarted as stop:
             reason = f"not started: {stop.reason}"
             raise pytest.skip.Exception(reason, _use_item_location=True) from None
