@@ -236,3 +236,19 @@ def test_progress_json_is_always_parseable_and_ends_final(
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "complete · 40/40 done" in shown.stdout and "40 passed" in shown.stdout
+
+
+def test_cancel_refuses_a_run_that_is_not_running(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`agenteval cancel` on a finished run says so and leaves it alone."""
+    costly(dataset, 1)
+    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=1)
+    run_id = latest_run(pytester.path)
+    cancel = subprocess.run(
+        [sys.executable, "-m", "pytest_agenteval.cli", "cancel", run_id],
+        cwd=pytester.path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert cancel.returncode == 1
+    assert f"run {run_id} is not running (complete); nothing to cancel" in cancel.stderr
+    assert not (pytester.path / ".pytest_cache/agenteval/runs" / run_id / "cancel").exists()

@@ -234,6 +234,13 @@ def _cancel(args: argparse.Namespace) -> int:
             )
             return 1
         run_id = running[0]
+    info = store.run(run_id)
+    if info is not None and info.status != "running":
+        print(
+            f"agenteval: run {run_id} is not running ({info.status}); nothing to cancel",
+            file=sys.stderr,
+        )
+        return 1
     request_cancel(store.runs_dir / run_id)
     print(
         f"run {run_id}: cancel requested; attempts in flight finish, the rest are skipped "

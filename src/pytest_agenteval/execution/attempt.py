@@ -95,8 +95,9 @@ class AttemptRunner:
     """Why no new attempt may start now (cancel, spend cap, deadline), or None."""
     ahead: Ahead | None = None
     """Under `--agenteval-concurrency`: the pool that starts agent calls ahead of their turn."""
-    limits: Callable[[AttemptJob], AbstractContextManager[None]] | None = None
-    """Waits for the limits of the attempt's agent (slots, pace) and holds them for its call."""
+    limits: Callable[[AttemptJob], AbstractContextManager[None] | None] | None = None
+    """Waits for the limits of the attempt's agent (slots, pace) and holds them for its call;
+    None when its agent has none."""
 
     def schedule(self, job: AttemptJob, source: AgentSource) -> bool:
         """Start the attempt's agent call ahead of its turn, when it has one to make; False
@@ -111,7 +112,7 @@ class AttemptRunner:
         payload: dict[str, Any] = {"used": {**self.fingerprint, "used": label}}
 
         def call() -> AgentResult:
-            with self._limited(job):
+            with self._limited(job):  # the stop was checked as the call began
                 payload["context"] = context = _Attempt(job, self.workspaces)
                 return self.executor.call_agent(agent, context.task, job.task.timeout)
 
@@ -171,8 +172,13 @@ class AttemptRunner:
 
     @contextlib.contextmanager
     def _limited(self, job: AttemptJob) -> Iterator[None]:
-        """Within the agent's limits; a stop that came while waiting for them still counts."""
-        with self.limits(job) if self.limits is not None else contextlib.nullcontext():
+        """Within the agent's limits, if it has any; a stop that came while waiting for them
+        still counts."""
+        held = self.limits(job) if self.limits is not None else None
+        if held is None:
+            yield
+            return
+        with held:
             self._check_stop()
             yield
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from ..core.errors import AgentError
 from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, TaskSpec
 from ..execution.agents import AgentResolver, spec_label
-from ..execution.attempt import AttemptRunner
+from ..execution.attempt import AttemptJob, AttemptRunner
 from ..execution.limits import LimitGate, Limits
 from ..sources.dataset import Dataset, TaskDef
 from ..sources.speccache import SpecCache
@@ -42,6 +43,7 @@ class Runtime:
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
+    _limits: dict[tuple[int, int], tuple[str, Limits]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Innermost roots first, as "root/" prefixes, so nested datasets match correctly.
@@ -55,19 +57,32 @@ class Runtime:
         self.runner.stopped = stops.reason
         if stops.run_dir is not None:
             gate = LimitGate(stops.run_dir / "limits")
-            self.runner.limits = lambda job: gate.hold(*self.limits_for(job.task))
+
+            def held(job: AttemptJob) -> AbstractContextManager[None] | None:
+                agent, limits = self.limits_for(job.task)
+                return gate.hold(agent, limits) if limits else None
+
+            self.runner.limits = held
 
     def limits_for(self, task: TaskDef) -> tuple[str, Limits]:
         """The task's agent (its label) and its limits: the command line's, else those of the
-        task's own agent, else the manifest's."""
+        task's own agent, else the manifest's (worked out once per agent spec)."""
         spec = self.agent_spec(task)
         manifest = task.dataset.manifest
-        declared = (spec.limits if spec else None) or manifest.limits or AgentLimits()
-        settings = self.settings
-        return spec_label(spec) if spec else FIXTURE_NAME, Limits(
-            settings.max_in_flight or declared.max_in_flight,
-            settings.min_interval if settings.min_interval is not None else declared.min_interval,
-        )
+        cache_key = (id(spec), id(manifest))  # both live as long as the run
+        found = self._limits.get(cache_key)
+        if found is None:
+            declared = (spec.limits if spec else None) or manifest.limits or AgentLimits()
+            settings = self.settings
+            interval = settings.min_interval
+            found = self._limits[cache_key] = (
+                spec_label(spec) if spec else FIXTURE_NAME,
+                Limits(
+                    settings.max_in_flight or declared.max_in_flight,
+                    interval if interval is not None else declared.min_interval,
+                ),
+            )
+        return found
 
     def dataset_for(self, path: Path) -> Dataset | None:
         """The dataset whose root contains `path` (the innermost one); called for every file."""

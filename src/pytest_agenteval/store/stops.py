@@ -25,6 +25,9 @@ STOP_FILE = "stop.json"
 CANCEL_SCHEMA = "agenteval.cancel/1"
 STOP_SCHEMA = "agenteval.stop/1"
 
+LOOK_EVERY = 0.01
+"""Seconds between two looks for stop files; bounds how late a process sees a stop."""
+
 StopKind = Literal["cancelled", "budget", "deadline", "interrupted"]
 STOP_KINDS = ("cancelled", "budget", "deadline")
 """Run statuses that say why a run stopped early (besides pytest's own `interrupted`)."""
@@ -58,6 +61,7 @@ class Stops:
         self.deadline = deadline
         self._stop: Stop | None = None
         self._lock = threading.Lock()
+        self._looked = 0.0
 
     @property
     def stop(self) -> Stop | None:
@@ -81,12 +85,21 @@ class Stops:
     def _look(self) -> Stop | None:
         if self.deadline is not None and time.time() >= self.deadline:
             self.halt("deadline", "deadline passed")
-        elif self.run_dir is not None:
+        elif self.run_dir is not None and self._due():
             if (self.run_dir / CANCEL_FILE).exists():
                 self.halt("cancelled", "cancelled")
             elif (self.run_dir / STOP_FILE).exists():
                 self._adopt(self.run_dir / STOP_FILE)
         return self._stop
+
+    def _due(self) -> bool:
+        """Whether to look at the run folder again (at most every LOOK_EVERY seconds: trivial
+        attempts start thousands of times a second)."""
+        now = time.monotonic()
+        if now - self._looked < LOOK_EVERY:
+            return False
+        self._looked = now
+        return True
 
     def _adopt(self, path: Path) -> None:
         """Take the stop another process published (a half-written file is not read: it is
