@@ -95,7 +95,8 @@ def test_cap_holds_across_xdist_workers(pytester: pytest.Pytester, dataset: Data
 
 
 def test_past_deadline_starts_nothing(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
-    """A deadline that has passed skips every attempt: 'deadline passed', status deadline."""
+    """A deadline that has passed skips every attempt: 'deadline passed', status deadline; a
+    resume with a deadline in the future finishes the run."""
     costly(dataset, 3)
     result = pytester.runpytest_subprocess(
         "--agenteval", "ds", "--agenteval-deadline", "2000-01-01T00:00", "-rs"
@@ -105,6 +106,11 @@ def test_past_deadline_starts_nothing(pytester: pytest.Pytester, dataset: Datase
     result.stdout.fnmatch_lines(["*not started: deadline passed*"])
     assert summary_of(pytester)["status"] == "deadline"
     assert dataset.calls() == []
+    done = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--resume-suite", "--agenteval-deadline", "1h"
+    )
+    done.assert_outcomes(passed=3)
+    assert done.ret == 0 and summary_of(pytester)["status"] == "complete"
 
 
 def test_deadline_values() -> None:
@@ -144,11 +150,14 @@ def _wait_for_records(pytester: pytest.Pytester, at_least: int) -> None:
     raise AssertionError("the run stored too few records in 60s")
 
 
-def test_cancel_from_another_shell(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
-    """`agenteval cancel` stops a running run: status cancelled, exit 2, the rest skipped; a
-    resume clears the request and runs only what was not recorded."""
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["solo", "n2"])
+def test_cancel_from_another_shell(
+    pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
+) -> None:
+    """`agenteval cancel` stops a running run, in every process: status cancelled, exit 2, the
+    rest skipped; a resume clears the request and runs only what was not recorded."""
     costly(dataset, 40, sleep=0.2)
-    proc = _start(pytester, "--agenteval-concurrency", "2", "-rs")
+    proc = _start(pytester, "--agenteval-concurrency", "2", "-rs", *workers)
     _wait_for_records(pytester, 2)
     cancel = subprocess.run(
         [sys.executable, "-m", "pytest_agenteval.cli", "cancel"],

@@ -158,11 +158,13 @@ class Recorder:
     def show_progress(self, status: str | None = None) -> None:
         """Refresh progress.json (at most about once a second unless `status` is final)."""
         progress, runtime = self.progress, self.runtime
+        if status is None and not progress.due():
+            return
         progress.tokens, progress.cost = self.budget.tokens, self.budget.cost
         ahead = runtime.runner.ahead
         progress.in_flight = ahead.running if ahead is not None and not self._distributed else None
         if status is None:
-            stopping = runtime.stops is not None and runtime.stops.stop is not None
+            stopping = runtime.stops is not None and runtime.stops.reason() is not None
             progress.write("stopping" if stopping else "running")
         else:
             progress.write(status, final=True)

@@ -107,7 +107,11 @@ class Reporter:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
 
     def _stop(self) -> Stop | None:
-        return self.runtime.stops.stop if self.runtime.stops else None
+        stops = self.runtime.stops
+        if stops is None:
+            return None
+        stops.reason()  # an xdist controller starts no attempt: look at the run folder now
+        return stops.stop
 
     def _session_counts(self) -> dict[str, int]:
         actions = self.recorder.actions

@@ -67,14 +67,17 @@ class Progress:
             "updated_at": time.time(),
         }
 
+    def due(self) -> bool:
+        """Whether a write now would happen (the last was a second ago or more)."""
+        return self.path is not None and time.monotonic() - self._written >= EVERY
+
     def write(self, status: str, *, final: bool = False) -> None:
         """Replace progress.json, unless it was written less than a second ago (`final`
         always writes). A write that fails is skipped: progress is a view, never a cause to
         stop the run."""
-        now = time.monotonic()
-        if self.path is None or (not final and now - self._written < EVERY):
+        if self.path is None or not (final or self.due()):
             return
-        self._written = now
+        self._written = time.monotonic()
         with contextlib.suppress(StoreError):
             write_json(self.path, self.as_json(status))
 
