@@ -69,8 +69,12 @@ def test_cap_skips_the_rest_and_a_resume_finishes(
     assert summary_of(pytester, run_id)["status"] == "budget"
     assert run_json(pytester, run_id)["status"] == "budget"
     assert len(stored(pytester.path)) == 4
-    again = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite", *cap)
+    again = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--resume-suite", *cap, "--agenteval-min-pass-rate", "0.5"
+    )
     again.assert_outcomes(passed=4, skipped=6)  # the earlier session's spend counts
+    again.stdout.fnmatch_lines(["gate NOT met: the run is stopped (budget)*"])
+    assert again.ret == pytest.ExitCode.INTERRUPTED
     done = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
     done.assert_outcomes(passed=10)
     assert done.ret == 0 and summary_of(pytester, run_id)["status"] == "complete"

@@ -181,7 +181,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="USD",
         ini=("agenteval_max_cost", "string"),
         help="spend cap of the run (all its sessions): once reached, no new attempt starts; "
-        "the rest are skipped and the run is 'budget'.",
+        "the rest are skipped and the run's status is 'budget'.",
     )
     option(
         "--agenteval-max-tokens",
@@ -197,7 +197,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=options.deadline,
         metavar="WHEN",
         help="start no attempt after WHEN: a duration from now (90s, 30m, 1h30m) or an ISO "
-        "time (2026-12-01T18:00); the rest are skipped and the run is 'deadline'.",
+        "time (2026-12-01T18:00); the rest are skipped and the run's status is 'deadline'.",
     )
     option(
         "--agenteval-allow-errors",

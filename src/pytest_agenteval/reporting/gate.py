@@ -48,7 +48,9 @@ def gate(
 def _problems(summary: dict[str, Any], allow_errors: bool, other_failures: int) -> list[str]:
     problems = []
     if summary["status"] != "complete":
-        problems.append(f"the run is {summary['status']}: not every planned attempt finished")
+        status = summary["status"]
+        state = status if status in ("interrupted", "cancelled") else f"stopped ({status})"
+        problems.append(f"the run is {state}: not every planned attempt finished")
     loads = len(summary.get("load_errors") or ())
     if loads:
         problems.append(f"{loads} task(s) could not be loaded")

@@ -76,6 +76,8 @@ class Summary(BaseModel):
     created_at: float
     finished_at: float
     status: str
+    """complete; interrupted (a session ended early); or why a stop ended it: cancelled,
+    budget (a spend or token cap), deadline."""
     n_attempts: int
     counts: dict[str, int]
     """pass / fail / error over the run; reused / regraded / run in the last session."""
