@@ -283,3 +283,74 @@ def test_limits_are_not_part_of_the_digests(tmp_path: Path) -> None:
         assert isinstance(loaded, TaskDef), loaded
         digests.append((loaded.digest, loaded.run_digest))
     assert digests[0] == digests[1] and digests[2] == digests[3]
+
+
+def test_collect_only_starts_no_attempt(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """--co (and --agenteval-plan) with concurrency schedules nothing: no agent call."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(5)})
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "4", "--co"
+    )
+    assert result.ret == 0
+    assert dataset.calls() == []
+
+
+def test_exitfirst_loses_at_most_what_was_in_flight(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """-x with attempts in flight records only what was reported; calls started ahead are
+    lost (at most twice the concurrency: in flight, and done awaiting their turn) and run
+    again by the resume."""
+    tasks: dict[str, Any] = {"a00.yaml": task("no", metadata={"sleep": 0.2})}
+    tasks.update({f"t{i:02}.yaml": task("ok", metadata={"sleep": 0.2}) for i in range(20)})
+    dataset(tasks)
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "4", "-x"
+    )
+    result.assert_outcomes(failed=1)
+    assert stored(pytester.path) == [("a00", 0, "fail")]
+    assert 1 <= len(dataset.calls()) <= 1 + 2 * 4
+    pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite").assert_outcomes(
+        passed=20, failed=1
+    )
+    assert len(stored(pytester.path)) == 21
+
+
+def test_ahead_keeps_a_bounded_window_in_item_order() -> None:
+    """The pool never holds more than 2 x size answers not yet taken, hands calls over in
+    schedule order (so the next item's call is never stuck behind later ones), and drops calls
+    of items pytest passed over."""
+    import threading
+    import time
+
+    from pytest_agenteval.execution.concurrent import Ahead
+
+    ahead = Ahead(2, lambda: None)
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def call(i: int) -> Any:
+        def run() -> Any:
+            with lock:
+                started.append(i)
+            time.sleep(0.01)
+            return i
+
+        return run
+
+    for i in range(40):
+        ahead.schedule(("d", "t", i), call(i), None)
+    time.sleep(0.2)
+    assert len(started) <= 4  # the window: 2 x size handed over, none taken yet
+    for i in (0, 1, 2, 7):  # 3 to 6 are passed over, as a skip mark would
+        early = ahead.take(("d", "t", i))
+        assert early is not None
+        early.wait()
+        assert early.result() == i
+    for i in range(8, 40):
+        early = ahead.take(("d", "t", i))
+        assert early is not None
+        early.wait()
+    ahead.close()
+    assert len(started) == len(set(started))  # no call twice
+    assert {0, 1, 2, 7, *range(8, 40)} <= set(started)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -39,16 +40,23 @@ class NotStarted(Exception):
         self.reason = reason
 
 
+Call = Callable[[], AgentResult]
+
+
 class Started:
     """An agent call scheduled ahead: when it started, and its answer (or error) once it ends."""
 
-    def __init__(self, payload: Any) -> None:
+    def __init__(self, call: Call, payload: Any) -> None:
+        self.call = call
         self.payload = payload
         """What the caller keeps with the call (the attempt's context)."""
         self.started = time.time()
         self.t0 = time.perf_counter()
         self.ended = self.t0
         self.future: Future[tuple[AgentResult | None, BaseException | None]] | None = None
+        """Set once the call is handed to the pool."""
+        self.dropped = False
+        """Its item will never take it (pytest passed over it): never hand it to the pool."""
 
     def wait(self) -> None:
         """Wait for the call to end; raises NotStarted when it never began."""
@@ -71,31 +79,46 @@ class Started:
         return value
 
 
-Call = Callable[[], AgentResult]
-
-
 class Ahead:
-    """A bounded pool that starts agent calls in the order they are scheduled."""
+    """A bounded pool that starts agent calls in the order they are scheduled.
+
+    At most `size` calls run at once, and at most `2 * size` are handed to the pool and not
+    yet taken by their item: answers never pile up far ahead of pytest (a slow grader, a stop,
+    `-x`), so what a stop can waste is bounded. Calls are handed over in schedule order, which
+    is the order pytest runs the items, so the next item's call is always among them.
+    """
 
     def __init__(self, size: int, stopped: Stopped) -> None:
         self.size = size
         self.stopped = stopped
         self._pool = ThreadPoolExecutor(size, thread_name_prefix="agenteval-attempt")
-        self._calls: dict[Key, Started] = {}
         self._lock = threading.Lock()
+        self._calls: OrderedDict[Key, Started] = OrderedDict()
+        """Scheduled and not taken, in schedule order."""
+        self._waiting: deque[Started] = deque()
+        """Scheduled and not handed to the pool yet."""
+        self._handed = 0
+        """Handed to the pool and not taken."""
         self.running = 0
         """Calls in flight now (for progress.json)."""
 
     def schedule(self, key: Key, call: Call, payload: Any) -> None:
-        """Start `call` once a pool thread is free, unless the run is stopping by then."""
-        started = Started(payload)
+        """Start `call` once the pool has room, unless the run is stopping by then."""
+        started = Started(call, payload)
         with self._lock:
             self._calls[key] = started
-        started.future = self._pool.submit(self._start, call, started)
+            self._waiting.append(started)
+            self._hand_over()
 
-    def _start(
-        self, call: Call, started: Started
-    ) -> tuple[AgentResult | None, BaseException | None]:
+    def _hand_over(self) -> None:
+        """Hand waiting calls to the pool while the look-ahead window has room (lock held)."""
+        while self._waiting and self._handed < 2 * self.size:
+            started = self._waiting.popleft()
+            if started.future is None and not started.dropped:
+                self._handed += 1
+                started.future = self._pool.submit(self._start, started)
+
+    def _start(self, started: Started) -> tuple[AgentResult | None, BaseException | None]:
         reason = self.stopped()
         if reason is not None:
             return None, NotStarted(reason)
@@ -103,7 +126,7 @@ class Ahead:
         with self._lock:
             self.running += 1
         try:
-            return call(), None
+            return started.call(), None
         except BaseException as exc:  # raised again on the main thread, at the item's turn
             return None, exc
         finally:
@@ -112,9 +135,24 @@ class Ahead:
                 self.running -= 1
 
     def take(self, key: Key) -> Started | None:
-        """The call scheduled for `key` (removed: each attempt is taken once), or None."""
+        """The call scheduled for `key` (each attempt is taken once), or None. Calls scheduled
+        before it that were not taken belong to items pytest passed over: they are dropped."""
         with self._lock:
-            return self._calls.pop(key, None)
+            found = self._calls.get(key)
+            if found is None:
+                return None
+            while True:
+                passed, started = self._calls.popitem(last=False)
+                if started.future is not None:
+                    self._handed -= 1
+                elif passed != key:
+                    started.dropped = True
+                if passed == key:
+                    break
+            if found.future is None:  # not handed over yet (pytest passed over many items)
+                found.future = self._pool.submit(self._start, found)
+            self._hand_over()
+            return found
 
     def scheduled(self, key: Key) -> bool:
         with self._lock:
@@ -124,4 +162,5 @@ class Ahead:
         """Drop calls that have not started; calls in flight run on, abandoned."""
         with self._lock:
             self._calls.clear()
+            self._waiting.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)
