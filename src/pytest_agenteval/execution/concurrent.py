@@ -55,6 +55,7 @@ class Started:
         self.ended = self.t0
         self.future: Future[tuple[AgentResult | None, BaseException | None]] | None = None
         """Set once the call is handed to the pool."""
+        self.running = False
         self.dropped = False
         """Its item will never take it (pytest passed over it): never hand it to the pool."""
 
@@ -99,8 +100,12 @@ class Ahead:
         """Scheduled and not handed to the pool yet."""
         self._handed = 0
         """Handed to the pool and not taken."""
-        self.running = 0
-        """Calls in flight now (for progress.json)."""
+
+    @property
+    def running(self) -> int:
+        """Calls in flight now, about (for progress.json; the pool threads take no lock)."""
+        with self._lock:
+            return sum(1 for started in self._calls.values() if started.running)
 
     def schedule(self, key: Key, call: Call, payload: Any) -> None:
         """Start `call` once the pool has room, unless the run is stopping by then."""
@@ -108,31 +113,37 @@ class Ahead:
         with self._lock:
             self._calls[key] = started
             self._waiting.append(started)
-            self._hand_over()
+            ready = self._ready()
+        self._submit(ready)
 
-    def _hand_over(self) -> None:
-        """Hand waiting calls to the pool while the look-ahead window has room (lock held)."""
+    def _ready(self) -> list[Started]:
+        """The waiting calls the look-ahead window has room for (lock held)."""
+        ready = []
         while self._waiting and self._handed < 2 * self.size:
             started = self._waiting.popleft()
             if started.future is None and not started.dropped:
                 self._handed += 1
-                started.future = self._pool.submit(self._start, started)
+                started.future = Future()  # a place holder until the pool has it
+                ready.append(started)
+        return ready
+
+    def _submit(self, ready: list[Started]) -> None:
+        for started in ready:
+            started.future = self._pool.submit(self._start, started)
 
     def _start(self, started: Started) -> tuple[AgentResult | None, BaseException | None]:
         reason = self.stopped()
         if reason is not None:
             return None, NotStarted(reason)
         started.started, started.t0 = time.time(), time.perf_counter()
-        with self._lock:
-            self.running += 1
+        started.running = True
         try:
             return started.call(), None
         except BaseException as exc:  # raised again on the main thread, at the item's turn
             return None, exc
         finally:
             started.ended = time.perf_counter()
-            with self._lock:
-                self.running -= 1
+            started.running = False
 
     def take(self, key: Key) -> Started | None:
         """The call scheduled for `key` (each attempt is taken once), or None. Calls scheduled
@@ -149,10 +160,13 @@ class Ahead:
                     started.dropped = True
                 if passed == key:
                     break
-            if found.future is None:  # not handed over yet (pytest passed over many items)
-                found.future = self._pool.submit(self._start, found)
-            self._hand_over()
-            return found
+            late = found.future is None  # not handed over yet (pytest passed over many items)
+            if late:
+                found.future = Future()
+            ready = self._ready()
+        self._submit([found] if late else [])
+        self._submit(ready)
+        return found
 
     def scheduled(self, key: Key) -> bool:
         with self._lock:
