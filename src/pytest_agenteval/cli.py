@@ -96,6 +96,31 @@ def _parser() -> argparse.ArgumentParser:
     cache_option(repair)
     repair.set_defaults(command=_repair)
 
+    cancel = sub.add_parser(
+        "cancel", help="stop a running run: no new attempt starts; those in flight finish"
+    )
+    cancel.add_argument(
+        "run_id",
+        nargs="?",
+        metavar="RUN_ID",
+        help="a run id or its start (default: the most recently used run that is running)",
+    )
+    cache_option(cancel)
+    cancel.set_defaults(command=_cancel)
+
+    status = sub.add_parser("status", help="show a run's live progress (its progress.json)")
+    status.add_argument(
+        "run_id",
+        nargs="?",
+        metavar="RUN_ID",
+        help="a run id or its start (default: the most recently used run)",
+    )
+    status.add_argument(
+        "--watch", action="store_true", help="print it again every second until the run ends"
+    )
+    cache_option(status)
+    status.set_defaults(command=_status)
+
     validate = sub.add_parser("validate", help="load datasets and report every problem")
     validate.add_argument("datasets", nargs="+", type=Path, metavar="DATASET")
     validate.set_defaults(command=_validate)
@@ -192,6 +217,69 @@ def _repair(args: argparse.Namespace) -> int:
     for problem in repair.damage:
         print(f"damage left as it is: {problem}")
     return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from .store.stops import request_cancel
+
+    store = _open_store(args)
+    if store is None:
+        return 1
+    if args.run_id:
+        run_id = store.resolve(args.run_id)
+    else:
+        running = [r.run_id for r in store.runs() if r.status == "running"]
+        if not running:
+            print(
+                "agenteval: no run is running (name one: agenteval cancel RUN_ID)", file=sys.stderr
+            )
+            return 1
+        run_id = running[0]
+    info = store.run(run_id)
+    if info is not None and info.status != "running":
+        print(
+            f"agenteval: run {run_id} is not running ({info.status}); nothing to cancel",
+            file=sys.stderr,
+        )
+        return 1
+    request_cancel(store.runs_dir / run_id)
+    print(
+        f"run {run_id}: cancel requested; attempts in flight finish, the rest are skipped "
+        "(--resume-suite runs them)"
+    )
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .store.progress import progress_lines, read_progress
+
+    store = _open_store(args)
+    if store is None:
+        return 1
+    if args.run_id:
+        run_id = store.resolve(args.run_id)
+    else:
+        runs = store.runs()
+        if not runs:
+            print("agenteval: no run stored yet", file=sys.stderr)
+            return 1
+        run_id = runs[0].run_id
+    while True:
+        data = read_progress(store.runs_dir / run_id)
+        if data is None:
+            print(f"agenteval: run {run_id} has no progress.json yet", file=sys.stderr)
+            return 1
+        info = store.run(run_id)
+        if data["status"] in ("running", "stopping") and info and info.status != "running":
+            data["status"] = info.status  # its session died without a last word
+        print("\n".join(progress_lines(data)), flush=True)
+        if not args.watch or data["status"] not in ("running", "stopping"):
+            return 0
+        try:
+            time.sleep(1.0)
+        except KeyboardInterrupt:
+            return 0
+        print()
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -149,6 +149,58 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "errors that attempt only, and its timeout kills everything it started.",
     )
     option(
+        "--agenteval-concurrency",
+        dest="agenteval_concurrency",
+        type=options.positive_int,
+        metavar="N",
+        ini=("agenteval_concurrency", "string"),
+        help="attempts in flight at once per process (default: the manifest's "
+        "defaults.concurrency, else 1); items are still reported one by one, in order.",
+    )
+    option(
+        "--agenteval-max-in-flight",
+        dest="agenteval_max_in_flight",
+        type=options.positive_int,
+        metavar="N",
+        ini=("agenteval_max_in_flight", "string"),
+        help="calls of one agent running at once, across all processes of the run on this "
+        "machine (overrides the manifest's limits.max_in_flight).",
+    )
+    option(
+        "--agenteval-min-interval",
+        dest="agenteval_min_interval",
+        type=options.non_negative_float,
+        metavar="SECONDS",
+        ini=("agenteval_min_interval", "string"),
+        help="seconds between the starts of two calls of one agent, across all processes of "
+        "the run on this machine (overrides the manifest's limits.min_interval).",
+    )
+    option(
+        "--agenteval-max-cost",
+        dest="agenteval_max_cost",
+        type=options.positive_float,
+        metavar="USD",
+        ini=("agenteval_max_cost", "string"),
+        help="spend cap of the run (all its sessions): once reached, no new attempt starts; "
+        "the rest are skipped and the run's status is 'budget'.",
+    )
+    option(
+        "--agenteval-max-tokens",
+        dest="agenteval_max_tokens",
+        type=options.positive_int,
+        metavar="N",
+        ini=("agenteval_max_tokens", "string"),
+        help="token cap of the run (input + output, all its sessions), like --agenteval-max-cost.",
+    )
+    option(
+        "--agenteval-deadline",
+        dest="agenteval_deadline",
+        type=options.deadline,
+        metavar="WHEN",
+        help="start no attempt after WHEN: a duration from now (90s, 30m, 1h30m) or an ISO "
+        "time (2026-12-01T18:00); the rest are skipped and the run's status is 'deadline'.",
+    )
+    option(
         "--agenteval-allow-errors",
         dest="agenteval_allow_errors",
         action="store_true",
@@ -191,6 +243,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .execution.isolation import IsolatingExecutor
     from .execution.workspaces import Workspaces
     from .glue.collect import CollectHooks, CollectState, load_datasets, point_collection_at
+    from .glue.concurrency import AheadHooks, check_combination, concurrency_of
     from .glue.controller import agenteval_dir, start_controller
     from .glue.items import TaskHooks
     from .glue.runtime import RUNTIME, Runtime, agent_fingerprint
@@ -233,6 +286,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
     # the collected tree.
     config.add_cleanup(hooks.thaw)
+    size = concurrency_of(config.stash[RUNTIME])
+    check_combination(config, size, settings.isolate)
+    if size > 1:
+        config.pluginmanager.register(AheadHooks(config.stash[RUNTIME], size), "agenteval-ahead")
     if hasattr(config, "workerinput"):
         worker_setup(config)
     else:

@@ -13,6 +13,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
     Tag,
@@ -38,11 +39,23 @@ class UserModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class AgentLimits(UserModel):
+    """How hard the run may hit an agent (a provider's rate limits), across every process of
+    the run on this machine."""
+
+    max_in_flight: PositiveInt | None = None
+    """Calls of this agent running at once, at most."""
+    min_interval: NonNegativeFloat | None = None
+    """Seconds between the starts of two calls of this agent, at least."""
+
+
 class CallableAgentSpec(UserModel):
     """An agent that is a Python function, `module:function` or `path/to/file.py:function`."""
 
     callable: str = Field(pattern=r"^[^:]+:[A-Za-z_][A-Za-z0-9_.]*$")
     """Where the function lives; the dataset root is importable."""
+    limits: AgentLimits | None = None
+    """Limits of this agent's calls (not part of the task's digests)."""
 
 
 class CommandAgentSpec(UserModel):
@@ -57,6 +70,8 @@ class CommandAgentSpec(UserModel):
     """Variables added to the environment of the program."""
     output: Literal["text", "json"] = "text"
     """`text`: stdout is the output. `json`: stdout is an AgentResult as JSON (output, usage...)."""
+    limits: AgentLimits | None = None
+    """Limits of this agent's calls (not part of the task's digests)."""
 
 
 class PluginAgentSpec(UserModel):
@@ -67,6 +82,8 @@ class PluginAgentSpec(UserModel):
     """The agent kind a plugin registered."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Options the plugin validates itself."""
+    limits: AgentLimits | None = None
+    """Limits of this agent's calls (not part of the task's digests)."""
 
 
 def _agent_kind(value: Any) -> str:
@@ -82,14 +99,14 @@ def _agent_kind(value: Any) -> str:
 def _agent_shorthand(value: Any) -> Any:
     if isinstance(value, str):
         return {"callable": value}
-    if (
-        isinstance(value, dict)
-        and len(value) == 1
-        and not {"command", "callable", "type"} & set(value)
-    ):
-        ((kind, options),) = value.items()
-        return {"type": kind, "options": options}
-    return value
+    if not isinstance(value, dict) or {"command", "callable", "type"} & set(value):
+        return value
+    rest = {key: item for key, item in value.items() if key != "limits"}
+    if len(rest) != 1:
+        return value
+    ((kind, options),) = rest.items()
+    limits = {"limits": value["limits"]} if "limits" in value else {}
+    return {"type": kind, "options": options, **limits}
 
 
 AgentSpec = Annotated[
@@ -142,6 +159,8 @@ class Defaults(UserModel):
     """Seconds each grader may take to judge an attempt (default 60)."""
     attempts: PositiveInt | None = None
     """Attempts per task when neither `--attempts` nor ini `agenteval_attempts` is set."""
+    concurrency: PositiveInt | None = None
+    """Attempts in flight at once per process, when `--agenteval-concurrency` is not set."""
     graders: list[GraderSpec] | None = None
     """Graders for tasks that name none."""
 
@@ -161,6 +180,8 @@ class Manifest(UserModel):
     """The default agent under test."""
     agent_version: str | None = None
     """A version you declare for the agent; part of its fingerprint, so a resume notices."""
+    limits: AgentLimits | None = None
+    """Limits of the manifest's agent, for every task that does not name its own agent."""
     defaults: Defaults = Defaults()
     """Settings for every task that does not name its own."""
     tasks: list[str] | None = None

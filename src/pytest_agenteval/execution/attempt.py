@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import importlib
 import os
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -27,6 +29,7 @@ from ..sources.dataset import TaskDef
 from ..store.plan import Decision
 from ..store.runs import IndexRow
 from .agents import Agent
+from .concurrent import Ahead, NotStarted, Stopped
 from .executor import SerialExecutor, call_with_deadline
 from .graders import GradeContext, as_verdict
 from .workspaces import Workspaces
@@ -93,6 +96,35 @@ class AttemptRunner:
     """Exceptions that are not the attempt's to record (they stop the session)."""
     note_running: Callable[[Key], None] | None = None
     """Told which attempt's agent starts, where the store can keep it (one write per call)."""
+    stopped: Stopped | None = None
+    """Why no new attempt may start now (cancel, spend cap, deadline), or None."""
+    ahead: Ahead | None = None
+    """Under `--agenteval-concurrency`: the pool that starts agent calls ahead of their turn."""
+    limits: Callable[[AttemptJob], AbstractContextManager[None] | None] | None = None
+    """Waits for the limits of the attempt's agent (slots, pace) and holds them for its call;
+    None when its agent has none."""
+
+    def schedule(self, job: AttemptJob, source: AgentSource) -> bool:
+        """Start the attempt's agent call ahead of its turn, when it has one to make; False
+        when its agent cannot be had now (it is then made at the attempt's turn, and fails
+        there as in a serial run)."""
+        if self.ahead is None or not _calls_agent(job.decision) or self.ahead.scheduled(job.key):
+            return True
+        try:
+            agent, label = source()
+        except Exception:
+            return False
+        payload: dict[str, Any] = {"used": {**self.fingerprint, "used": label}}
+
+        def call() -> AgentResult:
+            with self._limited(job):  # the stop was checked as the call began
+                payload["context"] = context = _Attempt(job, self.workspaces)
+                if job.task.workspace_dir is not None:
+                    context.task.workspace  # noqa: B018 - the template is there before the agent
+                return self.executor.call_agent(agent, context.task, job.task.timeout)
+
+        self.ahead.schedule(job.key, call, payload)
+        return True
 
     def run(self, job: AttemptJob, source: AgentSource) -> Outcome:
         """Carry out one attempt. Whatever the agent or a grader raises, SystemExit included,
@@ -101,8 +133,16 @@ class AttemptRunner:
         decision = job.decision
         if decision.action == "reuse":
             return Outcome(decision)
-        context = _Attempt(job, self.workspaces)
-        started, t0 = time.time(), time.perf_counter()
+        early = self.ahead.take(job.key) if self.ahead and _calls_agent(decision) else None
+        if early is not None:
+            early.wait()  # raises NotStarted when the run stopped before the call began
+            context = early.payload.get("context") or _Attempt(job, self.workspaces)
+            started, t0 = early.started, early.t0
+        else:
+            if _calls_agent(decision):
+                self._check_stop()
+            context = _Attempt(job, self.workspaces)
+            started, t0 = time.time(), time.perf_counter()
         verdicts: list[Verdict] = []
         result: AgentResult | None = None
         phase: Phase = "agent"
@@ -110,6 +150,9 @@ class AttemptRunner:
         try:
             if decision.record is not None:
                 result = decision.record.result()
+            elif early is not None:
+                used = early.payload["used"]
+                result = early.result()
             else:
                 agent, label = source()
                 used = {**self.fingerprint, "used": label}
@@ -119,8 +162,10 @@ class AttemptRunner:
             phase = "grading"
             verdicts = grade(job.task, context.task, result)
         except BaseException as exc:
-            # An agent that cannot be built never started: there is no attempt to record.
-            if isinstance(exc, (KeyboardInterrupt, AgentUnavailable, *self.passthrough)):
+            # An agent that cannot be built, or a stop, means the attempt never started.
+            if isinstance(
+                exc, (KeyboardInterrupt, AgentUnavailable, NotStarted, *self.passthrough)
+            ):
                 raise
             record = context.record(used, "error", verdicts, result, started, t0, exc, phase)
             return Outcome(decision, record, exc, context.workspace)
@@ -128,15 +173,42 @@ class AttemptRunner:
         record = context.record(used, status, verdicts, result, started, t0)
         return Outcome(decision, record, workspace=context.workspace)
 
+    def stop_reason(self) -> str | None:
+        """Why no new attempt may start now, or None."""
+        return self.stopped() if self.stopped is not None else None
+
+    def _check_stop(self) -> None:
+        reason = self.stop_reason()
+        if reason is not None:
+            raise NotStarted(reason)
+
+    @contextlib.contextmanager
+    def _limited(self, job: AttemptJob) -> Iterator[None]:
+        """Within the agent's limits, if it has any; a stop that came while waiting for them
+        still counts."""
+        held = self.limits(job) if self.limits is not None else None
+        if held is None:
+            yield
+            return
+        with held:
+            self._check_stop()
+            yield
+
     def _call(self, agent: Agent, context: _Attempt) -> AgentResult:
         job = context.job
         if self.note_running is not None:
             self.note_running(job.key)
         try:
-            return self.executor.call_agent(agent, context.task, job.task.timeout)
+            with self._limited(job):
+                return self.executor.call_agent(agent, context.task, job.task.timeout)
         finally:
             if self.executor.runs_elsewhere:
                 context.adopt_workspace()
+
+
+def _calls_agent(decision: Decision) -> bool:
+    """Whether carrying out the decision calls the agent (a regrade and a reuse do not)."""
+    return decision.action == "run" and decision.record is None
 
 
 class _Attempt:

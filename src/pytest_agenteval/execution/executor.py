@@ -45,6 +45,10 @@ class SerialExecutor:
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
+        self._loop_lock = threading.Lock()
+        self.concurrent = False
+        """Calls run side by side (`--agenteval-concurrency`): a timed-out sync agent's
+        processes cannot be told from its neighbours', so they are not killed."""
 
     def call_agent(self, agent: Agent, task: Task, timeout: float | None) -> AgentResult:
         """Call the agent once and normalize its answer; exceptions from the agent propagate
@@ -54,7 +58,10 @@ class SerialExecutor:
         if _is_async(agent):
             return as_result(self._await(agent(task), timeout))
         started = time.monotonic()
-        value = agent(task) if timeout is None else _call_in_thread(agent, task, timeout)
+        if timeout is None:
+            value = agent(task)
+        else:
+            value = _call_in_thread(agent, task, timeout, kill=not self.concurrent)
         if inspect.isawaitable(value):
             left = None if timeout is None else max(timeout - (time.monotonic() - started), 0.0)
             value = self._await(value, left)
@@ -77,6 +84,10 @@ class SerialExecutor:
             raise
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._loop_lock:  # pool threads may ask for it at once
+            return self._loop or self._start_loop()
+
+    def _start_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
             self._loop_thread = threading.Thread(
@@ -117,14 +128,14 @@ async def _within(awaitable: Awaitable[Any], timeout: float | None) -> Any:
         raise
 
 
-def _call_in_thread(agent: Agent, task: Task, timeout: float) -> Any:
-    """Call a sync agent in a thread of its own; at the deadline abandon it and kill the
-    processes it started."""
-    before = child_pids()
+def _call_in_thread(agent: Agent, task: Task, timeout: float, kill: bool = True) -> Any:
+    """Call a sync agent in a thread of its own; at the deadline abandon it and (`kill`) kill
+    the processes it started."""
+    before = child_pids() if kill else set()
     try:
         return _in_thread(lambda: agent(task), timeout)
     except _Abandoned:
-        killed = [pid for pid in child_pids() - before if kill_tree(pid)]
+        killed = [pid for pid in child_pids() - before if kill_tree(pid)] if kill else []
         also = f"; killed the {len(killed)} process(es) it started" if killed else ""
         raise AgentTimeout(
             f"agent timed out after {timeout:g}s (its thread is abandoned{also})"

@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,9 +31,14 @@ class Workspaces:
         basetemp, made on demand). None: a new folder in the system's temp folder."""
         self._basetemp = basetemp
         self._base: Path | None = None
+        self._lock = threading.Lock()  # attempts in flight make workspaces from pool threads
 
     @property
     def base(self) -> Path:
+        with self._lock:
+            return self._base or self._make_base()
+
+    def _make_base(self) -> Path:
         if self._base is None:
             basetemp = self._basetemp() if callable(self._basetemp) else self._basetemp
             if basetemp is not None:

@@ -6,16 +6,19 @@ xdist, the hooks that ship the plan to workers.
 from __future__ import annotations
 
 import contextlib
+import time
 from functools import partial
 from pathlib import Path
 
 import pytest
 
+from ..core import options
 from ..core.errors import StoreError
 from ..core.model import Key
 from ..store.lifecycle import RunRequest, open_run
 from ..store.locate import resolve_cache_dir
 from ..store.runs import Store
+from ..store.stops import Stops
 from .recorder import Recorder
 from .reporter import Reporter
 from .runtime import Runtime
@@ -53,6 +56,9 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
     runtime.plan = run.plan
     if not request.dry:
         runtime.runner.note_running = partial(_note_running, store, run.run_id)
+        deadline = settings.deadline
+        at = options.deadline_at(deadline, time.time()) if deadline else None
+        runtime.join_run(Stops(store.runs_dir / run.run_id, at))
     recorder = Recorder(config, runtime, store, run)
     config.pluginmanager.register(recorder, "agenteval-recorder")
     config.pluginmanager.register(Reporter(runtime, store, run, recorder), "agenteval-reporter")

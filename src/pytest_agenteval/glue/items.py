@@ -20,6 +20,7 @@ from ..core.records import Detail, junit_properties
 from ..core.text import excerpt
 from ..execution.agents import BUILTIN_AGENT_KINDS, Agent, make_builtin_agent, unknown_agent_kind
 from ..execution.attempt import AttemptJob, Outcome
+from ..execution.concurrent import NotStarted
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
 from ..sources.dataset import TaskDef
 from .failures import as_crash_repr, encodable, junit_error_message, text_repr, user_traceback
@@ -54,20 +55,33 @@ class AttemptItem(AgentevalItem):
         self.outcome: Outcome | None = None
         self.not_started: AgentUnavailable | None = None
         """Why the attempt could not start (its agent cannot be built); nothing is recorded."""
+        self._job: AttemptJob | None = None
 
     @property
     def runtime(self) -> Runtime:
         return self.config.stash[RUNTIME]
 
+    def job(self) -> AttemptJob:
+        task = self.task
+        decision = self.runtime.plan.decide(self.key, task.digest, task.run_digest, task.regradable)
+        return AttemptJob(task, self.attempt, decision)
+
+    def schedule(self) -> bool:
+        """Start this attempt's agent call ahead of its turn (`--agenteval-concurrency`);
+        False when its agent cannot be had yet (a fixture not made yet)."""
+        self._job = self._job or self.job()  # decided once: setup takes the same job
+        return self.runtime.runner.schedule(self._job, self._agent_ahead)
+
     def setup(self) -> None:
-        runtime, task = self.runtime, self.task
-        decision = runtime.plan.decide(self.key, task.digest, task.run_digest, task.regradable)
-        job = AttemptJob(task, self.attempt, decision)
         try:
-            self.outcome = outcome = runtime.runner.run(job, self._agent)
+            job, self._job = self._job or self.job(), None
+            self.outcome = outcome = self.runtime.runner.run(job, self._agent)
         except AgentUnavailable as exc:  # raised before the attempt began: nothing to record
             self.not_started = exc
             raise
+        except NotStarted as stop:
+            reason = f"not started: {stop.reason}"
+            raise pytest.skip.Exception(reason, _use_item_location=True) from None
         if outcome.error is not None:
             raise outcome.error
         if outcome.reused and outcome.status == "error":
@@ -114,6 +128,17 @@ class AttemptItem(AgentevalItem):
         """Whether the `agenteval_agent` fixture supplies this attempt's agent."""
         declared = self.runtime.settings.agent_override or self.task.spec.agent
         return declared is None and self._has_fixture()
+
+    def _agent_ahead(self) -> tuple[Any, str]:
+        """The agent, when it may be made before the item's turn: a declared agent or a
+        session-scoped fixture (a narrower fixture belongs to its item's setup)."""
+        if self.runtime.settings.agent_override or self.task.spec.agent or not self._has_fixture():
+            return self._agent()
+        defs = self.session._fixturemanager.getfixturedefs(FIXTURE_NAME, self) or ()
+        made = defs[-1].cached_result if defs and defs[-1].scope == "session" else None
+        if made is None or made[2] is not None:  # (value, cache key, exception info)
+            raise LookupError("made at an item's setup: a session fixture's first, or each")
+        return made[0], f"fixture:{FIXTURE_NAME}"
 
     def _has_fixture(self) -> bool:
         folders = self.runtime.fixture_folders

@@ -21,7 +21,9 @@ from ..execution.attempt import interrupted_record
 from ..sources.dataset import TaskDef, load_task_file
 from ..sources.discovery import arg_path
 from ..store.lifecycle import OpenRun, narrowing
+from ..store.progress import PROGRESS_FILE, Progress
 from ..store.runs import Store
+from ..store.stops import Budget
 from .collect import LoadErrorItem, load_error_label
 from .items import AttemptItem
 from .runtime import Runtime
@@ -46,8 +48,18 @@ class Recorder:
         self.planned_keys: set[Key] = {row.key for row in run.plan.rows.values()}
         self.collected_once = False
         self.session: pytest.Session | None = None
+        self._distributed = config.pluginmanager.hasplugin("dsession") or bool(
+            getattr(config.option, "numprocesses", None)
+        )
         self.failures: list[str] = []
         """Store or report writes that failed: each stops the session; the run is interrupted."""
+        settings = runtime.settings
+        self.budget = Budget(settings.max_cost, settings.max_tokens)
+        for row in run.plan.rows.values():  # a resumed run's earlier sessions spent too
+            self.budget.add(row.cost, row.input_tokens, row.output_tokens)
+        self._check_budget()
+        folder = None if self.dry else store.runs_dir / run.run_id / PROGRESS_FILE
+        self.progress = Progress(run.run_id, folder)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
@@ -113,6 +125,8 @@ class Recorder:
             self.store.set_planned(run.run_id, len(self.planned_keys), narrowed_by)
         except StoreError as exc:
             self.failed(exc)
+        self.progress.planned = len(self.planned_keys)
+        self.show_progress()
 
     def _dataset_of(self, nodeid: str) -> str | None:
         dataset = self.runtime.dataset_for(self._path_of(nodeid))
@@ -127,6 +141,9 @@ class Recorder:
         if info is None:
             if report.failed:
                 self.other_failures += 1
+            elif report.skipped and report.when == "setup" and parse_item_name(report.nodeid):
+                self.progress.counts["skipped"] += 1
+                self.show_progress()
             return (yield)
         if "load_error" in info:
             self._load_error(info["load_error"])
@@ -140,6 +157,7 @@ class Recorder:
             data = self._vanished(report, "InternalError", "the plugin failed around it")
         if data is not None:
             self._commit(data)
+        self._attempt_done(info, data)
         result = yield
         # Every plugin has seen the record; the terminal reporter keeps reports all session long.
         report.agenteval = None  # type: ignore[attr-defined]
@@ -163,6 +181,41 @@ class Recorder:
             self.failed(exc)
             return
         self.config.hook.pytest_agenteval_record_committed(record=stored, config=self.config)
+        self._spend(record)
+
+    def _spend(self, record: AttemptRecord) -> None:
+        """Count the attempt's spend; at a cap, tell every process of the run to stop."""
+        self.budget.add(record.cost, record.input_tokens, record.output_tokens)
+        if self.budget.capped:
+            self._check_budget()
+
+    def _attempt_done(self, info: dict[str, Any], data: dict[str, Any] | None) -> None:
+        key = tuple(info["key"])
+        stored = self.runtime.plan.stored(key) if data is None else None
+        status = data["status"] if data is not None else stored.status if stored else None
+        if status is not None:
+            self.progress.attempt(status, reused=data is None)
+        self.show_progress()
+
+    def show_progress(self, status: str | None = None) -> None:
+        """Refresh progress.json (at most about once a second unless `status` is final)."""
+        progress, runtime = self.progress, self.runtime
+        if status is None and not progress.due():
+            return
+        progress.tokens, progress.cost = self.budget.tokens, self.budget.cost
+        ahead = runtime.runner.ahead
+        progress.in_flight = ahead.running if ahead is not None and not self._distributed else None
+        if status is None:
+            stopping = runtime.stops is not None and runtime.stops.reason() is not None
+            progress.write("stopping" if stopping else "running")
+        else:
+            progress.write(status, final=True)
+
+    def _check_budget(self) -> None:
+        reason = self.budget.reached()
+        stops = self.runtime.stops
+        if reason is not None and stops is not None and stops.stop is None:
+            stops.halt("budget", reason, publish=True)
 
     def crashed(self, nodeid: str, report: pytest.TestReport) -> None:
         """A worker died running `nodeid`: an interruption, recorded as an error a resume runs

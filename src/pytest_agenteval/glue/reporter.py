@@ -21,6 +21,7 @@ from ..reporting.summary import build_summary
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, count_actions
 from ..store.runs import Store
+from ..store.stops import Stop
 from .items import AttemptItem
 from .recorder import Recorder
 from .runtime import Runtime
@@ -70,6 +71,11 @@ class Reporter:
             self.run.dropped = True
             return
         status = self._summarize(session, int(exitstatus))
+        self.recorder.show_progress(status)
+        stop = self._stop()
+        if stop is not None and status == stop.kind:
+            # Attempts were skipped: CI must not mistake the run for a finished one.
+            exitstatus = session.exitstatus = pytest.ExitCode.INTERRUPTED
         assert self.summary is not None
         out_dir = self.settings.report_dir
         if out_dir is None and not self.store.temporary:
@@ -107,11 +113,18 @@ class Reporter:
 
     def _nothing_happened(self) -> bool:
         """A new run in which no attempt ran nor could even start (collection failed under
-        --agenteval-strict, Ctrl-C before the first attempt ended): there is nothing to keep."""
+        --agenteval-strict, Ctrl-C before the first attempt ended) and no stop came: there is
+        nothing to keep."""
         recorder = self.recorder
-        return not (
-            self.run.resumed or recorder.actions or recorder.agent_errors or recorder.load_errors
-        )
+        happened = recorder.actions or recorder.agent_errors or recorder.load_errors
+        return not (self.run.resumed or happened or self._stop() is not None)
+
+    def _stop(self) -> Stop | None:
+        stops = self.runtime.stops
+        if stops is None:
+            return None
+        stops.reason()  # an xdist controller starts no attempt: look at the run folder now
+        return stops.stop
 
     def _session_counts(self) -> dict[str, int]:
         actions = self.recorder.actions
@@ -126,6 +139,9 @@ class Reporter:
             or len(rows) < len(self.recorder.planned_keys)
         )
         status = "interrupted" if interrupted else "complete"
+        stop = self._stop()
+        if interrupted and stop is not None:
+            status = stop.kind
         info = self.store.run(self.run.run_id)
         assert info is not None
         self.summary = build_summary(
@@ -163,6 +179,14 @@ class Reporter:
                 tr.write_line(line)
         if self.written:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
+        stop = self._stop()
+        if stop is not None and self.summary is not None and self.summary["status"] == stop.kind:
+            tr.write_line(
+                f"agenteval: stopped ({stop.reason}): attempts not started were skipped; "
+                "--resume-suite runs them",
+                yellow=True,
+                bold=True,
+            )
         if self.gate_message:
             tr.write_line(self.gate_message, bold=True, red="NOT" in self.gate_message)
         for failure in self.recorder.failures:

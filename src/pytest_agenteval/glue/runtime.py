@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,13 +12,15 @@ from typing import Any
 import pytest
 
 from ..core.errors import AgentUnavailable, TaskFileError, display_path
-from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
+from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, Key, TaskSpec
 from ..execution.agents import AgentResolver, spec_label
-from ..execution.attempt import AttemptRunner
+from ..execution.attempt import AttemptJob, AttemptRunner
+from ..execution.limits import LimitGate, Limits
 from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
 from ..store.plan import Plan
+from ..store.stops import Stops
 from .settings import Settings
 
 FIXTURE_NAME = "agenteval_agent"
@@ -36,16 +39,53 @@ class Runtime:
     """<cache_dir>/agenteval, or None without the cache provider."""
     specs: SpecCache
     plan: Plan = field(default_factory=Plan)
+    stops: Stops | None = None
+    """The run's stops (cancel, caps, deadline), once the run is known."""
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
     _unavailable: dict[Any, AgentUnavailable] = field(default_factory=dict)
     """Declared agents that cannot be built (by spec), located at their spec."""
+    _limits: dict[tuple[int, int], tuple[str, Limits]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Innermost roots first, as "root/" prefixes, so nested datasets match correctly.
         ordered = sorted(self.datasets, key=lambda d: len(d.root.parts), reverse=True)
         self._roots = [(str(d.root) + os.sep, d) for d in ordered]
+
+    def join_run(self, stops: Stops) -> None:
+        """Share the run's folder with its other processes: check `stops` before each attempt
+        starts, and hold the agents' limits there."""
+        self.stops = stops
+        self.runner.stopped = stops.reason
+        if stops.run_dir is not None:
+            gate = LimitGate(stops.run_dir / "limits")
+
+            def held(job: AttemptJob) -> AbstractContextManager[None] | None:
+                agent, limits = self.limits_for(job.task)
+                return gate.hold(agent, limits) if limits else None
+
+            self.runner.limits = held
+
+    def limits_for(self, task: TaskDef) -> tuple[str, Limits]:
+        """The task's agent (its label) and its limits: the command line's, else those of the
+        task's own agent, else the manifest's (worked out once per agent spec)."""
+        spec = self.agent_spec(task)
+        manifest = task.dataset.manifest
+        cache_key = (id(spec), id(manifest))  # both live as long as the run
+        found = self._limits.get(cache_key)
+        if found is None:
+            declared = (spec.limits if spec else None) or manifest.limits or AgentLimits()
+            settings = self.settings
+            interval = settings.min_interval
+            found = self._limits[cache_key] = (
+                spec_label(spec) if spec else FIXTURE_NAME,
+                Limits(
+                    settings.max_in_flight or declared.max_in_flight,
+                    interval if interval is not None else declared.min_interval,
+                ),
+            )
+        return found
 
     def dataset_for(self, path: Path) -> Dataset | None:
         """The dataset whose root contains `path` (the innermost one); called for every file."""

@@ -39,6 +39,13 @@ class Settings:
     min_pass_rate: float | None
     allow_errors: bool
     isolate: bool
+    concurrency: int | None
+    """Attempts in flight per process (`--agenteval-concurrency`); None: the manifest's."""
+    max_in_flight: int | None
+    min_interval: float | None
+    max_cost: float | None
+    max_tokens: int | None
+    deadline: str | None
     show_plan: bool
     invocation_dir: Path
 
@@ -83,6 +90,12 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         min_pass_rate=_setting(config, "agenteval_min_pass_rate", options.rate),
         allow_errors=bool(_setting(config, "agenteval_allow_errors")),
         isolate=bool(_setting(config, "agenteval_isolate")),
+        concurrency=_setting(config, "agenteval_concurrency", options.positive_int),
+        max_in_flight=_setting(config, "agenteval_max_in_flight", options.positive_int),
+        min_interval=_setting(config, "agenteval_min_interval", options.non_negative_float),
+        max_cost=_setting(config, "agenteval_max_cost", options.positive_float),
+        max_tokens=_setting(config, "agenteval_max_tokens", options.positive_int),
+        deadline=config.getoption("agenteval_deadline"),
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
     )

@@ -6,6 +6,7 @@ Registered only when xdist is loaded (its hook specs exist only then).
 from __future__ import annotations
 
 import queue
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from ..core.errors import StoreError
 from ..core.model import Key
 from ..core.records import plan_key
 from ..store.plan import Plan
+from ..store.stops import Stops
 from .recorder import Recorder
 from .runtime import RUNTIME, Runtime
 
@@ -42,6 +44,7 @@ class XdistHooks:
                 "schema": SHIPMENT_SCHEMA,
                 "plan": plan.to_json(),
                 "fingerprint": self.runtime.runner.fingerprint,
+                "stops": _stops(self.runtime.stops),
             }
         return self._shipment
 
@@ -106,3 +109,13 @@ def worker_setup(config: pytest.Config) -> None:
     except StoreError as exc:
         raise pytest.UsageError(str(exc)) from None
     runtime.runner.fingerprint = shipped["fingerprint"]
+    stops = shipped.get("stops")
+    if stops:
+        runtime.join_run(Stops(Path(stops["run_dir"]), stops["deadline"]))
+
+
+def _stops(stops: Stops | None) -> dict[str, Any] | None:
+    """Where workers look for the run's stops: its folder (local workers), and the deadline."""
+    if stops is None or stops.run_dir is None:
+        return None
+    return {"run_dir": str(stops.run_dir), "deadline": stops.deadline}

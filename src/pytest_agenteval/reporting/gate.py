@@ -48,7 +48,9 @@ def gate(
 def _problems(summary: dict[str, Any], allow_errors: bool, other_failures: int) -> list[str]:
     problems = []
     if summary["status"] != "complete":
-        problems.append(f"the run is {summary['status']}: not every planned attempt finished")
+        status = summary["status"]
+        state = status if status in ("interrupted", "cancelled") else f"stopped ({status})"
+        problems.append(f"the run is {state}: not every planned attempt finished")
     not_run = sum(e["attempts"] for e in summary.get("agent_errors") or ())
     if not_run:
         problems.append(f"{not_run} attempt(s) not run: their agent cannot be built")

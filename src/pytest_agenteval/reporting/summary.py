@@ -85,6 +85,8 @@ class Summary(BaseModel):
     created_at: float
     finished_at: float
     status: str
+    """complete; interrupted (a session ended early); or why a stop ended it: cancelled,
+    budget (a spend or token cap), deadline."""
     agent_errors: list[AgentErrorSummary] = []
     """Agents that could not be built; their attempts did not run and are not recorded."""
     n_attempts: int

@@ -250,7 +250,9 @@ class TaskDef:
                 "id": spec.id,
                 "input": spec.input,
                 "metadata": spec.metadata,
-                "agent": spec.agent.model_dump(mode="json") if spec.agent else None,
+                "agent": spec.agent.model_dump(mode="json", exclude={"limits"})
+                if spec.agent
+                else None,
                 "workspace": self._workspace_digest,
             }
         )

@@ -1,0 +1,180 @@
+"""Attempts in flight: agent calls started ahead of their item's turn (`--agenteval-concurrency`).
+
+pytest runs one item at a time, in order, on the main thread. `Ahead` starts the agent calls
+of the attempts this process will run next in a bounded thread pool (first in, first started),
+up to `size` at once; the item's `setup()` then waits for its own call and grades the answer on
+the main thread, where a grader's deadline can interrupt even a backtracking regular expression.
+So reports, records and summaries are those of a serial run.
+
+Each pool thread goes through the executor, so every agent kind keeps its timeout rules: an
+async agent runs on the executor's one event loop (its pool thread waits for it), a sync callable
+runs in the pool thread (in a thread of its own when timed), a command is a subprocess whose
+process group is killed at its deadline. One thing differs from a serial run: a timed-out sync
+callable's thread is abandoned, but the processes it started are not killed, as they cannot be
+told apart from those of the attempts running beside it.
+
+A stop (cancel, spend cap, deadline, Ctrl-C) is checked where a call would start; calls that
+never started report why, and their items are skipped, not recorded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from ..core.model import AgentResult, Key
+
+Stopped = Callable[[], str | None]
+"""Why no new attempt may start (a stop's reason), or None."""
+
+
+class NotStarted(Exception):
+    """The attempt's agent call never started because the run is stopping."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+Call = Callable[[], AgentResult]
+
+
+class Started:
+    """An agent call scheduled ahead: when it started, and its answer (or error) once it ends."""
+
+    def __init__(self, call: Call, payload: Any) -> None:
+        self.call = call
+        self.payload = payload
+        """What the caller keeps with the call (the attempt's context)."""
+        self.started = time.time()
+        self.t0 = time.perf_counter()
+        self.ended = self.t0
+        self.future: Future[tuple[AgentResult | None, BaseException | None]] | None = None
+        """Set once the call is handed to the pool."""
+        self.running = False
+        self.dropped = False
+        """Its item will never take it (pytest passed over it): never hand it to the pool."""
+
+    def wait(self) -> None:
+        """Wait for the call to end; raises NotStarted when it never began."""
+        assert self.future is not None
+        _, error = self.future.result()
+        if isinstance(error, NotStarted):
+            raise error
+        # The wait for the item's turn is not the attempt's: its duration stays the agent's
+        # time plus the grading.
+        self.t0 += time.perf_counter() - self.ended
+
+    def result(self) -> AgentResult:
+        """The call's answer (after `wait`); its exception is raised with the agent's own
+        traceback."""
+        assert self.future is not None
+        value, error = self.future.result()
+        if error is not None:
+            raise error
+        assert value is not None
+        return value
+
+
+class Ahead:
+    """A bounded pool that starts agent calls in the order they are scheduled.
+
+    At most `size` calls run at once, and at most `2 * size` are handed to the pool and not
+    yet taken by their item: answers never pile up far ahead of pytest (a slow grader, a stop,
+    `-x`), so what a stop can waste is bounded. Calls are handed over in schedule order, which
+    is the order pytest runs the items, so the next item's call is always among them.
+    """
+
+    def __init__(self, size: int, stopped: Stopped) -> None:
+        self.size = size
+        self.stopped = stopped
+        self._pool = ThreadPoolExecutor(size, thread_name_prefix="agenteval-attempt")
+        self._lock = threading.Lock()
+        self._calls: OrderedDict[Key, Started] = OrderedDict()
+        """Scheduled and not taken, in schedule order."""
+        self._waiting: deque[Started] = deque()
+        """Scheduled and not handed to the pool yet."""
+        self._handed = 0
+        """Handed to the pool and not taken."""
+
+    @property
+    def running(self) -> int:
+        """Calls in flight now, about (for progress.json; the pool threads take no lock)."""
+        with self._lock:
+            return sum(1 for started in self._calls.values() if started.running)
+
+    def schedule(self, key: Key, call: Call, payload: Any) -> None:
+        """Start `call` once the pool has room, unless the run is stopping by then."""
+        started = Started(call, payload)
+        with self._lock:
+            self._calls[key] = started
+            self._waiting.append(started)
+            ready = self._ready()
+        self._submit(ready)
+
+    def _ready(self) -> list[Started]:
+        """The waiting calls the look-ahead window has room for (lock held)."""
+        ready = []
+        while self._waiting and self._handed < 2 * self.size:
+            started = self._waiting.popleft()
+            if started.future is None and not started.dropped:
+                self._handed += 1
+                started.future = Future()  # a place holder until the pool has it
+                ready.append(started)
+        return ready
+
+    def _submit(self, ready: list[Started]) -> None:
+        for started in ready:
+            started.future = self._pool.submit(self._start, started)
+
+    def _start(self, started: Started) -> tuple[AgentResult | None, BaseException | None]:
+        reason = self.stopped()
+        if reason is not None:
+            return None, NotStarted(reason)
+        started.started, started.t0 = time.time(), time.perf_counter()
+        started.running = True
+        try:
+            return started.call(), None
+        except BaseException as exc:  # raised again on the main thread, at the item's turn
+            return None, exc
+        finally:
+            started.ended = time.perf_counter()
+            started.running = False
+
+    def take(self, key: Key) -> Started | None:
+        """The call scheduled for `key` (each attempt is taken once), or None. Calls scheduled
+        before it that were not taken belong to items pytest passed over: they are dropped."""
+        with self._lock:
+            found = self._calls.get(key)
+            if found is None:
+                return None
+            while True:
+                passed, started = self._calls.popitem(last=False)
+                if started.future is not None:
+                    self._handed -= 1
+                elif passed != key:
+                    started.dropped = True
+                if passed == key:
+                    break
+            late = found.future is None  # not handed over yet (pytest passed over many items)
+            if late:
+                found.future = Future()
+            ready = self._ready()
+        self._submit([found] if late else [])
+        self._submit(ready)
+        return found
+
+    def scheduled(self, key: Key) -> bool:
+        with self._lock:
+            return key in self._calls
+
+    def close(self) -> None:
+        """Drop calls that have not started; calls in flight run on, abandoned."""
+        with self._lock:
+            self._calls.clear()
+            self._waiting.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)

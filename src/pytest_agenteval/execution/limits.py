@@ -1,0 +1,87 @@
+"""Per-agent limits that hold across every process of a run on one machine.
+
+`max_in_flight` and `min_interval` bound how hard a run hits a provider. With xdist each worker
+is a process, so the authority is the file system: lock files in the run folder, held with
+`fcntl.flock`. A call takes one of `max_in_flight` slot files (a lock the kernel releases
+when the holder dies, so a killed worker never leaks a slot), then, under the agent's pace lock,
+waits until `min_interval` has passed since the last recorded start and records its own. Lock
+files, unlike a coordinator process, need no address in `workerinput` and survive any worker's
+death; they hold only for processes on this machine that see the run folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+SLOT_POLL = 0.005
+"""Seconds between looks for a free slot."""
+_STAMP = struct.Struct("<d")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits of one agent's calls."""
+
+    max_in_flight: int | None = None
+    min_interval: float | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.max_in_flight or self.min_interval)
+
+
+class LimitGate:
+    """Makes agent calls wait for their agent's limits; lock files live in `folder`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @contextlib.contextmanager
+    def hold(self, agent: str, limits: Limits) -> Iterator[None]:
+        """Wait for a free slot and the agent's pace, and keep the slot for the block."""
+        if not limits:
+            yield
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        name = hashlib.sha256(agent.encode()).hexdigest()[:16]
+        slot = self._slot(name, limits.max_in_flight) if limits.max_in_flight else None
+        try:
+            if limits.min_interval:
+                self._pace(name, limits.min_interval)
+            yield
+        finally:
+            if slot is not None:
+                os.close(slot)  # releases the lock
+
+    def _slot(self, name: str, size: int) -> int:
+        paths = [self.folder / f"{name}.slot{i}" for i in range(size)]
+        while True:
+            for path in paths:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                return fd
+            time.sleep(SLOT_POLL)
+
+    def _pace(self, name: str, interval: float) -> None:
+        fd = os.open(self.folder / f"{name}.pace", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            data = os.pread(fd, _STAMP.size, 0)
+            last = _STAMP.unpack(data)[0] if len(data) == _STAMP.size else 0.0
+            wait = last + interval - time.time()
+            if wait > 0:
+                time.sleep(wait)
+            os.pwrite(fd, _STAMP.pack(time.time()), 0)
+        finally:
+            os.close(fd)

@@ -1,0 +1,186 @@
+"""pytest glue for attempts in flight (`--agenteval-concurrency N`).
+
+When the run loop starts, the agent calls of the attempts this process will run are scheduled
+on the attempt runner's pool (`execution/concurrent.py`), up to N at once; each item's `setup()`
+then takes its own call's answer. pytest still runs one item at a time, in order, so reports,
+JUnit and the recorder are those of a serial run.
+
+Which attempts a process knows it will run:
+- alone: every collected item, scheduled when the loop starts;
+- an xdist worker: the items already sent to it (`load`, `loadscope`, `loadfile`), looked at
+  before each item. Those are never taken back, so no attempt runs twice. `worksteal` takes
+  queued items away from a worker, so starting them early could run them twice: refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Generator, Iterable
+from functools import partial
+from typing import Any
+
+import pytest
+
+from ..execution.concurrent import Ahead
+from ..store.stops import Stops
+from .items import AttemptItem
+from .runtime import Runtime
+
+UNSAFE_DIST = ("worksteal", "each")
+INTERRUPT_GRACE = 30.0
+"""Seconds attempts in flight get to finish after the first Ctrl-C."""
+
+
+def concurrency_of(runtime: Runtime) -> int:
+    """`--agenteval-concurrency`, else ini, else the largest manifest default, else 1."""
+    if runtime.settings.concurrency:
+        return runtime.settings.concurrency
+    declared = [d.manifest.defaults.concurrency or 1 for d in runtime.datasets]
+    return max(declared, default=1)
+
+
+def check_combination(config: pytest.Config, size: int, isolate: bool) -> None:
+    """Refuse combinations that could run an attempt twice or fork from busy threads."""
+    dist = getattr(config.option, "dist", "no")
+    if size > 1 and dist in UNSAFE_DIST:
+        raise pytest.UsageError(
+            f"--agenteval-concurrency {size} cannot be combined with --dist {dist}: it hands "
+            "queued items to other workers, so an attempt started early could run twice. "
+            "Use --dist load (the default), loadscope or loadfile"
+        )
+    if size > 1 and isolate:
+        raise pytest.UsageError(
+            f"--agenteval-concurrency {size} cannot be combined with --agenteval-isolate "
+            "(a child forked while other attempts run in threads may deadlock); use -n N "
+            "for isolated attempts side by side"
+        )
+
+
+class AheadHooks:
+    """Schedules the attempts of this process ahead of their turn."""
+
+    def __init__(self, runtime: Runtime, size: int) -> None:
+        self.runtime = runtime
+        runner = runtime.runner
+        self.ahead = runner.ahead = Ahead(
+            size, lambda: runner.stopped() if runner.stopped else None
+        )
+        runner.executor.concurrent = True
+        self.queue: Any = None
+        """The xdist worker's queue of item indices, when this process is a worker."""
+        self.seen: set[AttemptItem] = set()
+        self.deferred: deque[AttemptItem] = deque()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        config = session.config
+        interactor = _worker_interactor(config)
+        stopped_early = session.testsfailed and not config.option.continue_on_collection_errors
+        if interactor is not None:
+            self.queue = interactor
+        elif not (config.option.collectonly or stopped_early):
+            self._schedule(session.items)
+        alone = interactor is None and not config.pluginmanager.hasplugin("dsession")
+        stops = self.runtime.stops
+        try:
+            if alone and stops is not None:
+                with GentleInterrupt(stops, INTERRUPT_GRACE, partial(_say, config)):
+                    return (yield)
+            return (yield)
+        finally:
+            self.ahead.close()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        if self.deferred and self.deferred[0] is item:
+            self.deferred.popleft()  # its turn: it runs now, as in a serial run
+        self._retry_deferred()
+        if self.queue is not None:
+            self._schedule([item, *self._worker_items(item.session)])
+
+    def _worker_items(self, session: pytest.Session) -> list[pytest.Item]:
+        """The items sent to this worker that follow the current one."""
+        interactor = self.queue
+        with interactor.torun.lock() as queued:
+            indices = [i for i in queued if isinstance(i, int)]
+        following = interactor.nextitem_index
+        if isinstance(following, int):
+            indices.insert(0, following)
+        return [session.items[i] for i in indices]
+
+    def _schedule(self, items: Iterable[pytest.Item]) -> None:
+        """Schedule the items not seen yet, in order; those whose agent cannot be had yet
+        (a session fixture made at the first item's setup) wait in `deferred`."""
+        for item in items:
+            if isinstance(item, AttemptItem) and item not in self.seen:
+                self.seen.add(item)
+                if self.deferred or not item.schedule():
+                    self.deferred.append(item)
+
+    def _retry_deferred(self) -> None:
+        """Schedule deferred items in order, up to the first one still not ready."""
+        while self.deferred and self.deferred[0].schedule():
+            self.deferred.popleft()
+
+
+class GentleInterrupt:
+    """Ctrl-C with attempts in flight: the first starts no new attempt and lets those in flight
+    finish and be recorded (for up to `grace` seconds, then it stops at once); a second Ctrl-C
+    stops at once. Installed on the main thread of a lone process only: under xdist every
+    process gets the signal and pytest-xdist stops at once."""
+
+    def __init__(self, stops: Stops, grace: float, say: Callable[[str], None]) -> None:
+        self.stops = stops
+        self.say = say
+        self.grace = grace
+        self.timer: threading.Timer | None = None
+        self.previous: Any = None
+
+    def __enter__(self) -> GentleInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._first)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _first(self, signum: int, frame: Any) -> None:
+        self.stops.halt("interrupted", "interrupted (Ctrl-C)")
+        signal.signal(signal.SIGINT, self._again)
+        self.say(
+            f"agenteval: Ctrl-C: no new attempt starts; those in flight get {self.grace:g}s "
+            "to finish and be recorded. Ctrl-C again stops at once."
+        )
+        self.timer = threading.Timer(self.grace, os.kill, (os.getpid(), signal.SIGINT))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _again(self, signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    """Print a line on the terminal now, also while an item's output is being captured."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    context = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    with context:
+        sys.stderr.write(f"\n{line}\n")
+        sys.stderr.flush()
+
+
+def _worker_interactor(config: pytest.Config) -> Any:
+    """xdist's WorkerInteractor (it registers without a name), or None outside a worker."""
+    if not hasattr(config, "workerinput"):
+        return None
+    for plugin in config.pluginmanager.get_plugins():
+        if type(plugin).__name__ == "WorkerInteractor" and hasattr(plugin, "torun"):
+            return plugin
+    return None
