@@ -49,13 +49,14 @@ class SerialExecutor:
         self.concurrent = False
         """Calls run side by side (`--agenteval-concurrency`): a timed-out sync agent's
         processes cannot be told from its neighbours', so they are not killed."""
+        self._async: dict[int, tuple[Agent, bool]] = {}
 
     def call_agent(self, agent: Agent, task: Task, timeout: float | None) -> AgentResult:
         """Call the agent once and normalize its answer; exceptions from the agent propagate
         unchanged (the attempt is an error), a timeout raises AgentTimeout."""
         if isinstance(agent, CommandAgent):
             return agent(task, timeout)
-        if _is_async(agent):
+        if self._is_async(agent):
             return as_result(self._await(agent(task), timeout))
         started = time.monotonic()
         if timeout is None:
@@ -66,6 +67,13 @@ class SerialExecutor:
             left = None if timeout is None else max(timeout - (time.monotonic() - started), 0.0)
             value = self._await(value, left)
         return as_result(value)
+
+    def _is_async(self, agent: Agent) -> bool:
+        """Whether the agent is `async def` (inspect is slow; agents live all session)."""
+        found = self._async.get(id(agent))
+        if found is None or found[0] is not agent:
+            found = self._async[id(agent)] = (agent, _is_async(agent))
+        return found[1]
 
     def _await(self, awaitable: Awaitable[Any], timeout: float | None) -> Any:
         future = asyncio.run_coroutine_threadsafe(_within(awaitable, timeout), self._event_loop())

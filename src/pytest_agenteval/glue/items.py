@@ -23,7 +23,7 @@ from ..execution.attempt import AttemptJob, Outcome
 from ..execution.concurrent import NotStarted
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
 from ..sources.dataset import TaskDef
-from .failures import as_crash_repr, encodable, junit_error_message, text_repr, user_traceback
+from .failures import as_crash_repr, encodable, text_repr, user_traceback
 from .runtime import FIXTURE_NAME, RUNTIME, Runtime
 from .settings import dry_run
 
@@ -311,15 +311,6 @@ class TaskHooks:
             if call.when == "call" or report.failed:
                 report.agenteval = item.report_extras()
         return report
-
-    @pytest.hookimpl(wrapper=True, trylast=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Any:
-        """Innermost wrapper: runs right after --junitxml's plugin, while `report.agenteval`
-        (which the recorder clears afterwards) still marks the attempt's reports."""
-        result = yield
-        if report.when == "setup" and report.failed and getattr(report, "agenteval", None):
-            junit_error_message(self.config, report)
-        return result
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         runner = config.stash[RUNTIME].runner

@@ -25,6 +25,7 @@ from ..store.progress import PROGRESS_FILE, Progress
 from ..store.runs import Store
 from ..store.stops import Budget
 from .collect import LoadErrorItem, load_error_label
+from .failures import junit_error_message
 from .items import AttemptItem
 from .runtime import Runtime
 from .settings import dry_run
@@ -147,10 +148,20 @@ class Recorder:
             return (yield)
         if "load_error" in info:
             self._load_error(info["load_error"])
-            return (yield)
-        if "agent_error" in info:  # the attempt never started: nothing to commit
+        elif "agent_error" in info:  # the attempt never started: nothing to commit
             self.agent_errors[info["agent_error"]] += 1
-            return (yield)
+        else:
+            self._attempt_reported(report, info)
+        result = yield
+        if report.when == "setup" and report.failed:  # after --junitxml's plugin saw it
+            junit_error_message(self.config, report)
+        # Every plugin has seen the record; the terminal reporter keeps reports all session long.
+        report.agenteval = None  # type: ignore[attr-defined]
+        if info.get("crashed"):
+            self._close_crashed(report)
+        return result
+
+    def _attempt_reported(self, report: pytest.TestReport, info: dict[str, Any]) -> None:
         self.actions[info["action"]] += 1
         data = info.get("record")
         if data is None and report.failed and info["action"] != "reuse":
@@ -158,12 +169,6 @@ class Recorder:
         if data is not None:
             self._commit(data)
         self._attempt_done(info, data)
-        result = yield
-        # Every plugin has seen the record; the terminal reporter keeps reports all session long.
-        report.agenteval = None  # type: ignore[attr-defined]
-        if info.get("crashed"):
-            self._close_crashed(report)
-        return result
 
     def _load_error(self, error: dict[str, str]) -> None:
         """Count each broken task once (also if a report should come twice)."""
