@@ -225,16 +225,12 @@ def _cancel(args: argparse.Namespace) -> int:
     store = _open_store(args)
     if store is None:
         return 1
-    if args.run_id:
-        run_id = store.resolve(args.run_id)
-    else:
-        running = [r.run_id for r in store.runs() if r.status == "running"]
-        if not running:
-            print(
-                "agenteval: no run is running (name one: agenteval cancel RUN_ID)", file=sys.stderr
-            )
-            return 1
-        run_id = running[0]
+    running = [r.run_id for r in store.runs() if r.status == "running"]
+    run_id = _chosen_run(
+        store, args.run_id, running, "no run is running (name one: agenteval cancel RUN_ID)"
+    )
+    if run_id is None:
+        return 1
     info = store.run(run_id)
     if info is not None and info.status != "running":
         print(
@@ -250,20 +246,27 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chosen_run(store: Store, given: str | None, default: list[str], none: str) -> str | None:
+    """The run the user named (a unique prefix will do), else the first of `default`; None,
+    with a line on stderr, when there is none."""
+    if given:
+        return store.resolve(given)
+    if not default:
+        print(f"agenteval: {none}", file=sys.stderr)
+        return None
+    return default[0]
+
+
 def _status(args: argparse.Namespace) -> int:
     from .store.progress import progress_lines, read_progress
 
     store = _open_store(args)
     if store is None:
         return 1
-    if args.run_id:
-        run_id = store.resolve(args.run_id)
-    else:
-        runs = store.runs()
-        if not runs:
-            print("agenteval: no run stored yet", file=sys.stderr)
-            return 1
-        run_id = runs[0].run_id
+    newest = [r.run_id for r in store.runs()]
+    run_id = _chosen_run(store, args.run_id, newest, "no run stored yet")
+    if run_id is None:
+        return 1
     while True:
         data = read_progress(store.runs_dir / run_id)
         if data is None:

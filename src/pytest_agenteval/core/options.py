@@ -7,28 +7,32 @@ bad value and saying what is allowed (argparse and pytest both show that message
 from __future__ import annotations
 
 import argparse
+import math
 import re
+from collections.abc import Callable
 from datetime import datetime
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
+
+
+def _number(value: str, parse: Callable[[str], N], ok: Callable[[N], bool], what: str) -> N:
+    """`value` parsed, when `ok` accepts it; else the error saying it is not `what`."""
+    try:
+        number = parse(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+    if not ok(number):  # NaN fails every comparison, so it is refused too
+        raise argparse.ArgumentTypeError(f"{value!r} is not {what}")
+    return number
 
 
 def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive integer")
-    return number
+    return _number(value, int, lambda n: n >= 1, "a positive integer")
 
 
 def rate(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not 0.0 <= number <= 1.0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a rate between 0 and 1")
-    return number
+    return _number(value, float, lambda n: 0.0 <= n <= 1.0, "a rate between 0 and 1")
 
 
 def pass_ks(value: str) -> list[int]:
@@ -67,23 +71,11 @@ def run_id(value: str) -> str:
 
 
 def positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = 0.0
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number")
-    return number
+    return _number(value, float, lambda n: 0 < n < math.inf, "a positive number")
 
 
 def non_negative_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not 0 <= number < float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds >= 0")
-    return number
+    return _number(value, float, lambda n: 0 <= n < math.inf, "a number of seconds >= 0")
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
