@@ -18,6 +18,7 @@ from ..core.errors import ReportError, os_failure
 from ..core.numbers import rounded_values, shown
 from ..core.text import excerpt, xml_safe
 from ..store.problems import StoreProblem
+from .regression import regression_lines
 from .summary import task_passes
 
 LOWEST_SHOWN = 10
@@ -110,6 +111,9 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
     usage = _usage_line(summary["totals"])
     lines += [usage, ""] if usage else []
     lines += _markdown_tags(summary["tags"])
+    if summary.get("regression"):
+        gate_lines = regression_lines(summary["regression"], verbose=True)
+        lines += [f"**{_md(gate_lines[0])}**", "", *(f"    {line}" for line in gate_lines[1:]), ""]
     lines += [f"**agent error**: {_md(e['message'])}" for e in summary.get("agent_errors", [])]
     lines += ["| task | passed | errors | pass@1 | rule | reason |", "|---|---|---|---|---|---|"]
     for task in sorted(summary["tasks"], key=_pass_rate):
@@ -427,6 +431,8 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
     if tot["cost"] is not None:
         lines.append(f"cost {tot['cost']:.4f}")
     lines += _terminal_tags(summary["tags"], verbose)
+    if summary.get("regression"):
+        lines += regression_lines(summary["regression"], verbose)
     tasks = sorted(summary["tasks"], key=_pass_rate)
     shown = tasks if verbose else [t for t in tasks if t["c"] < t["n"]][:LOWEST_SHOWN]
     if shown:
