@@ -96,7 +96,7 @@ def test_bad_baseline_is_a_usage_error(pytester: pytest.Pytester, dataset: Datas
     result = pytester.runpytest("--agenteval", "ds", "--agenteval-baseline", "nope")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["ERROR: --agenteval-baseline nope: no run 'nope' in *; nor is 'nope' a run folder or a*"]
+        ["ERROR: --agenteval-baseline nope: no run 'nope' in *; and 'nope' is no file"]
     )
     assert "Traceback" not in result.stderr.str()
     result = pytester.runpytest("--agenteval", "ds", "--agenteval-max-regression", "0.1")

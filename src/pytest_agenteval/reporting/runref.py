@@ -70,17 +70,13 @@ def load_summary(ref: str, store: Store | None, base: Path) -> dict[str, Any]:
             return run_summary(Store(path.parent.parent), path.name)
         if (path / "summary.json").is_file():
             return read_summary_file(path / "summary.json")
-        raise RunRefError(
-            f"{display_path(path)} holds neither a run (run.json, index.jsonl) nor a summary.json"
-        )
+    what = "a folder with neither a run nor a summary.json" if path.is_dir() else "no file"
     if store is None:
-        raise RunRefError(
-            f"{ref!r} is neither a file nor a folder, and no runs are stored here to look it up"
-        )
+        raise RunRefError(f"{ref!r} is {what}, and no runs are stored here to look it up")
     try:
         return run_summary(store, resolve_run(store, ref))
     except RunRefError as exc:
-        raise RunRefError(f"{exc}; nor is {ref!r} a run folder or a summary.json") from None
+        raise RunRefError(f"{exc}; and {ref!r} is {what}") from None
 
 
 def read_summary_file(path: Path) -> dict[str, Any]:
