@@ -7,6 +7,10 @@ import pytest
 from helpers import DatasetMaker, summary_of, task
 
 RUNS = ".pytest_cache/agenteval/runs"
+REASON = (
+    "pass@1 fell by 0.667 against baseline base (95 % interval -0.917 to -0.417, paired "
+    "bootstrap over tasks), more than --agenteval-max-regression 0"
+)
 
 
 def baseline(pytester: pytest.Pytester, dataset: DatasetMaker, n: int) -> None:
@@ -22,34 +26,38 @@ def gate_args(base: str = "base") -> list[str]:
 
 def test_clear_regression_fails(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """8 of 12 tasks failing now: exit 1 and the reason in the terminal, summary.md and
-    summary.json, also under xdist; a generous --agenteval-max-regression lets it pass."""
+    summary.json; a generous --agenteval-max-regression lets it pass."""
     baseline(pytester, dataset, 12)
     dataset({f"t{i}.yaml": task("no") for i in range(8)})
-    result = pytester.runpytest_subprocess(
-        *gate_args(), "--agenteval-run-id", "new", "-n", "2", "-p", "xdist"
-    )
+    result = pytester.runpytest(*gate_args(), "--agenteval-run-id", "new")
     assert result.ret == 1
-    reason = (
-        "pass@1 fell by 0.667 against baseline base (95 % interval -0.917 to -0.417, paired "
-        "bootstrap over tasks), more than --agenteval-max-regression 0"
-    )
     result.stdout.fnmatch_lines(
         [
-            f"regression gate against baseline base: FAILED: {reason}",
+            f"regression gate against baseline base: FAILED: {REASON}",
             "pass@1 1.000 → 0.333 over 12 shared tasks: change -0.667, 95 % interval *",
             "regressed: 8",
             "  ds::t0: 1/1 → 0/1",
-            f"gate NOT met: {reason}*",
+            f"gate NOT met: {REASON}*",
         ]
     )
     summary = summary_of(pytester, "new")
     block = summary["regression"]
     assert block["failed"] and block["significant"] and block["change"] == pytest.approx(-2 / 3)
     assert block["baseline_run_id"] == "base" and len(block["regressed"]) == 8
-    assert reason in (pytester.path / RUNS / "new/summary.md").read_text()
+    assert REASON in (pytester.path / RUNS / "new/summary.md").read_text()
     result = pytester.runpytest(*gate_args(), "--agenteval-max-regression", "0.9")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["regression gate against baseline base: passed: no fall*"])
+
+
+@pytest.mark.slow
+def test_regression_gate_under_xdist(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """Under xdist the controller loads the baseline and fails the run the same way."""
+    baseline(pytester, dataset, 12)
+    dataset({f"t{i}.yaml": task("no") for i in range(8)})
+    result = pytester.runpytest_subprocess(*gate_args(), "-n", "2", "-p", "xdist")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([f"gate NOT met: {REASON}*"])
 
 
 def test_identical_runs_pass(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:

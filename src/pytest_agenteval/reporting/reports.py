@@ -184,15 +184,15 @@ def _usage_line(totals: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def _top_k(group: dict[str, Any]) -> str | None:
-    """The largest k with a value, the one a tag table shows beside pass@1."""
-    defined = [k for k, v in group["pass_at_k"].items() if v is not None and k != "1"]
-    return defined[-1] if defined else None
+def _tags_top_k(tags: dict[str, Any]) -> int | None:
+    """The largest k above 1 with a value in some tag: the pass@k a tag table shows."""
+    ks = [int(k) for g in tags.values() for k, v in g["pass_at_k"].items() if v is not None]
+    top = max(ks, default=1)
+    return top if top > 1 else None
 
 
-def _tag_rows(tags: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
-    """(tag, tasks, pass@1, its 95% CI, pass@K) per tag, K the largest k any tag has."""
-    top = max((int(k) for k in map(_top_k, tags.values()) if k), default=None)
+def _tag_rows(tags: dict[str, Any], top: int | None) -> list[tuple[str, str, str, str, str]]:
+    """(tag, tasks, pass@1, its 95% CI, pass@top) per tag."""
     rows = []
     for tag, g in tags.items():
         ci = g["pass_at_1_ci95"]
@@ -208,18 +208,14 @@ def _tag_rows(tags: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def _tag_k_label(tags: dict[str, Any]) -> str:
-    top = max((int(k) for k in map(_top_k, tags.values()) if k), default=None)
-    return f"pass@{top}" if top else ""
-
-
 def _markdown_tags(tags: dict[str, Any]) -> list[str]:
     if not tags:
         return []
-    label = _tag_k_label(tags)
+    top = _tags_top_k(tags)
+    label = f"pass@{top}" if top else ""
     head = ["tag", "tasks", "pass@1", "95% CI", *([label] if label else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in _tag_rows(tags):
+    for row in _tag_rows(tags, top):
         cells = [_md(row[0]), *row[1:4], *([row[4]] if label else [])]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
@@ -229,10 +225,11 @@ def _terminal_tags(tags: dict[str, Any], verbose: bool) -> list[str]:
     """The per-tag table, compact: capped at LOWEST_SHOWN rows unless verbose."""
     if not tags:
         return []
-    rows = _tag_rows(tags)
+    top = _tags_top_k(tags)
+    rows = _tag_rows(tags, top)
     shown = rows if verbose else rows[:LOWEST_SHOWN]
     width = max(len("tag"), *(len(r[0]) for r in shown))
-    label = _tag_k_label(tags)
+    label = f"pass@{top}" if top else ""
     lines = [f"  {'tag':<{width}}  tasks  pass@1  95% CI       {label}".rstrip()]
     for tag, n, p1, ci, pk in shown:
         lines.append(f"  {tag:<{width}}  {n:>5}  {p1:>6}  {ci:<11}  {pk}".rstrip())
