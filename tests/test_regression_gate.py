@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from helpers import DatasetMaker, summary_of, task
+from pytest_agenteval.reporting.gate import gate
+from pytest_agenteval.reporting.regression import regression_block
 
 RUNS = ".pytest_cache/agenteval/runs"
 REASON = (
@@ -110,3 +112,20 @@ def test_bad_baseline_is_a_usage_error(pytester: pytest.Pytester, dataset: Datas
     result = pytester.runpytest("--agenteval", "ds", "--agenteval-max-regression", "0.1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --agenteval-max-regression needs --agenteval-baseline*"])
+
+
+def test_both_gates_apply() -> None:
+    """A pass rate that meets --agenteval-min-pass-rate does not hide a significant fall."""
+    base = {"tasks": [{"dataset": "ds", "task_id": f"t{i}", "n": 1, "c": 1} for i in range(10)]}
+    tasks = [{"dataset": "ds", "task_id": f"t{i}", "n": 1, "c": int(i >= 6)} for i in range(10)]
+    summary = {
+        "status": "complete",
+        "counts": {"pass": 4, "fail": 6, "error": 0},
+        "metrics": {"pass_at_k": {"1": 0.4}},
+        "tasks": tasks,
+    }
+    summary["regression"] = regression_block(summary, base, "base", 0.1)
+    result = gate(summary, min_pass_rate=0.3, allow_errors=False, other_failures=0, exitstatus=1)
+    assert result.exitstatus == 1 and result.message is not None
+    assert result.message.startswith("gate NOT met: pass@1 fell by 0.600 against baseline base")
+    assert result.message.endswith("pass@1 0.400 alone would meet 0.3")

@@ -128,11 +128,18 @@ def test_export_jsonl(run_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
 def test_export_marks_replayed_attempts(
     pytester: pytest.Pytester, run_dir: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """After a resume, attempts recorded by the earlier session are marked replayed."""
+    """After a resume, attempts recorded by the earlier session are marked replayed, those
+    judged again by changed graders regraded, and new ones not at all."""
+    solid = pytester.path / "ds/solid.yaml"
+    solid.write_text(json.dumps(task(expected="other", metadata={"answers": ["ok"]})))
     pytester.runpytest("--agenteval", "ds", "--attempts", "3", "--resume-suite")
     code, out, _ = out_of(capsys, "export", run_dir, "--format", "jsonl")
     reused = {(r["task"], r["attempt"]): r["reused"] for r in map(json.loads, out.splitlines())}
-    assert code == 0 and reused[("solid", 0)] == "replayed" and reused[("solid", 2)] == ""
+    assert code == 0 and reused[("math/add/2", 0)] == "replayed"
+    assert reused[("solid", 0)] == reused[("solid", 1)] == "regraded"
+    assert reused[("solid", 2)] == reused[("math/add/2", 2)] == ""
+    code, out, _ = out_of(capsys, "show", run_dir, "solid/1")
+    assert "task solid attempt 1 (ds): fail (regraded)" in out
 
 
 def test_diff_cli(
