@@ -121,6 +121,10 @@ def _parser() -> argparse.ArgumentParser:
     cache_option(status)
     status.set_defaults(command=_status)
 
+    from .reporting.commands import register
+
+    register(sub, cache_option, _open_store)  # show, export, diff
+
     validate = sub.add_parser("validate", help="load datasets and report every problem")
     validate.add_argument("datasets", nargs="+", type=Path, metavar="DATASET")
     validate.set_defaults(command=_validate)

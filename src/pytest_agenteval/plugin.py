@@ -140,6 +140,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="CI gate: exit 0 when the suite's pass@1 >= X (even if attempts failed), else 1.",
     )
     option(
+        "--agenteval-baseline",
+        dest="agenteval_baseline",
+        metavar="BASE",
+        ini=("agenteval_baseline", "string"),
+        help="regression gate: compare with BASE (a run id, `latest`, a run folder or a "
+        "summary.json) and exit 1 when pass@1 fell significantly (95%) by more than "
+        "--agenteval-max-regression.",
+    )
+    option(
+        "--agenteval-max-regression",
+        dest="agenteval_max_regression",
+        type=options.rate,
+        metavar="X",
+        ini=("agenteval_max_regression", "string"),
+        help="the fall of pass@1 against --agenteval-baseline that is tolerated (default 0: "
+        "any significant fall fails).",
+    )
+    option(
         "--agenteval-isolate",
         dest="agenteval_isolate",
         action="store_true",

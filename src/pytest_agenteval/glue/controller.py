@@ -9,12 +9,14 @@ import contextlib
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ..core import options
 from ..core.errors import StoreError
 from ..core.model import Key
+from ..reporting.runref import RunRefError, load_summary
 from ..store.lifecycle import RunRequest, open_run
 from ..store.locate import resolve_cache_dir
 from ..store.runs import Store
@@ -22,7 +24,7 @@ from ..store.stops import Stops
 from .recorder import Recorder
 from .reporter import Reporter
 from .runtime import Runtime
-from .settings import dry_run
+from .settings import Settings, dry_run
 
 
 def start_controller(config: pytest.Config, runtime: Runtime) -> None:
@@ -38,6 +40,7 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
         store = Store(folder)
     except StoreError as exc:
         raise pytest.UsageError(str(exc)) from None
+    baseline = read_baseline(runtime.settings, store)  # before the run opens: `latest` is older
     request = RunRequest(
         datasets=[{"name": d.name, "version": d.manifest.version} for d in runtime.datasets],
         fingerprint=runtime.runner.fingerprint,
@@ -61,11 +64,31 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
         runtime.join_run(Stops(store.runs_dir / run.run_id, at))
     recorder = Recorder(config, runtime, store, run)
     config.pluginmanager.register(recorder, "agenteval-recorder")
-    config.pluginmanager.register(Reporter(runtime, store, run, recorder), "agenteval-reporter")
+    reporter = Reporter(runtime, store, run, recorder, baseline)
+    config.pluginmanager.register(reporter, "agenteval-reporter")
     if config.pluginmanager.hasplugin("xdist"):
         from .xdist import XdistHooks
 
         config.pluginmanager.register(XdistHooks(runtime, recorder), "agenteval-xdist")
+
+
+def read_baseline(settings: Settings, store: Store) -> dict[str, Any] | None:
+    """The regression gate's baseline summary; a baseline that cannot be had is a usage
+    error now, not a traceback at the session's end."""
+    if settings.baseline is None:
+        if settings.max_regression is not None:
+            raise pytest.UsageError(
+                "--agenteval-max-regression needs --agenteval-baseline BASE: the run to compare "
+                "with (a run id, `latest`, a run folder or a summary.json)"
+            )
+        return None
+    try:
+        return load_summary(
+            settings.baseline, None if store.temporary else store, settings.invocation_dir
+        )
+    except (RunRefError, StoreError) as exc:
+        store.close()
+        raise pytest.UsageError(f"--agenteval-baseline {settings.baseline}: {exc}") from None
 
 
 def _note_running(store: Store, run_id: str, attempt: Key) -> None:

@@ -16,6 +16,7 @@ import pytest
 from ..core.errors import ReportError, StoreError
 from ..core.model import Key
 from ..reporting.gate import gate
+from ..reporting.regression import regression_block
 from ..reporting.reports import store_damage_lines, terminal_lines, write_reports
 from ..reporting.summary import build_summary
 from ..store.lifecycle import OpenRun
@@ -30,8 +31,17 @@ from .runtime import Runtime
 class Reporter:
     """Turns the stored records into the summary, the files and the exit status."""
 
-    def __init__(self, runtime: Runtime, store: Store, run: OpenRun, recorder: Recorder):
+    def __init__(
+        self,
+        runtime: Runtime,
+        store: Store,
+        run: OpenRun,
+        recorder: Recorder,
+        baseline: dict[str, Any] | None = None,
+    ):
         self.runtime = runtime
+        self.baseline = baseline
+        """The regression gate's baseline summary (`--agenteval-baseline`), or None."""
         self.settings = runtime.settings
         self.store = store
         self.run = run
@@ -157,6 +167,13 @@ class Reporter:
             load_errors=self.recorder.load_errors,
             store_problems=[p.as_dict() for p in self.store.problems],
         )
+        if self.baseline is not None and self.settings.baseline is not None:
+            self.summary["regression"] = regression_block(
+                self.summary,
+                self.baseline,
+                self.settings.baseline,
+                self.settings.max_regression or 0.0,
+            )
         return status
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -37,6 +37,9 @@ class Settings:
     pass_k: list[int] | None
     task_rule: str
     min_pass_rate: float | None
+    baseline: str | None
+    """The regression gate's baseline as the user named it (`--agenteval-baseline`)."""
+    max_regression: float | None
     allow_errors: bool
     isolate: bool
     concurrency: int | None
@@ -88,6 +91,8 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         pass_k=_setting(config, "agenteval_pass_k", options.pass_ks),
         task_rule=_setting(config, "agenteval_task_rule", options.task_rule) or "any",
         min_pass_rate=_setting(config, "agenteval_min_pass_rate", options.rate),
+        baseline=_setting(config, "agenteval_baseline"),
+        max_regression=_setting(config, "agenteval_max_regression", options.rate),
         allow_errors=bool(_setting(config, "agenteval_allow_errors")),
         isolate=bool(_setting(config, "agenteval_isolate")),
         concurrency=_setting(config, "agenteval_concurrency", options.positive_int),

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .regression import regression_problem
+
 OK, FAILED = 0, 1
 
 
@@ -28,17 +30,23 @@ def gate(
     exitstatus: int,
 ) -> GateResult:
     """Decide the exit status. Without `min_pass_rate` pytest's own status stands, except
-    that `allow_errors` turns a run whose only problems are errored attempts into a pass."""
+    that `allow_errors` turns a run whose only problems are errored attempts into a pass, and
+    that a significant fall against the baseline (summary's `regression`) fails it."""
     problems = _problems(summary, allow_errors, other_failures)
+    fall = regression_problem(summary.get("regression"))
+    keep = None if exitstatus not in (OK, FAILED) else FAILED
     if min_pass_rate is None:
+        if fall:
+            return GateResult(keep, "gate NOT met: " + fall)
         only_errors = exitstatus == FAILED and not summary["counts"]["fail"] and not problems
         return GateResult(OK if allow_errors and only_errors else None)
     rate = summary["metrics"]["pass_at_k"].get("1") or 0.0
     if rate < min_pass_rate:
         problems.insert(0, f"pass@1 {rate:.3f} is below {min_pass_rate:g}")
-    elif problems:
+    elif problems or fall:
         problems.append(f"pass@1 {rate:.3f} alone would meet {min_pass_rate:g}")
-    keep = None if exitstatus not in (OK, FAILED) else FAILED
+    if fall:
+        problems.insert(0, fall)
     if problems:
         return GateResult(keep, "gate NOT met: " + "; ".join(problems))
     met = f"gate met: pass@1 {rate:.3f} >= {min_pass_rate:g} (--agenteval-min-pass-rate)"

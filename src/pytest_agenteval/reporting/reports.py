@@ -18,6 +18,7 @@ from ..core.errors import ReportError, os_failure
 from ..core.numbers import rounded_values, shown
 from ..core.text import excerpt, xml_safe
 from ..store.problems import StoreProblem
+from .regression import regression_lines
 from .summary import task_passes
 
 LOWEST_SHOWN = 10
@@ -103,9 +104,16 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
         lines.append(
             f"| {k} | {fmt(value)} | {fmt(m['pass_power_k'][k])} | {m['tasks_per_k'][k]} |"
         )
+    lines += [_uneven_note(m)] if _uneven(m) else []
     lines += ["", _counts_line(counts), ""]
     if m["pass_at_1_stderr"] is not None:
         lines += [_interval(m), ""]
+    usage = _usage_line(summary["totals"])
+    lines += [usage, ""] if usage else []
+    lines += _markdown_tags(summary["tags"])
+    if summary.get("regression"):
+        gate_lines = regression_lines(summary["regression"], verbose=True)
+        lines += [f"**{_md(gate_lines[0])}**", "", *(f"    {line}" for line in gate_lines[1:]), ""]
     lines += [f"**agent error**: {_md(e['message'])}" for e in summary.get("agent_errors", [])]
     lines += ["| task | passed | errors | pass@1 | rule | reason |", "|---|---|---|---|---|---|"]
     for task in sorted(summary["tasks"], key=_pass_rate):
@@ -130,13 +138,104 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
 
 
 def _interval(m: dict[str, Any]) -> str:
-    """The uncertainty of pass@1, labelled: a 95% interval, and the standard error it comes
-    from (a `±` alone reads as the interval's half-width)."""
+    """The uncertainty of pass@1, labelled with what it is: a 95% interval by normal
+    approximation (mean ± 1.96 standard errors), and the standard error it comes from (a `±`
+    alone reads as the interval's half-width)."""
     low, high = m["pass_at_1_ci95"]
     return (
-        f"pass@1 {fmt(m['pass_at_k'].get('1'))}, 95% CI {fmt(low)}-{fmt(high)} "
-        f"(standard error {fmt(m['pass_at_1_stderr'])} across {m['tasks_per_k'].get('1', 0)} tasks)"
+        f"pass@1 {fmt(m['pass_at_k'].get('1'))}, 95% CI {fmt(low)}-{fmt(high)} by normal "
+        f"approximation (standard error {fmt(m['pass_at_1_stderr'])} "
+        f"across {m['tasks_per_k'].get('1', 0)} tasks)"
     )
+
+
+def _uneven(m: dict[str, Any]) -> bool:
+    """Whether some k rests on fewer tasks than others (tasks with fewer attempts)."""
+    return len(set(m["tasks_per_k"].values())) > 1
+
+
+def _uneven_note(m: dict[str, Any]) -> str:
+    return (
+        "pass@k and pass^k at each k are means over the tasks with at least k attempts "
+        f"(tasks per k: {', '.join(f'{k}: {n}' for k, n in m['tasks_per_k'].items())}), "
+        "so values at different k may rest on different tasks."
+    )
+
+
+def _tasks_per_k(m: dict[str, Any]) -> str:
+    """How many tasks each k rests on, compactly."""
+    per_k = list(m["tasks_per_k"].values())
+    if not per_k:
+        return ""
+    if not _uneven(m):
+        return f"  (over {per_k[0]} tasks each)"
+    return f"  (over {', '.join(str(n) for n in per_k)} tasks: those with >= k attempts)"
+
+
+def _usage_line(totals: dict[str, Any]) -> str:
+    """Tokens and cost of the run, or "" when no agent reported them."""
+    parts = []
+    if totals.get("input_tokens") is not None or totals.get("output_tokens") is not None:
+        parts.append(
+            f"tokens {totals['input_tokens'] or 0} in / {totals['output_tokens'] or 0} out"
+        )
+    if totals.get("cost") is not None:
+        parts.append(f"cost {totals['cost']:.4f}")
+    return " · ".join(parts)
+
+
+def _tags_top_k(tags: dict[str, Any]) -> int | None:
+    """The largest k above 1 with a value in some tag: the pass@k a tag table shows."""
+    ks = [int(k) for g in tags.values() for k, v in g["pass_at_k"].items() if v is not None]
+    top = max(ks, default=1)
+    return top if top > 1 else None
+
+
+def _tag_rows(tags: dict[str, Any], top: int | None) -> list[tuple[str, str, str, str, str]]:
+    """(tag, tasks, pass@1, its 95% CI, pass@top) per tag."""
+    rows = []
+    for tag, g in tags.items():
+        ci = g["pass_at_1_ci95"]
+        rows.append(
+            (
+                tag,
+                str(g["n_tasks"]),
+                fmt(g["pass_at_k"].get("1")),
+                f"{fmt(ci[0])}-{fmt(ci[1])}" if ci else "n/a",
+                fmt(g["pass_at_k"].get(str(top))) if top else "",
+            )
+        )
+    return rows
+
+
+def _markdown_tags(tags: dict[str, Any]) -> list[str]:
+    if not tags:
+        return []
+    top = _tags_top_k(tags)
+    label = f"pass@{top}" if top else ""
+    head = ["tag", "tasks", "pass@1", "95% CI", *([label] if label else [])]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in _tag_rows(tags, top):
+        cells = [_md(row[0]), *row[1:4], *([row[4]] if label else [])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _terminal_tags(tags: dict[str, Any], verbose: bool) -> list[str]:
+    """The per-tag table, compact: capped at LOWEST_SHOWN rows unless verbose."""
+    if not tags:
+        return []
+    top = _tags_top_k(tags)
+    rows = _tag_rows(tags, top)
+    shown = rows if verbose else rows[:LOWEST_SHOWN]
+    width = max(len("tag"), *(len(r[0]) for r in shown))
+    label = f"pass@{top}" if top else ""
+    lines = [f"  {'tag':<{width}}  tasks  pass@1  95% CI       {label}".rstrip()]
+    for tag, n, p1, ci, pk in shown:
+        lines.append(f"  {tag:<{width}}  {n:>5}  {p1:>6}  {ci:<11}  {pk}".rstrip())
+    if len(rows) > len(shown):
+        lines.append(f"  … {len(rows) - len(shown)} more tags (-v shows all)")
+    return ["by tag:", *lines]
 
 
 def _agent_error_lines(errors: list[dict[str, Any]]) -> list[str]:
@@ -309,7 +408,9 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
         f"{m['n_tasks']} tasks, {summary['n_attempts']} attempts",
         _counts_line(counts) + (f"; {counts.get('run', 0)} run now" if "run" in counts else ""),
         *_agent_error_lines(summary.get("agent_errors", [])),
-        "pass@k " + "  ".join(f"@{k} {fmt(v)}" for k, v in m["pass_at_k"].items()),
+        "pass@k "
+        + "  ".join(f"@{k} {fmt(v)}" for k, v in m["pass_at_k"].items())
+        + _tasks_per_k(m),
         "pass^k " + "  ".join(f"^{k} {fmt(v)}" for k, v in m["pass_power_k"].items()),
     ]
     if m["pass_at_1_stderr"] is not None:
@@ -326,6 +427,9 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
         lines.append(f"tokens {tot['input_tokens'] or 0} in / {tot['output_tokens'] or 0} out")
     if tot["cost"] is not None:
         lines.append(f"cost {tot['cost']:.4f}")
+    lines += _terminal_tags(summary["tags"], verbose)
+    if summary.get("regression"):
+        lines += regression_lines(summary["regression"], verbose)
     tasks = sorted(summary["tasks"], key=_pass_rate)
     shown = tasks if verbose else [t for t in tasks if t["c"] < t["n"]][:LOWEST_SHOWN]
     if shown:

@@ -101,6 +101,11 @@ class Summary(BaseModel):
     """Tasks that could not be loaded: dataset, label (task id or file), path, message."""
     store_problems: list[StoreProblemSummary] = []
     """Damage in the run store found while the run was resumed or summarized."""
+    regression: dict[str, Any] | None = None
+    """With `--agenteval-baseline`: pass@1's change against the baseline over the tasks both
+    runs hold (`change`, `ci95` by paired bootstrap over tasks, `significant`), whether the
+    regression gate failed the run (`failed`), and the tasks that regressed, improved, or are
+    in one run only (`only_in_new`, `only_in_base`)."""
 
 
 def build_summary(

@@ -1,0 +1,210 @@
+"""Two runs compared: which tasks regressed, improved, appeared or disappeared, and whether the
+suite's pass@1 changed beyond chance.
+
+Method: the unit is the task. For each task both runs hold, the difference of its pass rates
+c/n (new minus base; pass@1 of a task is its pass rate). The change is the mean difference; its
+95 % interval is a paired bootstrap over tasks: `resamples` draws of the shared tasks with
+replacement (seeded, so the same runs always give the same interval), the 2.5th and 97.5th
+percentiles of their mean differences. Attempts within a task are not treated as independent:
+a task counts once however many attempts it had. Tasks present on one side only are listed,
+never part of the change.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+RESAMPLES = 10_000
+SEED = 20_260_101
+MAX_DRAWS = 5_000_000
+"""Above this many draws (tasks times resamples), the normal approximation the bootstrap tends to
+for so many tasks replaces it: a session end must not spend minutes resampling."""
+METHOD_BOOTSTRAP = "paired bootstrap over tasks"
+METHOD_NORMAL = "normal approximation over tasks"
+
+TaskKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class TaskRate:
+    """One task's counts in one run: c of n attempts passed."""
+
+    n: int
+    c: int
+
+    @property
+    def rate(self) -> float:
+        return self.c / self.n if self.n else 0.0
+
+
+@dataclass(frozen=True)
+class TaskChange:
+    """A task whose pass rate differs between the runs."""
+
+    key: TaskKey
+    base: TaskRate
+    new: TaskRate
+
+    @property
+    def delta(self) -> float:
+        return self.new.rate - self.base.rate
+
+
+@dataclass(frozen=True)
+class Change:
+    """The suite's pass@1 change over the shared tasks, with its 95 % interval."""
+
+    shared: int
+    base: float | None
+    new: float | None
+    change: float | None
+    interval: tuple[float, float] | None
+    """None with fewer than two shared tasks: one task is no sample."""
+    method: str
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes zero."""
+        return self.interval is not None and (self.interval[1] < 0 or self.interval[0] > 0)
+
+    @property
+    def fell_significantly(self) -> bool:
+        """pass@1 fell, and the whole interval lies below zero."""
+        return self.interval is not None and self.interval[1] < 0
+
+
+@dataclass(frozen=True)
+class Diff:
+    """Everything `agenteval diff` and the regression gate report."""
+
+    change: Change
+    regressed: list[TaskChange] = field(default_factory=list)
+    improved: list[TaskChange] = field(default_factory=list)
+    appeared: list[TaskKey] = field(default_factory=list)
+    disappeared: list[TaskKey] = field(default_factory=list)
+    unchanged: int = 0
+
+
+def task_rates(tasks: Iterable[Mapping[str, Any]]) -> dict[TaskKey, TaskRate]:
+    """(dataset, task id) → counts, from summary.json's `tasks` entries."""
+    return {(t["dataset"], t["task_id"]): TaskRate(int(t["n"]), int(t["c"])) for t in tasks}
+
+
+def compare(
+    base: Mapping[TaskKey, TaskRate],
+    new: Mapping[TaskKey, TaskRate],
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Diff:
+    """Compare two runs' tasks; the same inputs always give the same result."""
+    shared = sorted(base.keys() & new.keys())
+    changes = [TaskChange(key, base[key], new[key]) for key in shared]
+    regressed = sorted((c for c in changes if c.delta < 0), key=lambda c: (c.delta, c.key))
+    improved = sorted((c for c in changes if c.delta > 0), key=lambda c: (-c.delta, c.key))
+    return Diff(
+        change=suite_change(
+            [base[k].rate for k in shared], [new[k].rate for k in shared], resamples, seed
+        ),
+        regressed=regressed,
+        improved=improved,
+        appeared=sorted(new.keys() - base.keys()),
+        disappeared=sorted(base.keys() - new.keys()),
+        unchanged=len(changes) - len(regressed) - len(improved),
+    )
+
+
+def suite_change(
+    base: Sequence[float], new: Sequence[float], resamples: int = RESAMPLES, seed: int = SEED
+) -> Change:
+    """Mean paired difference of per-task rates and its 95 % interval."""
+    n = len(base)
+    if n == 0:
+        return Change(0, None, None, None, None, METHOD_BOOTSTRAP)
+    diffs = [b - a for a, b in zip(base, new, strict=True)]
+    mean = sum(diffs) / n
+    base_mean, new_mean = sum(base) / n, sum(new) / n
+    if n < 2:
+        return Change(n, base_mean, new_mean, mean, None, METHOD_BOOTSTRAP)
+    if n * resamples > MAX_DRAWS:
+        interval, method = normal_interval(diffs), METHOD_NORMAL
+    else:
+        interval, method = bootstrap_interval(diffs, resamples, seed), METHOD_BOOTSTRAP
+    return Change(n, base_mean, new_mean, mean, interval, method)
+
+
+def bootstrap_interval(diffs: Sequence[float], resamples: int, seed: int) -> tuple[float, float]:
+    """Percentile interval (2.5 %, 97.5 %) of the mean of `diffs` resampled with replacement.
+
+    Tasks with equal differences are interchangeable, and most tasks differ by 0, so an
+    all-equal sample is answered without resampling."""
+    if max(diffs) == min(diffs):
+        return (diffs[0], diffs[0])
+    rng = random.Random(seed)
+    n = len(diffs)
+    means = sorted(sum(rng.choices(diffs, k=n)) / n for _ in range(resamples))
+    tail = max(0, math.ceil(0.025 * resamples) - 1)  # the same rank from each end: symmetric
+    return (means[tail], means[-1 - tail])
+
+
+def normal_interval(diffs: Sequence[float]) -> tuple[float, float]:
+    """mean ± 1.96 standard errors: what the bootstrap approaches for many tasks."""
+    n = len(diffs)
+    mean = sum(diffs) / n
+    stderr = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n)
+    return (mean - 1.96 * stderr, mean + 1.96 * stderr)
+
+
+# --- text ------------------------------------------------------------------------------------
+
+
+def change_line(change: Change) -> str:
+    """The suite's change in one line, its interval named."""
+    if change.change is None:
+        return "pass@1 change: no task is in both runs"
+    head = (
+        f"pass@1 {change.base:.3f} → {change.new:.3f} over {change.shared} shared tasks: "
+        f"change {change.change:+.3f}"
+    )
+    if change.interval is None:
+        return head + " (one shared task: no interval)"
+    low, high = change.interval
+    verdict = "significant" if change.significant else "not significant"
+    return f"{head}, 95 % interval {low:+.3f} to {high:+.3f} ({change.method}; {verdict})"
+
+
+def diff_lines(diff: Diff, limit: int | None = None) -> list[str]:
+    """The comparison as text: the change, then the tasks per kind (`limit` rows each)."""
+    lines = [change_line(diff.change)]
+    lines.append(
+        f"{len(diff.regressed)} regressed, {len(diff.improved)} improved, "
+        f"{diff.unchanged} unchanged, {len(diff.appeared)} only in new, "
+        f"{len(diff.disappeared)} only in base"
+    )
+    for title, changes in (("regressed", diff.regressed), ("improved", diff.improved)):
+        rows = [
+            f"  {_name(c.key)}: {c.base.c}/{c.base.n} → {c.new.c}/{c.new.n} ({c.delta:+.2f})"
+            for c in changes
+        ]
+        lines += _section(title, rows, limit)
+    lines += _section("only in new (not compared)", [f"  {_name(k)}" for k in diff.appeared], limit)
+    lines += _section(
+        "only in base (not compared)", [f"  {_name(k)}" for k in diff.disappeared], limit
+    )
+    return lines
+
+
+def _section(title: str, rows: list[str], limit: int | None) -> list[str]:
+    if not rows:
+        return []
+    shown = rows if limit is None else rows[:limit]
+    more = len(rows) - len(shown)
+    return [f"{title}:", *shown, *([f"  … {more} more"] if more else [])]
+
+
+def _name(key: TaskKey) -> str:
+    return f"{key[0]}::{key[1]}"

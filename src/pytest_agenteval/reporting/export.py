@@ -1,0 +1,71 @@
+"""`agenteval export`: one row per stored attempt, as CSV or JSON Lines, for pandas and
+spreadsheets."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+from ..core.records import AttemptRecord
+from .show import reuse_of
+
+COLUMNS = (
+    "dataset",
+    "task",
+    "attempt",
+    "status",
+    "score",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "duration",
+    "tags",
+    "reused",
+)
+"""`reused`: "replayed" (recorded by an earlier session), "regraded", or empty."""
+
+
+def attempt_row(record: AttemptRecord, earlier_until: float | None) -> dict[str, Any]:
+    """One attempt as plain values; numbers stay numbers, a missing one is None."""
+    return {
+        "dataset": record.dataset,
+        "task": record.task_id,
+        "attempt": record.attempt,
+        "status": record.status,
+        "score": record.score,
+        "input_tokens": record.input_tokens,
+        "output_tokens": record.output_tokens,
+        "cost": record.cost,
+        "duration": record.duration,
+        "tags": list(record.tags),
+        "reused": reuse_of(record, earlier_until),
+    }
+
+
+def write_csv(rows: Iterable[dict[str, Any]], out: TextIO) -> int:
+    """A header, then a row per attempt; tags `;`-joined, a missing number an empty cell.
+
+    Numbers are written unquoted (QUOTE_MINIMAL), so spreadsheets and pandas read them as
+    numbers. Returns how many rows were written."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    count = 0
+    for row in rows:
+        values = {**row, "tags": ";".join(row["tags"])}
+        writer.writerow(["" if values[c] is None else values[c] for c in COLUMNS])
+        count += 1
+    return count
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], out: TextIO) -> int:
+    """One JSON object per line (tags a list, a missing number null); returns the count."""
+    count = 0
+    for row in rows:
+        out.write(json.dumps({c: row[c] for c in COLUMNS}, ensure_ascii=False) + "\n")
+        count += 1
+    return count
+
+
+WRITERS = {"csv": write_csv, "jsonl": write_jsonl}

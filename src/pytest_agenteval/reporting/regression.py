@@ -1,0 +1,103 @@
+"""The regression gate's verdict: this run against a baseline run, as summary.json's
+`regression` block and the lines that explain it.
+
+It fails only when pass@1 fell by more than the allowed amount *and* the fall is significant
+at 95 % (the paired bootstrap interval of `diff` lies wholly below zero), so a small noisy suite
+is not failed by chance. Tasks on one side only are listed, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .diff import TaskChange, TaskKey, change_line, compare, task_rates
+
+SHOWN = 10
+
+
+def regression_block(
+    summary: dict[str, Any], baseline: dict[str, Any], ref: str, max_regression: float
+) -> dict[str, Any]:
+    """Compare the run's tasks with the baseline's; plain JSON types."""
+    diff = compare(task_rates(baseline["tasks"]), task_rates(summary["tasks"]))
+    change = diff.change
+    fell = change.change is not None and change.change < -max_regression
+    return {
+        "baseline": ref,
+        "baseline_run_id": baseline.get("run_id"),
+        "max_regression": max_regression,
+        "shared_tasks": change.shared,
+        "base_pass_at_1": change.base,
+        "new_pass_at_1": change.new,
+        "change": change.change,
+        "ci95": list(change.interval) if change.interval else None,
+        "method": change.method,
+        "significant": change.significant,
+        "failed": fell and change.fell_significantly,
+        "summary": change_line(change),
+        "regressed": [_changed(c) for c in diff.regressed],
+        "improved": [_changed(c) for c in diff.improved],
+        "only_in_new": [_task(k) for k in diff.appeared],
+        "only_in_base": [_task(k) for k in diff.disappeared],
+    }
+
+
+def regression_problem(block: dict[str, Any] | None) -> str | None:
+    """Why the gate fails the run, or None."""
+    if not block or not block["failed"]:
+        return None
+    low, high = block["ci95"]
+    return (
+        f"pass@1 fell by {-block['change']:.3f} against baseline {_label(block)} "
+        f"(95 % interval {low:+.3f} to {high:+.3f}, {block['method']}), more than "
+        f"--agenteval-max-regression {block['max_regression']:g}"
+    )
+
+
+def regression_lines(block: dict[str, Any], verbose: bool) -> list[str]:
+    """The comparison for the terminal and summary.md: verdict, change, tasks that moved."""
+    if block["failed"]:
+        verdict = "FAILED: " + (regression_problem(block) or "")
+    elif block["change"] is not None and block["change"] < -block["max_regression"]:
+        verdict = "passed: the fall is not significant at 95 % (it may be noise)"
+    else:
+        verdict = f"passed: no fall of more than {block['max_regression']:g}"
+    lines = [f"regression gate against baseline {_label(block)}: {verdict}", block["summary"]]
+    for title, key in (
+        ("regressed", "regressed"),
+        ("improved", "improved"),
+        ("only in this run (not compared)", "only_in_new"),
+        ("only in the baseline (not compared)", "only_in_base"),
+    ):
+        lines += _listed(title, block[key], verbose)
+    return lines
+
+
+def _listed(title: str, entries: list[dict[str, Any]], verbose: bool) -> list[str]:
+    if not entries:
+        return []
+    shown = entries if verbose else entries[:SHOWN]
+    rows = [f"  {_entry(e)}" for e in shown]
+    more = len(entries) - len(shown)
+    tail = [f"  … {more} more (-v shows all)"] if more else []
+    return [f"{title}: {len(entries)}", *rows, *tail]
+
+
+def _entry(entry: dict[str, Any]) -> str:
+    name = f"{entry['dataset']}::{entry['task_id']}"
+    return f"{name}: {entry['base']} → {entry['new']}" if "base" in entry else name
+
+
+def _changed(change: TaskChange) -> dict[str, Any]:
+    base, new = change.base, change.new
+    return {**_task(change.key), "base": f"{base.c}/{base.n}", "new": f"{new.c}/{new.n}"}
+
+
+def _task(key: TaskKey) -> dict[str, str]:
+    return {"dataset": key[0], "task_id": key[1]}
+
+
+def _label(block: dict[str, Any]) -> str:
+    run_id = block.get("baseline_run_id")
+    ref = block["baseline"]
+    return ref if not run_id or run_id == ref else f"{ref} (run {run_id})"

@@ -1,0 +1,105 @@
+"""What a user names as a run (`latest`, a run id, a run folder, a summary.json) turned into
+the run's summary: for `show`, `export`, `diff` and the regression gate's baseline.
+
+A run of the store is summarized from its stored records (never from a summary.json that may be
+older); a summary.json named as such is read as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import AgentevalError, StoreError, display_path
+from ..store.index import IndexRow
+from ..store.runs import RunInfo, Store
+from .summary import SUMMARY_SCHEMA, build_summary
+
+LATEST = "latest"
+
+
+class RunRefError(AgentevalError):
+    """A named run that cannot be found or read; the message says what was tried."""
+
+
+def resolve_run(store: Store, ref: str) -> str:
+    """The run id `ref` names: `latest` (the most recently used run), an id or its start."""
+    if ref == LATEST:
+        runs = store.runs()
+        if not runs:
+            raise RunRefError(f"no run stored in {store.runs_dir} yet")
+        return runs[0].run_id
+    try:
+        return store.resolve(ref)
+    except StoreError as exc:
+        raise RunRefError(str(exc)) from None
+
+
+def stored_run(store: Store, run_id: str) -> tuple[RunInfo, list[IndexRow]]:
+    """The run's description and its stored attempts (the newest of each)."""
+    info = store.run(run_id, count=False)
+    if info is None:
+        raise RunRefError(f"no run {run_id!r} in {store.runs_dir} (`agenteval runs` lists them)")
+    rows, _ = store.index(run_id, for_plan=False)
+    return info, rows
+
+
+def run_summary(store: Store, run_id: str) -> dict[str, Any]:
+    """A stored run's summary, computed from its records as `agenteval report` does."""
+    info, rows = stored_run(store, run_id)
+    last = info.sessions[-1] if info.sessions else {}
+    return build_summary(
+        info,
+        rows,
+        ks=None,
+        session_counts=last.get("counts") or {},
+        status=info.status,
+        load_errors=last.get("load_errors"),
+    )
+
+
+def load_summary(ref: str, store: Store | None, base: Path) -> dict[str, Any]:
+    """The summary `ref` names: a summary.json file, a folder holding a run (its records) or a
+    summary.json, else a run id of `store` (or `latest`)."""
+    path = base / ref
+    if path.is_file():
+        return read_summary_file(path)
+    if path.is_dir():
+        if (path / "index.jsonl").is_file() and (path / "run.json").is_file():
+            return run_summary(Store(path.parent.parent), path.name)
+        if (path / "summary.json").is_file():
+            return read_summary_file(path / "summary.json")
+    what = "a folder with neither a run nor a summary.json" if path.is_dir() else "no file"
+    if store is None:
+        raise RunRefError(f"{ref!r} is {what}, and no runs are stored here to look it up")
+    try:
+        return run_summary(store, resolve_run(store, ref))
+    except RunRefError as exc:
+        raise RunRefError(f"{exc}; and {ref!r} is {what}") from None
+
+
+def read_summary_file(path: Path) -> dict[str, Any]:
+    """A summary.json, checked enough to compare by: its schema and its tasks' counts."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RunRefError(f"cannot read {display_path(path)}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise RunRefError(f"{display_path(path)} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise RunRefError(
+            f"{display_path(path)} is not an {SUMMARY_SCHEMA} summary (schema {found!r}); "
+            "name a summary.json, a run folder or a run id"
+        )
+    tasks = data.get("tasks")
+    fields = ("dataset", "task_id", "n", "c")
+    if not isinstance(tasks, list) or not all(
+        isinstance(t, dict) and all(f in t for f in fields) for t in tasks
+    ):
+        raise RunRefError(
+            f"{display_path(path)}: at tasks: each task needs {', '.join(fields)}; "
+            "write the summary again with `agenteval report RUN_ID`"
+        )
+    return data

@@ -1,0 +1,131 @@
+"""The regression gate: --agenteval-baseline and --agenteval-max-regression end to end."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import DatasetMaker, summary_of, task
+from pytest_agenteval.reporting.gate import gate
+from pytest_agenteval.reporting.regression import regression_block
+
+RUNS = ".pytest_cache/agenteval/runs"
+REASON = (
+    "pass@1 fell by 0.667 against baseline base (95 % interval -0.917 to -0.417, paired "
+    "bootstrap over tasks), more than --agenteval-max-regression 0"
+)
+
+
+def baseline(pytester: pytest.Pytester, dataset: DatasetMaker, n: int) -> None:
+    """A run `base` of n tasks that all pass."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(n)})
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "base").assert_outcomes(passed=n)
+
+
+def gate_args(base: str = "base") -> list[str]:
+    # --agenteval-min-pass-rate 0: failed attempts alone do not fail the run, the gate decides.
+    return ["--agenteval", "ds", "--agenteval-baseline", base, "--agenteval-min-pass-rate", "0"]
+
+
+def test_clear_regression_fails(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """8 of 12 tasks failing now: exit 1 and the reason in the terminal, summary.md and
+    summary.json; a generous --agenteval-max-regression lets it pass."""
+    baseline(pytester, dataset, 12)
+    dataset({f"t{i}.yaml": task("no") for i in range(8)})
+    result = pytester.runpytest(*gate_args(), "--agenteval-run-id", "new")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            f"regression gate against baseline base: FAILED: {REASON}",
+            "pass@1 1.000 → 0.333 over 12 shared tasks: change -0.667, 95 % interval *",
+            "regressed: 8",
+            "  ds::t0: 1/1 → 0/1",
+            f"gate NOT met: {REASON}*",
+        ]
+    )
+    summary = summary_of(pytester, "new")
+    block = summary["regression"]
+    assert block["failed"] and block["significant"] and block["change"] == pytest.approx(-2 / 3)
+    assert block["baseline_run_id"] == "base" and len(block["regressed"]) == 8
+    assert REASON in (pytester.path / RUNS / "new/summary.md").read_text()
+    result = pytester.runpytest(*gate_args(), "--agenteval-max-regression", "0.9")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["regression gate against baseline base: passed: no fall*"])
+
+
+@pytest.mark.slow
+def test_regression_gate_under_xdist(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """Under xdist the controller loads the baseline and fails the run the same way."""
+    baseline(pytester, dataset, 12)
+    dataset({f"t{i}.yaml": task("no") for i in range(8)})
+    result = pytester.runpytest_subprocess(*gate_args(), "-n", "2", "-p", "xdist")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([f"gate NOT met: {REASON}*"])
+
+
+def test_identical_runs_pass(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """The same results as the baseline (named by its summary.json): no change, exit 0."""
+    baseline(pytester, dataset, 4)
+    result = pytester.runpytest(*gate_args(f"{RUNS}/base/summary.json"))
+    assert result.ret == 0
+    block = summary_of(pytester)["regression"]
+    assert block["change"] == 0 and block["ci95"] == [0.0, 0.0] and not block["failed"]
+
+
+def test_noise_passes_and_missing_tasks_are_reported(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """One of five tasks flipping is not significant: the run passes the gate, says so, and
+    lists the task that is new and the one that is gone."""
+    baseline(pytester, dataset, 5)
+    dataset({"t0.yaml": task("no"), "extra.yaml": task("ok")})
+    (pytester.path / "ds/t4.yaml").unlink()
+    result = pytester.runpytest(*gate_args())
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "regression gate against baseline base: passed: the fall is not significant *",
+            "pass@1 1.000 → 0.750 over 4 shared tasks: change -0.250, * (*; not significant)",
+            "regressed: 1",
+            "  ds::t0: 1/1 → 0/1",
+            "only in this run (not compared): 1",
+            "  ds::extra",
+            "only in the baseline (not compared): 1",
+            "  ds::t4",
+        ]
+    )
+    block = summary_of(pytester)["regression"]
+    assert not block["failed"] and not block["significant"]
+    assert block["only_in_new"] == [{"dataset": "ds", "task_id": "extra"}]
+    assert block["only_in_base"] == [{"dataset": "ds", "task_id": "t4"}]
+
+
+def test_bad_baseline_is_a_usage_error(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """A baseline that cannot be found, or a max regression without one, stops the session
+    at the start with one clear line (exit 4), never a traceback."""
+    dataset({"a.yaml": task("ok")})
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-baseline", "nope")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --agenteval-baseline nope: no run 'nope' in *; and 'nope' is no file"]
+    )
+    assert "Traceback" not in result.stderr.str()
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-max-regression", "0.1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --agenteval-max-regression needs --agenteval-baseline*"])
+
+
+def test_both_gates_apply() -> None:
+    """A pass rate that meets --agenteval-min-pass-rate does not hide a significant fall."""
+    base = {"tasks": [{"dataset": "ds", "task_id": f"t{i}", "n": 1, "c": 1} for i in range(10)]}
+    tasks = [{"dataset": "ds", "task_id": f"t{i}", "n": 1, "c": int(i >= 6)} for i in range(10)]
+    summary = {
+        "status": "complete",
+        "counts": {"pass": 4, "fail": 6, "error": 0},
+        "metrics": {"pass_at_k": {"1": 0.4}},
+        "tasks": tasks,
+    }
+    summary["regression"] = regression_block(summary, base, "base", 0.1)
+    result = gate(summary, min_pass_rate=0.3, allow_errors=False, other_failures=0, exitstatus=1)
+    assert result.exitstatus == 1 and result.message is not None
+    assert result.message.startswith("gate NOT met: pass@1 fell by 0.600 against baseline base")
+    assert result.message.endswith("pass@1 0.400 alone would meet 0.3")
