@@ -217,7 +217,7 @@ class TaskDef:
     row: tuple[Path, int] | None = None
     """(source file, line) of the row this task was made from, for a task file with `source:`."""
 
-    @property
+    @cached_property
     def where(self) -> str:
         """Where the task is defined: its file, or its row's `file:line`."""
         return str(self.path) if self.row is None else f"{self.row[0]}:{self.row[1]}"

@@ -50,8 +50,9 @@ def read_sourced(
         at = line_of(node, ("source",)) or line
         error = TaskFileError(path, exc.problem, line=at, field="source", hint=exc.hint)
         return [LoadFailure(path, default_id, at, [error])]
-    shared = {name: getattr(spec, name) for name in SHARED}
-    return [_row_task(row, templates, shared, source, default_id, line) for row in rows]
+    # Rows differ only in the templated fields: copying one spec skips validating the rest
+    base = TaskSpec.model_construct(**{name: getattr(spec, name) for name in SHARED}, input="")
+    return [_row_task(row, templates, base, source, default_id, line) for row in rows]
 
 
 def _templates(spec: SourceTaskSpec) -> dict[str, Any]:
@@ -84,7 +85,7 @@ def _source_path(path: Path, value: str, root: Path) -> Path:
 def _row_task(
     row: Row,
     templates: dict[str, Any],
-    shared: dict[str, Any],
+    base: TaskSpec,
     source: Path,
     default_id: str,
     line: int,
@@ -99,7 +100,7 @@ def _row_task(
         fields = _filled(templates, row.values, task_id)
     except RowError as exc:
         return _row_failure(source, row, label, exc.problem, field_path(exc.loc))
-    spec = TaskSpec.model_construct(**fields, **shared)
+    spec = base.model_copy(update=fields)
     return CachedTask(spec, line, (), (source, row.line))
 
 
