@@ -27,7 +27,9 @@ def grade(raw: Any, output: str, expected: Any = None) -> tuple[bool, str]:
 @pytest.mark.parametrize(
     ("options", "output", "expected", "verdict"),
     [
-        ({"none": ["error", "sorry"]}, "All fine.", "unused", (True, "none of 'error', 'sorry'")),
+        ({"none": ["error", "sorry"]}, "All fine.", None, (True, "none of 'error', 'sorry'")),
+        ({"none": ["error"]}, "It is 42.", "42", (True, "contains '42'; none of 'error'")),
+        ({"none": ["error"]}, "It is 41.", "42", (False, "missing '42'")),
         (
             {"none": ["error", "sorry"]},
             "Sorry, an error.",
@@ -59,7 +61,7 @@ def test_contains_none(
     options: dict[str, Any], output: str, expected: Any, verdict: tuple[bool, str]
 ) -> None:
     """`none:` fails on any listed string, names each one found, and composes with `all`/`any`
-    (with only `none:`, `expected` is not required to occur)."""
+    and with `expected` (which must still occur when the task has one)."""
     assert grade({"contains": options}, output, expected) == verdict
 
 
@@ -101,7 +103,9 @@ def test_invalid_schema_is_a_load_error_at_the_grader(
     result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
-        ["*ds/bad.yaml:3: at graders[[]0[]].schema: not a valid JSON Schema: at schema.type: *objekt*"]
+        [
+            "*ds/bad.yaml:3: at graders[[]0[]].schema: not a valid JSON Schema: at schema.type: *objekt*"
+        ]
     )
 
 

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from helpers import DatasetMaker, stored, summary_of, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.sources.dataset import TaskDef, load_dataset, load_task_file
 from pytest_agenteval.sources.taskfile import LoadFailure
+from written import schema_problems
 
 TEMPLATE = """\
 source: data/rows.jsonl
@@ -260,3 +263,24 @@ def test_schema_command_knows_source_files(
     assert list(validator.iter_errors({**good, "colums": 1}))
     assert list(validator.iter_errors({**good, "format": "xml"}))
     assert list(validator.iter_errors({**good, "source": 3}))
+
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def test_jsonl_example_runs_offline(pytester: pytest.Pytester) -> None:
+    """examples/jsonl runs as its README says: every row loads, only the toy agent's wrong
+    answer fails."""
+    shutil.copytree(EXAMPLES / "jsonl", pytester.path / "ex")
+    result = pytester.runpytest("--agenteval", "ex")
+    result.assert_outcomes(passed=12, failed=2)
+    result.stdout.fnmatch_lines(["*capitals/Australia*missing 'Canberra'*"])
+
+
+@pytest.mark.parametrize("name", ["jsonl", "humaneval"])
+def test_example_files_match_the_schemas(name: str) -> None:
+    """The examples' task files and manifests pass the published schemas (HumanEval's data
+    file is fetched by the user, so only its YAML is checked)."""
+    for path in sorted((EXAMPLES / name).glob("*.yaml")):
+        kind = "manifest" if path.name == "agenteval.yaml" else "task"
+        assert schema_problems(kind, yaml.safe_load(path.read_text())) == [], path

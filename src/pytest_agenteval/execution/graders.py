@@ -167,7 +167,8 @@ class ContainsOptions(Options):
     """Options of `contains`."""
 
     all: list[str] | None = None
-    """Strings that must all occur (default: the task's `expected`, unless `any` is given)."""
+    """Strings that must all occur (default: the task's `expected`, unless `any` is given;
+    with only `none`, nothing must occur when the task has no `expected`)."""
     any: list[str] | None = None
     """Strings of which at least one must occur."""
     none: list[str] | None = None
@@ -189,7 +190,11 @@ class Contains(BuiltinGrader):
 
     def __init__(self, options: ContainsOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)
-        if options.all is None and options.any is None and options.none is None:
+        if (
+            options.all is None
+            and options.any is None
+            and (options.none is None or expected is not None)
+        ):
             default = self.value_or_expected(None, "all")
             self.all = [str(x) for x in default] if isinstance(default, list) else [str(default)]
         else:
