@@ -284,3 +284,18 @@ def test_example_files_match_the_schemas(name: str) -> None:
     for path in sorted((EXAMPLES / name).glob("*.yaml")):
         kind = "manifest" if path.name == "agenteval.yaml" else "task"
         assert schema_problems(kind, yaml.safe_load(path.read_text())) == [], path
+
+
+def test_shared_grader_that_does_not_suit_a_row(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A shared grader refusing one row's values (`number` with a non-numeric expected) is an
+    error at the grader's line that names the row; the other rows run."""
+    template = 'source: rows.csv\nid: "{id}"\ninput: "{q}"\nexpected: "{a}"\ngraders:\n  - number\n'
+    dataset({"p.yaml": template, "rows.csv": "id,q,a\nx,1,1\ny,2,two\n"})
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-agent", "agent:run")
+    result.assert_outcomes(failed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*ds/p.yaml:6: at graders[[]0[]]: number needs a numeric expected value, not 'two'"
+         " (for the row at ds/rows.csv:3)"]
+    )  # fmt: skip

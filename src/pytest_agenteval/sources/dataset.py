@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import GraderSpecError, TaskFileError, TemplateError
+from ..core.errors import GraderSpecError, TaskFileError, TemplateError, display_path
 from ..core.model import GraderSpec, Manifest, TaskSpec
 from ..core.text import excerpt
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
@@ -334,7 +334,8 @@ def _finish(
     if errors:
         assert spec.id is not None
         if task.row is not None:  # shared settings that do not suit this row's values
-            errors = [_for_row(e, task.where) for e in errors]
+            where = f"{display_path(task.row[0])}:{task.row[1]}"
+            errors = [_for_row(e, where) for e in errors]
         return LoadFailure(path, spec.id, line, errors)
     object.__setattr__(task, "graders", tuple(graders))
     return task
