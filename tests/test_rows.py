@@ -66,9 +66,10 @@ def test_malformed_templates_are_refused(template: str) -> None:
 
 
 def test_jsonl_rows_keep_their_lines(tmp_path: Path) -> None:
-    """Blank lines are skipped but counted, so a bad row is reported at its real line."""
+    """Blank lines are skipped but counted, so a bad row is reported at its real line; a byte
+    order mark and CRLF line ends are fine."""
     path = tmp_path / "r.jsonl"
-    path.write_text('{"a": 1}\n\n[1]\n{"a": \n')
+    path.write_bytes(b'\xef\xbb\xbf{"a": 1}\r\n\n[1]\n{"a": \n')
     rows = read_rows(path, "jsonl")
     assert [(r.line, r.index, r.values) for r in rows] == [
         (1, 0, {"a": 1}),

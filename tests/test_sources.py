@@ -117,18 +117,20 @@ def test_duplicate_ids_across_rows_and_yaml(
 def test_a_changed_row_runs_again_on_resume(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
-    """Editing one row re-runs only that row's attempts on --resume-suite; the others are
-    reused (the agent is not called for them)."""
+    """On --resume-suite a row whose input changed runs again, one whose `expected` changed is
+    regraded, and the unchanged row is reused: the agent is called for the first only."""
     rows = [row("a"), row("b"), row("c")]
     root = dataset({"p.yaml": TEMPLATE, "data/rows.jsonl": jsonl(*rows)})
     pytester.runpytest("--agenteval", "ds", "--attempts", "2").assert_outcomes(passed=6)
     assert len(dataset.calls()) == 6
     rows[1]["question"] = "3+1"
+    rows[2]["answer"] = "5"
     (root / "data/rows.jsonl").write_text(jsonl(*rows))
     result = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--resume-suite")
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=4, failed=2)
     assert dataset.calls()[6:] == ["q/b 0", "q/b 1"]
-    assert summary_of(pytester)["counts"]["reused"] == 4
+    counts = summary_of(pytester)["counts"]
+    assert (counts["reused"], counts["regraded"], counts["run"]) == (2, 2, 2)
 
 
 def test_gzipped_csv_with_quoting(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:

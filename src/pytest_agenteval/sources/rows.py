@@ -11,6 +11,7 @@ an error of that row.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import io
@@ -97,7 +98,7 @@ def _read_bytes(path: Path) -> bytes:
 
 def _jsonl_rows(data: bytes) -> list[Row]:
     rows: list[Row] = []
-    for number, line in enumerate(data.split(b"\n"), 1):
+    for number, line in enumerate(data.removeprefix(codecs.BOM_UTF8).split(b"\n"), 1):
         if not line.strip():
             continue
         index = len(rows)
