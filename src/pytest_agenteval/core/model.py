@@ -244,13 +244,44 @@ class TaskSpec(UserModel):
     @field_validator("input")
     @classmethod
     def _valid_input(cls, value: Any) -> Any:
-        if isinstance(value, str | dict):
-            return value
-        if isinstance(value, list) and all(_is_message(m) for m in value):
-            return value
-        raise ValueError(
-            "input must be a string, a mapping, or a list of chat messages {role, content}"
-        )
+        check_input(value)
+        return value
+
+
+class SourceTaskSpec(TaskSpec):
+    """A task file whose tasks are the rows of a JSONL or CSV file: `id`, `description`,
+    `input`, `expected` and `metadata` are templates filled from each row; the other fields are
+    shared by every row."""
+
+    source: str
+    """The JSONL or CSV file (`.gz` allowed) of rows, relative to this file, inside the dataset."""
+    format: Literal["jsonl", "csv"] | None = None
+    """The file's format (default: from its name, `.jsonl` / `.csv`, before any `.gz`)."""
+    id: str | None = None
+    """Template of each row's task id, e.g. `"{task_id}"` (default: `<file id>/<row index>`)."""
+    input: Any
+    """Template of each row's input: `"Solve: {question}"`; `"{messages}"` keeps the row's value."""
+
+    @field_validator("id")
+    @classmethod
+    def _valid_id(cls, value: str | None) -> str | None:
+        return value  # a template: each row's rendered id is checked
+
+    @field_validator("input")
+    @classmethod
+    def _valid_input(cls, value: Any) -> Any:
+        return value  # a template: each row's rendered input is checked
+
+
+def check_input(value: Any) -> None:
+    """Raise ValueError unless `value` is a string, a mapping or a list of chat messages."""
+    if isinstance(value, str | dict):
+        return
+    if isinstance(value, list) and all(_is_message(m) for m in value):
+        return
+    raise ValueError(
+        "input must be a string, a mapping, or a list of chat messages {role, content}"
+    )
 
 
 def _is_message(value: Any) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import GraderError, GraderSpecError, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
@@ -167,15 +167,18 @@ class ContainsOptions(Options):
     """Options of `contains`."""
 
     all: list[str] | None = None
-    """Strings that must all occur (default: the task's `expected`, unless `any` is given)."""
+    """Strings that must all occur (default: the task's `expected`, unless `any` is given;
+    with only `none`, nothing must occur when the task has no `expected`)."""
     any: list[str] | None = None
     """Strings of which at least one must occur."""
+    none: list[str] | None = None
+    """Strings that must not occur."""
     case_insensitive: bool = False
     """Compare case-folded text."""
 
 
 class Contains(BuiltinGrader):
-    """Output contains all (or any) of the given strings."""
+    """Output contains all (or any) of the given strings, and none of `none`."""
 
     name, options_model, primary = "contains", ContainsOptions, "all"
 
@@ -187,12 +190,17 @@ class Contains(BuiltinGrader):
 
     def __init__(self, options: ContainsOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)
-        if options.all is None and options.any is None:
+        if (
+            options.all is None
+            and options.any is None
+            and (options.none is None or expected is not None)
+        ):
             default = self.value_or_expected(None, "all")
             self.all = [str(x) for x in default] if isinstance(default, list) else [str(default)]
         else:
             self.all = options.all or []
         self.any = options.any or []
+        self.none = options.none or []
 
     def grade(self, ctx: GradeContext) -> Verdict:
         fold = str.casefold if self.options.case_insensitive else str
@@ -202,7 +210,15 @@ class Contains(BuiltinGrader):
             return self.verdict(False, "missing " + ", ".join(repr(s) for s in missing))
         if self.any and not any(fold(s) in out for s in self.any):
             return self.verdict(False, "none of " + ", ".join(repr(s) for s in self.any))
-        return self.verdict(True, "contains " + ", ".join(repr(s) for s in [*self.all, *self.any]))
+        forbidden = [s for s in self.none if fold(s) in out]
+        if forbidden:
+            return self.verdict(
+                False, "contains forbidden " + ", ".join(repr(s) for s in forbidden)
+            )
+        found = [*self.all, *self.any]
+        absent = "none of " + ", ".join(repr(s) for s in self.none) if self.none else ""
+        present = "contains " + ", ".join(repr(s) for s in found) if found else ""
+        return self.verdict(True, "; ".join(p for p in (present, absent) if p))
 
 
 class RegexOptions(Options):
@@ -254,6 +270,9 @@ class JsonOptions(Options):
     the task's `expected`; none: any valid JSON passes)."""
     extract: bool = True
     """Parse the first ```json fenced block of the output when there is one."""
+    json_schema: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    """A JSON Schema (draft 2020-12 unless it says `$schema`) the parsed output must match;
+    needs the `jsonschema` package: `pip install 'pytest-agenteval[jsonschema]'`."""
 
 
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
@@ -267,6 +286,8 @@ class Json(BuiltinGrader):
     def __init__(self, options: JsonOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)
         self.subset = expected if options.subset is None else options.subset
+        schema = options.json_schema
+        self.validator = None if schema is None else schema_validator(schema)
 
     def grade(self, ctx: GradeContext) -> Verdict:
         text = ctx.output
@@ -275,10 +296,56 @@ class Json(BuiltinGrader):
             value = json.loads(fenced.group(1) if fenced else text)
         except ValueError as exc:
             return self.verdict(False, f"output is not JSON: {exc}")
+        if self.validator is not None:
+            problem = schema_mismatch(self.validator, value)
+            if problem is not None:
+                return self.verdict(False, problem)
         if self.subset is None:
-            return self.verdict(True, "output is valid JSON")
+            valid = "output matches the schema" if self.validator else "output is valid JSON"
+            return self.verdict(True, valid)
         problem = json_mismatch(self.subset, value, "$")
         return self.verdict(problem is None, problem or "JSON contains the expected values")
+
+
+_validators: dict[str, Any] = {}
+"""Checked schema validators by schema text: the rows of a source share one schema."""
+
+
+def schema_validator(schema: dict[str, Any] | bool) -> Any:
+    """A jsonschema validator of `schema`; GraderSpecError when the package is missing or the
+    schema is not a valid JSON Schema (a load error at the grader's line)."""
+    key = json.dumps(schema, sort_keys=True)
+    found = _validators.get(key)
+    if found is not None:
+        return found
+    try:
+        import jsonschema
+    except ImportError:
+        raise GraderSpecError(
+            "the `schema` option needs the jsonschema package, which is not installed",
+            option="schema",
+            hint="pip install 'pytest-agenteval[jsonschema]'",
+        ) from None
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = exc.json_path.replace("$", "schema", 1)
+        raise GraderSpecError(
+            f"not a valid JSON Schema: at {where}: {excerpt(exc.message, 200)}", option="schema"
+        ) from None
+    found = _validators[key] = cls(schema)
+    return found
+
+
+def schema_mismatch(validator: Any, value: Any) -> str | None:
+    """Why `value` does not match the validator's schema (its most relevant error), or None."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is None:
+        return None
+    return f"schema: at {error.json_path}: {excerpt(error.message, 200)}"
 
 
 def json_mismatch(want: Any, got: Any, path: str) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import pytest
 from _pytest._code.code import ExceptionInfo
 
-from ..core.errors import TaskFileError
+from ..core.errors import TaskFileError, display_path
 from ..core.records import item_name
 from ..sources.dataset import Dataset, TaskDef, find_task, load_dataset, load_task_file
 from ..sources.discovery import (
@@ -121,7 +121,8 @@ class CollectState:
 
     whole_roots: set[Path]
     """Dataset roots collected in one pass (no argument names anything below them)."""
-    seen_ids: dict[tuple[str, str], Path] = field(default_factory=dict)
+    seen_ids: dict[tuple[str, str], str] = field(default_factory=dict)
+    """Where each task id was first defined: its file, or its row's `file:line`."""
     registered_tags: set[str] = field(default_factory=set)
 
     KEY: ClassVar[pytest.StashKey[CollectState]] = pytest.StashKey()
@@ -165,17 +166,18 @@ class TaskFile(pytest.File):
 
 
 def _check_unique(state: CollectState, task: TaskDef) -> TaskDef | LoadFailure:
-    first = state.seen_ids.setdefault((task.dataset.name, task.id), task.path)
-    if first == task.path:
+    first = state.seen_ids.setdefault((task.dataset.name, task.id), task.where)
+    if first == task.where:
         return task
+    path, line = task.row or (task.path, task.line)
     error = TaskFileError(
-        task.path,
-        f"duplicate task id {task.id!r}, first defined in {first}",
-        line=task.line,
+        path,
+        f"duplicate task id {task.id!r}, first defined in {display_path(first)}",
+        line=line,
         field="id",
         hint="task ids must be unique across the dataset",
     )
-    return LoadFailure(task.path, task.id, task.line, [error])
+    return LoadFailure(path, task.id, line, [error])
 
 
 def _mark(state: CollectState, config: pytest.Config, tag: str) -> pytest.MarkDecorator:
@@ -213,7 +215,7 @@ class LoadErrorItem(AgentevalItem):
         return self.failure.render()
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, self.failure.line - 1, f"agenteval: {self.name}"
+        return self.failure.path, self.failure.line - 1, f"agenteval: {self.name}"
 
     @property
     def dataset_name(self) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import GraderSpecError, TaskFileError, TemplateError
+from ..core.errors import GraderSpecError, TaskFileError, TemplateError, display_path
 from ..core.model import GraderSpec, Manifest, TaskSpec
 from ..core.text import excerpt
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
@@ -73,7 +73,7 @@ class Dataset:
         """The validated specs of the task file `path`, read once per session."""
         found = self._reads.get(path)
         if found is None:
-            found = read_task_file(path, self.id_for(path), cache or self.cache)
+            found = read_task_file(path, self.id_for(path), cache or self.cache, self.root)
             self._reads[path] = found
         return found
 
@@ -214,6 +214,13 @@ class TaskDef:
     """Where in the file the task is: () for a one-task file, ("tasks", i) in a list."""
     graders: tuple[Any, ...] = ()
     grader_specs: tuple[GraderSpec, ...] = ()
+    row: tuple[Path, int] | None = None
+    """(source file, line) of the row this task was made from, for a task file with `source:`."""
+
+    @cached_property
+    def where(self) -> str:
+        """Where the task is defined: its file, or its row's `file:line`."""
+        return str(self.path) if self.row is None else f"{self.row[0]}:{self.row[1]}"
 
     @property
     def id(self) -> str:
@@ -291,7 +298,7 @@ def load_task_file(
     if all(r is t or isinstance(r, TaskDef) for r, t in zip(results, read.tasks, strict=True)):
         return results
     # A valid spec failed its graders or workspace check: parse again for the error's lines.
-    again, node = read_with_node(path, dataset.id_for(path))
+    again, node = read_with_node(path, dataset.id_for(path), dataset.root)
     return [_finish(path, dataset, t, node, make_grader) for t in again.tasks]
 
 
@@ -305,8 +312,8 @@ def _finish(
     """A validated spec becomes a TaskDef: manifest defaults, workspace check, graders built."""
     if isinstance(read, LoadFailure):
         return read
-    spec, line, loc = read
-    task = TaskDef(spec, dataset, path, line, loc)
+    spec, line, loc = read.spec, read.line, read.loc
+    task = TaskDef(spec, dataset, path, line, loc, row=read.row)
     errors = _check_workspace(task, node, loc)
     specs = spec.graders or dataset.manifest.defaults.graders
     if specs is None:
@@ -326,9 +333,17 @@ def _finish(
     errors += grader_errors
     if errors:
         assert spec.id is not None
+        if task.row is not None:  # shared settings that do not suit this row's values
+            where = f"{display_path(task.row[0])}:{task.row[1]}"
+            errors = [_for_row(e, where) for e in errors]
         return LoadFailure(path, spec.id, line, errors)
     object.__setattr__(task, "graders", tuple(graders))
     return task
+
+
+def _for_row(error: TaskFileError, where: str) -> TaskFileError:
+    problem = f"{error.problem} (for the row at {where})"
+    return TaskFileError(error.path, problem, line=error.line, field=error.field, hint=error.hint)
 
 
 def _check_workspace(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[TaskFileError]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..core.model import TAG_RE, Manifest, TaskSpec
+from ..core.model import TAG_RE, Manifest, SourceTaskSpec, TaskSpec
 from ..execution.graders import BUILTIN_GRADERS, BuiltinGrader, Contains
 from .docstrings import describe
 
@@ -34,6 +34,7 @@ def task_file_schema() -> Schema:
     """A task file as written: one task, or `{tasks: [...]}` whose tasks each need an `id`."""
     defs = _user_defs()
     defs["Task"] = _task_schema(defs.pop("TaskSpec"))
+    defs["SourceTask"] = _source_task_schema(defs.pop("SourceTaskSpec"))
     defs["TaskList"] = {
         "type": "object",
         "description": "Several tasks in one file.",
@@ -49,10 +50,15 @@ def task_file_schema() -> Schema:
     }
     root = {
         "title": "pytest-agenteval task file",
-        "description": "One task, or a `tasks:` list of tasks (unknown keys are errors).",
+        "description": "One task, a `tasks:` list of tasks, or a `source:` of rows that each "
+        "become a task (unknown keys are errors).",
         "if": {"type": "object", "required": ["tasks"]},
         "then": ref("TaskList"),
-        "else": ref("Task"),
+        "else": {
+            "if": {"type": "object", "required": ["source"]},
+            "then": ref("SourceTask"),
+            "else": ref("Task"),
+        },
     }
     return finish(root, defs)
 
@@ -98,7 +104,7 @@ def finish(root: Schema, defs: dict[str, Schema]) -> Schema:
 def _user_defs() -> dict[str, Schema]:
     """Definitions shared by both user schemas: models, agents, graders and their options."""
     defs: dict[str, Schema] = {}
-    for model in (TaskSpec, Manifest):
+    for model in (TaskSpec, SourceTaskSpec, Manifest):
         schema = model.model_json_schema()
         defs.update(schema.pop("$defs", {}))
         defs[model.__name__] = schema
@@ -128,6 +134,18 @@ def _task_schema(task: Schema) -> Schema:
     props["input"] = _keep_docs(props["input"], _input_schema())
     props["graders"] = _keep_docs(props["graders"], _graders_or_null())
     props["agent"] = _keep_docs(props["agent"], {"anyOf": [ref("Agent"), {"type": "null"}]})
+    task.pop("title", None)
+    return task
+
+
+def _source_task_schema(task: Schema) -> Schema:
+    """A task file with `source:`: templates where a task has values, shared fields as a task's."""
+    props = task["properties"]
+    shared = _task_schema({"properties": dict(props)})["properties"]
+    for name in ("tags", "graders", "agent"):
+        props[name] = shared[name]
+    props["id"] = _keep_docs(props["id"], {"type": ["string", "null"]})
+    props["input"] = _keep_docs(props["input"], {"type": ["string", "object", "array"]})
     task.pop("title", None)
     return task
 

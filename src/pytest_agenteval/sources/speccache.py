@@ -36,6 +36,8 @@ class CachedTask(NamedTuple):
     """1-based line where the task starts."""
     loc: tuple[Any, ...]
     """() for a one-task file, ("tasks", i) in a list."""
+    row: tuple[Path, int] | None = None
+    """(source file, line) of the row a task of a `source:` file was made from (never cached)."""
 
 
 def _versions() -> dict[str, str]:

@@ -42,23 +42,30 @@ class FileRead:
     """`workspace:` values of its tasks, valid or not: templates that are never collected."""
 
 
-def read_task_file(path: Path, default_id: str, cache: SpecCache | None) -> FileRead:
+def read_task_file(path: Path, default_id: str, cache: SpecCache | None, root: Path) -> FileRead:
     """Read `path` (through the cache when given); problems become LoadFailures."""
     cached = cache.get(path) if cache is not None else None
     if cached is not None:
         return FileRead(list(cached), tuple(t.spec.workspace for t in cached if t.spec.workspace))
-    read, _ = read_with_node(path, default_id)
-    if cache is not None and all(isinstance(t, CachedTask) for t in read.tasks):
+    read, _ = read_with_node(path, default_id, root)
+    if cache is not None and all(isinstance(t, CachedTask) and t.row is None for t in read.tasks):
         cache.put(path, read.tasks)  # type: ignore[arg-type]
     return read
 
 
-def read_with_node(path: Path, default_id: str) -> tuple[FileRead, Any]:
-    """Parse and validate `path`; also return its YAML node tree (None if unparseable)."""
+def read_with_node(path: Path, default_id: str, root: Path) -> tuple[FileRead, Any]:
+    """Parse and validate `path`; also return its YAML node tree (None if unparseable).
+
+    `root` is the dataset's folder, which a `source:` file must lie in."""
     try:
         node, data = parse(path)
     except TaskFileError as exc:
         return FileRead([LoadFailure(path, default_id, exc.line or 1, [exc])], ()), None
+    if isinstance(data, dict) and "source" in data:
+        from .sourced import read_sourced  # it builds on this module
+
+        tasks = read_sourced(path, node, data, default_id, root)
+        return FileRead(tasks, _named_workspaces([data])), node
     if isinstance(data, dict) and "tasks" in data:
         raws = data["tasks"] if isinstance(data["tasks"], list) else []
         tasks = _read_list(path, default_id, node, data)

@@ -1,0 +1,255 @@
+"""Rows of a JSONL or CSV file (gzip allowed), and the templates that fill a task from a row.
+
+Pure: reads bytes and renders values; knows nothing of task files, digests or pytest.
+
+Templates are Python format strings over a row's fields: `"Solve: {question}"`. `{{` and `}}`
+are literal braces; `{a.b}` is field `a.b` if the row has one, else key `b` of the mapping in
+field `a`; `{n:03d}` formats a number. A string that is exactly one field (`"{answer}"`) keeps
+the field's value as it is (a JSON number, list or object stays one). A field the row lacks is
+an error of that row.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import gzip
+import io
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from string import Formatter
+from typing import Any
+
+Values = dict[str, Any]
+
+
+class SourceError(Exception):
+    """The source file as a whole cannot be used (missing, unreadable, empty, unknown format)."""
+
+    def __init__(self, problem: str, hint: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.hint = hint
+
+
+class RowError(ValueError):
+    """A template could not be filled from one row; `loc` is where in the template."""
+
+    def __init__(self, problem: str, loc: tuple[str | int, ...] = ()) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.loc = loc
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row of a source file, or why it cannot be read."""
+
+    line: int
+    """1-based line where the row starts (a CSV record may span lines)."""
+    index: int
+    """0-based position among the file's rows."""
+    values: Values | None
+    problem: str | None = None
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+def source_format(path: Path, declared: str | None) -> str:
+    """`jsonl` or `csv`: as declared, else from the file's name (before a `.gz`)."""
+    if declared is not None:
+        return declared
+    name = path.name.lower().removesuffix(".gz")
+    suffix = name.rpartition(".")[2]
+    if suffix in ("jsonl", "ndjson"):
+        return "jsonl"
+    if suffix == "csv":
+        return "csv"
+    raise SourceError(
+        f"cannot tell the format of {path.name!r} from its name",
+        hint="name it .jsonl or .csv (optionally .gz), or add `format: jsonl` or `format: csv`",
+    )
+
+
+def read_rows(path: Path, fmt: str) -> list[Row]:
+    """Every row of the file, in order; raises SourceError when the file cannot be used."""
+    data = _read_bytes(path)
+    rows = _jsonl_rows(data) if fmt == "jsonl" else _csv_rows(data)
+    if not rows:
+        what = "JSON object per line" if fmt == "jsonl" else "header line and a record per line"
+        raise SourceError(f"{path.name} holds no rows", hint=f"a {fmt} source has a {what}")
+    return rows
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+        return gzip.decompress(data) if path.name.lower().endswith(".gz") else data
+    except OSError as exc:
+        if isinstance(exc, gzip.BadGzipFile):
+            raise SourceError(f"{path.name} is not a gzip file: {exc}") from None
+        raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (EOFError, zlib.error) as exc:
+        raise SourceError(f"{path.name} is a damaged gzip file: {exc}") from None
+
+
+def _jsonl_rows(data: bytes) -> list[Row]:
+    rows: list[Row] = []
+    for number, line in enumerate(data.removeprefix(codecs.BOM_UTF8).split(b"\n"), 1):
+        if not line.strip():
+            continue
+        index = len(rows)
+        try:
+            values = json.loads(line)
+        except ValueError as exc:  # also bad UTF-8
+            rows.append(Row(number, index, None, f"not valid JSON: {exc}"))
+            continue
+        if not isinstance(values, dict):
+            kind = type(values).__name__
+            rows.append(Row(number, index, None, f"a row must be a JSON object, not a {kind}"))
+            continue
+        rows.append(Row(number, index, values))
+    return rows
+
+
+def _csv_rows(data: bytes) -> list[Row]:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise SourceError(f"line {line} is not UTF-8 text: {exc.reason}") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = _header(reader)
+    rows: list[Row] = []
+    while True:
+        start = reader.line_num + 1
+        try:
+            record = next(reader)
+        except StopIteration:
+            return rows
+        except csv.Error as exc:
+            rows.append(Row(start, len(rows), None, f"not a valid CSV record: {exc}"))
+            continue
+        if not record:
+            continue
+        if len(record) != len(header):
+            problem = f"the record has {len(record)} fields, the header {len(header)}"
+            rows.append(Row(start, len(rows), None, problem))
+            continue
+        rows.append(Row(start, len(rows), dict(zip(header, record, strict=True))))
+
+
+def _header(reader: Any) -> list[str]:
+    try:
+        header: list[str] = next(reader, [])
+    except csv.Error as exc:
+        raise SourceError(f"the header line is not valid CSV: {exc}") from None
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise SourceError(
+            f"the header names column {repeated[0]!r} twice", hint="give every column its own name"
+        )
+    return header
+
+
+# -- templates ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """A compiled string template."""
+
+    parts: tuple[tuple[str, str | None, str], ...]
+    """(literal text, field name or None, format spec), in order."""
+    whole: str | None
+    """The field name when the template is exactly one field: its value keeps its type."""
+
+
+def compile_template(value: Any, loc: tuple[str | int, ...] = ()) -> Any:
+    """`value` with its strings compiled to Texts (strings without braces stay as they are);
+    raises RowError (with `loc`) for a malformed template."""
+    if isinstance(value, str):
+        return _compile_text(value, loc) if "{" in value or "}" in value else value
+    if isinstance(value, dict):
+        return {key: compile_template(item, (*loc, key)) for key, item in value.items()}
+    if isinstance(value, list):
+        return [compile_template(item, (*loc, i)) for i, item in enumerate(value)]
+    return value
+
+
+def _compile_text(text: str, loc: tuple[str | int, ...]) -> str | Text:
+    try:
+        parsed = list(Formatter().parse(text))
+    except ValueError as exc:
+        problem = f"bad template {text!r}: {exc} (write {{{{ and }}}} for a literal brace)"
+        raise RowError(problem, loc) from None
+    parts = []
+    for literal, name, spec, conversion in parsed:
+        if name is not None and (not name or conversion or "{" in (spec or "")):
+            problem = f"bad template {text!r}: name a field in every {{...}}"
+            raise RowError(f"{problem}, without `!` conversions or nested braces", loc)
+        parts.append((literal, name, spec or ""))
+    if all(name is None for _, name, _ in parts):
+        return "".join(literal for literal, _, _ in parts)  # only escaped braces
+    whole = parts[0][1] if len(parts) == 1 and not parts[0][0] and not parts[0][2] else None
+    return Text(tuple(parts), whole)
+
+
+def render(template: Any, row: Values) -> Any:
+    """The compiled `template` filled from `row`; raises RowError naming the field."""
+    if isinstance(template, Text):
+        return _render_text(template, row)
+    if isinstance(template, dict):
+        return {key: _render_at(item, row, key) for key, item in template.items()}
+    if isinstance(template, list):
+        return [_render_at(item, row, i) for i, item in enumerate(template)]
+    return template
+
+
+def _render_at(template: Any, row: Values, step: str | int) -> Any:
+    try:
+        return render(template, row)
+    except RowError as exc:
+        raise RowError(exc.problem, (step, *exc.loc)) from None
+
+
+def _render_text(text: Text, row: Values) -> Any:
+    if text.whole is not None:
+        return field_value(row, text.whole)
+    out = []
+    for literal, name, spec in text.parts:
+        out.append(literal)
+        if name is not None:
+            out.append(_as_text(field_value(row, name), name, spec))
+    return "".join(out)
+
+
+def field_value(row: Values, name: str) -> Any:
+    """The row's field `name`, else the dotted path `a.b` through mappings; RowError if none."""
+    if name in row:
+        return row[name]
+    value: Any = row
+    for key in name.split("."):
+        if not isinstance(value, dict) or key not in value:
+            fields = ", ".join(repr(f) for f in list(row)[:12]) or "none"
+            raise RowError(f"the row has no field {name!r} (its fields: {fields})")
+        value = value[key]
+    return value
+
+
+def _as_text(value: Any, name: str, spec: str) -> str:
+    """A field's value inside a longer string: text as is, other JSON values as JSON."""
+    if spec:
+        try:
+            return format(value, spec)
+        except (TypeError, ValueError) as exc:
+            problem = f"cannot format field {name!r} ({value!r}) with {spec!r}: {exc}"
+            raise RowError(problem) from None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)
