@@ -55,10 +55,7 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
     """One attempt as the page's JSON: long texts cut to TEXT_LIMIT with their full length."""
     output, output_len = _clip(record.output)
     error, error_len = _clip(record.error)
-    transcript = None
-    if record.transcript is not None:
-        transcript = json.dumps(record.transcript, indent=1, ensure_ascii=False)
-    transcript, transcript_len = _clip(transcript)
+    transcript, transcript_len = _clip(_transcript_text(record.transcript))
     flags = [*(["reused"] if reused else []), *_history_flags(record)]
     return {
         "i": record.attempt,
@@ -77,6 +74,13 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
         "c": record.cost,
         "f": flags,
     }
+
+
+def _transcript_text(transcript: list[Any] | None) -> str | None:
+    """One line of JSON per message: readable, and written by the fast C encoder."""
+    if transcript is None:
+        return None
+    return "\n".join(json.dumps(message, ensure_ascii=False) for message in transcript)
 
 
 def _history_flags(record: AttemptRecord) -> list[str]:
