@@ -70,9 +70,9 @@ class Browser:
         argv = [CHROMIUM, *self.FLAGS, f"--user-data-dir={self.profile}", *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
 
-    def dom(self, page: Path, fragment: str = "") -> tuple[str, list[str]]:
+    def dom(self, page: Path, fragment: str = "", *wait: str) -> tuple[str, list[str]]:
         """The serialized DOM once the page loaded, and the console's messages."""
-        done = self._run("--dump-dom", page.resolve().as_uri() + fragment)
+        done = self._run(*wait, "--dump-dom", page.resolve().as_uri() + fragment)
         assert done.returncode == 0, done.stderr[-2000:]
         console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
         return done.stdout, console
@@ -238,3 +238,78 @@ def test_report_written_once_by_the_xdist_controller(
     assert sorted(t["id"] for t in data["tasks"]) == ["always", "crash", "never", "once"]
     assert sum(len(t["a"]) for t in data["tasks"]) == 8
     assert not list(pytester.path.glob(".r.html.*.tmp"))
+
+
+DRIVER = """<script>
+(function () {
+  var out = {};
+  function ids() {
+    return Array.from(document.querySelectorAll("#task-table tr.task")).map(function (tr) {
+      return tr.dataset.task;
+    });
+  }
+  function set(id, value, event) {
+    var node = document.getElementById(id);
+    node.value = value;
+    node.dispatchEvent(new Event(event));
+  }
+  out.first = ids().length;
+  document.getElementById("more").click();
+  out.more = ids().length;
+  var head = document.querySelector('th[data-key="p1"]');
+  head.click();
+  out.descending = ids().slice(0, 3);
+  head.click();
+  out.ascending = ids().slice(0, 3);
+  set("filter-tag", "hard", "change");
+  out.hard = ids().length;
+  set("filter-tag", "", "change");
+  set("filter-status", "none", "change");
+  out.none = ids().length;
+  set("filter-status", "", "change");
+  set("filter-text", "t22", "input");
+  setTimeout(function () {
+    out.text = ids();
+    set("filter-text", "got 'no'", "input");
+    setTimeout(function () {
+      out.reason = ids().length;
+      out.label = document.getElementById("shown-count").textContent;
+      var pre = document.createElement("pre");
+      pre.id = "driver";
+      pre.textContent = JSON.stringify(out);
+      document.body.appendChild(pre);
+    }, 400);
+  }, 400);
+})();
+</script>"""
+
+
+@needs_chromium
+def test_table_pages_sorts_and_filters_in_chromium(
+    pytester: pytest.Pytester, dataset: DatasetMaker, browser: Browser
+) -> None:
+    """The table draws 200 rows at a time, sorts by a clicked header (twice: the other way)
+    and filters by tag, status and text (task id or failure reason)."""
+    many = [
+        {
+            "id": f"t{i:03}",
+            **task("ok" if i % 3 else "no", tags=["hard" if i % 10 == 0 else "easy"]),
+        }
+        for i in range(230)
+    ]
+    dataset({"many.yaml": {"tasks": many}})
+    pytester.runpytest("--agenteval", "ds", "--agenteval-html", "r.html")
+    page = pytester.path / "r.html"
+    # The test's driver script runs after the page's own; the page's policy would block it.
+    text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page.read_text())
+    driven = pytester.path / "driven.html"
+    driven.write_text(text.replace("</body>", DRIVER + "</body>"))
+    dom, console = browser.dom(driven, "", "--virtual-time-budget=5000")  # its timers fire
+    assert console == []
+    result = json.loads(text_of(dom, "driver"))
+    assert (result["first"], result["more"]) == (200, 230)
+    assert result["descending"] == ["t001", "t002", "t004"]
+    assert result["ascending"] == ["t000", "t003", "t006"]
+    assert (result["hard"], result["none"], result["reason"]) == (23, 77, 77)
+    assert sorted(result["text"]) == [f"t22{i}" for i in range(10)]  # still sorted by pass@1
+    assert result["label"] == "showing 77 of 77 tasks (230 in the run)"

