@@ -24,7 +24,7 @@ from ..core.records import AttemptRecord
 from ..store.runs import Store
 from .metrics import percentile
 from .reports import _atomic_write, fmt
-from .svg import Bar, Series, histogram, interval_bars, line_plot
+from .svg import Bar, Series, histogram, interval_bars, line_plot, seconds
 
 TEXT_LIMIT = 2000
 """Characters of an output, error or transcript the page holds; the full length is shown."""
@@ -273,7 +273,7 @@ def _int(value: int | float | None) -> str:
 
 
 def _sec(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}s"
+    return "n/a" if value is None else seconds(value)
 
 
 def _when(stamp: float) -> str:

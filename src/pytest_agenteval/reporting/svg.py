@@ -121,7 +121,7 @@ class Bar:
 def interval_bars(title: str, bars: Sequence[Bar], x_label: str) -> str:
     """Horizontal bars of rates in [0, 1] with interval whiskers, one row per bar."""
     row = 22
-    left = 150
+    left = min(150, 24 + 7 * max((len(bar.label) for bar in bars), default=4))
     height = TOP + 12 + row * max(len(bars), 1) + 40
     width = WIDTH
     right_edge = width - RIGHT - 70
@@ -187,12 +187,12 @@ def histogram(title: str, values: Sequence[float], x_label: str, bins: int = 20)
         parts.append(
             f'<rect class="bar" x="{LEFT + i * bar + 1:.1f}" y="{bottom - h:.1f}" '
             f'width="{max(bar - 2, 1):.1f}" height="{h:.1f}">'
-            f"<title>{_seconds(start)}-{_seconds(end)}: {count} attempts</title></rect>"
+            f"<title>{seconds(start)}-{seconds(end)}: {count} attempts</title></rect>"
         )
-    for f in (0, 0.5, 1):
+    for f, anchor in ((0, "start"), (0.5, "middle"), (1, "end")):
         x = LEFT + span * f
         value = low + width * len(counts) * f
-        parts.append(_text("tick", x, bottom + 15, _seconds(value), "middle"))
+        parts.append(_text("tick", x, bottom + 15, seconds(value), anchor))
     parts.append(
         f'<text class="axis-label" x="{(LEFT + WIDTH - RIGHT) / 2:.1f}" y="{HEIGHT - 14}" '
         f'text-anchor="middle">{escape(x_label)}</text>'
@@ -214,7 +214,8 @@ def _bin(values: Sequence[float], bins: int) -> tuple[list[int], float, float]:
     return counts, low, width
 
 
-def _seconds(value: float) -> str:
+def seconds(value: float) -> str:
+    """A duration for people: 2.5s, 340ms, 0.041ms."""
     if value >= 100:
         return f"{value:.0f}s"
     if value >= 1:

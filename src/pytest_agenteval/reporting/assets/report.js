@@ -22,7 +22,11 @@
     return value === null || value === undefined ? "n/a" : value.toFixed(digits);
   }
   function seconds(value) {
-    return value === null || value === undefined ? "n/a" : value.toFixed(2) + "s";
+    if (value === null || value === undefined) return "n/a";
+    if (value >= 100) return value.toFixed(0) + "s";
+    if (value >= 1) return value.toFixed(1) + "s";
+    if (value >= 0.01) return (value * 1000).toFixed(0) + "ms";
+    return (value * 1000).toPrecision(2) + "ms";
   }
 
   var STATUS = {
