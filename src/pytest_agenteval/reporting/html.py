@@ -129,7 +129,7 @@ def render_html(summary: dict[str, Any], details: Details) -> str:
     body = "\n".join(
         [
             _headline(summary),
-            _plots(summary, details),
+            _plots(summary),
             _problems(summary),
             _table_shell(k),
         ]
@@ -283,7 +283,7 @@ def _when(stamp: float) -> str:
 # --- plots -----------------------------------------------------------------------------------
 
 
-def _plots(summary: dict[str, Any], details: Details) -> str:
+def _plots(summary: dict[str, Any]) -> str:
     m = summary["metrics"]
     ks = [int(k) for k in m["pass_at_k"]]
     per_k = [f"{m['tasks_per_k'].get(str(k), 0)} tasks" for k in ks]
