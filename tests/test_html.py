@@ -19,7 +19,9 @@ import pytest
 
 from helpers import DatasetMaker, latest_run, task
 from pytest_agenteval.cli import main
-from pytest_agenteval.reporting.html import TEXT_LIMIT, script_json
+from pytest_agenteval.reporting.html import TEXT_LIMIT, render_html, script_json
+from pytest_agenteval.reporting.summary import build_summary
+from pytest_agenteval.store.runs import IndexRow, RunInfo
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
@@ -170,6 +172,25 @@ def test_script_json_cannot_leave_its_element() -> None:
     text = script_json(value)
     assert not set("<>&\u2028\u2029") & set(text)
     assert json.loads(text) == value
+
+
+def test_uneven_run_shows_tasks_behind_each_k() -> None:
+    """After an uneven run the pass@k plot names how many tasks stand behind each k, and a task
+    with fewer attempts than the table's k shows no pass@k rather than its own largest."""
+    attempts = {"a": ["pass", "fail", "fail"], "b": ["fail"]}
+    rows = [
+        IndexRow(("ds", t, i), "", "", s, 1.0, 0.5, None, None, None, (), "", None, "")
+        for t, statuses in attempts.items()
+        for i, s in enumerate(statuses)
+    ]
+    run = RunInfo("r1", [{"name": "ds", "version": "1"}], {}, 0.0, 0.0, 4, 4, "complete", [])
+    page = render_html(build_summary(run, rows, ks=None, session_counts={}, status="complete"), {})
+    plot = page[page.index("pass@k and pass^k") : page.index("</svg>")]
+    assert [n for n in re.findall(r">(\d+) tasks<", plot)] == ["2", "1", "1"]
+    data = json.loads(re.search(r'id="agenteval-data">(.*?)</script>', page).group(1))
+    tasks = {t["id"]: t for t in data["tasks"]}
+    assert data["k"] == 3 and tasks["a"]["pk"] == 1.0 and tasks["b"]["pk"] is None
+    assert '<th data-key="pk" class="num" aria-sort="none" tabindex="0">pass@3</th>' in page
 
 
 def test_agenteval_report_html_for_a_stored_run(

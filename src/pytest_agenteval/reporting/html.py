@@ -123,7 +123,7 @@ def render_html(summary: dict[str, Any], details: Details) -> str:
     data = {
         "k": k,
         "multi": len(summary["datasets"]) > 1,
-        "tasks": [_task_view(task, details) for task in summary["tasks"]],
+        "tasks": [_task_view(task, details, k) for task in summary["tasks"]],
         "tags": sorted(summary["tags"]),
     }
     body = "\n".join(
@@ -190,9 +190,10 @@ def _largest_k(summary: dict[str, Any]) -> int:
     return max((int(k) for k in summary["metrics"]["pass_at_k"]), default=1)
 
 
-def _task_view(task: dict[str, Any], details: Details) -> dict[str, Any]:
-    """A table row: the summary's numbers, cost and p50 duration from the records, and the
-    attempts (the summary's short form where a full record could not be read)."""
+def _task_view(task: dict[str, Any], details: Details, k: int) -> dict[str, Any]:
+    """A table row: the summary's numbers (pass@k at the suite's largest k: None for a task
+    with fewer attempts), cost and p50 duration from the records, and the attempts (the
+    summary's short form where a full record could not be read)."""
     attempts = details.get((task["dataset"], task["task_id"]), [])
     read = {a["i"] for a in attempts}
     attempts = attempts + [
@@ -201,7 +202,6 @@ def _task_view(task: dict[str, Any], details: Details) -> dict[str, Any]:
         if a["index"] not in read
     ]
     costs = [a["c"] for a in attempts if a.get("c") is not None]
-    k = str(max((int(k) for k in task["pass_at_k"]), default=1))
     reasons = {a["index"]: a["reason"] for a in task["attempts"]}
     for attempt in attempts:
         attempt.setdefault("r", reasons.get(attempt["i"], ""))
@@ -213,7 +213,7 @@ def _task_view(task: dict[str, Any], details: Details) -> dict[str, Any]:
         "c": task["c"],
         "e": task["errors"],
         "p1": task["pass_at_k"].get("1"),
-        "pk": task["pass_at_k"].get(k),
+        "pk": task["pass_at_k"].get(str(k)),
         "cost": sum(costs) if costs else None,
         "p50": percentile(sorted(a["duration"] for a in task["attempts"]), 50),
         "a": sorted(attempts, key=lambda a: a["i"]),
