@@ -334,3 +334,18 @@ def test_table_pages_sorts_and_filters_in_chromium(
     assert (result["hard"], result["none"], result["reason"]) == (23, 77, 77)
     assert sorted(result["text"]) == [f"t22{i}" for i in range(10)]  # still sorted by pass@1
     assert result["label"] == "showing 77 of 77 tasks (230 in the run)"
+
+
+def test_unwritable_report_is_one_line_and_exit_2(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A report that cannot be written is one line naming the path and the errno (exit 2);
+    every attempt stays recorded."""
+    dataset({"a.yaml": task("ok")})
+    (pytester.path / "taken").write_text("a file, not a folder")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-html", "taken/r.html")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["agenteval: cannot write *taken/r.html: *Errno 20*"])
+    assert "Traceback" not in result.stdout.str()
+    run = pytester.path / ".pytest_cache/agenteval/runs" / latest_run(pytester.path)
+    assert len((run / "index.jsonl").read_text().splitlines()) == 1

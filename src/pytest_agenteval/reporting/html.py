@@ -108,10 +108,11 @@ def _clip(text: str | None) -> tuple[str | None, int]:
 def write_html(summary: dict[str, Any], details: Details, path: Path) -> Path:
     """Write the report atomically; a file that cannot be written raises ReportError."""
     page = render_html(summary, details)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ReportError(os_failure("create", path.parent, exc)) from None
+    if not path.parent.exists():  # a file in its place fails the write: "Not a directory"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ReportError(os_failure("create", path.parent, exc)) from None
     return _atomic_write(path, lambda f: f.write(page))
 
 
