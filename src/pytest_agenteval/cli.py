@@ -78,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("run_id", metavar="RUN_ID", help="a run id, or its first characters")
     report.add_argument("--out", type=Path, help="output folder (default: the run's folder)")
     report.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="write the self-contained HTML report to FILE (then the other files only with --out)",
+    )
+    report.add_argument(
         "--task-rule",
         default="any",
         type=options.task_rule,
@@ -198,6 +204,15 @@ def _report(args: argparse.Namespace) -> int:
         load_errors=last.get("load_errors"),
         store_problems=[p.as_dict() for p in store.problems],
     )
+    if args.html:
+        from .reporting.html import attempt_details, write_html
+
+        known = len(store.problems)
+        print(write_html(summary, attempt_details(store, run.run_id), args.html))
+        for problem in store.problems[known:]:  # found while reading the full records
+            print(f"agenteval: store damage: {problem}", file=sys.stderr)
+        if args.out is None:
+            return 0
     try:
         written = write_reports(summary, args.out or store.runs_dir / run.run_id, args.task_rule)
     except ReportError as exc:

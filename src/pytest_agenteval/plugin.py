@@ -116,6 +116,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default: the run's folder in the pytest cache).",
     )
     option(
+        "--agenteval-html",
+        dest="agenteval_html",
+        metavar="FILE",
+        ini=("agenteval_html", "string"),
+        help="write a self-contained HTML report (plots, task table, every attempt) to FILE "
+        "at the end of the session, also when it was stopped or interrupted.",
+    )
+    option(
         "--pass-k",
         dest="agenteval_pass_k",
         type=options.pass_ks,

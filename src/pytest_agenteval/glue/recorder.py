@@ -41,6 +41,8 @@ class Recorder:
         self.run = run
         self.dry = dry_run(config)
         self.actions: Counter[str] = Counter()
+        self.reused: set[Key] = set()
+        """Attempts whose stored verdict this session replayed (the HTML report flags them)."""
         self.load_errors: list[dict[str, str]] = []
         self.agent_errors: Counter[str] = Counter()
         """Agents that could not be built (their problem, rendered) and how many attempts
@@ -163,6 +165,8 @@ class Recorder:
 
     def _attempt_reported(self, report: pytest.TestReport, info: dict[str, Any]) -> None:
         self.actions[info["action"]] += 1
+        if info["action"] == "reuse":
+            self.reused.add(tuple(info["key"]))
         data = info.get("record")
         if data is None and report.failed and info["action"] != "reuse":
             data = self._vanished(report, "InternalError", "the plugin failed around it")

@@ -16,6 +16,7 @@ import pytest
 from ..core.errors import ReportError, StoreError
 from ..core.model import Key
 from ..reporting.gate import gate
+from ..reporting.html import attempt_details, write_html
 from ..reporting.regression import regression_block
 from ..reporting.reports import store_damage_lines, terminal_lines, write_reports
 from ..reporting.summary import build_summary
@@ -96,6 +97,8 @@ class Reporter:
             except ReportError as exc:
                 self.recorder.failed(exc)
                 status = self.summary["status"] = "interrupted"
+        if self.settings.html_file is not None:
+            self._write_html(self.settings.html_file)
         config = session.config
         config.hook.pytest_agenteval_summary(summary=self.summary, config=config)
         session_entry = {
@@ -120,6 +123,15 @@ class Reporter:
         self.gate_message = result.message
         if self.recorder.failures:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
+
+    def _write_html(self, path: Path) -> None:
+        """The HTML report, with every stored attempt's details read back from the store."""
+        assert self.summary is not None
+        try:
+            details = attempt_details(self.store, self.run.run_id, self.recorder.reused)
+            self.written.append(write_html(self.summary, details, path))
+        except (ReportError, StoreError) as exc:
+            self.recorder.failed(exc)
 
     def _nothing_happened(self) -> bool:
         """A new run in which no attempt ran nor could even start (collection failed under

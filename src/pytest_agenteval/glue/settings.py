@@ -34,6 +34,8 @@ class Settings:
     allow_drift: bool
     run_id: str | None
     report_dir: Path | None
+    html_file: Path | None
+    """Where `--agenteval-html` writes the HTML report; None: no HTML report."""
     pass_k: list[int] | None
     task_rule: str
     min_pass_rate: float | None
@@ -72,6 +74,7 @@ def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
 def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
     agent = _setting(config, "agenteval_agent", options.agent_ref)
     report = _setting(config, "agenteval_report")
+    html = _setting(config, "agenteval_html")
     base = config.invocation_params.dir
     return Settings(
         dataset_paths=dataset_paths,
@@ -88,6 +91,7 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         allow_drift=config.getoption("agenteval_allow_drift"),
         run_id=config.getoption("agenteval_run_id"),
         report_dir=base / report if report else None,
+        html_file=base / html if html else None,
         pass_k=_setting(config, "agenteval_pass_k", options.pass_ks),
         task_rule=_setting(config, "agenteval_task_rule", options.task_rule) or "any",
         min_pass_rate=_setting(config, "agenteval_min_pass_rate", options.rate),

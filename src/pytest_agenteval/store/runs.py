@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
@@ -425,31 +425,52 @@ class Store:
         where = self._offsets[run_id].get(key)
         return None if where is None else self._read_record(run_id, key, where)
 
-    def _read_record(self, run_id: str, key: Key, where: tuple[int, int]) -> AttemptRecord | None:
-        path = self.runs_dir / run_id / "records.jsonl"
+    def _read_record(
+        self, run_id: str, key: Key, where: tuple[int, int], opened: BinaryIO | None = None
+    ) -> AttemptRecord | None:
+        """The record at `where` in records.jsonl (read from `opened` when given)."""
         try:
-            with path.open("rb") as f:
-                f.seek(where[0])
-                data = f.read(where[1])
+            if opened is None:
+                with self._records_path(run_id).open("rb") as f:
+                    data = _read_at(f, where)
+            else:
+                data = _read_at(opened, where)
         except FileNotFoundError:
             data = b""
         except OSError as exc:
-            raise StoreError(os_failure("read", path, exc)) from None
+            raise StoreError(os_failure("read", self._records_path(run_id), exc)) from None
         record, problem = parse_record(data, key)
         if problem:
+            path = self._records_path(run_id)
             line = line_number(path, where[0])
             self._found(
                 [StoreProblem(f"{path}:{line}" if line else str(path), problem, OUTPUT_LOST)]
             )
         return record
 
+    def _records_path(self, run_id: str) -> Path:
+        return self.runs_dir / run_id / "records.jsonl"
+
     def records(self, run_id: str) -> Iterator[AttemptRecord]:
         """Every stored attempt's full record (the newest of each)."""
         rows, _ = self.index(run_id)
-        for row in rows:
-            record = self.record(run_id, row.key)
-            if record is not None:
-                yield record
+        offsets = self._offsets[run_id]
+        with contextlib.ExitStack() as stack:
+            opened = None
+            with contextlib.suppress(FileNotFoundError):  # open once, not once per record
+                opened = stack.enter_context(self._records_path(run_id).open("rb"))
+            for row in rows:
+                where = offsets.get(row.key)
+                record = (
+                    None if where is None else self._read_record(run_id, row.key, where, opened)
+                )
+                if record is not None:
+                    yield record
+
+
+def _read_at(f: BinaryIO, where: tuple[int, int]) -> bytes:
+    f.seek(where[0])
+    return f.read(where[1])
 
 
 def unfinished(note: str | None, rows: list[IndexRow]) -> str | None:

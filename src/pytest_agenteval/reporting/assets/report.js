@@ -1,0 +1,208 @@
+// pytest-agenteval HTML report: the task table and the attempt drill-down.
+// Data from the page is only ever set as textContent, never parsed as markup.
+(function () {
+  "use strict";
+  var PAGE = 200;
+  var data = JSON.parse(document.getElementById("agenteval-data").textContent);
+  var tbody = document.querySelector("#task-table tbody");
+  var more = document.getElementById("more");
+  var text = document.getElementById("filter-text");
+  var tagSelect = document.getElementById("filter-tag");
+  var statusSelect = document.getElementById("filter-status");
+  var countLabel = document.getElementById("shown-count");
+  var sortKey = null, sortDir = 1, rows = data.tasks, shown = 0;
+
+  function el(tag, cls, content) {
+    var node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (content !== undefined && content !== null) node.textContent = String(content);
+    return node;
+  }
+  function num(value, digits) {
+    return value === null || value === undefined ? "n/a" : value.toFixed(digits);
+  }
+  function seconds(value) {
+    if (value === null || value === undefined) return "n/a";
+    if (value >= 100) return value.toFixed(0) + "s";
+    if (value >= 1) return value.toFixed(1) + "s";
+    if (value >= 0.01) return (value * 1000).toFixed(0) + "ms";
+    return (value * 1000).toPrecision(2) + "ms";
+  }
+
+  var STATUS = {
+    pass: function (t) { return t.n > 0 && t.c === t.n; },
+    fail: function (t) { return t.c < t.n; },
+    none: function (t) { return t.c === 0; },
+    error: function (t) { return t.e > 0; }
+  };
+
+  function matches(task, needle, tag, status) {
+    if (tag && task.tags.indexOf(tag) < 0) return false;
+    if (status && !STATUS[status](task)) return false;
+    if (!needle) return true;
+    if (task.id.toLowerCase().indexOf(needle) >= 0) return true;
+    if (task.tags.join(" ").toLowerCase().indexOf(needle) >= 0) return true;
+    return task.a.some(function (a) { return (a.r || "").toLowerCase().indexOf(needle) >= 0; });
+  }
+
+  function compare(a, b) {
+    var x = a[sortKey], y = b[sortKey];
+    if (x === y) return 0;
+    if (x === null || x === undefined) return 1;  // unknown values last, either way
+    if (y === null || y === undefined) return -1;
+    return (x < y ? -1 : 1) * sortDir;
+  }
+
+  function refresh() {
+    var needle = text.value.trim().toLowerCase();
+    rows = data.tasks.filter(function (t) {
+      return matches(t, needle, tagSelect.value, statusSelect.value);
+    });
+    if (sortKey) rows.sort(compare);
+    tbody.textContent = "";
+    shown = 0;
+    showMore();
+  }
+
+  function showMore() {
+    var end = Math.min(shown + PAGE, rows.length);
+    var fragment = document.createDocumentFragment();
+    for (var i = shown; i < end; i++) fragment.appendChild(taskRow(rows[i]));
+    tbody.appendChild(fragment);
+    shown = end;
+    countLabel.textContent = "showing " + shown + " of " + rows.length + " tasks" +
+      (rows.length < data.tasks.length ? " (" + data.tasks.length + " in the run)" : "");
+    more.hidden = shown >= rows.length;
+    more.textContent = "show " + Math.min(PAGE, rows.length - shown) + " more";
+  }
+
+  function taskRow(task) {
+    var tr = el("tr", "task");
+    tr.dataset.task = task.id;
+    var name = el("td", null, data.multi ? task.ds + " / " + task.id : task.id);
+    task.tags.forEach(function (tag) { name.appendChild(el("span", "tag", tag)); });
+    tr.appendChild(name);
+    tr.appendChild(el("td", "num", task.n));
+    tr.appendChild(el("td", "num" + (task.c === 0 ? " zero" : ""), task.c));
+    tr.appendChild(el("td", "num", task.e));
+    tr.appendChild(el("td", "num", num(task.p1, 3)));
+    tr.appendChild(el("td", "num", num(task.pk, 3)));
+    tr.appendChild(el("td", "num", num(task.cost, 4)));
+    tr.appendChild(el("td", "num", seconds(task.p50)));
+    tr.addEventListener("click", function () { toggle(tr, task); });
+    return tr;
+  }
+
+  function toggle(tr, task) {
+    var next = tr.nextSibling;
+    if (next && next.className === "drill-row") {
+      tbody.removeChild(next);
+      tr.classList.remove("open");
+      return;
+    }
+    var row = el("tr", "drill-row");
+    var cell = el("td", "drill");
+    cell.colSpan = 8;
+    task.a.forEach(function (a) { cell.appendChild(attemptBox(a)); });
+    row.appendChild(cell);
+    tbody.insertBefore(row, next);
+    tr.classList.add("open");
+  }
+
+  function block(parent, label, value, length) {
+    if (value === null || value === undefined) return;
+    parent.appendChild(el("div", "label", label));
+    parent.appendChild(el("pre", null, value));
+    if (length > value.length) {
+      parent.appendChild(el("div", "cut", "showing the first " + value.length + " of " +
+        length.toLocaleString("en") + " characters"));
+    }
+  }
+
+  function attemptBox(a) {
+    var box = el("div", "attempt");
+    box.dataset.attempt = a.i;
+    var head = el("h3", null, "attempt " + a.i + " ");
+    head.appendChild(el("span", "badge status-" + a.s, a.s));
+    head.appendChild(el("span", "muted", " " + seconds(a.d)));
+    (a.f || []).forEach(function (flag) { head.appendChild(el("span", "flag", flag)); });
+    box.appendChild(head);
+    if (a.lost) {
+      box.appendChild(el("div", "cut", "the full record could not be read; its reason: " + a.r));
+      return box;
+    }
+    if (a.v && a.v.length) {
+      box.appendChild(el("div", "label", "graders"));
+      a.v.forEach(function (v) {
+        var line = el("div", "verdict");
+        line.appendChild(el("span", v[1] ? "ok" : "no", v[1] ? "pass " : "fail "));
+        line.appendChild(el("strong", null, v[0]));
+        if (v[2] !== null && v[2] !== undefined) line.appendChild(el("span", "muted", " score " + num(v[2], 3)));
+        line.appendChild(el("span", null, ": " + v[3]));
+        box.appendChild(line);
+      });
+    }
+    if (a.e !== null && a.e !== undefined) {
+      var where = [a.et, a.ph ? "in " + a.ph : null].filter(Boolean).join(" ");
+      block(box, "error" + (where ? " (" + where + ")" : ""), a.e, a.el);
+    }
+    block(box, "output", a.o, a.ol);
+    block(box, "transcript", a.t, a.tl);
+    if (a.u) {
+      var parts = [];
+      Object.keys(a.u).forEach(function (key) {
+        if (a.u[key] !== null && a.u[key] !== undefined) parts.push(key + " " + a.u[key]);
+      });
+      if (parts.length) {
+        box.appendChild(el("div", "label", "usage"));
+        box.appendChild(el("div", "mono", parts.join(" · ")));
+      }
+    }
+    return box;
+  }
+
+  function sortBy(th) {
+    var key = th.dataset.key;
+    sortDir = sortKey === key ? -sortDir : (key === "id" ? 1 : -1);
+    sortKey = key;
+    document.querySelectorAll("#task-table th").forEach(function (other) {
+      other.setAttribute("aria-sort", "none");
+    });
+    th.setAttribute("aria-sort", sortDir > 0 ? "ascending" : "descending");
+    refresh();
+  }
+
+  // report.html#task=ID opens that task's attempts (a link to share, and how tests look in).
+  function openFromHash() {
+    var match = /^#task=(.+)$/.exec(location.hash);
+    if (!match) return;
+    var id = decodeURIComponent(match[1]);
+    var index = rows.findIndex(function (t) { return t.id === id || t.ds + "/" + t.id === id; });
+    if (index < 0) return;
+    while (shown <= index) showMore();
+    var tr = tbody.querySelectorAll("tr.task")[index];
+    toggle(tr, rows[index]);
+    tr.scrollIntoView({block: "nearest"});
+  }
+
+  data.tags.forEach(function (tag) {
+    var option = el("option", null, tag);
+    option.value = tag;
+    tagSelect.appendChild(option);
+  });
+  document.querySelectorAll("#task-table th").forEach(function (th) {
+    th.addEventListener("click", function () { sortBy(th); });
+    th.addEventListener("keydown", function (event) { if (event.key === "Enter") sortBy(th); });
+  });
+  var timer = null;
+  text.addEventListener("input", function () {
+    clearTimeout(timer);
+    timer = setTimeout(refresh, 150);
+  });
+  tagSelect.addEventListener("change", refresh);
+  statusSelect.addEventListener("change", refresh);
+  more.addEventListener("click", showMore);
+  refresh();
+  openFromHash();
+  document.body.dataset.renderedMs = performance.now().toFixed(1);
+})();

@@ -1,0 +1,225 @@
+"""Small inline SVG plots for the HTML report, drawn in Python: no script, no network.
+
+Each function returns one `<svg>` element as text, with labelled axes and a `<title>` on every
+mark (the browser shows it on hover). Labels are escaped; numbers are formatted here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+WIDTH, HEIGHT = 420, 250
+LEFT, RIGHT, TOP, BOTTOM = 48, 16, 30, 58
+COLORS = ("#2563eb", "#d97706", "#059669", "#7c3aed")
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of a line plot: a name for the legend, and a value (or None) per x."""
+
+    name: str
+    values: Sequence[float | None]
+
+
+def _text(cls: str, x: float, y: float, content: str, anchor: str = "start") -> str:
+    """A text mark; `content` must already be escaped."""
+    return f'<text class="{cls}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}">{content}</text>'
+
+
+def _open(title: str, width: int = WIDTH, height: int = HEIGHT) -> list[str]:
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" role="img" '
+        f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'aria-label="{escape(title)}">',
+        f'<text class="plot-title" x="{LEFT}" y="16">{escape(title)}</text>',
+    ]
+
+
+def _y_axis(label: str, top: float, bottom: float, ticks: Sequence[tuple[float, str]]) -> list[str]:
+    """Grid lines and tick labels at the given (position, text) pairs, and the axis label."""
+    parts = []
+    for y, text in ticks:
+        parts.append(
+            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+        )
+        parts.append(
+            f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{text}</text>'
+        )
+    middle = (top + bottom) / 2
+    parts.append(
+        f'<text class="axis-label" transform="translate(12 {middle:.1f}) rotate(-90)" '
+        f'text-anchor="middle">{escape(label)}</text>'
+    )
+    return parts
+
+
+def _rate_ticks(top: float, bottom: float) -> list[tuple[float, str]]:
+    return [(bottom - (bottom - top) * v, f"{v:.2g}") for v in (0, 0.25, 0.5, 0.75, 1)]
+
+
+def line_plot(
+    title: str,
+    xs: Sequence[int],
+    series: Sequence[Series],
+    notes: Sequence[str],
+    x_label: str,
+    y_label: str,
+) -> str:
+    """Rates in [0, 1] over integer x; `notes` are a second line under each x tick (such as
+    the number of tasks behind that k)."""
+    top, bottom = TOP + 8, HEIGHT - BOTTOM
+    parts = _open(title) + _y_axis(y_label, top, bottom, _rate_ticks(top, bottom))
+    span = WIDTH - RIGHT - LEFT - 30
+    step = span / max(len(xs) - 1, 1)
+    x_of = {x: LEFT + 15 + (i * step if len(xs) > 1 else span / 2) for i, x in enumerate(xs)}
+    every = max(1, math.ceil(len(xs) / 12))
+    for i, (x, note) in enumerate(zip(xs, notes, strict=True)):
+        if i % every == 0 or i == len(xs) - 1:
+            px = x_of[x]
+            parts.append(
+                f'<text class="tick" x="{px:.1f}" y="{bottom + 15}" text-anchor="middle">{x}</text>'
+            )
+            parts.append(_text("note", px, bottom + 28, escape(note), "middle"))
+    parts.append(
+        f'<text class="axis-label" x="{(LEFT + WIDTH - RIGHT) / 2:.1f}" y="{HEIGHT - 8}" '
+        f'text-anchor="middle">{escape(x_label)}</text>'
+    )
+    for index, line in enumerate(series):
+        color = COLORS[index % len(COLORS)]
+        points = [
+            (x_of[x], bottom - (bottom - top) * v, x, v)
+            for x, v in zip(xs, line.values, strict=True)
+            if v is not None
+        ]
+        path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in points)
+        parts.append(f'<polyline class="series" points="{path}" stroke="{color}"/>')
+        for px, py, x, v in points:
+            parts.append(
+                f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{color}">'
+                f"<title>{escape(line.name)} k={x}: {v:.3f}</title></circle>"
+            )
+        lx = WIDTH - RIGHT - 150 + index * 75
+        parts.append(f'<rect x="{lx}" y="8" width="10" height="10" rx="2" fill="{color}"/>')
+        parts.append(f'<text class="legend" x="{lx + 14}" y="17">{escape(line.name)}</text>')
+    return "\n".join([*parts, "</svg>"])
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar with its interval: a tag's pass@1 and 95% interval, say."""
+
+    label: str
+    value: float | None
+    low: float | None
+    high: float | None
+    note: str
+
+
+def interval_bars(title: str, bars: Sequence[Bar], x_label: str) -> str:
+    """Horizontal bars of rates in [0, 1] with interval whiskers, one row per bar."""
+    row = 22
+    left = min(150, 24 + 7 * max((len(bar.label) for bar in bars), default=4))
+    height = TOP + 12 + row * max(len(bars), 1) + 40
+    width = WIDTH
+    right_edge = width - RIGHT - 70
+    parts = _open(title, width, height)
+    top, bottom = TOP + 8, height - 40
+
+    def x_of(v: float) -> float:
+        return left + (right_edge - left) * v
+
+    for v in (0, 0.25, 0.5, 0.75, 1):
+        x = x_of(v)
+        parts.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{bottom}"/>')
+        parts.append(
+            f'<text class="tick" x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">{v:.2g}</text>'
+        )
+    parts.append(
+        f'<text class="axis-label" x="{(left + right_edge) / 2:.1f}" y="{height - 8}" '
+        f'text-anchor="middle">{escape(x_label)}</text>'
+    )
+    if not bars:
+        parts.append(f'<text class="note" x="{left}" y="{top + 16}">no tags</text>')
+    for i, bar in enumerate(bars):
+        y = top + 4 + i * row
+        label = bar.label if len(bar.label) <= 22 else bar.label[:21] + "…"
+        parts.append(
+            f'<text class="tick" x="{left - 8}" y="{y + 12}" text-anchor="end">{escape(label)}'
+            f"<title>{escape(bar.label)}</title></text>"
+        )
+        if bar.value is None:
+            continue
+        tip = f"{bar.label}: {bar.value:.3f} ({bar.note})"
+        if bar.low is not None and bar.high is not None:
+            tip += f", 95% interval {bar.low:.3f}-{bar.high:.3f}"
+        parts.append(
+            f'<rect class="bar" x="{left}" y="{y}" width="{x_of(bar.value) - left:.1f}" '
+            f'height="{row - 8}" rx="2"><title>{escape(tip)}</title></rect>'
+        )
+        if bar.low is not None and bar.high is not None:
+            mid, x1, x2 = y + (row - 8) / 2, x_of(bar.low), x_of(bar.high)
+            parts.append(
+                f'<path class="whisker" d="M{x1:.1f} {mid:.1f}H{x2:.1f}M{x1:.1f} {mid - 5:.1f}'
+                f'V{mid + 5:.1f}M{x2:.1f} {mid - 5:.1f}V{mid + 5:.1f}"/>'
+            )
+        parts.append(
+            f'<text class="value" x="{right_edge + 8}" y="{y + 12}">{bar.value:.3f} '
+            f'<tspan class="note">{escape(bar.note)}</tspan></text>'
+        )
+    return "\n".join([*parts, "</svg>"])
+
+
+def histogram(title: str, values: Sequence[float], x_label: str, bins: int = 20) -> str:
+    """Counts of `values` in equal-width bins between their minimum and maximum."""
+    top, bottom = TOP + 8, HEIGHT - BOTTOM + 14
+    counts, low, width = _bin(values, bins)
+    peak = max(counts, default=0) or 1
+    ticks = [(bottom - (bottom - top) * c / peak, str(c)) for c in sorted({0, peak // 2, peak})]
+    parts = _open(title) + _y_axis("attempts", top, bottom, ticks)
+    span = WIDTH - RIGHT - LEFT
+    bar = span / max(len(counts), 1)
+    for i, count in enumerate(counts):
+        h = (bottom - top) * count / peak
+        start, end = low + i * width, low + (i + 1) * width
+        parts.append(
+            f'<rect class="bar" x="{LEFT + i * bar + 1:.1f}" y="{bottom - h:.1f}" '
+            f'width="{max(bar - 2, 1):.1f}" height="{h:.1f}">'
+            f"<title>{seconds(start)}-{seconds(end)}: {count} attempts</title></rect>"
+        )
+    for f, anchor in ((0, "start"), (0.5, "middle"), (1, "end")):
+        x = LEFT + span * f
+        value = low + width * len(counts) * f
+        parts.append(_text("tick", x, bottom + 15, seconds(value), anchor))
+    parts.append(
+        f'<text class="axis-label" x="{(LEFT + WIDTH - RIGHT) / 2:.1f}" y="{HEIGHT - 14}" '
+        f'text-anchor="middle">{escape(x_label)}</text>'
+    )
+    return "\n".join([*parts, "</svg>"])
+
+
+def _bin(values: Sequence[float], bins: int) -> tuple[list[int], float, float]:
+    """(counts per bin, lowest edge, bin width); all-equal values make one bin."""
+    if not values:
+        return [], 0.0, 1.0
+    low, high = min(values), max(values)
+    if high <= low:
+        return [len(values)], low, max(low, 1e-3)
+    width = (high - low) / bins
+    counts = [0] * bins
+    for v in values:
+        counts[min(int((v - low) / width), bins - 1)] += 1
+    return counts, low, width
+
+
+def seconds(value: float) -> str:
+    """A duration for people: 2.5s, 340ms, 0.041ms."""
+    if value >= 100:
+        return f"{value:.0f}s"
+    if value >= 1:
+        return f"{value:.1f}s"
+    if value >= 0.01:
+        return f"{value * 1000:.0f}ms"
+    return f"{value * 1000:.2g}ms"
