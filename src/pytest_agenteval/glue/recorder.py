@@ -57,7 +57,7 @@ class Recorder:
         settings = runtime.settings
         self.budget = Budget(settings.max_cost, settings.max_tokens)
         for row in run.plan.rows.values():  # a resumed run's earlier sessions spent too
-            self.budget.add(row.cost, row.input_tokens, row.output_tokens)
+            self.budget.add(row.spend, row.input_tokens, row.output_tokens)
         self._check_budget()
         folder = None if self.dry else store.runs_dir / run.run_id / PROGRESS_FILE
         self.progress = Progress(run.run_id, folder)
@@ -190,7 +190,7 @@ class Recorder:
 
     def _spend(self, record: AttemptRecord) -> None:
         """Count the attempt's spend; at a cap, tell every process of the run to stop."""
-        self.budget.add(record.cost, record.input_tokens, record.output_tokens)
+        self.budget.add(record.spend, record.input_tokens, record.output_tokens)
         if self.budget.capped:
             self._check_budget()
 
