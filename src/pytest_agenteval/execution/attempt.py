@@ -25,6 +25,7 @@ from typing import Any
 from ..core.errors import AgentError, AgentUnavailable, GraderError
 from ..core.model import AgentResult, Key, Phase, Status, Task, Verdict
 from ..core.records import AttemptRecord, Detail, attempt_seed, new_record
+from ..providers.pricing import with_prices
 from ..sources.dataset import TaskDef
 from ..store.plan import Decision
 from ..store.runs import IndexRow
@@ -250,7 +251,7 @@ class _Attempt:
         phase: Phase | None = None,
     ) -> AttemptRecord:
         task = self.job.task
-        return new_record(
+        record = new_record(
             key=self.job.key,
             digest=task.digest,
             run_digest=task.run_digest,
@@ -265,6 +266,8 @@ class _Attempt:
             error_type=getattr(exc, "error_type", type(exc).__name__) if exc else None,
             phase=phase if exc is not None else None,
         )
+        pricing = task.dataset.manifest.pricing
+        return with_prices(record, pricing) if pricing else record
 
 
 def grade(task: TaskDef, agent_task: Task, result: AgentResult) -> list[Verdict]:

@@ -18,6 +18,7 @@ from ..core.errors import ReportError, os_failure
 from ..core.numbers import rounded_values, shown
 from ..core.text import excerpt, xml_safe
 from ..store.problems import StoreProblem
+from .spend import spend_lines
 from .summary import task_passes
 
 LOWEST_SHOWN = 10
@@ -104,6 +105,8 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
             f"| {k} | {fmt(value)} | {fmt(m['pass_power_k'][k])} | {m['tasks_per_k'][k]} |"
         )
     lines += ["", _counts_line(counts), ""]
+    spent = spend_lines(summary)
+    lines += [*(f"- {_md(line)}" for line in spent), ""] if spent else []
     if m["pass_at_1_stderr"] is not None:
         lines += [_interval(m), ""]
     lines += [f"**agent error**: {_md(e['message'])}" for e in summary.get("agent_errors", [])]
@@ -324,8 +327,7 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
     tot = summary["totals"]
     if tot["input_tokens"] is not None or tot["output_tokens"] is not None:
         lines.append(f"tokens {tot['input_tokens'] or 0} in / {tot['output_tokens'] or 0} out")
-    if tot["cost"] is not None:
-        lines.append(f"cost {tot['cost']:.4f}")
+    lines += spend_lines(summary)
     tasks = sorted(summary["tasks"], key=_pass_rate)
     shown = tasks if verbose else [t for t in tasks if t["c"] < t["n"]][:LOWEST_SHOWN]
     if shown:
