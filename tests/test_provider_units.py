@@ -116,3 +116,15 @@ def test_schemas_know_provider_settings(capsys: pytest.CaptureFixture[str]) -> N
     assert {"judge", "pricing"} <= set(manifest["properties"])
     assert main(["schema", "task"]) == 0
     assert "rubric" in capsys.readouterr().out
+
+
+def test_the_openai_example_validates(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`examples/openai` loads, builds its agent and judge offline, and passes the schemas."""
+    from written import check_dataset
+
+    example = Path(__file__).parent.parent / "examples" / "openai"
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    assert main(["validate", str(example)]) == 0, capsys.readouterr().out
+    check_dataset(example)

@@ -60,7 +60,7 @@ class Connection:
 
     sdk: ModuleType
     settings: ModelSettings
-    key: str
+    key: str = field(repr=False)
     is_async: bool
     client: Any = field(init=False)
     rng: random.Random = field(default_factory=random.Random)
