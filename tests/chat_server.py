@@ -110,7 +110,10 @@ class ChatServer:
                     "finish_reason": "stop",
                 }
             ],
-            "usage": {**script.usage, "total_tokens": sum(script.usage.values())},
+            "usage": {
+                **script.usage,
+                "total_tokens": script.usage["prompt_tokens"] + script.usage["completion_tokens"],
+            },
         }
 
 

@@ -37,6 +37,8 @@ def test_answers_pass_and_fail_and_the_record_keeps_the_call(
 ) -> None:
     """A right answer passes, a wrong one fails; the record keeps usage, the served model,
     the finish reason, the messages sent (system first) and zero retries; the key is sent."""
+    cached = {"prompt_tokens_details": {"cached_tokens": 40}}
+    chat_server.reset(usage={"prompt_tokens": 100, "completion_tokens": 20, **cached})
     dataset(
         {
             "right.yaml": {"input": "What is 6*7? <<42>>", "expected": "42"},
@@ -56,6 +58,7 @@ def test_answers_pass_and_fail_and_the_record_keeps_the_call(
         "input_tokens": 100,
         "output_tokens": 20,
         "cost": None,
+        "cached_input_tokens": 40,
         "model": "served-model-1",
     }
     assert record["call"] == {"model": "served-model-1", "finish_reason": "stop", "retries": 0}
