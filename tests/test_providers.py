@@ -178,3 +178,21 @@ def test_without_the_extra_the_error_names_the_install_command(
         ["*the openai agent needs the openai package*", "*pip install 'pytest-agenteval?openai?'*"]
     )
     assert chat_server.requests == []
+
+
+def test_sessions_in_one_process_share_the_agent_but_not_its_connections(
+    pytester: pytest.Pytester, dataset: DatasetMaker, chat_server: ChatServer
+) -> None:
+    """Two sessions in one process (as `agenteval validate` or an IDE may run them) reuse the
+    agent built for the same settings, each on its own event loop's connections."""
+    import openai  # noqa: F401 - kept loaded across both inline runs
+
+    import pytest_agenteval.providers.openai  # noqa: F401 - its agents outlive a session
+
+    dataset(
+        {"t.yaml": {"input": "<<ok>>", "expected": "ok"}},
+        manifest={"agent": openai_agent(chat_server)},
+    )
+    for _ in range(2):
+        pytester.inline_run("--agenteval", "ds").assertoutcome(passed=1)
+    assert len(chat_server.requests) == 2

@@ -66,18 +66,33 @@ class Connection:
     rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
-        make = self.sdk.AsyncOpenAI if self.is_async else self.sdk.OpenAI
-        timeout = self.settings.timeout if self.settings.timeout is not None else None
-        self.client = make(
-            api_key=self.key,
-            base_url=self.settings.base_url,
-            max_retries=0,
-            **({"timeout": timeout} if timeout is not None else {}),
-        )
+        self.client = self._make_client()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the async client's connections belong to."""
         self.policy = RetryPolicy(
             DEFAULT_RETRIES if self.settings.retries is None else self.settings.retries,
             DEFAULT_BACKOFF if self.settings.backoff is None else self.settings.backoff,
         )
+
+    def _make_client(self) -> Any:
+        make = self.sdk.AsyncOpenAI if self.is_async else self.sdk.OpenAI
+        timeout = self.settings.timeout
+        return make(
+            api_key=self.key,
+            base_url=self.settings.base_url,
+            max_retries=0,  # we retry, to count retries and honour our backoff
+            **({"timeout": timeout} if timeout is not None else {}),
+        )
+
+    def _async_client(self) -> Any:
+        """The async client of the running loop: its connections cannot move between loops
+        (a later session in this process, a forked child of `--agenteval-isolate`)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None:
+                self.client = self._make_client()
+            self._loop = loop
+        return self.client
 
     @property
     def base_url(self) -> str:
@@ -100,7 +115,8 @@ class Connection:
         retries = 0
         while True:
             try:
-                response = await self.client.chat.completions.create(**self.request(messages))
+                client = self._async_client()
+                response = await client.chat.completions.create(**self.request(messages))
                 return self.reply(response, retries)
             except Exception as exc:
                 wait = self._next(exc, retries)
