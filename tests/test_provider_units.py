@@ -110,12 +110,22 @@ def test_validate_knows_provider_settings(
 
 
 def test_schemas_know_provider_settings(capsys: pytest.CaptureFixture[str]) -> None:
-    """The manifest schema describes `judge:` and `pricing:`; the task schema the judge."""
+    """The manifest schema describes `judge:` and `pricing:`; both schemas the judge and the
+    `openai` agent's options (a misspelt option is refused)."""
+    import jsonschema
+
     assert main(["schema", "manifest"]) == 0
     manifest = json.loads(capsys.readouterr().out)
     assert {"judge", "pricing"} <= set(manifest["properties"])
     assert main(["schema", "task"]) == 0
-    assert "rubric" in capsys.readouterr().out
+    task = json.loads(capsys.readouterr().out)
+    assert "rubric" in json.dumps(task)
+    check = jsonschema.Draft202012Validator(task).is_valid
+    assert check({"input": "q", "agent": {"openai": {"model": "m", "max_tokens": 9}}})
+    assert check(
+        {"input": "q", "agent": {"openai": {"model": "m"}, "limits": {"max_in_flight": 2}}}
+    )
+    assert not check({"input": "q", "agent": {"openai": {"modle": "m"}}})
 
 
 def test_the_openai_example_validates(
