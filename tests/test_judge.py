@@ -169,3 +169,26 @@ def test_pricing_prices_python_agents_and_lists_models_without_a_price(
     result.stdout.fnmatch_lines(["pricing coverage 1/2 attempts with usage; no price for: mystery"])
     markdown = next((pytester.path / ".pytest_cache/agenteval/runs").glob("*/summary.md"))
     assert "no price for: mystery" in markdown.read_text()
+
+
+def test_judges_run_side_by_side_under_concurrency(
+    pytester: pytest.Pytester, dataset: DatasetMaker, chat_server: ChatServer
+) -> None:
+    """With --agenteval-concurrency, judges are asked in the pool right after their agent
+    call, so the server sees them overlap; verdicts and order stay those of a serial run."""
+    chat_server.reset(latency=0.5)
+    dataset(
+        {
+            f"t{i}.yaml": {
+                "input": "q",
+                "metadata": {"answer": "ok"},
+                "graders": [{"judge": judged(0.9 if i % 2 else 0.1)}],
+            }
+            for i in range(6)
+        },
+        manifest={"agent": "agent:run", "judge": judge_settings(chat_server)},
+    )
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "6")
+    result.assert_outcomes(passed=3, failed=3)
+    assert len(chat_server.requests) == 6
+    assert chat_server.max_concurrent > 1

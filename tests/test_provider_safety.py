@@ -24,8 +24,8 @@ def test_the_api_key_never_reaches_a_file_or_the_terminal(
     chat_server: ChatServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With a distinctive key, a passing run (agent and judge) and a failing one whose server
-    quotes the key back in its errors, with -vv --tb=long -l and JUnit: no file below the
+    """With a distinctive key, a passing run (agents and judges) and a failing one whose
+    server quotes the key back in its errors (to the agent and to a judge), with -vv --tb=long -l and JUnit: no file below the
     test's folder (store, records, summaries, JUnit, progress, spec cache, workspaces) and no
     line of output holds the key."""
     monkeypatch.setenv(KEY_ENV, SECRET)
@@ -33,16 +33,23 @@ def test_the_api_key_never_reaches_a_file_or_the_terminal(
         {
             "t.yaml": {"input": "<<Paris>>", "graders": [{"judge": judged(0.9)}]},
             "u.yaml": {"input": "<<Lyon>>", "expected": "Paris"},
+            "j.yaml": {
+                "input": "q",
+                "metadata": {"answer": "Paris"},
+                "agent": "agent:run",
+                "graders": [{"judge": judged(0.9)}],
+            },
         },
         manifest={"agent": openai_agent(chat_server), "judge": judge_settings(chat_server)},
     )
     args = ("--agenteval", "ds", "-vv", "--tb=long", "-l", "--junitxml=junit.xml")
     passing = pytester.runpytest_subprocess(*args)
-    passing.assert_outcomes(passed=1, failed=1)
+    passing.assert_outcomes(passed=2, failed=1)
     chat_server.reset(always=401, echo_auth_in_errors=True)
     failing = pytester.runpytest_subprocess(*args, "--agenteval-rerun")
-    failing.assert_outcomes(errors=2)
+    failing.assert_outcomes(errors=3)
     failing.stdout.fnmatch_lines(["*HTTP 401: scripted status 401 for Bearer ****"])
+    failing.stdout.fnmatch_lines(["*judge: model 'judge-model'*HTTP 401*for Bearer ****"])
     assert chat_server.auth and set(chat_server.auth) == {f"Bearer {SECRET}"}
 
     for run in (passing, failing):

@@ -470,6 +470,8 @@ class Judge(BuiltinGrader):
 
     name, options_model, primary = "judge", JudgeGraderOptions, "rubric"
     needs_deadline = False  # an HTTP call bounded by its own timeout and retries
+    grades_ahead = True
+    """Under `--agenteval-concurrency` it is asked in the pool, right after the agent call."""
 
     def __init__(self, options: JudgeOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)
