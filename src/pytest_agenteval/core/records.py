@@ -108,9 +108,9 @@ class AttemptRecord:
     transcript: list[Any] | None = None
     artifacts: dict[str, Any] | None = None
     previous: tuple[dict[str, Any], ...] = field(default=())
+    """Records this one replaced (`--agenteval-rerun`), newest first, as JSON."""
     call: dict[str, Any] | None = None
     """How a model provider answered the agent: model, finish reason, retries."""
-    """Records this one replaced (`--agenteval-rerun`), newest first, as JSON."""
 
     @property
     def key(self) -> Key:
