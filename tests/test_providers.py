@@ -163,19 +163,28 @@ def test_without_the_extra_the_error_names_the_install_command(
     chat_server: ChatServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With `openai` not importable, the agent cannot be built and says how to install it;
-    nothing is recorded and no request is made."""
+    """With `openai` not importable, the agent cannot be built and a judge cannot load, each
+    saying how to install it; nothing is recorded and no request is made."""
     blocker = pytester.mkdir("blocker")
     (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['openai'] = None\n")
     monkeypatch.setenv("PYTHONPATH", str(blocker))
     dataset(
-        {"t.yaml": {"input": "<<ok>>", "expected": "ok"}},
-        manifest={"agent": openai_agent(chat_server)},
+        {
+            "t.yaml": {"input": "<<ok>>", "expected": "ok"},
+            "j.yaml": {"input": "q", "agent": "agent:run", "graders": [{"judge": "right?"}]},
+        },
+        manifest={"agent": openai_agent(chat_server), "judge": {"model": "m"}},
     )
     result = pytester.runpytest_subprocess("--agenteval", "ds")
-    result.assert_outcomes(errors=1)
+    result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(
         ["*the openai agent needs the openai package*", "*pip install 'pytest-agenteval?openai?'*"]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*j.yaml:1: at graders[[]0[]]: the judge grader needs the openai package*",
+            "*Hint: pip install 'pytest-agenteval?openai?'*",
+        ]
     )
     assert chat_server.requests == []
 
