@@ -120,6 +120,7 @@ class ChatServer:
 def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out apart: no 40 ms ACK waits
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
