@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 # Import the plugin's modules (and PyYAML's C extension) once, before any pytester inline run:
 # inline runs drop modules imported during the run, and libyaml cannot be imported twice.
 import pytest_agenteval.glue.controller  # noqa: F401
+from chat_server import ChatServer
 from helpers import DatasetMaker
 
 
@@ -33,3 +36,11 @@ def _lean_inner_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")
         monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest")
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    """A real OpenAI-compatible chat server on 127.0.0.1, scripted through `.script`."""
+    server = ChatServer().start()
+    yield server
+    server.stop()

@@ -98,7 +98,7 @@ VALID_TASKS = {
         "  - {type: equals, options: {strip: false}}\n  - {type: command, argv: [x]}\n"
     ),
     "plugin graders": (
-        "input: q\ngraders:\n  - length\n  - length: {at_least: 3}\n  - judge: be kind\n"
+        "input: q\ngraders:\n  - length\n  - length: {at_least: 3}\n  - vibes: be kind\n"
         "  - {type: length, at_least: 3}\n  - {type: length, options: {at_least: 3}}\n"
     ),
     "a tasks list": "tasks:\n  - {id: a, input: q, expected: x}\n  - {id: b/c, input: {x: 1}, expected: y}\n",

@@ -20,6 +20,8 @@ from pydantic import (
     field_validator,
 )
 
+from .llm import JudgeSettings, ModelPrice
+
 RECORD_SCHEMA = "agenteval.record/1"
 TASK_ID_RE = re.compile(r"[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*")
 TAG_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -186,6 +188,11 @@ class Manifest(UserModel):
     """Settings for every task that does not name its own."""
     tasks: list[str] | None = None
     """Glob patterns of task files relative to the root (default: every other *.yaml/*.yml)."""
+    judge: JudgeSettings | None = None
+    """Defaults of every `judge` grader: model, base_url, api_key_env, threshold, ..."""
+    pricing: dict[str, ModelPrice] | None = None
+    """US dollars per million tokens by model name (as the server names it); prices attempts
+    whose agent reports tokens and a model but no cost."""
 
     _agent = field_validator("agent", mode="before")(_agent_shorthand)
 
@@ -303,7 +310,12 @@ class Usage(UserModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost: float | None = None
-    """In the currency of your choice (usually USD)."""
+    """In the currency of your choice (usually USD); when unset, the manifest's `pricing:`
+    prices the tokens of `model`."""
+    cached_input_tokens: int | None = None
+    """Input tokens the provider served from its cache (part of `input_tokens`)."""
+    model: str | None = None
+    """The model that used the tokens, as the provider names it (looked up in `pricing:`)."""
 
 
 class AgentResult(UserModel):
@@ -316,6 +328,8 @@ class AgentResult(UserModel):
     """The agent's trace (messages, tool calls); kept in the record, never graded."""
     artifacts: dict[str, str] | None = None
     """Named files or values the agent produced (name -> path or text)."""
+    call: dict[str, Any] | None = None
+    """How a model provider answered: model, finish reason, retries (kept in the record)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,14 +340,26 @@ class Verdict:
     passed: bool
     reason: str
     score: float | None = None
+    details: dict[str, Any] | None = None
+    """How the grader reached it, kept in the record (an LLM judge: model, prompt, reply,
+    usage with tokens and cost)."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
+    def as_dict(self, details: bool = True) -> dict[str, Any]:
+        fields = {
             "grader": self.grader,
             "passed": self.passed,
             "score": self.score,
             "reason": self.reason,
         }
+        if details and self.details is not None:
+            fields["details"] = self.details
+        return fields
+
+    @property
+    def cost(self) -> float | None:
+        """What grading cost (an LLM judge's call), when known."""
+        usage = self.details.get("usage") if self.details else None
+        return usage.get("cost") if isinstance(usage, dict) else None
 
 
 class Task:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import RECORD_SCHEMA, AgentResult, Key, Phase, Status, Verdict
+from .model import RECORD_SCHEMA, AgentResult, Key, Phase, Status, Usage, Verdict
 from .numbers import rounded
 from .text import clean_text, excerpt, json_safe
 
@@ -65,7 +66,7 @@ class Detail:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "verdicts": [v.as_dict() for v in self.verdicts],
+            "verdicts": [v.as_dict(details=False) for v in self.verdicts],
             "output_excerpt": excerpt(self.output or "", 300),
             "error": excerpt(self.error, 2000) if self.error else None,
         }
@@ -108,6 +109,8 @@ class AttemptRecord:
     artifacts: dict[str, Any] | None = None
     previous: tuple[dict[str, Any], ...] = field(default=())
     """Records this one replaced (`--agenteval-rerun`), newest first, as JSON."""
+    call: dict[str, Any] | None = None
+    """How a model provider answered the agent: model, finish reason, retries."""
 
     @property
     def key(self) -> Key:
@@ -127,7 +130,23 @@ class AttemptRecord:
 
     @property
     def cost(self) -> float | None:
+        """The agent's cost (reported, or priced from `pricing:`)."""
         return self.usage.get("cost") if self.usage else None
+
+    @property
+    def model(self) -> str | None:
+        """The model the agent's usage is of, when it says."""
+        return self.usage.get("model") if self.usage else None
+
+    @property
+    def judge_cost(self) -> float | None:
+        """What grading cost (LLM judges), kept apart from the agent's cost."""
+        return spend_sum(v.cost for v in self.verdicts)
+
+    @property
+    def spend(self) -> float | None:
+        """Everything the attempt cost: the agent and its judges (what spend caps count)."""
+        return spend_sum((self.cost, self.judge_cost))
 
     def detail(self) -> Detail:
         return Detail(self.verdicts, self.output, self.error)
@@ -140,6 +159,7 @@ class AttemptRecord:
                 "usage": self.usage,
                 "transcript": self.transcript,
                 "artifacts": self.artifacts,
+                "call": self.call,
             }
         )
 
@@ -168,6 +188,7 @@ class AttemptRecord:
             "transcript": self.transcript,
             "artifacts": self.artifacts,
             "previous": list(self.previous),
+            **({"call": self.call} if self.call is not None else {}),
         }
 
     @classmethod
@@ -198,6 +219,7 @@ class AttemptRecord:
             transcript=data.get("transcript"),
             artifacts=data.get("artifacts"),
             previous=tuple(data.get("previous") or ()),
+            call=data.get("call"),
         )
 
     def replacing(self, old: AttemptRecord) -> AttemptRecord:
@@ -242,20 +264,36 @@ def new_record(
         tags=tuple(tags),
         verdicts=tuple(_clean_verdict(v) for v in verdicts),
         output=clean_text(result.output) if result is not None else None,
-        usage=json_safe(usage.model_dump()) if usage is not None else None,  # type: ignore[arg-type]
+        usage=json_safe(usage_json(usage)) if usage is not None else None,  # type: ignore[arg-type]
         error=clean_text(error) if error else None,
         error_type=error_type,
         phase=phase,
         transcript=json_safe(result.transcript) if result and result.transcript else None,  # type: ignore[arg-type]
         artifacts=json_safe(result.artifacts) if result and result.artifacts else None,  # type: ignore[arg-type]
+        call=json_safe(result.call) if result and result.call else None,  # type: ignore[arg-type]
     )
+
+
+def usage_json(usage: Usage) -> dict[str, Any]:
+    """Usage as stored: tokens and cost always, the optional facts only when known."""
+    found = usage.model_dump()
+    for name in ("cached_input_tokens", "model"):
+        if found[name] is None:
+            del found[name]
+    return found
+
+
+def spend_sum(values: Iterable[float | None]) -> float | None:
+    """The sum of the known amounts; None when none is known."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def _clean_verdict(v: Verdict) -> Verdict:
     reason, grader = clean_text(v.reason), clean_text(v.grader)
     if reason is v.reason and grader is v.grader:
         return v
-    return Verdict(grader, v.passed, reason, v.score)
+    return Verdict(grader, v.passed, reason, v.score, v.details)
 
 
 def attempt_reason(record: AttemptRecord) -> str:
@@ -293,6 +331,8 @@ def index_line(record: AttemptRecord, offset: int, length: int) -> dict[str, Any
         else json.dumps(record.detail().to_json(), ensure_ascii=False),
         "record": [offset, length],
         **({"crashes": crash_count(record)} if record.phase == "crash" else {}),
+        **({"model": record.model} if record.model is not None else {}),
+        **({"judge_cost": judge} if (judge := record.judge_cost) is not None else {}),
     }
 
 

@@ -14,7 +14,14 @@ from typing import Any, Protocol
 
 from ..core.errors import AgentError, AgentTimeout, AgentUnavailable, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
-from ..core.model import AgentResult, AnyAgentSpec, CallableAgentSpec, CommandAgentSpec, Task
+from ..core.model import (
+    AgentResult,
+    AnyAgentSpec,
+    CallableAgentSpec,
+    CommandAgentSpec,
+    PluginAgentSpec,
+    Task,
+)
 from ..core.text import excerpt
 from .process import run_program
 
@@ -83,7 +90,7 @@ class CommandAgent:
         return arg.replace("{workspace}", str(task.workspace)) if "{workspace}" in arg else arg
 
 
-BUILTIN_AGENT_KINDS = ("callable", "command")
+BUILTIN_AGENT_KINDS = ("callable", "command", "openai")
 MakeAgent = Callable[[AnyAgentSpec, Path], Agent]
 """Builds the agent a spec names (plugins first, built-ins last); raises AgentError."""
 
@@ -94,8 +101,12 @@ def make_builtin_agent(spec: AnyAgentSpec, dataset_root: Path) -> Agent | None:
     if isinstance(spec, CommandAgentSpec):
         check_program(spec, dataset_root)
         return CommandAgent(spec, dataset_root)
-    if not isinstance(spec, CallableAgentSpec):
-        return None
+    if isinstance(spec, PluginAgentSpec):
+        if spec.type != "openai":
+            return None
+        from ..providers.openai import make_openai_agent  # the SDK only when used
+
+        return make_openai_agent(spec.options, dataset_root)
     try:
         return resolve_callable(spec.callable, dataset_root)
     except UnresolvedReference as exc:

@@ -25,6 +25,7 @@ from typing import Any
 from ..core.errors import AgentError, AgentUnavailable, GraderError
 from ..core.model import AgentResult, Key, Phase, Status, Task, Verdict
 from ..core.records import AttemptRecord, Detail, attempt_seed, new_record
+from ..providers.pricing import with_prices
 from ..sources.dataset import TaskDef
 from ..store.plan import Decision
 from ..store.runs import IndexRow
@@ -121,7 +122,9 @@ class AttemptRunner:
                 payload["context"] = context = _Attempt(job, self.workspaces)
                 if job.task.workspace_dir is not None:
                     context.task.workspace  # noqa: B018 - the template is there before the agent
-                return self.executor.call_agent(agent, context.task, job.task.timeout)
+                result = self.executor.call_agent(agent, context.task, job.task.timeout)
+            payload["graded"] = grade_ahead(job.task, context.task, result)
+            return result
 
         self.ahead.schedule(job.key, call, payload)
         return True
@@ -144,6 +147,7 @@ class AttemptRunner:
             context = _Attempt(job, self.workspaces)
             started, t0 = time.time(), time.perf_counter()
         verdicts: list[Verdict] = []
+        graded: dict[int, Any] | None = None
         result: AgentResult | None = None
         phase: Phase = "agent"
         used = decision.record.agent if decision.record else {}
@@ -153,6 +157,7 @@ class AttemptRunner:
             elif early is not None:
                 used = early.payload["used"]
                 result = early.result()
+                graded = early.payload.get("graded")
             else:
                 agent, label = source()
                 used = {**self.fingerprint, "used": label}
@@ -160,7 +165,7 @@ class AttemptRunner:
                     context.task.workspace  # noqa: B018 - the template is there before the agent
                 result = self._call(agent, context)
             phase = "grading"
-            verdicts = grade(job.task, context.task, result)
+            verdicts = grade(job.task, context.task, result, graded)
         except BaseException as exc:
             # An agent that cannot be built, or a stop, means the attempt never started.
             if isinstance(
@@ -250,7 +255,7 @@ class _Attempt:
         phase: Phase | None = None,
     ) -> AttemptRecord:
         task = self.job.task
-        return new_record(
+        record = new_record(
             key=self.job.key,
             digest=task.digest,
             run_digest=task.run_digest,
@@ -265,15 +270,41 @@ class _Attempt:
             error_type=getattr(exc, "error_type", type(exc).__name__) if exc else None,
             phase=phase if exc is not None else None,
         )
+        pricing = task.dataset.manifest.pricing
+        return with_prices(record, pricing) if pricing else record
 
 
-def grade(task: TaskDef, agent_task: Task, result: AgentResult) -> list[Verdict]:
-    """Every grader's verdict; a grader that may run long is stopped at `grader_timeout`."""
+def grade_ahead(task: TaskDef, agent_task: Task, result: AgentResult) -> dict[int, Any] | None:
+    """What the graders that wait on I/O (`grades_ahead`: LLM judges) answer, by position,
+    computed in the pool thread right after the agent call so that they run side by side:
+    each verdict, or what the grader raised. None when the task has no such grader."""
+    ahead = [i for i, g in enumerate(task.graders) if getattr(g, "grades_ahead", False)]
+    if not ahead:
+        return None
+    ctx = GradeContext(result.output, task.spec.expected, agent_task, result)
+    graded: dict[int, Any] = {}
+    for index in ahead:
+        try:
+            graded[index] = task.graders[index].grade(ctx)
+        except Exception as exc:  # raised again at the item's turn, in grading order
+            graded[index] = exc
+    return graded
+
+
+def grade(
+    task: TaskDef, agent_task: Task, result: AgentResult, graded: dict[int, Any] | None = None
+) -> list[Verdict]:
+    """Every grader's verdict; a grader that may run long is stopped at `grader_timeout`.
+    `graded` holds what graders already answered ahead (`grade_ahead`)."""
     ctx = GradeContext(result.output, task.spec.expected, agent_task, result)
     limit = grader_timeout(task)
     verdicts = []
-    for spec, grader in zip(task.grader_specs, task.graders, strict=True):
-        if getattr(grader, "needs_deadline", True):
+    for index, (spec, grader) in enumerate(zip(task.grader_specs, task.graders, strict=True)):
+        if graded is not None and index in graded:
+            value = graded[index]
+            if isinstance(value, Exception):
+                raise value
+        elif getattr(grader, "needs_deadline", True):
             try:
                 value = call_with_deadline(partial(grader.grade, ctx), limit)
             except TimeoutError:

@@ -17,8 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import GraderError, GraderSpecError, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
+from ..core.llm import JudgeOptions
 from ..core.model import AgentResult, GraderSpec, Task, TaskSpec, Verdict
 from ..core.text import excerpt
+from ..providers import judge
 from .process import run_program
 
 
@@ -526,8 +528,28 @@ def _parameters(function: Callable[..., Any], args: dict[str, Any]) -> list[str]
     return wanted
 
 
+class JudgeGraderOptions(Options, JudgeOptions):
+    """Options of `judge`: a rubric, and settings that default to the manifest's `judge:`."""
+
+
+class Judge(BuiltinGrader):
+    """An LLM scores the output against a rubric from 0 to 1 (passes at `threshold`)."""
+
+    name, options_model, primary = "judge", JudgeGraderOptions, "rubric"
+    needs_deadline = False  # an HTTP call bounded by its own timeout and retries
+    grades_ahead = True
+    """Under `--agenteval-concurrency` it is asked in the pool, right after the agent call."""
+
+    def __init__(self, options: JudgeOptions, expected: Any, base: Path) -> None:
+        super().__init__(options, expected, base)
+        judge.check_options(options)
+
+    def grade(self, ctx: GradeContext) -> Verdict:
+        return judge.judge(self.options, ctx.task.input, ctx.expected, ctx.output)
+
+
 BUILTIN_GRADERS: dict[str, type[BuiltinGrader]] = {
-    g.name: g for g in (Equals, Contains, Regex, Json, Number, Command, Python)
+    g.name: g for g in (Equals, Contains, Regex, Json, Number, Command, Python, Judge)
 }
 
 

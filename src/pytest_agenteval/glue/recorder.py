@@ -59,7 +59,7 @@ class Recorder:
         settings = runtime.settings
         self.budget = Budget(settings.max_cost, settings.max_tokens)
         for row in run.plan.rows.values():  # a resumed run's earlier sessions spent too
-            self.budget.add(row.cost, row.input_tokens, row.output_tokens)
+            self.budget.add(row.spend, row.input_tokens, row.output_tokens)
         self._check_budget()
         folder = None if self.dry else store.runs_dir / run.run_id / PROGRESS_FILE
         self.progress = Progress(run.run_id, folder)
@@ -171,7 +171,7 @@ class Recorder:
         if data is None and report.failed and info["action"] != "reuse":
             data = self._vanished(report, "InternalError", "the plugin failed around it")
         if data is not None:
-            self._commit(data)
+            self._commit(data, regraded=info["action"] == "regrade")
         self._attempt_done(info, data)
 
     def _load_error(self, error: dict[str, str]) -> None:
@@ -180,7 +180,7 @@ class Recorder:
         if where not in {(e["path"], e["label"]) for e in self.load_errors}:
             self.load_errors.append(error)
 
-    def _commit(self, data: dict[str, Any]) -> None:
+    def _commit(self, data: dict[str, Any], regraded: bool = False) -> None:
         """Commit the record JSON a report carried (checked by parsing it once)."""
         record = AttemptRecord.from_json(data)
         replaces = self.runtime.plan.stored(record.key) is not None
@@ -190,11 +190,15 @@ class Recorder:
             self.failed(exc)
             return
         self.config.hook.pytest_agenteval_record_committed(record=stored, config=self.config)
-        self._spend(record)
+        self._spend(record, regraded)
 
-    def _spend(self, record: AttemptRecord) -> None:
-        """Count the attempt's spend; at a cap, tell every process of the run to stop."""
-        self.budget.add(record.cost, record.input_tokens, record.output_tokens)
+    def _spend(self, record: AttemptRecord, regraded: bool) -> None:
+        """Count the attempt's spend (a regrade spent only on its judges: the agent's usage
+        is the stored one's); at a cap, tell every process of the run to stop."""
+        if regraded:
+            self.budget.add(record.judge_cost, None, None)
+        else:
+            self.budget.add(record.spend, record.input_tokens, record.output_tokens)
         if self.budget.capped:
             self._check_budget()
 

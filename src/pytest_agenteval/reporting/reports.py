@@ -19,6 +19,7 @@ from ..core.numbers import rounded_values, shown
 from ..core.text import excerpt, xml_safe
 from ..store.problems import StoreProblem
 from .regression import regression_lines
+from .spend import spend_lines
 from .summary import task_passes
 
 LOWEST_SHOWN = 10
@@ -106,10 +107,10 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
         )
     lines += [_uneven_note(m)] if _uneven(m) else []
     lines += ["", _counts_line(counts), ""]
+    spent = [line for line in (_usage_line(summary["totals"]),) if line] + spend_lines(summary)
+    lines += [*(f"- {_md(line)}" for line in spent), ""] if spent else []
     if m["pass_at_1_stderr"] is not None:
         lines += [_interval(m), ""]
-    usage = _usage_line(summary["totals"])
-    lines += [usage, ""] if usage else []
     lines += _markdown_tags(summary["tags"])
     if summary.get("regression"):
         gate_lines = regression_lines(summary["regression"], verbose=True)
@@ -173,15 +174,10 @@ def _tasks_per_k(m: dict[str, Any]) -> str:
 
 
 def _usage_line(totals: dict[str, Any]) -> str:
-    """Tokens and cost of the run, or "" when no agent reported them."""
-    parts = []
-    if totals.get("input_tokens") is not None or totals.get("output_tokens") is not None:
-        parts.append(
-            f"tokens {totals['input_tokens'] or 0} in / {totals['output_tokens'] or 0} out"
-        )
-    if totals.get("cost") is not None:
-        parts.append(f"cost {totals['cost']:.4f}")
-    return " · ".join(parts)
+    """Tokens of the run, or "" when no agent reported them (cost: `spend_lines`)."""
+    if totals.get("input_tokens") is None and totals.get("output_tokens") is None:
+        return ""
+    return f"tokens {totals['input_tokens'] or 0} in / {totals['output_tokens'] or 0} out"
 
 
 def _tags_top_k(tags: dict[str, Any]) -> int | None:
@@ -425,8 +421,7 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
     tot = summary["totals"]
     if tot["input_tokens"] is not None or tot["output_tokens"] is not None:
         lines.append(f"tokens {tot['input_tokens'] or 0} in / {tot['output_tokens'] or 0} out")
-    if tot["cost"] is not None:
-        lines.append(f"cost {tot['cost']:.4f}")
+    lines += spend_lines(summary)
     lines += _terminal_tags(summary["tags"], verbose)
     if summary.get("regression"):
         lines += regression_lines(summary["regression"], verbose)

@@ -19,6 +19,7 @@ from .metrics import (
     task_metrics,
     totals,
 )
+from .spend import pricing_coverage, spend_totals
 
 SUMMARY_SCHEMA: Literal["agenteval.summary/1"] = "agenteval.summary/1"
 
@@ -72,6 +73,19 @@ class StoreProblemSummary(BaseModel):
     """What happens because of it, e.g. "that attempt runs again" or "run skipped"."""
 
 
+class PricingSummary(BaseModel):
+    """Pricing coverage: attempts whose agent reported tokens, and how many had a cost."""
+
+    priced: int
+    """Attempts with usage and a cost (reported by the agent, or from `pricing:`)."""
+    with_usage: int
+    """Attempts whose agent reported tokens."""
+    coverage: float | None
+    """priced / with_usage; null when no attempt reported usage."""
+    unpriced_models: list[str]
+    """Models of attempts with usage but no cost: add them to `pricing:`."""
+
+
 class Summary(BaseModel):
     """summary.json. Errored attempts count as not passed in pass@k / pass^k."""
 
@@ -106,6 +120,8 @@ class Summary(BaseModel):
     runs hold (`change`, `ci95` by paired bootstrap over tasks, `significant`), whether the
     regression gate failed the run (`failed`), and the tasks that regressed, improved, or are
     in one run only (`only_in_new`, `only_in_base`)."""
+    pricing: PricingSummary | None = None
+    """How many attempts with usage had a cost (reported, or from the manifest's `pricing:`)."""
 
 
 def build_summary(
@@ -145,7 +161,7 @@ def build_summary(
             "mean_score": tot.mean_score,
             "input_tokens": tot.input_tokens,
             "output_tokens": tot.output_tokens,
-            "cost": tot.cost,
+            **spend_totals(rows),
             "duration_p50": tot.duration_p50,
             "duration_p95": tot.duration_p95,
         },
@@ -153,6 +169,7 @@ def build_summary(
         "tasks": [_task_json(t, by_task[(t.dataset, t.task_id)], estimates) for t in tasks],
         "load_errors": load_errors,
         "store_problems": store_problems or [],
+        "pricing": pricing_coverage(rows),
     }
 
 

@@ -328,6 +328,7 @@ def _finish(
                 )
             )
         specs = [GraderSpec(type="equals")]
+    specs = with_judge_defaults(specs, dataset.manifest)
     object.__setattr__(task, "grader_specs", tuple(specs))
     graders, grader_errors = _build_graders(task, specs, node, loc, make_grader)
     errors += grader_errors
@@ -344,6 +345,24 @@ def _finish(
 def _for_row(error: TaskFileError, where: str) -> TaskFileError:
     problem = f"{error.problem} (for the row at {where})"
     return TaskFileError(error.path, problem, line=error.line, field=error.field, hint=error.hint)
+
+
+def with_judge_defaults(specs: list[GraderSpec], manifest: Manifest) -> list[GraderSpec]:
+    """`judge` graders with the manifest's `judge:` block under their own options, so the
+    effective settings (model, threshold...) are part of the task's digest: a change regrades."""
+    if manifest.judge is None or all(g.type != "judge" for g in specs):
+        return specs
+    defaults = manifest.judge.model_dump(exclude_unset=True)
+    return [
+        GraderSpec(type="judge", options={**defaults, **_judge_options(g.options)})
+        if g.type == "judge"
+        else g
+        for g in specs
+    ]
+
+
+def _judge_options(options: dict[str, Any]) -> dict[str, Any]:
+    return {"rubric": options["_primary"]} if "_primary" in options else options
 
 
 def _check_workspace(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[TaskFileError]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..core.llm import OpenAIAgentOptions
 from ..core.model import TAG_RE, Manifest, SourceTaskSpec, TaskSpec
 from ..execution.graders import BUILTIN_GRADERS, BuiltinGrader, Contains
 from .docstrings import describe
@@ -110,6 +111,9 @@ def _user_defs() -> dict[str, Schema]:
         defs[model.__name__] = schema
         describe(schema, defs, model)
     defs.pop("GraderSpec", None)
+    openai = OpenAIAgentOptions.model_json_schema()
+    describe(openai, defs, OpenAIAgentOptions)
+    defs["OpenAIAgentOptions"] = openai
     defs["Agent"] = _agent_schema(defs["CallableAgentSpec"]["properties"]["callable"])
     defs["Defaults"]["properties"]["graders"] = _keep_docs(
         defs["Defaults"]["properties"]["graders"], _graders_or_null()
@@ -185,16 +189,29 @@ def _agent_schema(callable_ref: Schema) -> Schema:
                     "if": {"required": ["callable"]},
                     "then": ref("CallableAgentSpec"),
                     "else": {
-                        "description": "An agent kind a plugin provides "
-                        "(`pytest_agenteval_make_agent`), written `{kind: {options}}`, "
-                        "e.g. `openai: {model: ...}`.",
-                        "minProperties": 1,
-                        "maxProperties": 1,
-                        "additionalProperties": {"type": "object"},
+                        "if": {"required": ["openai"]},
+                        "then": _openai_agent(),
+                        "else": {
+                            "description": "An agent kind a plugin provides "
+                            "(`pytest_agenteval_make_agent`), written `{kind: {options}}`, "
+                            "e.g. `openai: {model: ...}`.",
+                            "minProperties": 1,
+                            "maxProperties": 1,
+                            "additionalProperties": {"type": "object"},
+                        },
                     },
                 },
             },
         ],
+    }
+
+
+def _openai_agent() -> Schema:
+    return {
+        "description": "A model behind an OpenAI-compatible API "
+        "(extra `pytest-agenteval[openai]`).",
+        "properties": {"openai": ref("OpenAIAgentOptions"), "limits": ref("AgentLimits")},
+        "additionalProperties": False,
     }
 
 

@@ -23,7 +23,7 @@ from types import NoneType
 from typing import Any, BinaryIO
 
 from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import Detail
+from ..core.records import Detail, spend_sum
 from ..core.text import excerpt
 from .problems import StoreProblem
 
@@ -94,6 +94,15 @@ class IndexRow:
     replayed pass shows nothing, so passes store "")."""
     crashes: int = 0
     """How many times in a row the attempt's process died (phase `crash`)."""
+    model: str | None = None
+    """The model the agent's usage is of, when it said (for pricing coverage)."""
+    judge_cost: float | None = None
+    """What grading cost (LLM judges), apart from the agent's `cost`."""
+
+    @property
+    def spend(self) -> float | None:
+        """Everything the attempt cost: the agent and its judges (what spend caps count)."""
+        return spend_sum((self.cost, self.judge_cost))
 
     @property
     def dataset(self) -> str:
@@ -207,7 +216,8 @@ class _Damage:
 
 def _parse(raw: bytes, reasons: dict[str, str], for_plan: bool) -> tuple[IndexRow, tuple[int, int]]:
     """One line as a row and its record's place; any exception means the line is damaged."""
-    values = _values(_decode(raw.decode()))
+    line = _decode(raw.decode())
+    values = _values(line)
     if tuple(map(type, values)) not in _SIGNATURES:
         raise TypeError
     schema, dataset, task_id, attempt, digest, run_digest, status, score, duration = values[:9]
@@ -237,8 +247,20 @@ def _parse(raw: bytes, reasons: dict[str, str], for_plan: bool) -> tuple[IndexRo
         phase,
         replay if for_plan else "",
         _crashes(raw) if phase == "crash" else 0,
+        *(_spend_facts(line) if len(line) > _PLAIN_FIELDS else ()),
     )
     return row, (record[0], record[1])
+
+
+_PLAIN_FIELDS = len(FIELDS)
+"""Fields of a line without optional facts (crashes, model, judge cost): most lines."""
+
+
+def _spend_facts(line: dict[str, Any]) -> tuple[str | None, float | None]:
+    """The optional model and judge cost of a line; a mistyped one is left out, not fatal."""
+    model, judge = line.get("model"), line.get("judge_cost")
+    known = type(judge) in (int, float) and _finite(judge)  # type: ignore[arg-type]
+    return (model if type(model) is str else None, judge if known else None)
 
 
 def _crashes(raw: bytes) -> int:

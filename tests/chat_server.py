@@ -1,0 +1,164 @@
+"""A real OpenAI-compatible chat server on 127.0.0.1 for tests: scripted, and counting.
+
+It runs in the test process (a thread), so a test scripts it through `server.script` while
+pytest runs in a pytester subprocess that talks to it over HTTP at `server.base_url`.
+
+What a reply says is computed from the request, so graders pass or fail deterministically:
+the first `<<...>>` segment of the last message is the reply (`What is 6*7? <<42>>` answers
+`42`); without one the last message is echoed. A judge's prompt holds the rubric, so a rubric
+`... <<{"score": 0.9, "reason": "ok"}>>` makes the judge's verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+REPLY = re.compile(r"<<(.*?)>>", re.DOTALL)
+
+
+@dataclass
+class Script:
+    """How the server answers; tests change it between runs."""
+
+    latency: float = 0.0
+    """Seconds before every reply."""
+    statuses: list[int] = field(default_factory=list)
+    """Statuses of the next requests, in order (each consumed once); then 200."""
+    always: int | None = None
+    """A status every request gets (after `statuses`), e.g. 500 until retries run out."""
+    retry_after: str | None = None
+    """The `Retry-After` header on 429 and 503 replies."""
+    malformed: bool = False
+    """200 replies whose body is not JSON."""
+    model: str = "served-model-1"
+    """The model name replies carry (what the server says it ran)."""
+    usage: dict[str, Any] = field(
+        default_factory=lambda: {"prompt_tokens": 100, "completion_tokens": 20}
+    )
+    """The usage object of every reply."""
+    echo_auth_in_errors: bool = False
+    """Error bodies quote the Authorization header, as a careless proxy might."""
+
+
+class ChatServer:
+    """`POST /v1/chat/completions`, scripted by `script`, counting what it sees."""
+
+    def __init__(self) -> None:
+        self.script = Script()
+        self.requests: list[dict[str, Any]] = []
+        """Bodies of the requests seen, in arrival order."""
+        self.auth: list[str] = []
+        """Authorization headers seen."""
+        self.max_concurrent = 0
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def start(self) -> ChatServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def reset(self, **script: Any) -> None:
+        """A fresh script (keyword arguments set its fields) and zeroed counters."""
+        with self._lock:
+            self.script = Script(**script)
+            self.requests, self.auth, self.max_concurrent = [], [], 0
+
+    def _enter(self, body: dict[str, Any], auth: str) -> tuple[int, Script]:
+        with self._lock:
+            self.requests.append(body)
+            self.auth.append(auth)
+            self._in_flight += 1
+            self.max_concurrent = max(self.max_concurrent, self._in_flight)
+            script = self.script
+            status = script.statuses.pop(0) if script.statuses else script.always or 200
+        return status, script
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def reply_body(self, body: dict[str, Any], script: Script) -> dict[str, Any]:
+        messages = body.get("messages") or [{"content": ""}]
+        text = str(messages[-1].get("content", ""))
+        found = REPLY.search(text)
+        return {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": script.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": found[1] if found else text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                **script.usage,
+                "total_tokens": script.usage["prompt_tokens"] + script.usage["completion_tokens"],
+            },
+        }
+
+
+def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out apart: no 40 ms ACK waits
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            status, script = server._enter(body, self.headers.get("Authorization", ""))
+            try:
+                time.sleep(script.latency)
+                if not self.path.endswith("/chat/completions"):
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                elif status != 200:
+                    self._error(status, script)
+                elif script.malformed:
+                    self._send(200, b"{this is not json")
+                else:
+                    self._send(200, server.reply_body(body, script))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout): nothing to answer
+            finally:
+                server._leave()
+
+        def _error(self, status: int, script: Script) -> None:
+            message = f"scripted status {status}"
+            if script.echo_auth_in_errors:
+                message += f" for {self.headers.get('Authorization')}"
+            headers = {"Retry-After": script.retry_after} if script.retry_after else {}
+            self._send(status, {"error": {"message": message, "type": "test"}}, headers)
+
+        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
