@@ -90,4 +90,5 @@ def test_usage_in_markdown(pytester: pytest.Pytester, dataset: DatasetMaker) -> 
         "cost=0.02))\n"
     )
     pytester.runpytest("--agenteval", "ds", "--agenteval-report", "rep")
-    assert "tokens 10 in / 5 out · cost 0.0200" in (pytester.path / "rep/summary.md").read_text()
+    markdown = (pytester.path / "rep/summary.md").read_text()
+    assert "- tokens 10 in / 5 out\n- cost 0.0200\n" in markdown
