@@ -354,3 +354,41 @@ def test_ahead_keeps_a_bounded_window_in_item_order() -> None:
     ahead.close()
     assert len(started) == len(set(started))  # no call twice
     assert {0, 1, 2, 7, *range(8, 40)} <= set(started)
+
+
+SPAWNING = """
+import pathlib, subprocess, sys
+
+HERE = pathlib.Path(__file__).parent
+
+
+def run(task):
+    seconds = task.metadata["child_sleep"]
+    child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+    (HERE / f"{task.id}.pid").write_text(str(child.pid))
+    return "ok" if child.wait() == 0 else f"child ended with {child.returncode}"
+"""
+
+
+def test_timed_out_sync_agent_loses_its_children_not_its_neighbours(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Under concurrency a timed-out sync agent's child process is killed (the error says how
+    many), while the child of an attempt running beside it lives on and its attempt passes."""
+    import os
+
+    root = dataset(
+        {
+            "stuck.yaml": {**task(metadata={"child_sleep": 60}), "timeout": 1},
+            "fine.yaml": task(metadata={"child_sleep": 3}),
+        },
+        manifest={"agent": "spawning:run"},
+    )
+    (root / "spawning.py").write_text(SPAWNING)
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "4", timeout=60
+    )
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*timed out after 1s (abandoned thread; 1 child process killed)*"])
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((root / "stuck.pid").read_text()), 0)

@@ -9,9 +9,9 @@ So reports, records and summaries are those of a serial run.
 Each pool thread goes through the executor, so every agent kind keeps its timeout rules: an
 async agent runs on the executor's one event loop (its pool thread waits for it), a sync callable
 runs in the pool thread (in a thread of its own when timed), a command is a subprocess whose
-process group is killed at its deadline. One thing differs from a serial run: a timed-out sync
-callable's thread is abandoned, but the processes it started are not killed, as they cannot be
-told apart from those of the attempts running beside it.
+process group is killed at its deadline. A timed-out sync callable's thread is abandoned and
+the processes that thread started are killed; unlike a serial run, processes started by other
+threads the agent made are not known (they cannot be told from the neighbours').
 
 A stop (cancel, spend cap, deadline, Ctrl-C) is checked where a call would start; calls that
 never started report why, and their items are skipped, not recorded.

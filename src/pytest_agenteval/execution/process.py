@@ -96,6 +96,17 @@ def kill_tree(pid: int) -> bool:
     return False
 
 
+def thread_children(native_id: int | None) -> list[int]:
+    """The processes started by one thread of this process and still its children (Linux
+    /proc; a child whose thread ended is adopted by another thread and no longer listed)."""
+    if native_id is None:
+        return []
+    path = f"/proc/{os.getpid()}/task/{native_id}/children"
+    with contextlib.suppress(OSError), open(path) as f:
+        return [int(child) for child in f.read().split()]
+    return []
+
+
 def _children_of(pid: int) -> list[int]:
     found: list[int] = []
     with contextlib.suppress(OSError):
