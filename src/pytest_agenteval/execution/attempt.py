@@ -121,7 +121,12 @@ class AttemptRunner:
                 payload["context"] = context = _Attempt(job, self.workspaces)
                 if job.task.workspace_dir is not None:
                     context.task.workspace  # noqa: B018 - the template is there before the agent
-                return self.executor.call_agent(agent, context.task, job.task.timeout)
+                result = self.executor.call_agent(agent, context.task, job.task.timeout)
+            if waiting:
+                payload["graded"] = grade_waiting(job.task, context.task, result, waiting)
+            return result
+
+        waiting = _waiting_graders(job.task)
 
         self.ahead.schedule(job.key, call, payload)
         return True
@@ -160,7 +165,8 @@ class AttemptRunner:
                     context.task.workspace  # noqa: B018 - the template is there before the agent
                 result = self._call(agent, context)
             phase = "grading"
-            verdicts = grade(job.task, context.task, result)
+            graded = early.payload.get("graded") if early is not None else None
+            verdicts = grade(job.task, context.task, result, graded)
         except BaseException as exc:
             # An agent that cannot be built, or a stop, means the attempt never started.
             if isinstance(
@@ -267,13 +273,24 @@ class _Attempt:
         )
 
 
-def grade(task: TaskDef, agent_task: Task, result: AgentResult) -> list[Verdict]:
-    """Every grader's verdict; a grader that may run long is stopped at `grader_timeout`."""
+Graded = dict[int, Any]
+"""Verdicts (or what grading raised) by grader index, of graders run ahead in a pool thread."""
+
+
+def grade(
+    task: TaskDef, agent_task: Task, result: AgentResult, graded: Graded | None = None
+) -> list[Verdict]:
+    """Every grader's verdict, in order (those in `graded` were run already); a grader that
+    may run long is stopped at `grader_timeout`."""
     ctx = GradeContext(result.output, task.spec.expected, agent_task, result)
     limit = grader_timeout(task)
     verdicts = []
-    for spec, grader in zip(task.grader_specs, task.graders, strict=True):
-        if getattr(grader, "needs_deadline", True):
+    for index, (spec, grader) in enumerate(zip(task.grader_specs, task.graders, strict=True)):
+        if graded is not None and index in graded:
+            value = graded[index]
+            if isinstance(value, BaseException):
+                raise value
+        elif getattr(grader, "needs_deadline", True):
             try:
                 value = call_with_deadline(partial(grader.grade, ctx), limit)
             except TimeoutError:
@@ -286,6 +303,23 @@ def grade(task: TaskDef, agent_task: Task, result: AgentResult) -> list[Verdict]
             value = grader.grade(ctx)
         verdicts.append(as_verdict(spec.type, value))
     return verdicts
+
+
+def _waiting_graders(task: TaskDef) -> list[int]:
+    """The graders that wait on a program (`command`): run ahead, beside other attempts."""
+    return [i for i, grader in enumerate(task.graders) if getattr(grader, "waits", False)]
+
+
+def grade_waiting(task: TaskDef, agent_task: Task, result: AgentResult, which: list[int]) -> Graded:
+    """Run the waiting graders now (in a pool thread); what one raises is kept for its turn."""
+    ctx = GradeContext(result.output, task.spec.expected, agent_task, result)
+    graded: Graded = {}
+    for index in which:
+        try:
+            graded[index] = task.graders[index].grade(ctx)
+        except Exception as exc:
+            graded[index] = exc
+    return graded
 
 
 def grader_timeout(task: TaskDef) -> float:

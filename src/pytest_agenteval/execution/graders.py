@@ -368,6 +368,9 @@ class Command(BuiltinGrader):
     """Run a program in the attempt's workspace (output on stdin); exit status 0 passes."""
 
     name, options_model, primary = "command", CommandOptions, "argv"
+    waits = True
+    """Grading waits on a program bounded by its own timeout: under concurrency it runs in the
+    attempt's pool thread, beside other attempts, not on the main thread."""
 
     def __init__(self, options: CommandOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)
