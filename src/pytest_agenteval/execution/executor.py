@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from ..core.errors import AgentTimeout
 from ..core.model import AgentResult, Task
 from .agents import Agent, CommandAgent, as_result
-from .process import child_pids, kill_tree, thread_children
+from .process import child_pids, kill_running, kill_tree, thread_children
 
 T = TypeVar("T")
 LOOP_GRACE = 2.0
@@ -70,6 +70,15 @@ class SerialExecutor:
             left = None if timeout is None else max(timeout - (time.monotonic() - started), 0.0)
             value = self._await(value, left)
         return as_result(value)
+
+    def kill_running(self) -> int:
+        """Kill what the calls in flight started (Ctrl-C's grace is over): the programs being
+        waited on and the children of agent threads; returns how many."""
+        killed = kill_running()
+        for thread in threading.enumerate():
+            if thread.name.startswith(("agenteval-attempt", "agenteval-call")):
+                killed += sum(kill_tree(pid) for pid in thread_children(thread.native_id))
+        return killed
 
     def _is_async(self, agent: Agent) -> bool:
         """Whether the agent is `async def` (inspect is slow; agents live all session)."""

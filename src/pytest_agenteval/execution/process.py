@@ -50,6 +50,7 @@ def run_program(
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    _RUNNING.add(proc)
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
         timed_out = False
@@ -61,7 +62,22 @@ def run_program(
         _kill_group(proc)
         proc.wait()
         raise
+    finally:
+        _RUNNING.discard(proc)
     return Finished(proc.returncode, decode_output(out), decode_output(err), timed_out)
+
+
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+"""Programs `run_program` is waiting on now, in any thread."""
+
+
+def kill_running() -> int:
+    """SIGKILL the process groups of every program `run_program` is waiting on (Ctrl-C's grace
+    is over); returns how many."""
+    found = list(_RUNNING)
+    for proc in found:
+        _kill_group(proc)
+    return len(found)
 
 
 def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
