@@ -64,7 +64,10 @@ def test_cap_skips_the_rest_and_a_resume_finishes(
     result.assert_outcomes(passed=4, skipped=6)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(
-        [f"*stopped ({reason})*--resume-suite*", f"*not started: {reason}*"]
+        [
+            f"*stopped ({reason})*--resume-suite runs them (spent in all $4.00, 400 tokens*",
+            f"*not started: {reason}*",
+        ]
     )
     run_id = latest_run(pytester.path)
     assert summary_of(pytester, run_id)["status"] == "budget"

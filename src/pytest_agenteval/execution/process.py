@@ -40,7 +40,10 @@ def run_program(
 
     Raises OSError when the program cannot be started.
     """
-    full_env = {**os.environ, **env} if env else None
+    # Always an explicit environment: with none, the child execs with the C `environ`, which
+    # pytest's main thread rewrites at every item (PYTEST_CURRENT_TEST) while attempts in
+    # flight start programs from other threads: a race that fails the exec with EFAULT.
+    full_env = {**os.environ, **env} if env else os.environ.copy()
     proc = subprocess.Popen(
         list(argv),
         cwd=cwd,
