@@ -131,6 +131,11 @@ class Ahead:
         with self._lock:
             return sum(1 for started in self._calls.values() if started.running)
 
+    @property
+    def queued(self) -> int:
+        """Calls scheduled and not taken yet."""
+        return len(self._calls)
+
     def schedule(self, key: Key, call: Call, payload: Any) -> None:
         """Start `call` once the pool has room, unless the run is stopping by then."""
         started = Started(call, payload, self)

@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from functools import partial
 from typing import Any
 
@@ -34,6 +34,9 @@ from .runtime import Runtime
 UNSAFE_DIST = ("worksteal", "each")
 INTERRUPT_GRACE = 30.0
 """Seconds attempts in flight get to finish after the first Ctrl-C (default)."""
+LOOKAHEAD = 3
+"""Alone, calls scheduled and not yet taken, in multiples of the concurrency (more than the
+pool's window of 2 x concurrency, so the pool never waits for the main thread to schedule)."""
 CONTROLLER_MARGIN = 15.0
 """Seconds past the grace the xdist controller waits for workers before it stops at once."""
 
@@ -77,6 +80,9 @@ class AheadHooks:
         """The xdist worker's queue of item indices, when this process is a worker."""
         self.seen: set[AttemptItem] = set()
         self.deferred: deque[AttemptItem] = deque()
+        self.upcoming: Iterator[pytest.Item] | None = None
+        """Alone: the items not scheduled yet, in order."""
+        self.lookahead = LOOKAHEAD * size
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
@@ -86,7 +92,8 @@ class AheadHooks:
         if interactor is not None:
             self.queue = interactor
         elif not (config.option.collectonly or stopped_early):
-            self._schedule(session.items)
+            self.upcoming = iter(session.items)
+            self._top_up()
         try:
             with self._gentle_interrupt(config, worker=interactor is not None):
                 return (yield)
@@ -127,6 +134,8 @@ class AheadHooks:
         if self.deferred and self.deferred[0] is item:
             self.deferred.popleft()  # its turn: it runs now, as in a serial run
         self._retry_deferred()
+        if self.upcoming is not None:
+            self._top_up()
         if self.queue is not None:
             self._schedule([item, *self._worker_items(item.session)])
 
@@ -139,6 +148,19 @@ class AheadHooks:
         if isinstance(following, int):
             indices.insert(0, following)
         return [session.items[i] for i in indices]
+
+    def _top_up(self) -> None:
+        """Schedule the next items until `lookahead` calls wait for their turn: scheduling all
+        at once would keep the main thread from taking answers (so the pool would idle at a
+        full window) for as long as deciding every attempt takes."""
+        upcoming, ahead = self.upcoming, self.ahead
+        assert upcoming is not None
+        while ahead.queued < self.lookahead:
+            item = next(upcoming, None)
+            if item is None:
+                self.upcoming = None
+                return
+            self._schedule((item,))
 
     def _schedule(self, items: Iterable[pytest.Item]) -> None:
         """Schedule the items not seen yet, in order; those whose agent cannot be had yet
