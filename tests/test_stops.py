@@ -203,7 +203,9 @@ def test_ctrl_c_lets_attempts_in_flight_finish(
     assert b"Ctrl-C: no new attempt starts" in out
     assert summary_of(pytester)["status"] == "interrupted"
     assert all(status == "pass" for _, _, status in stored(pytester.path))
-    pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite").assert_outcomes(passed=30)
+    pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--resume-suite", "--agenteval-concurrency", "8"
+    ).assert_outcomes(passed=30)
     assert sorted(Counter(dataset.calls()).values()) == [1] * 30
 
 
@@ -293,13 +295,14 @@ def _wait_for(what: str, found: Callable[[], int], at_least: int) -> None:
     raise AssertionError(f"fewer than {at_least} {what} in 60s")
 
 
+@pytest.mark.slow
 def test_ctrl_c_under_xdist_lets_attempts_in_flight_finish(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
     """Ctrl-C to the whole process group under -n 2 with attempts in flight: no new attempt
     starts, every attempt that started is recorded as it finished, the rest are skipped; the
     run is interrupted (exit 2) and a resume runs only the rest, each once."""
-    costly(dataset, 30, sleep=1.0)
+    costly(dataset, 30, sleep=0.5)
     proc = _start_in_group(pytester, "-n", "2", "--agenteval-concurrency", "3", "-rs")
     _wait_for("agent calls", lambda: len(dataset.calls()), 4)
     os.killpg(proc.pid, signal.SIGINT)
@@ -312,7 +315,9 @@ def test_ctrl_c_under_xdist_lets_attempts_in_flight_finish(
     started = {(line.split()[0], int(line.split()[1])) for line in dataset.calls()}
     assert {(t, a) for t, a, _ in recorded} == started  # none lost, none half-finished
     assert all(status == "pass" for _, _, status in recorded) and len(started) < 30
-    resumed = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite", "-n", "2")
+    resumed = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--resume-suite", "-n", "2", "--agenteval-concurrency", "8"
+    )
     resumed.assert_outcomes(passed=30)
     assert sorted(Counter(dataset.calls()).values()) == [1] * 30
 
