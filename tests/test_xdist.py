@@ -150,3 +150,27 @@ def test_a_worker_that_does_not_see_the_run_folder_keeps_its_stops_local(tmp_pat
     assert note is not None and "does not see the run folder" in note
     assert "cancel, the spend and token caps" in note
     assert stops.reason() is None and not elsewhere.exists()
+
+
+def test_worker_without_the_run_folder_is_named_in_the_terminal(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A worker told a run folder it cannot see (as on another machine) still runs and reports
+    its attempts, and the terminal names it and what it means for stops and limits."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(4)})
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_configure_node(node):
+            stops = node.workerinput["agenteval"]["stops"]
+            stops["run_dir"] = "/nonexistent/elsewhere/" + stops["run_dir"].rsplit("/", 1)[-1]
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "-n", "1", "--agenteval-concurrency", "2"
+    )
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["agenteval: worker gw0 does not see the run folder /nonexistent*"])
+    assert len(stored(pytester.path)) == 4
