@@ -1,15 +1,18 @@
 """pytest glue for attempts in flight (`--agenteval-concurrency N`).
 
-When the run loop starts, the agent calls of the attempts this process will run are scheduled
+Ahead of their items' turn, the agent calls of the attempts this process will run are scheduled
 on the attempt runner's pool (`execution/concurrent.py`), up to N at once; each item's `setup()`
 then takes its own call's answer. pytest still runs one item at a time, in order, so reports,
 JUnit and the recorder are those of a serial run.
 
 Which attempts a process knows it will run:
-- alone: every collected item, scheduled when the loop starts;
+- alone: every collected item, scheduled a few windows ahead of the item running;
 - an xdist worker: the items already sent to it (`load`, `loadscope`, `loadfile`), looked at
   before each item. Those are never taken back, so no attempt runs twice. `worksteal` takes
   queued items away from a worker, so starting them early could run them twice: refused.
+
+Ctrl-C is handled by each process that runs attempts, and by the xdist controller
+(`GentleInterrupt`).
 """
 
 from __future__ import annotations
