@@ -35,6 +35,8 @@ class Scenario:
     concurrency: int
     workers: int = 0
     command: bool = False
+    grader: bool = False
+    """The agent answers at once and a `command` grader (a subprocess sleeping 50 ms) waits."""
     factor: float | None = None
     """The issue's bound: wall <= plain + factor x ideal (None: reported only)."""
 
@@ -52,14 +54,17 @@ SCENARIOS = [
     Scenario("10,000 x 50 ms, concurrency 256", 10000, 256, factor=2.0),
     Scenario("2,000 x 50 ms, -n 2 x concurrency 32", 2000, 32, workers=2),
     Scenario("500 commands x 50 ms, concurrency 32", 500, 32, command=True),
+    Scenario("200 command graders x 50 ms, concurrency 32", 200, 32, grader=True),
 ]
 QUICK = [
     Scenario("500 x 50 ms, concurrency 64", 500, 64, factor=1.5),
     Scenario("500 x 50 ms, -n 2 x concurrency 32", 500, 32, workers=2),
     Scenario("100 commands x 50 ms, concurrency 32", 100, 32, command=True),
+    Scenario("100 command graders x 50 ms, concurrency 32", 100, 32, grader=True),
 ]
 
 AGENT = f"import time\n\n\ndef run(task):\n    time.sleep({LATENCY})\n    return 'ok'\n"
+AT_ONCE = "def run(task):\n    return 'ok'\n"
 COMMAND = f"sleep {LATENCY}; echo ok"
 """A real subprocess that waits 50 ms (a shell, so Python's start-up is not what is timed)."""
 
@@ -71,11 +76,14 @@ def make_dataset(root: Path, scenario: Scenario) -> None:
         agent: object = {"command": ["/bin/sh", "-c", COMMAND], "stdin": "none"}
     else:
         agent = "agent:run"
-        (ds / "agent.py").write_text(AGENT)
+        (ds / "agent.py").write_text(AT_ONCE if scenario.grader else AGENT)
     (ds / "agenteval.yaml").write_text(json.dumps({"name": "conc", "agent": agent}))
+    grading = {"graders": [{"command": ["/bin/sh", "-c", COMMAND]}]} if scenario.grader else {}
     for start in range(0, scenario.attempts, PER_FILE):
         count = min(PER_FILE, scenario.attempts - start)
-        tasks = [{"id": f"t{start + i}", "input": "q", "expected": "ok"} for i in range(count)]
+        tasks = [
+            {"id": f"t{start + i}", "input": "q", "expected": "ok", **grading} for i in range(count)
+        ]
         (ds / f"f{start // PER_FILE:04}.yaml").write_text(json.dumps({"tasks": tasks}))
     (root / "plain").mkdir()
     (root / "plain/test_noop.py").write_text(

@@ -354,3 +354,64 @@ def test_ahead_keeps_a_bounded_window_in_item_order() -> None:
     ahead.close()
     assert len(started) == len(set(started))  # no call twice
     assert {0, 1, 2, 7, *range(8, 40)} <= set(started)
+
+
+SPAWNING = """
+import pathlib, subprocess, sys
+
+HERE = pathlib.Path(__file__).parent
+
+
+def run(task):
+    seconds = task.metadata["child_sleep"]
+    child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+    (HERE / f"{task.id}.pid").write_text(str(child.pid))
+    return "ok" if child.wait() == 0 else f"child ended with {child.returncode}"
+"""
+
+
+def test_timed_out_sync_agent_loses_its_children_not_its_neighbours(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Under concurrency a timed-out sync agent's child process is killed (the error says how
+    many), while the child of an attempt running beside it lives on and its attempt passes."""
+    import os
+
+    root = dataset(
+        {
+            "stuck.yaml": {**task(metadata={"child_sleep": 60}), "timeout": 1},
+            "fine.yaml": task(metadata={"child_sleep": 3}),
+        },
+        manifest={"agent": "spawning:run"},
+    )
+    (root / "spawning.py").write_text(SPAWNING)
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "4", timeout=60
+    )
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*timed out after 1s (abandoned thread; 1 child process killed)*"])
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((root / "stuck.pid").read_text()), 0)
+
+
+def test_command_graders_run_side_by_side(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """Under concurrency `command` graders run as concurrent subprocesses (their spans overlap)
+    with the same verdicts as a serial run: exit 0 passes, another status fails."""
+    root = dataset({})
+    (root / "grader.py").write_text(
+        "import json, os, sys, time\n"
+        "start = time.time()\n"
+        "time.sleep(0.3)\n"
+        "with open(sys.argv[1], 'a') as log:\n"
+        "    log.write(json.dumps(['g', 0, start, time.time(), os.getpid()]) + '\\n')\n"
+        "sys.exit(0 if sys.stdin.read() == 'ok' else 1)\n"
+    )
+    graders = [{"command": ["{python}", str(root / "grader.py"), str(root / "spans.log")]}]
+    for i, answer in enumerate(["ok"] * 6 + ["no"]):
+        (root / f"t{i}.yaml").write_text(json.dumps({**task(answer), "graders": graders}))
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "8")
+    result.assert_outcomes(passed=6, failed=1)
+    result.stdout.fnmatch_lines(["*grader.py*exited 1*"])
+    calls = spans(root)
+    assert len(calls) == 7
+    assert most_overlapping(calls) >= 2

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,10 @@ def test_cap_skips_the_rest_and_a_resume_finishes(
     result.assert_outcomes(passed=4, skipped=6)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(
-        [f"*stopped ({reason})*--resume-suite*", f"*not started: {reason}*"]
+        [
+            f"*stopped ({reason})*--resume-suite runs them (spent in all $4.00, 400 tokens*",
+            f"*not started: {reason}*",
+        ]
     )
     run_id = latest_run(pytester.path)
     assert summary_of(pytester, run_id)["status"] == "budget"
@@ -199,7 +203,9 @@ def test_ctrl_c_lets_attempts_in_flight_finish(
     assert b"Ctrl-C: no new attempt starts" in out
     assert summary_of(pytester)["status"] == "interrupted"
     assert all(status == "pass" for _, _, status in stored(pytester.path))
-    pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite").assert_outcomes(passed=30)
+    pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--resume-suite", "--agenteval-concurrency", "8"
+    ).assert_outcomes(passed=30)
     assert sorted(Counter(dataset.calls()).values()) == [1] * 30
 
 
@@ -265,3 +271,94 @@ def test_cancel_refuses_a_run_that_is_not_running(
     assert cancel.returncode == 1
     assert f"run {run_id} is not running (complete); nothing to cancel" in cancel.stderr
     assert not (pytester.path / ".pytest_cache/agenteval/runs" / run_id / "cancel").exists()
+
+
+def _start_in_group(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[bytes]:
+    """A run in a process group of its own, as a terminal starts it: Ctrl-C reaches every
+    process of it (xdist workers too)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--agenteval", "ds", *args],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _wait_for(what: str, found: Callable[[], int], at_least: int) -> None:
+    """Wait (up to a generous bound) until `found()` reaches `at_least`."""
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        if found() >= at_least:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {at_least} {what} in 60s")
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_xdist_lets_attempts_in_flight_finish(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Ctrl-C to the whole process group under -n 2 with attempts in flight: no new attempt
+    starts, every attempt that started is recorded as it finished, the rest are skipped; the
+    run is interrupted (exit 2) and a resume runs only the rest, each once."""
+    costly(dataset, 30, sleep=0.5)
+    proc = _start_in_group(pytester, "-n", "2", "--agenteval-concurrency", "3", "-rs")
+    _wait_for("agent calls", lambda: len(dataset.calls()), 4)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()
+    assert b"Ctrl-C: no new attempt starts" in out
+    assert b"not started: interrupted (Ctrl-C)" in out
+    assert summary_of(pytester)["status"] == "interrupted"
+    recorded = stored(pytester.path)
+    started = {(line.split()[0], int(line.split()[1])) for line in dataset.calls()}
+    assert {(t, a) for t, a, _ in recorded} == started  # none lost, none half-finished
+    assert all(status == "pass" for _, _, status in recorded) and len(started) < 30
+    resumed = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--resume-suite", "-n", "2", "--agenteval-concurrency", "8"
+    )
+    resumed.assert_outcomes(passed=30)
+    assert sorted(Counter(dataset.calls()).values()) == [1] * 30
+
+
+# Each call starts a child in a session of its own (a terminal's Ctrl-C does not reach it)
+# and waits for it.
+STUCK = """
+import pathlib, subprocess, sys
+
+HERE = pathlib.Path(__file__).parent
+
+
+def run(task):
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+    )
+    (HERE / f"{task.id}.pid").write_text(str(child.pid))
+    child.wait()
+    return "ok"
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["solo", "n2"])
+def test_ctrl_c_gives_up_on_attempts_after_the_grace(
+    pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
+) -> None:
+    """Attempts still in flight when Ctrl-C's grace is over are given up on: skipped with the
+    reason, not recorded, the processes they started killed; the run ends interrupted."""
+    root = dataset({f"t{i}.yaml": task() for i in range(8)}, manifest={"agent": "stuck:run"})
+    (root / "stuck.py").write_text(STUCK)
+    proc = _start_in_group(
+        pytester, "--agenteval-concurrency", "2", "--agenteval-interrupt-grace", "1", "-rs",
+        *workers,
+    )  # fmt: skip
+    _wait_for("children", lambda: len(list(root.glob("*.pid"))), 2)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()
+    assert b"still running after the 1s grace period" in out
+    assert stored(pytester.path) == []
+    assert summary_of(pytester)["status"] == "interrupted"
+    for pid_file in root.glob("*.pid"):
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), 0)

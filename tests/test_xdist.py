@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from junitparser import xunit2
 
@@ -129,3 +131,46 @@ def test_ctrl_c_commits_what_workers_already_sent(
     (pytester.path / "conftest.py").unlink()
     pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite")
     assert len(stored(pytester.path)) == 30 and len(dataset.calls()) == 30 + 30 - committed
+
+
+def test_a_worker_that_does_not_see_the_run_folder_keeps_its_stops_local(tmp_path: Path) -> None:
+    """A worker on another machine (the controller's run folder is not there) checks stops and
+    holds limits in a folder of its own machine, writes nothing at the controller's path, and
+    says why; a worker that sees the run folder shares it."""
+    from pytest_agenteval.glue.xdist import worker_stops
+
+    shared = tmp_path / "runs/abc"
+    shared.mkdir(parents=True)
+    (shared / "run.json").write_text("{}")
+    stops, note = worker_stops({"run_dir": str(shared), "deadline": 5.0}, tmp_path / "own")
+    assert (stops.run_dir, stops.deadline, note) == (shared, 5.0, None)
+    elsewhere = tmp_path / "not-here/runs/abc"
+    stops, note = worker_stops({"run_dir": str(elsewhere), "deadline": None}, tmp_path / "own")
+    assert stops.run_dir == tmp_path / "own/unshared/abc"
+    assert note is not None and "does not see the run folder" in note
+    assert "cancel, the spend and token caps" in note
+    assert stops.reason() is None and not elsewhere.exists()
+
+
+def test_worker_without_the_run_folder_is_named_in_the_terminal(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A worker told a run folder it cannot see (as on another machine) still runs and reports
+    its attempts, and the terminal names it and what it means for stops and limits."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(4)})
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_configure_node(node):
+            stops = node.workerinput["agenteval"]["stops"]
+            stops["run_dir"] = "/nonexistent/elsewhere/" + stops["run_dir"].rsplit("/", 1)[-1]
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "-n", "1", "--agenteval-concurrency", "2"
+    )
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["agenteval: worker gw0 does not see the run folder /nonexistent*"])
+    assert len(stored(pytester.path)) == 4

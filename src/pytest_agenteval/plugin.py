@@ -227,6 +227,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "time (2026-12-01T18:00); the rest are skipped and the run's status is 'deadline'.",
     )
     option(
+        "--agenteval-interrupt-grace",
+        dest="agenteval_interrupt_grace",
+        type=options.positive_float,
+        metavar="SECONDS",
+        ini=("agenteval_interrupt_grace", "string"),
+        help="with attempts in flight, seconds they get to finish after the first Ctrl-C "
+        "(default 30); then they are given up on, skipped and not recorded.",
+    )
+    option(
         "--agenteval-allow-errors",
         dest="agenteval_allow_errors",
         action="store_true",

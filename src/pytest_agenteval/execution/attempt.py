@@ -123,8 +123,11 @@ class AttemptRunner:
                 if job.task.workspace_dir is not None:
                     context.task.workspace  # noqa: B018 - the template is there before the agent
                 result = self.executor.call_agent(agent, context.task, job.task.timeout)
-            payload["graded"] = grade_ahead(job.task, context.task, result)
+            if waiting:
+                payload["graded"] = grade_waiting(job.task, context.task, result, waiting)
             return result
+
+        waiting = _waiting_graders(job.task)
 
         self.ahead.schedule(job.key, call, payload)
         return True
@@ -165,6 +168,7 @@ class AttemptRunner:
                     context.task.workspace  # noqa: B018 - the template is there before the agent
                 result = self._call(agent, context)
             phase = "grading"
+            graded = early.payload.get("graded") if early is not None else None
             verdicts = grade(job.task, context.task, result, graded)
         except BaseException as exc:
             # An agent that cannot be built, or a stop, means the attempt never started.
@@ -274,35 +278,22 @@ class _Attempt:
         return with_prices(record, pricing) if pricing else record
 
 
-def grade_ahead(task: TaskDef, agent_task: Task, result: AgentResult) -> dict[int, Any] | None:
-    """What the graders that wait on I/O (`grades_ahead`: LLM judges) answer, by position,
-    computed in the pool thread right after the agent call so that they run side by side:
-    each verdict, or what the grader raised. None when the task has no such grader."""
-    ahead = [i for i, g in enumerate(task.graders) if getattr(g, "grades_ahead", False)]
-    if not ahead:
-        return None
-    ctx = GradeContext(result.output, task.spec.expected, agent_task, result)
-    graded: dict[int, Any] = {}
-    for index in ahead:
-        try:
-            graded[index] = task.graders[index].grade(ctx)
-        except Exception as exc:  # raised again at the item's turn, in grading order
-            graded[index] = exc
-    return graded
+Graded = dict[int, Any]
+"""Verdicts (or what grading raised) by grader index, of graders run ahead in a pool thread."""
 
 
 def grade(
-    task: TaskDef, agent_task: Task, result: AgentResult, graded: dict[int, Any] | None = None
+    task: TaskDef, agent_task: Task, result: AgentResult, graded: Graded | None = None
 ) -> list[Verdict]:
-    """Every grader's verdict; a grader that may run long is stopped at `grader_timeout`.
-    `graded` holds what graders already answered ahead (`grade_ahead`)."""
+    """Every grader's verdict, in order (those in `graded` were run already); a grader that
+    may run long is stopped at `grader_timeout`."""
     ctx = GradeContext(result.output, task.spec.expected, agent_task, result)
     limit = grader_timeout(task)
     verdicts = []
     for index, (spec, grader) in enumerate(zip(task.grader_specs, task.graders, strict=True)):
         if graded is not None and index in graded:
             value = graded[index]
-            if isinstance(value, Exception):
+            if isinstance(value, BaseException):
                 raise value
         elif getattr(grader, "needs_deadline", True):
             try:
@@ -317,6 +308,24 @@ def grade(
             value = grader.grade(ctx)
         verdicts.append(as_verdict(spec.type, value))
     return verdicts
+
+
+def _waiting_graders(task: TaskDef) -> list[int]:
+    """The graders that wait on a program or a server (`command`, `judge`): under concurrency
+    they run in the pool thread right after the agent call, beside other attempts."""
+    return [i for i, grader in enumerate(task.graders) if getattr(grader, "waits", False)]
+
+
+def grade_waiting(task: TaskDef, agent_task: Task, result: AgentResult, which: list[int]) -> Graded:
+    """Run the waiting graders now (in a pool thread); what one raises is kept for its turn."""
+    ctx = GradeContext(result.output, task.spec.expected, agent_task, result)
+    graded: Graded = {}
+    for index in which:
+        try:
+            graded[index] = task.graders[index].grade(ctx)
+        except Exception as exc:
+            graded[index] = exc
+    return graded
 
 
 def grader_timeout(task: TaskDef) -> float:

@@ -9,21 +9,26 @@ So reports, records and summaries are those of a serial run.
 Each pool thread goes through the executor, so every agent kind keeps its timeout rules: an
 async agent runs on the executor's one event loop (its pool thread waits for it), a sync callable
 runs in the pool thread (in a thread of its own when timed), a command is a subprocess whose
-process group is killed at its deadline. One thing differs from a serial run: a timed-out sync
-callable's thread is abandoned, but the processes it started are not killed, as they cannot be
-told apart from those of the attempts running beside it.
+process group is killed at its deadline. A timed-out sync callable's thread is abandoned and
+the processes that thread started are killed; unlike a serial run, processes started by other
+threads the agent made are not known (they cannot be told from the neighbours').
 
 A stop (cancel, spend cap, deadline, Ctrl-C) is checked where a call would start; calls that
-never started report why, and their items are skipped, not recorded.
+never started report why, and their items are skipped, not recorded. `cancel` gives up on the
+calls in flight too (Ctrl-C's grace is over): their items are skipped the same way.
+
+The pool's threads are daemon threads, so an abandoned call never keeps the process alive.
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 from ..core.model import AgentResult, Key
@@ -41,13 +46,16 @@ class NotStarted(Exception):
 
 
 Call = Callable[[], AgentResult]
+CANCEL_POLL = 0.1
+"""Seconds between two looks for a cancel while an item waits for its call."""
 
 
 class Started:
     """An agent call scheduled ahead: when it started, and its answer (or error) once it ends."""
 
-    def __init__(self, call: Call, payload: Any) -> None:
+    def __init__(self, call: Call, payload: Any, owner: Ahead) -> None:
         self.call = call
+        self.owner = owner
         self.payload = payload
         """What the caller keeps with the call (the attempt's context)."""
         self.started = time.time()
@@ -60,11 +68,22 @@ class Started:
         """Its item will never take it (pytest passed over it): never hand it to the pool."""
 
     def wait(self) -> None:
-        """Wait for the call to end; raises NotStarted when it never began."""
-        assert self.future is not None
-        _, error = self.future.result()
+        """Wait for the call to end; raises NotStarted when it never began or was given up
+        on (`Ahead.cancel`)."""
+        future = self.future
+        assert future is not None
+        while not future.done():
+            with contextlib.suppress(TimeoutError):
+                future.result(CANCEL_POLL)
+            cancelled = self.owner.cancelled
+            if cancelled is not None and not future.done():
+                raise cancelled
+        _, error = future.result()
         if isinstance(error, NotStarted):
             raise error
+        cancelled = self.owner.cancelled
+        if cancelled is not None and self.ended >= self.owner.cancelled_at:
+            raise cancelled  # it ended only because it was given up on (its children killed)
         # The wait for the item's turn is not the attempt's: its duration stays the agent's
         # time plus the grading.
         self.t0 += time.perf_counter() - self.ended
@@ -92,7 +111,12 @@ class Ahead:
     def __init__(self, size: int, stopped: Stopped) -> None:
         self.size = size
         self.stopped = stopped
-        self._pool = ThreadPoolExecutor(size, thread_name_prefix="agenteval-attempt")
+        self._queue: queue.SimpleQueue[Started | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self.cancelled: NotStarted | None = None
+        self.cancelled_at = float("inf")
+        """Set by `cancel`: calls still in flight are given up on with this reason."""
         self._lock = threading.Lock()
         self._calls: OrderedDict[Key, Started] = OrderedDict()
         """Scheduled and not taken, in schedule order."""
@@ -107,9 +131,14 @@ class Ahead:
         with self._lock:
             return sum(1 for started in self._calls.values() if started.running)
 
+    @property
+    def queued(self) -> int:
+        """Calls scheduled and not taken yet."""
+        return len(self._calls)
+
     def schedule(self, key: Key, call: Call, payload: Any) -> None:
         """Start `call` once the pool has room, unless the run is stopping by then."""
-        started = Started(call, payload)
+        started = Started(call, payload, self)
         with self._lock:
             self._calls[key] = started
             self._waiting.append(started)
@@ -123,16 +152,28 @@ class Ahead:
             started = self._waiting.popleft()
             if started.future is None and not started.dropped:
                 self._handed += 1
-                started.future = Future()  # a place holder until the pool has it
+                started.future = Future()  # set by the pool thread that runs it
                 ready.append(started)
         return ready
 
     def _submit(self, ready: list[Started]) -> None:
         for started in ready:
-            started.future = self._pool.submit(self._start, started)
+            self._queue.put(started)
+            if len(self._threads) < self.size:
+                thread = threading.Thread(
+                    target=self._work, name=f"agenteval-attempt-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+
+    def _work(self) -> None:
+        """A pool thread: run handed-over calls, in order, until `close`."""
+        while (started := self._queue.get()) is not None:
+            assert started.future is not None
+            started.future.set_result(self._start(started))
 
     def _start(self, started: Started) -> tuple[AgentResult | None, BaseException | None]:
-        reason = self.stopped()
+        reason = "the session ended" if self._closed else self.stopped()
         if reason is not None:
             return None, NotStarted(reason)
         started.started, started.t0 = time.time(), time.perf_counter()
@@ -172,9 +213,17 @@ class Ahead:
         with self._lock:
             return key in self._calls
 
+    def cancel(self, reason: str) -> None:
+        """Give up on the calls in flight: their items are skipped with `reason` (their
+        threads run on, abandoned; the caller kills the processes they started)."""
+        self.cancelled_at = time.perf_counter()
+        self.cancelled = NotStarted(reason)
+
     def close(self) -> None:
         """Drop calls that have not started; calls in flight run on, abandoned."""
+        self._closed = True
         with self._lock:
             self._calls.clear()
             self._waiting.clear()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for _ in self._threads:
+            self._queue.put(None)

@@ -10,8 +10,11 @@ Timeouts, and how hard they are:
 - async agents: cancelled at the deadline; one that blocks the event loop is abandoned;
 - sync callables: run in a thread of their own when a timeout is set; at the deadline the
   attempt ends, the thread is abandoned (Python cannot kill a thread) and the processes it
-  started are killed. One stuck in C code that holds the GIL stalls the process: run it with
-  `--agenteval-isolate`, where each attempt is a child process and the deadline kills it;
+  started are killed: those whose parent is that thread (Linux keeps a child list per thread,
+  so attempts side by side are told apart) and, in a serial run, any new child of the process.
+  Under concurrency a process started by another thread the agent made is not known. One stuck
+  in C code that holds the GIL stalls the process: run it with `--agenteval-isolate`, where
+  each attempt is a child process and the deadline kills it;
 - graders: see `call_with_deadline`.
 """
 
@@ -29,7 +32,7 @@ from typing import Any, TypeVar
 from ..core.errors import AgentTimeout
 from ..core.model import AgentResult, Task
 from .agents import Agent, CommandAgent, as_result
-from .process import child_pids, kill_tree
+from .process import child_pids, kill_running, kill_tree, thread_children
 
 T = TypeVar("T")
 LOOP_GRACE = 2.0
@@ -48,7 +51,7 @@ class SerialExecutor:
         self._loop_lock = threading.Lock()
         self.concurrent = False
         """Calls run side by side (`--agenteval-concurrency`): a timed-out sync agent's
-        processes cannot be told from its neighbours', so they are not killed."""
+        processes are told from its neighbours' only by the thread that started them."""
         self._async: dict[int, tuple[Agent, bool]] = {}
 
     def call_agent(self, agent: Agent, task: Task, timeout: float | None) -> AgentResult:
@@ -62,11 +65,20 @@ class SerialExecutor:
         if timeout is None:
             value = agent(task)
         else:
-            value = _call_in_thread(agent, task, timeout, kill=not self.concurrent)
+            value = _call_in_thread(agent, task, timeout, any_new_child=not self.concurrent)
         if inspect.isawaitable(value):
             left = None if timeout is None else max(timeout - (time.monotonic() - started), 0.0)
             value = self._await(value, left)
         return as_result(value)
+
+    def kill_running(self) -> int:
+        """Kill what the calls in flight started (Ctrl-C's grace is over): the programs being
+        waited on and the children of agent threads; returns how many."""
+        killed = kill_running()
+        for thread in threading.enumerate():
+            if thread.name.startswith(("agenteval-attempt", "agenteval-call")):
+                killed += sum(kill_tree(pid) for pid in thread_children(thread.native_id))
+        return killed
 
     def _is_async(self, agent: Agent) -> bool:
         """Whether the agent is `async def` (inspect is slow; agents live all session)."""
@@ -136,22 +148,30 @@ async def _within(awaitable: Awaitable[Any], timeout: float | None) -> Any:
         raise
 
 
-def _call_in_thread(agent: Agent, task: Task, timeout: float, kill: bool = True) -> Any:
-    """Call a sync agent in a thread of its own; at the deadline abandon it and (`kill`) kill
-    the processes it started."""
-    before = child_pids() if kill else set()
+def _call_in_thread(agent: Agent, task: Task, timeout: float, any_new_child: bool = True) -> Any:
+    """Call a sync agent in a thread of its own; at the deadline abandon it and kill the
+    processes it started (`any_new_child`: also every new child of this process)."""
+    before = child_pids() if any_new_child else set()
     try:
         return _in_thread(lambda: agent(task), timeout)
-    except _Abandoned:
-        killed = [pid for pid in child_pids() - before if kill_tree(pid)] if kill else []
-        also = f"; killed the {len(killed)} process(es) it started" if killed else ""
+    except _Abandoned as abandoned:
+        found = set(thread_children(abandoned.native_id))
+        if any_new_child:
+            found |= child_pids() - before
+        killed = sum(kill_tree(pid) for pid in found)
         raise AgentTimeout(
-            f"agent timed out after {timeout:g}s (its thread is abandoned{also})"
+            f"agent timed out after {timeout:g}s (abandoned thread; {killed} child "
+            f"process{'' if killed == 1 else 'es'} killed)"
         ) from None
 
 
 class _Abandoned(TimeoutError):
     """A call in a thread overran its deadline; the thread runs on, abandoned."""
+
+    def __init__(self, message: str, native_id: int | None) -> None:
+        super().__init__(message)
+        self.native_id = native_id
+        """The abandoned thread's id for the kernel (its children are listed under it)."""
 
 
 def _in_thread(function: Callable[[], T], seconds: float) -> T:
@@ -167,7 +187,8 @@ def _in_thread(function: Callable[[], T], seconds: float) -> T:
     thread.start()
     thread.join(seconds)
     if thread.is_alive():
-        raise _Abandoned(f"took longer than {seconds:g}s (its thread is abandoned)")
+        message = f"took longer than {seconds:g}s (its thread is abandoned)"
+        raise _Abandoned(message, thread.native_id)
     if "error" in box:
         raise box["error"]
     return box["value"]  # type: ignore[no-any-return]

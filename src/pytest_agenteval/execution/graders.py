@@ -437,6 +437,9 @@ class Command(BuiltinGrader):
     """Run a program in the attempt's workspace (output on stdin); exit status 0 passes."""
 
     name, options_model, primary = "command", CommandOptions, "argv"
+    waits = True
+    """Grading waits on a program bounded by its own timeout: under concurrency it runs in the
+    attempt's pool thread, beside other attempts, not on the main thread."""
 
     def __init__(self, options: CommandOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)
@@ -537,7 +540,7 @@ class Judge(BuiltinGrader):
 
     name, options_model, primary = "judge", JudgeGraderOptions, "rubric"
     needs_deadline = False  # an HTTP call bounded by its own timeout and retries
-    grades_ahead = True
+    waits = True
     """Under `--agenteval-concurrency` it is asked in the pool, right after the agent call."""
 
     def __init__(self, options: JudgeOptions, expected: Any, base: Path) -> None:

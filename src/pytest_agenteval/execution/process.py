@@ -40,7 +40,10 @@ def run_program(
 
     Raises OSError when the program cannot be started.
     """
-    full_env = {**os.environ, **env} if env else None
+    # Always an explicit environment: with none, the child execs with the C `environ`, which
+    # pytest's main thread rewrites at every item (PYTEST_CURRENT_TEST) while attempts in
+    # flight start programs from other threads: a race that fails the exec with EFAULT.
+    full_env = {**os.environ, **env} if env else os.environ.copy()
     proc = subprocess.Popen(
         list(argv),
         cwd=cwd,
@@ -50,6 +53,7 @@ def run_program(
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    _RUNNING.add(proc)
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
         timed_out = False
@@ -61,7 +65,22 @@ def run_program(
         _kill_group(proc)
         proc.wait()
         raise
+    finally:
+        _RUNNING.discard(proc)
     return Finished(proc.returncode, decode_output(out), decode_output(err), timed_out)
+
+
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+"""Programs `run_program` is waiting on now, in any thread."""
+
+
+def kill_running() -> int:
+    """SIGKILL the process groups of every program `run_program` is waiting on (Ctrl-C's grace
+    is over); returns how many."""
+    found = list(_RUNNING)
+    for proc in found:
+        _kill_group(proc)
+    return len(found)
 
 
 def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
@@ -94,6 +113,17 @@ def kill_tree(pid: int) -> bool:
         os.kill(pid, signal.SIGKILL)
         return True
     return False
+
+
+def thread_children(native_id: int | None) -> list[int]:
+    """The processes started by one thread of this process and still its children (Linux
+    /proc; a child whose thread ended is adopted by another thread and no longer listed)."""
+    if native_id is None:
+        return []
+    path = f"/proc/{os.getpid()}/task/{native_id}/children"
+    with contextlib.suppress(OSError), open(path) as f:
+        return [int(child) for child in f.read().split()]
+    return []
 
 
 def _children_of(pid: int) -> list[int]:

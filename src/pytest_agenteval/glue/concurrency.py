@@ -1,15 +1,18 @@
 """pytest glue for attempts in flight (`--agenteval-concurrency N`).
 
-When the run loop starts, the agent calls of the attempts this process will run are scheduled
+Ahead of their items' turn, the agent calls of the attempts this process will run are scheduled
 on the attempt runner's pool (`execution/concurrent.py`), up to N at once; each item's `setup()`
 then takes its own call's answer. pytest still runs one item at a time, in order, so reports,
 JUnit and the recorder are those of a serial run.
 
 Which attempts a process knows it will run:
-- alone: every collected item, scheduled when the loop starts;
+- alone: every collected item, scheduled a few windows ahead of the item running;
 - an xdist worker: the items already sent to it (`load`, `loadscope`, `loadfile`), looked at
   before each item. Those are never taken back, so no attempt runs twice. `worksteal` takes
   queued items away from a worker, so starting them early could run them twice: refused.
+
+Ctrl-C is handled by each process that runs attempts, and by the xdist controller
+(`GentleInterrupt`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from functools import partial
 from typing import Any
 
@@ -33,7 +36,12 @@ from .runtime import Runtime
 
 UNSAFE_DIST = ("worksteal", "each")
 INTERRUPT_GRACE = 30.0
-"""Seconds attempts in flight get to finish after the first Ctrl-C."""
+"""Seconds attempts in flight get to finish after the first Ctrl-C (default)."""
+LOOKAHEAD = 3
+"""Alone, calls scheduled and not yet taken, in multiples of the concurrency (more than the
+pool's window of 2 x concurrency, so the pool never waits for the main thread to schedule)."""
+CONTROLLER_MARGIN = 15.0
+"""Seconds past the grace the xdist controller waits for workers before it stops at once."""
 
 
 def concurrency_of(runtime: Runtime) -> int:
@@ -75,6 +83,9 @@ class AheadHooks:
         """The xdist worker's queue of item indices, when this process is a worker."""
         self.seen: set[AttemptItem] = set()
         self.deferred: deque[AttemptItem] = deque()
+        self.upcoming: Iterator[pytest.Item] | None = None
+        """Alone: the items not scheduled yet, in order."""
+        self.lookahead = LOOKAHEAD * size
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
@@ -84,22 +95,50 @@ class AheadHooks:
         if interactor is not None:
             self.queue = interactor
         elif not (config.option.collectonly or stopped_early):
-            self._schedule(session.items)
-        alone = interactor is None and not config.pluginmanager.hasplugin("dsession")
-        stops = self.runtime.stops
+            self.upcoming = iter(session.items)
+            self._top_up()
         try:
-            if alone and stops is not None:
-                with GentleInterrupt(stops, INTERRUPT_GRACE, partial(_say, config)):
-                    return (yield)
-            return (yield)
+            with self._gentle_interrupt(config, worker=interactor is not None):
+                return (yield)
         finally:
             self.ahead.close()
+
+    def _gentle_interrupt(
+        self, config: pytest.Config, worker: bool
+    ) -> contextlib.AbstractContextManager[object]:
+        """Ctrl-C's first press stops scheduling everywhere. Alone or on an xdist worker, the
+        calls in flight get the grace period, then are given up on; the xdist controller
+        publishes the stop (for workers the signal did not reach) and, should workers not
+        be done a while after the grace, stops at once."""
+        stops = self.runtime.stops
+        if stops is None:
+            return contextlib.nullcontext()
+        grace = self.runtime.settings.interrupt_grace or INTERRUPT_GRACE
+        say: Callable[[str], None] = partial(_say, config)
+        if config.pluginmanager.hasplugin("dsession"):
+            return GentleInterrupt(stops, grace, say, grace + CONTROLLER_MARGIN, publish=True)
+        if worker:
+            say = _silent  # the controller tells the terminal
+        return GentleInterrupt(stops, grace, say, grace, on_grace=self._give_up)
+
+    def _give_up(self) -> None:
+        """The grace is over: the calls still in flight are given up on (their items are
+        skipped, not recorded) and what they started is killed."""
+        self.ahead.cancel(f"interrupted (Ctrl-C): still running after the {self.grace_text}")
+        self.runtime.runner.executor.kill_running()
+
+    @property
+    def grace_text(self) -> str:
+        grace = self.runtime.settings.interrupt_grace or INTERRUPT_GRACE
+        return f"{grace:g}s grace period"
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         if self.deferred and self.deferred[0] is item:
             self.deferred.popleft()  # its turn: it runs now, as in a serial run
         self._retry_deferred()
+        if self.upcoming is not None:
+            self._top_up()
         if self.queue is not None:
             self._schedule([item, *self._worker_items(item.session)])
 
@@ -112,6 +151,19 @@ class AheadHooks:
         if isinstance(following, int):
             indices.insert(0, following)
         return [session.items[i] for i in indices]
+
+    def _top_up(self) -> None:
+        """Schedule the next items until `lookahead` calls wait for their turn: scheduling all
+        at once would keep the main thread from taking answers (so the pool would idle at a
+        full window) for as long as deciding every attempt takes."""
+        upcoming, ahead = self.upcoming, self.ahead
+        assert upcoming is not None
+        while ahead.queued < self.lookahead:
+            item = next(upcoming, None)
+            if item is None:
+                self.upcoming = None
+                return
+            self._schedule((item,))
 
     def _schedule(self, items: Iterable[pytest.Item]) -> None:
         """Schedule the items not seen yet, in order; those whose agent cannot be had yet
@@ -129,15 +181,27 @@ class AheadHooks:
 
 
 class GentleInterrupt:
-    """Ctrl-C with attempts in flight: the first starts no new attempt and lets those in flight
-    finish and be recorded (for up to `grace` seconds, then it stops at once); a second Ctrl-C
-    stops at once. Installed on the main thread of a lone process only: under xdist every
-    process gets the signal and pytest-xdist stops at once."""
+    """Ctrl-C with attempts in flight: the first press starts no new attempt and lets those in
+    flight finish and be recorded; after `wait` seconds `on_grace` gives up on them (without
+    it, the process stops at once); a second press stops at once. A terminal's Ctrl-C reaches
+    every process of the group, xdist workers too, so each handles its own."""
 
-    def __init__(self, stops: Stops, grace: float, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        stops: Stops,
+        grace: float,
+        say: Callable[[str], None],
+        wait: float,
+        *,
+        publish: bool = False,
+        on_grace: Callable[[], None] | None = None,
+    ) -> None:
         self.stops = stops
         self.say = say
         self.grace = grace
+        self.wait = wait
+        self.publish = publish
+        self.on_grace = on_grace
         self.timer: threading.Timer | None = None
         self.previous: Any = None
 
@@ -153,18 +217,28 @@ class GentleInterrupt:
             signal.signal(signal.SIGINT, self.previous)
 
     def _first(self, signum: int, frame: Any) -> None:
-        self.stops.halt("interrupted", "interrupted (Ctrl-C)")
+        self.stops.halt("interrupted", "interrupted (Ctrl-C)", publish=self.publish)
         signal.signal(signal.SIGINT, self._again)
         self.say(
             f"agenteval: Ctrl-C: no new attempt starts; those in flight get {self.grace:g}s "
             "to finish and be recorded. Ctrl-C again stops at once."
         )
-        self.timer = threading.Timer(self.grace, os.kill, (os.getpid(), signal.SIGINT))
+        self.timer = threading.Timer(self.wait, self._grace_over)
         self.timer.daemon = True
         self.timer.start()
 
+    def _grace_over(self) -> None:
+        if self.on_grace is not None:
+            self.on_grace()
+        else:
+            os.kill(os.getpid(), signal.SIGINT)
+
     def _again(self, signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
+
+
+def _silent(line: str) -> None:
+    """Say nothing (an xdist worker has no terminal)."""
 
 
 def _say(config: pytest.Config, line: str) -> None:

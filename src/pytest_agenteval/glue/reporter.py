@@ -210,9 +210,16 @@ class Reporter:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
         stop = self._stop()
         if stop is not None and self.summary is not None and self.summary["status"] == stop.kind:
+            spent = ""
+            if stop.kind == "budget":
+                budget = self.recorder.budget
+                spent = (
+                    f" (spent in all ${budget.cost:.2f}, {budget.tokens} tokens: attempts "
+                    "already started when the cap was reached finished)"
+                )
             tr.write_line(
                 f"agenteval: stopped ({stop.reason}): attempts not started were skipped; "
-                "--resume-suite runs them",
+                f"--resume-suite runs them{spent}",
                 yellow=True,
                 bold=True,
             )

@@ -51,6 +51,8 @@ class Settings:
     max_cost: float | None
     max_tokens: int | None
     deadline: str | None
+    interrupt_grace: float | None
+    """Seconds attempts in flight get after the first Ctrl-C (`--agenteval-interrupt-grace`)."""
     show_plan: bool
     invocation_dir: Path
 
@@ -105,6 +107,7 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         max_cost=_setting(config, "agenteval_max_cost", options.positive_float),
         max_tokens=_setting(config, "agenteval_max_tokens", options.positive_int),
         deadline=config.getoption("agenteval_deadline"),
+        interrupt_grace=_setting(config, "agenteval_interrupt_grace", options.positive_float),
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
     )

@@ -6,6 +6,7 @@ Registered only when xdist is loaded (its hook specs exist only then).
 from __future__ import annotations
 
 import queue
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from .recorder import Recorder
 from .runtime import RUNTIME, Runtime
 
 SHIPMENT_SCHEMA = "agenteval.worker/1"
+UNSHARED = "agenteval_unshared"
+"""workeroutput key: why a worker does not share the controller's run folder."""
 
 
 class XdistHooks:
@@ -29,6 +32,8 @@ class XdistHooks:
         self.runtime = runtime
         self.recorder = recorder
         self._shipment: dict[str, Any] | None = None
+        self.unshared: dict[str, str] = {}
+        """Workers that did not see the run folder, and what that means."""
 
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["agenteval"] = self.shipment()
@@ -57,6 +62,16 @@ class XdistHooks:
         except KeyboardInterrupt:
             _report_what_arrived(session.config)
             raise
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        note = getattr(node, "workeroutput", {}).get(UNSHARED)
+        if note:
+            self.unshared[node.gateway.id] = note
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Say so when a worker did not see the run folder: its stops and limits differed."""
+        for worker, note in sorted(self.unshared.items()):
+            terminalreporter.write_line(f"agenteval: worker {worker} {note}", yellow=True)
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.recorder.node_collected(list(ids))
@@ -111,7 +126,28 @@ def worker_setup(config: pytest.Config) -> None:
     runtime.runner.fingerprint = shipped["fingerprint"]
     stops = shipped.get("stops")
     if stops:
-        runtime.join_run(Stops(Path(stops["run_dir"]), stops["deadline"]))
+        joined, unshared = worker_stops(stops, runtime.agenteval_dir)
+        if unshared:
+            config.workeroutput[UNSHARED] = unshared  # type: ignore[attr-defined]
+        runtime.join_run(joined)
+
+
+def worker_stops(shipped: dict[str, Any], local: Path | None) -> tuple[Stops, str | None]:
+    """The stops a worker checks: in the controller's run folder when the worker sees it;
+    otherwise (another machine or working directory) in a folder of its own machine, so limits
+    hold among that machine's workers and nothing is written where the controller's path
+    happens to point. Also says why, when the run folder is not shared."""
+    run_dir = Path(shipped["run_dir"])
+    if (run_dir / "run.json").is_file():
+        return Stops(run_dir, shipped["deadline"]), None
+    base = local if local is not None else Path(tempfile.gettempdir()) / "agenteval"
+    own = base / "unshared" / run_dir.name
+    note = (
+        f"does not see the run folder {run_dir} (another machine or working directory): "
+        "agent limits hold only among the workers of its machine, and cancel, the spend and "
+        "token caps and a Ctrl-C of the controller do not reach it (the deadline does)"
+    )
+    return Stops(own, shipped["deadline"]), note
 
 
 def _stops(stops: Stops | None) -> dict[str, Any] | None:

@@ -109,7 +109,7 @@ class Stops:
         except (OSError, ValueError):
             return
         kind = data.get("kind")
-        if data.get("schema") == STOP_SCHEMA and kind in STOP_KINDS:
+        if data.get("schema") == STOP_SCHEMA and kind in (*STOP_KINDS, "interrupted"):
             self.halt(kind, str(data.get("reason", kind)))
 
 
