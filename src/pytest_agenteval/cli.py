@@ -162,6 +162,7 @@ def _runs(args: argparse.Namespace) -> int:
         names = "+".join(d["name"] for d in run.datasets)
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created_at))
         narrowed = f", narrowed by {run.narrowed_by}" if run.narrowed_by else ""
+        narrowed += f", shard {run.shard}" if run.shard else ""
         print(
             f"{run.run_id:10} {names:24} {started:19} {run.done:>6}/{run.planned:<6}  "
             f"{run.status}{narrowed}"

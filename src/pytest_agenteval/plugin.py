@@ -17,6 +17,7 @@ import pytest
 
 from . import hookspecs
 from .core import options
+from .core.shards import parse_shard
 from .sources.discovery import dataset_args
 
 
@@ -199,6 +200,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="WHEN",
         help="start no attempt after WHEN: a duration from now (90s, 30m, 1h30m) or an ISO "
         "time (2026-12-01T18:00); the rest are skipped and the run's status is 'deadline'.",
+    )
+    option(
+        "--agenteval-shard",
+        dest="agenteval_shard",
+        type=parse_shard,
+        metavar="I/N",
+        ini=("agenteval_shard", "string"),
+        help="run shard I of N (1 <= I <= N): every attempt of a task lands in the same shard, "
+        "the rest are deselected; auto reads CI_NODE_INDEX and CI_NODE_TOTAL.",
     )
     option(
         "--agenteval-allow-errors",

@@ -14,6 +14,7 @@ import pytest
 from ..core.errors import StoreError
 from ..core.model import Key
 from ..core.records import plan_key
+from ..core.shards import parse_shard
 from ..store.plan import Plan
 from ..store.stops import Stops
 from .recorder import Recorder
@@ -45,6 +46,7 @@ class XdistHooks:
                 "plan": plan.to_json(),
                 "fingerprint": self.runtime.runner.fingerprint,
                 "stops": _stops(self.runtime.stops),
+                "shard": str(self.runtime.shard) if self.runtime.shard else None,
             }
         return self._shipment
 
@@ -109,9 +111,14 @@ def worker_setup(config: pytest.Config) -> None:
     except StoreError as exc:
         raise pytest.UsageError(str(exc)) from None
     runtime.runner.fingerprint = shipped["fingerprint"]
+    shard = shipped.get("shard")  # `auto` as the controller resolved it: a remote env may differ
+    runtime.shard = parse_shard(shard) if shard else None  # type: ignore[assignment]
     stops = shipped.get("stops")
     if stops:
-        runtime.join_run(Stops(Path(stops["run_dir"]), stops["deadline"]))
+        run_dir = Path(stops["run_dir"])
+        # A remote worker cannot see the controller's run folder: the deadline still holds;
+        # cancel, caps and agent limits then act through the controller only (see README).
+        runtime.join_run(Stops(run_dir if run_dir.is_dir() else None, stops["deadline"]))
 
 
 def _stops(stops: Stops | None) -> dict[str, Any] | None:
