@@ -88,10 +88,12 @@ class Part:
     folder: Path
     info: RunInfo
     shards: list[ShardRun]
+    source: Path
+    """The source it was found in, as the user named it."""
 
     def __str__(self) -> str:
         which = ", ".join(str(s.shard) for s in self.shards)
-        return f"run {self.info.run_id} (shard {which}) in {self.folder.parent}"
+        return f"run {self.info.run_id} (shard {which}, from {self.source})"
 
 
 @dataclass(frozen=True)
@@ -128,10 +130,10 @@ def find_parts(source: Path) -> list[Part]:
     """The runs a source holds: itself if it is a run folder; else, in a store, the newest
     run of each shard (and merged runs)."""
     if (source / "run.json").is_file():
-        return [_part(source)]
+        return [_part(source, source)]
     for runs in (source / "agenteval" / "runs", source / "runs", source):
         if runs.is_dir() and any((p / "run.json").is_file() for p in runs.iterdir()):
-            return _newest_per_shard([_part(p) for p in _run_folders(runs)])
+            return _newest_per_shard([_part(p, source) for p in _run_folders(runs)])
     raise MergeError(
         f"{source}: no run found (give a run folder, holding run.json, or a pytest cache dir)"
     )
@@ -153,7 +155,7 @@ def _newest_per_shard(parts: list[Part]) -> list[Part]:
     return list(newest.values())
 
 
-def _part(folder: Path) -> Part:
+def _part(folder: Path, source: Path) -> Part:
     store = Store(folder.parent.parent)
     try:
         info = store.run(folder.name)
@@ -180,7 +182,7 @@ def _part(folder: Path) -> Part:
         ]
     else:
         shards = []
-    return Part(folder, info, shards)
+    return Part(folder, info, shards, source)
 
 
 def check_parts(parts: list[Part], *, allow_drift: bool) -> list[ShardRun]:
@@ -256,7 +258,7 @@ def _overlaps(by_index: dict[int, dict[str, tuple[ShardRun, Part]]]) -> list[str
             continue
         held = [(shard, part, _task_ids(part, shard)) for shard, part in runs.values()]
         common = set.intersection(*(tasks for _, _, tasks in held))
-        names = "; ".join(f"run {s.run_id} in {p.folder.parent}" for s, p, _ in held)
+        names = " and ".join(f"run {s.run_id} (from {p.source})" for s, p, _ in held)
         tasks = f"both hold tasks {_listed(common)}" if common else "they hold no task in common"
         problems.append(
             f"overlapping shards: shard {index}/{held[0][0].shard.total} is in {names}; {tasks}. "
