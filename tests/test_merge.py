@@ -78,7 +78,9 @@ def test_three_shards_merge_into_the_unsharded_run(
     whole = json.loads((whole_dir / "summary.json").read_text())
     caches = run_shards(pytester)
     out = pytester.path / "merged"
-    assert merge(*caches, "--out", out) == 0
+    # A SRC is a cache dir, a folder of run folders (a CI artifact) or a run folder.
+    (run3,) = (caches[2] / "agenteval/runs").iterdir()
+    assert merge(caches[0], caches[1] / "agenteval/runs", run3, "--out", out) == 0
     summary = merged_summary(out)
     assert comparable(summary) == comparable(whole)
     assert summary["counts"]["load_error"] == 1 and summary["status"] == "complete"
@@ -167,9 +169,18 @@ def session(pytester: pytest.Pytester, cache: str, shard: str, *extra: str) -> P
 def test_merge_gates_on_the_pass_rate(
     pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--min-pass-rate judges the merged run as --agenteval-min-pass-rate judges a session."""
+    """--min-pass-rate judges the merged run as --agenteval-min-pass-rate judges a session; the
+    README's shard flags keep shard sessions green although attempts fail or error."""
     dataset({k: v for k, v in TASKS.items() if k != "broken.yaml"})
-    caches = run_shards(pytester)
+    green = ["--agenteval-min-pass-rate", "0", "--agenteval-allow-errors"]
+    caches = []
+    for i in (1, 2, 3):
+        cache = pytester.path / f"shard{i}"
+        result = pytester.runpytest_subprocess(
+            *ARGS, "--agenteval-shard", f"{i}/3", *green, "-o", f"cache_dir={cache}"
+        )
+        assert result.ret == 0
+        caches.append(cache)
     out = pytester.path / "merged"
     assert merge(*caches, "--out", out, "--min-pass-rate", "0.5", "--allow-errors") == 0
     assert "gate met: pass@1 0.583" in capsys.readouterr().out

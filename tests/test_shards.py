@@ -114,7 +114,7 @@ def test_resuming_a_shard_continues_that_shards_run(
     calls = len(dataset.calls())
     result = pytester.runpytest_subprocess(*args, "--agenteval-shard", "2/3", "--resume-suite")
     result.assert_outcomes(passed=3, failed=1, deselected=8)
-    result.stdout.fnmatch_lines([f"agenteval: run {second} (resuming)*"])
+    result.stdout.fnmatch_lines([f"agenteval: run {second} (resuming) · shard 2/3 · store *"])
     assert len(dataset.calls()) == calls
     wrong = pytester.runpytest_subprocess(
         *args, "--agenteval-shard", "3/3", "--resume-suite", "--agenteval-run-id", second

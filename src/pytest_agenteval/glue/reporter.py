@@ -44,7 +44,10 @@ class Reporter:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         state = "resuming" if self.run.resumed else self.run.note or "new"
-        lines = [f"agenteval: run {self.run.run_id} ({state}) · store {self.store.describe()}"]
+        shard = f" · shard {self.runtime.shard}" if self.runtime.shard else ""
+        lines = [
+            f"agenteval: run {self.run.run_id} ({state}){shard} · store {self.store.describe()}"
+        ]
         if self.run.died_running:
             lines.append(
                 f"agenteval: the last session of this run died while the agent ran "
