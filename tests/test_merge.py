@@ -5,6 +5,7 @@ run; partial, overlapping or drifting shards are refused by name; merging is ide
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,10 @@ def test_three_shards_merge_into_the_unsharded_run(
     caches = run_shards(pytester)
     out = pytester.path / "merged"
     # A SRC is a cache dir, a folder of run folders (a CI artifact) or a run folder.
+    artifact = pytester.path / "artifacts/agenteval-shard-2"
+    shutil.copytree(caches[1] / "agenteval/runs", artifact)
     (run3,) = (caches[2] / "agenteval/runs").iterdir()
-    assert merge(caches[0], caches[1] / "agenteval/runs", run3, "--out", out) == 0
+    assert merge(caches[0], artifact, run3, "--out", out) == 0
     summary = merged_summary(out)
     assert comparable(summary) == comparable(whole)
     assert summary["counts"]["load_error"] == 1 and summary["status"] == "complete"

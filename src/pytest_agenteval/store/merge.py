@@ -133,7 +133,10 @@ def find_parts(source: Path) -> list[Part]:
         return [_part(source, source)]
     for runs in (source / "agenteval" / "runs", source / "runs", source):
         if runs.is_dir() and any((p / "run.json").is_file() for p in runs.iterdir()):
-            return _newest_per_shard([_part(p, source) for p in _run_folders(runs)])
+            found = _newest_per_shard([_part(p, source) for p in _run_folders(runs)])
+            if not found:
+                raise MergeError(f"{source}: holds no shard's run (made with --agenteval-shard)")
+            return found
     raise MergeError(
         f"{source}: no run found (give a run folder, holding run.json, or a pytest cache dir)"
     )
@@ -156,7 +159,7 @@ def _newest_per_shard(parts: list[Part]) -> list[Part]:
 
 
 def _part(folder: Path, source: Path) -> Part:
-    store = Store(folder.parent.parent)
+    store = Store(folder.parent.parent, runs_dir=folder.parent)
     try:
         info = store.run(folder.name)
     finally:

@@ -98,10 +98,12 @@ def new_run_id() -> str:
 class Store:
     """Runs below `root` (`<cache_dir>/agenteval`); without a cache dir, a temporary folder."""
 
-    def __init__(self, root: Path | None) -> None:
+    def __init__(self, root: Path | None, *, runs_dir: Path | None = None) -> None:
+        """`runs_dir`: the folder of run folders, when it is not `root/runs` (an unpacked CI
+        artifact that `agenteval merge` reads)."""
         self.temporary = root is None
         self.root = Path(tempfile.mkdtemp(prefix="agenteval-store-")) if root is None else root
-        self.runs_dir = self.root / "runs"
+        self.runs_dir = runs_dir or self.root / "runs"
         try:
             self.runs_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
