@@ -65,7 +65,6 @@ def junit_cases(path: Path) -> list[tuple[Any, ...]]:
     return cases
 
 
-@pytest.mark.slow
 def test_three_shards_merge_into_the_unsharded_run(
     pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -74,7 +73,7 @@ def test_three_shards_merge_into_the_unsharded_run(
     listed by `agenteval runs`, re-rendered by `agenteval report`, checked clean by `agenteval
     repair`, and --resume-suite continues it without calling the agent."""
     dataset(TASKS)
-    pytester.runpytest_subprocess(*ARGS, "-o", "cache_dir=whole")
+    pytester.runpytest(*ARGS, "-o", "cache_dir=whole")
     (whole_dir,) = (pytester.path / "whole/agenteval/runs").iterdir()
     whole = json.loads((whole_dir / "summary.json").read_text())
     caches = run_shards(pytester)
@@ -98,7 +97,7 @@ def test_three_shards_merge_into_the_unsharded_run(
     assert "12 stored attempts checked" in capsys.readouterr().out
     check_idempotent(caches, out, folder)
     calls = len(dataset.calls())
-    result = pytester.runpytest_subprocess(*ARGS, "--resume-suite", "-o", f"cache_dir={out}")
+    result = pytester.runpytest(*ARGS, "--resume-suite", "-o", f"cache_dir={out}")
     result.stdout.fnmatch_lines([f"agenteval: run {summary['run_id']} (resuming)*"])
     assert len(dataset.calls()) == calls
 
@@ -120,7 +119,6 @@ def check_idempotent(caches: list[Path], out: Path, folder: Path) -> None:
     assert sorted(first[0].splitlines()) == sorted(stored)
 
 
-@pytest.mark.slow
 def test_partial_overlapping_drifting_or_damaged_shards_are_refused(
     pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -162,13 +160,10 @@ def test_partial_overlapping_drifting_or_damaged_shards_are_refused(
 def session(pytester: pytest.Pytester, cache: str, shard: str, *extra: str) -> Path:
     """One shard's session in its own cache dir."""
     path = pytester.path / cache
-    pytester.runpytest_subprocess(
-        *ARGS, "--agenteval-shard", shard, *extra, "-o", f"cache_dir={path}"
-    )
+    pytester.runpytest(*ARGS, "--agenteval-shard", shard, *extra, "-o", f"cache_dir={path}")
     return path
 
 
-@pytest.mark.slow
 def test_merge_gates_on_the_pass_rate(
     pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -179,7 +174,7 @@ def test_merge_gates_on_the_pass_rate(
     caches = []
     for i in (1, 2, 3):
         cache = pytester.path / f"shard{i}"
-        result = pytester.runpytest_subprocess(
+        result = pytester.runpytest(
             *ARGS, "--agenteval-shard", f"{i}/3", *green, "-o", f"cache_dir={cache}"
         )
         assert result.ret == 0

@@ -91,13 +91,13 @@ def test_a_shard_deselects_other_tasks_and_is_its_own_run(
     and is a whole run of its shard (not narrowed); load errors are reported by shard 1 only."""
     dataset({**TASKS, "broken.yaml": "input: ["})
     args = ["--agenteval", "ds", "--attempts", "2", "-p", "no:xdist"]
-    result = pytester.runpytest_subprocess(*args, "--agenteval-shard", "2/3")
+    result = pytester.runpytest(*args, "--agenteval-shard", "2/3")
     result.assert_outcomes(passed=3, failed=1, deselected=9)
     run = run_json(pytester.path, summary_of(pytester)["run_id"])
     assert run["shard"] == "2/3" and not run.get("narrowed") and run["planned"] == 4
     ran = {line.split()[0] for line in dataset.calls()}
     assert ran == set(SHARDED[2])
-    first = pytester.runpytest_subprocess(*args, "--agenteval-shard", "1/3")
+    first = pytester.runpytest(*args, "--agenteval-shard", "1/3")
     first.assert_outcomes(passed=3, failed=1, errors=1, deselected=8)
 
 
@@ -108,15 +108,15 @@ def test_resuming_a_shard_continues_that_shards_run(
     agent call), and a run id of another shard is refused by name."""
     dataset(TASKS)
     args = ["--agenteval", "ds", "--attempts", "2", "-p", "no:xdist"]
-    pytester.runpytest_subprocess(*args, "--agenteval-shard", "2/3")
+    pytester.runpytest(*args, "--agenteval-shard", "2/3")
     second = summary_of(pytester)["run_id"]
-    pytester.runpytest_subprocess(*args, "--agenteval-shard", "1/3")
+    pytester.runpytest(*args, "--agenteval-shard", "1/3")
     calls = len(dataset.calls())
-    result = pytester.runpytest_subprocess(*args, "--agenteval-shard", "2/3", "--resume-suite")
+    result = pytester.runpytest(*args, "--agenteval-shard", "2/3", "--resume-suite")
     result.assert_outcomes(passed=3, failed=1, deselected=8)
     result.stdout.fnmatch_lines([f"agenteval: run {second} (resuming) · shard 2/3 · store *"])
     assert len(dataset.calls()) == calls
-    wrong = pytester.runpytest_subprocess(
+    wrong = pytester.runpytest(
         *args, "--agenteval-shard", "3/3", "--resume-suite", "--agenteval-run-id", second
     )
     wrong.stderr.fnmatch_lines([f"*run {second} is of shard 2/3, and this session runs shard 3/3*"])
