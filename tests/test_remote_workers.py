@@ -54,3 +54,31 @@ def test_workers_in_another_folder_give_the_same_run(
     assert not (pytester.path / "ds/calls.log").exists()
     assert len((remote / "ds/calls.log").read_text().splitlines()) == 6
     assert not list(remote.glob(".pytest_cache/agenteval/runs/*"))
+
+
+UNSEEN = """
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    shipped = getattr(config, "workerinput", {}).get("agenteval")
+    if shipped and shipped.get("stops"):
+        shipped["stops"]["run_dir"] = "/proc/agenteval-run-on-another-machine"
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_see_the_run_folder_still_runs(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A worker to which the controller's run folder does not exist (another machine) runs its
+    attempts under agent limits and a deadline instead of failing to reach the folder."""
+    dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
+    pytester.makeconftest(UNSEEN)
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--attempts", "2", "-n", "2",
+        "--agenteval-max-in-flight", "1", "--agenteval-deadline", "1h",
+    )  # fmt: skip
+    result.assert_outcomes(passed=4)
+    assert len(stored(pytester.path)) == 4
