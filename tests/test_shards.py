@@ -101,6 +101,26 @@ def test_a_shard_deselects_other_tasks_and_is_its_own_run(
     first.assert_outcomes(passed=3, failed=1, errors=1, deselected=8)
 
 
+def test_shard_sessions_select_every_attempt_exactly_once(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """The attempts that 3 shard sessions select (`--co`) are those of the unsharded session,
+    each selected by one shard, all attempts of a task by the same one."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(12)})
+    args = ["--agenteval", "ds", "--attempts", "3", "--co", "-q"]
+
+    def selected(*extra: str) -> list[str]:
+        lines = pytester.runpytest(*args, *extra).outlines
+        return [line for line in lines if "::" in line]
+
+    whole = selected()
+    shards = [selected("--agenteval-shard", f"{i}/3") for i in (1, 2, 3)]
+    assert sorted(n for part in shards for n in part) == sorted(whole) and len(whole) == 36
+    for part in shards:
+        tasks = {nodeid.split("::")[1].split("[")[0] for nodeid in part}
+        assert len(part) == 3 * len(tasks)
+
+
 def test_resuming_a_shard_continues_that_shards_run(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
