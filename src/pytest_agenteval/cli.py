@@ -128,15 +128,21 @@ def _parser() -> argparse.ArgumentParser:
         "sources", nargs="+", type=Path, metavar="SRC", help="a shard's run folder or cache dir"
     )
     merge.add_argument(
-        "--out", type=Path, required=True, help="the cache dir to write the merged run into"
+        "--out",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="the cache dir to write the merged run into",
     )
-    merge.add_argument("--min-pass-rate", type=options.rate, help="exit 1 when pass@1 < X")
+    merge.add_argument(
+        "--min-pass-rate", type=options.rate, metavar="X", help="exit 1 when pass@1 < X"
+    )
     merge.add_argument("--allow-errors", action="store_true", help="errors do not fail the gate")
     merge.add_argument(
         "--allow-drift", action="store_true", help="merge shards of other agents or versions"
     )
-    merge.add_argument("--task-rule", default="any", type=options.task_rule)
-    merge.add_argument("--pass-k", type=options.pass_ks)
+    merge.add_argument("--task-rule", default="any", type=options.task_rule, metavar="RULE")
+    merge.add_argument("--pass-k", type=options.pass_ks, metavar="K,K,...")
     merge.set_defaults(command=_merge)
 
     validate = sub.add_parser("validate", help="load datasets and report every problem")

@@ -14,6 +14,7 @@ when two different runs claim one shard; and when a source's stored attempts are
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -166,7 +167,13 @@ def _part(folder: Path, source: Path) -> Part:
         store.close()
     assert info is not None  # the folder holds a run.json
     if info.merged_from:
-        shards = [ShardRun.from_json(entry) for entry in info.merged_from]
+        try:
+            shards = [ShardRun.from_json(entry) for entry in info.merged_from]
+        except (KeyError, TypeError, AssertionError, argparse.ArgumentTypeError) as exc:
+            raise MergeError(
+                f"{folder / 'run.json'}: its {MERGED_FROM!r} is damaged ({exc!r}); merge the "
+                "shard runs themselves"
+            ) from None
     elif info.shard:
         last = info.sessions[-1] if info.sessions else {}
         shard = parse_shard(info.shard)
