@@ -59,6 +59,24 @@ def test_auto_reads_the_ci_node_variables() -> None:
         resolve_shard("auto", {"CI_NODE_INDEX": "0", "CI_NODE_TOTAL": "4"})
 
 
+def test_ini_auto_takes_the_shard_from_the_environment(
+    pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ini `agenteval_shard = auto` reads CI_NODE_INDEX/CI_NODE_TOTAL; values out of range are
+    a usage error naming the variables."""
+    dataset({"a.yaml": task("ok")})
+    pytester.makeini("[pytest]\nagenteval_shard = auto\n")
+    monkeypatch.setenv("CI_NODE_INDEX", "2")
+    monkeypatch.setenv("CI_NODE_TOTAL", "3")
+    result = pytester.runpytest("--agenteval", "ds", "-p", "no:xdist")
+    result.stdout.fnmatch_lines(["agenteval: run * (new) · shard 2/3 · store *"])
+    monkeypatch.setenv("CI_NODE_INDEX", "4")
+    bad = pytester.runpytest("--agenteval", "ds", "-p", "no:xdist")
+    bad.stderr.fnmatch_lines(
+        ["*--agenteval-shard: CI_NODE_INDEX=4 CI_NODE_TOTAL=3 is not a shard*"]
+    )
+
+
 def ids_in_shards(total: int, per_shard: int) -> dict[int, list[str]]:
     """Task ids chosen so that each of `total` shards holds `per_shard` of them."""
     found: dict[int, list[str]] = {i: [] for i in range(1, total + 1)}
