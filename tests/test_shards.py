@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import DatasetMaker, run_ids, summary_of, task
+from pytest_agenteval.cli import main
 from pytest_agenteval.core.shards import Shard, parse_shard, resolve_shard, shard_of
 
 TASK_IDS = st.sets(st.text(min_size=1, max_size=12), min_size=1, max_size=60)
@@ -159,6 +160,24 @@ def test_resuming_a_shard_continues_that_shards_run(
     )
     wrong.stderr.fnmatch_lines([f"*run {second} is of shard 2/3, and this session runs shard 3/3*"])
     assert len(run_ids(pytester.path)) == 2
+
+
+def test_a_repaired_shard_run_keeps_its_shard(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A shard run whose run.json is lost is rebuilt by `agenteval repair` with its shard (from
+    summary.json), so its shard's --resume-suite still continues it."""
+    dataset(TASKS)
+    args = ["--agenteval", "ds", "--attempts", "2", "-p", "no:xdist", "--agenteval-shard", "2/3"]
+    pytester.runpytest(*args)
+    run_id = summary_of(pytester)["run_id"]
+    assert summary_of(pytester)["shard"] == "2/3"
+    (pytester.path / f".pytest_cache/agenteval/runs/{run_id}/run.json").unlink()
+    cache = str(pytester.path / ".pytest_cache")
+    assert main(["repair", run_id, "--cache-dir", cache]) == 0
+    assert run_json(pytester.path, run_id)["shard"] == "2/3"
+    result = pytester.runpytest(*args, "--resume-suite")
+    result.stdout.fnmatch_lines([f"agenteval: run {run_id} (resuming) · shard 2/3*"])
 
 
 @pytest.mark.slow

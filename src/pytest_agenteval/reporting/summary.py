@@ -101,6 +101,8 @@ class Summary(BaseModel):
     """Tasks that could not be loaded: dataset, label (task id or file), path, message."""
     store_problems: list[StoreProblemSummary] = []
     """Damage in the run store found while the run was resumed or summarized."""
+    shard: str | None = None
+    """`I/N` for a run of one shard (`--agenteval-shard`); absent for a run of every task."""
 
 
 def build_summary(
@@ -148,6 +150,7 @@ def build_summary(
         "tasks": [_task_json(t, by_task[(t.dataset, t.task_id)], estimates) for t in tasks],
         "load_errors": load_errors,
         "store_problems": store_problems or [],
+        **({"shard": run.shard} if run.shard else {}),
     }
 
 
