@@ -140,6 +140,18 @@ def test_shard_sessions_select_every_attempt_exactly_once(
         assert len(part) == 3 * len(tasks)
 
 
+def test_an_empty_shard_succeeds_and_is_kept(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A shard that holds no task exits 0 and keeps its (empty) run for merge; a shard whose
+    tasks `-m` all leaves out still exits 5 (nothing selected)."""
+    dataset({f"{SHARDED[1][0]}.yaml": task("ok", tags=["smoke"])})
+    args = ["--agenteval", "ds", "-p", "no:xdist"]
+    assert pytester.runpytest(*args, "--agenteval-shard", "2/3").ret == 0
+    assert run_json(pytester.path, summary_of(pytester)["run_id"])["shard"] == "2/3"
+    assert pytester.runpytest(*args, "--agenteval-shard", "1/3", "-m", "typo").ret == 5
+
+
 def test_resuming_a_shard_continues_that_shards_run(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
