@@ -103,10 +103,11 @@ def test_three_shards_merge_into_the_unsharded_run(
 
 
 def check_idempotent(caches: list[Path], out: Path, folder: Path) -> None:
-    """Merging again, or merging the merged run with a shard it holds, writes the same run:
-    same id, same records byte for byte, and the records are those the shards stored."""
+    """Merging again (sources in another order), or merging the merged run with a shard it
+    holds, writes the same run: same id, same records and index byte for byte, and the records
+    are those the shards stored."""
     first = (folder / "records.jsonl").read_bytes(), (folder / "index.jsonl").read_bytes()
-    assert merge(*caches, "--out", out) == 0
+    assert merge(*reversed(caches), "--out", out) == 0
     assert merge(out, caches[1], "--out", out) == 0
     assert [p.name for p in (out / "agenteval/runs").iterdir()] == [folder.name]
     assert ((folder / "records.jsonl").read_bytes(), (folder / "index.jsonl").read_bytes()) == first

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..core.errors import StoreError, os_failure
 from ..core.model import Key
-from ..core.records import index_line
+from ..core.records import AttemptRecord, index_line
 from ..core.shards import Shard, parse_shard
 from .files import RunFiles, locked, write_json
 from .index import read_index
@@ -111,6 +111,7 @@ def merge_runs(sources: Iterable[Path], out: Path, *, allow_drift: bool = False)
     """Merge the shard runs found in `sources` into one run in the store of cache dir `out`."""
     parts = [part for source in sources for part in find_parts(source)]
     shards = check_parts(parts, allow_drift=allow_drift)
+    parts.sort(key=lambda part: min(s.shard.index for s in part.shards))  # order given: no matter
     run_id = merged_id(shards)
     store_root = out / "agenteval"
     final = store_root / "runs" / run_id
@@ -304,28 +305,28 @@ def _copy_records(parts: list[Part], folder: Path) -> int:
     try:
         files.lock()
         for part in parts:
-            for key, data in _stored(part):
+            for key, data, record in _stored(part):
+                digest = hashlib.sha256(data).digest()
                 seen = copied.get(key)
                 if seen is not None:
-                    if seen[0] != hashlib.sha256(data).digest():
+                    if seen[0] != digest:
                         raise MergeError(
                             f"{key[1]} attempt {key[2]} has different records in {seen[1]} and "
                             f"{part} (was a shard run again after it was merged?); merge the "
                             "shard runs themselves"
                         )
                     continue
-                record, _ = parse_record(data, key)
-                assert record is not None  # _stored checked it
                 offset, length = files.append_record(data.decode("utf-8"))
-                files.append_index(json.dumps(index_line(record, offset, length)))
-                copied[key] = (hashlib.sha256(data).digest(), part)
+                line = index_line(record, offset, length)
+                files.append_index(json.dumps(line, ensure_ascii=False))
+                copied[key] = (digest, part)
     finally:
         files.close()
     return len(copied)
 
 
-def _stored(part: Part) -> Iterator[tuple[Key, bytes]]:
-    """Each attempt's stored record bytes; damage refuses the merge (naming it)."""
+def _stored(part: Part) -> Iterator[tuple[Key, bytes, AttemptRecord]]:
+    """Each attempt's stored record, as bytes and parsed; damage refuses the merge (naming it)."""
     index = part.folder / "index.jsonl"
     if not index.exists():  # a shard that held no task
         return
@@ -337,11 +338,11 @@ def _stored(part: Part) -> Iterator[tuple[Key, bytes]]:
             for key, (offset, length) in read.offsets.items():
                 f.seek(offset)
                 data = f.read(length)
-                _, problem = parse_record(data, key)
-                if problem:
+                record, problem = parse_record(data, key)
+                if record is None:
                     damage.append(f"{path}: {problem}")
                 else:
-                    yield key, data
+                    yield key, data, record
     except FileNotFoundError:
         if read.offsets:
             damage.append(f"{path} is missing")
