@@ -131,6 +131,30 @@ def _parser() -> argparse.ArgumentParser:
 
     register(sub, cache_option, _open_store)  # show, export, diff
 
+    merge = sub.add_parser(
+        "merge", help="merge the runs of a suite's shards (--agenteval-shard) into one run"
+    )
+    merge.add_argument(
+        "sources", nargs="+", type=Path, metavar="SRC", help="a shard's run folder or cache dir"
+    )
+    merge.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="the cache dir to write the merged run into",
+    )
+    merge.add_argument(
+        "--min-pass-rate", type=options.rate, metavar="X", help="exit 1 when pass@1 < X"
+    )
+    merge.add_argument("--allow-errors", action="store_true", help="errors do not fail the gate")
+    merge.add_argument(
+        "--allow-drift", action="store_true", help="merge shards of other agents or versions"
+    )
+    merge.add_argument("--task-rule", default="any", type=options.task_rule, metavar="RULE")
+    merge.add_argument("--pass-k", type=options.pass_ks, metavar="K,K,...")
+    merge.set_defaults(command=_merge)
+
     validate = sub.add_parser("validate", help="load datasets and report every problem")
     validate.add_argument("datasets", nargs="+", type=Path, metavar="DATASET")
     validate.set_defaults(command=_validate)
@@ -172,6 +196,8 @@ def _runs(args: argparse.Namespace) -> int:
         names = "+".join(d["name"] for d in run.datasets)
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created_at))
         narrowed = f", narrowed by {run.narrowed_by}" if run.narrowed_by else ""
+        narrowed += f", shard {run.shard}" if run.shard else ""
+        narrowed += f", merged from {len(run.merged_from)} shards" if run.merged_from else ""
         print(
             f"{run.run_id:10} {names:24} {started:19} {run.done:>6}/{run.planned:<6}  "
             f"{run.status}{narrowed}"
@@ -302,6 +328,12 @@ def _status(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 0
         print()
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from .reporting.merged import merge_command
+
+    return merge_command(args)
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ import pytest
 
 from . import hookspecs
 from .core import options
+from .core.shards import parse_shard
 from .sources.discovery import dataset_args
 
 
@@ -234,6 +235,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ini=("agenteval_interrupt_grace", "string"),
         help="with attempts in flight, seconds they get to finish after the first Ctrl-C "
         "(default 30); then they are given up on, skipped and not recorded.",
+    )
+    option(
+        "--agenteval-shard",
+        dest="agenteval_shard",
+        type=parse_shard,
+        metavar="I/N",
+        ini=("agenteval_shard", "string"),
+        help="run shard I of N (1 <= I <= N): every attempt of a task lands in the same shard, "
+        "the rest are deselected; auto reads CI_NODE_INDEX and CI_NODE_TOTAL.",
     )
     option(
         "--agenteval-allow-errors",

@@ -14,6 +14,7 @@ from _pytest._code.code import ExceptionInfo
 
 from ..core.errors import TaskFileError, display_path
 from ..core.records import item_name
+from ..core.shards import Shard
 from ..sources.dataset import Dataset, TaskDef, find_task, load_dataset, load_task_file
 from ..sources.discovery import (
     TASK_SUFFIXES,
@@ -295,8 +296,38 @@ class CollectHooks:
             gc.unfreeze()
             self.froze = False
 
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """`--agenteval-shard I/N`: deselect (not skip) the attempts of other shards' tasks, and
+        load errors outside shard 1, so each shard's JUnit holds only what it ran."""
+        shard = config.stash[RUNTIME].shard
+        if shard is not None:
+            kept, dropped = split_by_shard(items, shard)
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+                items[:] = kept
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         runtime = session.config.stash[RUNTIME]
         runtime.specs.save()
         for dataset in runtime.datasets:
             dataset.forget_reads()
+
+
+def split_by_shard(items: list[pytest.Item], shard: Shard) -> tuple[list[pytest.Item], list[Any]]:
+    """The items the shard runs, and the rest; other tests (not ours) always stay."""
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    held: dict[tuple[str, str], bool] = {}
+    for item in items:
+        if isinstance(item, AttemptItem):
+            task = item.task
+            where = (task.dataset.name, task.id)
+            mine = held.get(where)
+            if mine is None:
+                mine = held[where] = shard.holds(*where)
+        else:
+            mine = not isinstance(item, LoadErrorItem) or shard.reports_load_errors
+        (kept if mine else dropped).append(item)
+    return kept, dropped

@@ -50,6 +50,7 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
         rerun_all=settings.rerun_all,
         allow_drift=settings.allow_drift,
         dry=dry_run(config),
+        shard=str(runtime.shard) if runtime.shard else None,
     )
     try:
         run = open_run(store, request)

@@ -113,7 +113,8 @@ class Recorder:
         if self.dry:
             return
         run = self.run
-        if not keys and not broken and not run.resumed:
+        # An empty shard is kept: merge must see that the shard ran and held no task.
+        if not keys and not broken and not run.resumed and self.runtime.shard is None:
             self.store.drop_run(run.run_id)
             run.dropped = True
             return

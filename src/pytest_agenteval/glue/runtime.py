@@ -13,6 +13,7 @@ import pytest
 
 from ..core.errors import AgentUnavailable, TaskFileError, display_path
 from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, Key, TaskSpec
+from ..core.shards import Shard
 from ..execution.agents import AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
 from ..execution.limits import LimitGate, Limits
@@ -41,6 +42,8 @@ class Runtime:
     plan: Plan = field(default_factory=Plan)
     stops: Stops | None = None
     """The run's stops (cancel, caps, deadline), once the run is known."""
+    shard: Shard | None = None
+    """The shard this process collects (the settings', or what the controller shipped)."""
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
@@ -52,6 +55,7 @@ class Runtime:
         # Innermost roots first, as "root/" prefixes, so nested datasets match correctly.
         ordered = sorted(self.datasets, key=lambda d: len(d.root.parts), reverse=True)
         self._roots = [(str(d.root) + os.sep, d) for d in ordered]
+        self.shard = self.shard or self.settings.shard
 
     def join_run(self, stops: Stops) -> None:
         """Share the run's folder with its other processes: check `stops` before each attempt
@@ -112,10 +116,13 @@ class Runtime:
                         yield loaded
 
     def whole_keys(self) -> set[Key]:
-        """Every attempt a session must select to be a run of its datasets whole."""
+        """Every attempt a session must select to be a run of its datasets whole (of its
+        shard's part of them, when sharded)."""
+        shard = self.shard
         return {
             (task.dataset.name, task.id, attempt)
             for task in self.all_tasks()
+            if shard is None or shard.holds(task.dataset.name, task.id)
             for attempt in range(self.attempts_for(task.dataset))
         }
 

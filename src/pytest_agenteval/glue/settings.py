@@ -7,6 +7,7 @@ dataset manifest (applied where the manifest's value is used).
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 
 from ..core import options
 from ..core.model import CallableAgentSpec
+from ..core.shards import Shard, parse_shard, resolve_shard
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Settings:
     """Seconds attempts in flight get after the first Ctrl-C (`--agenteval-interrupt-grace`)."""
     show_plan: bool
     invocation_dir: Path
+    shard: Shard | None = None
+    """The shard this session runs (`--agenteval-shard`, `auto` resolved); None: all tasks."""
 
 
 def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
@@ -110,7 +114,17 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         interrupt_grace=_setting(config, "agenteval_interrupt_grace", options.positive_float),
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
+        shard=_shard(config),
     )
+
+
+def _shard(config: pytest.Config) -> Shard | None:
+    """`--agenteval-shard`, else ini `agenteval_shard`; `auto` read from the environment."""
+    value = _setting(config, "agenteval_shard", parse_shard)
+    try:
+        return resolve_shard(value, os.environ)
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"--agenteval-shard: {exc}") from None
 
 
 def dry_run(config: pytest.Config) -> bool:

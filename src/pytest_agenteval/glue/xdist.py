@@ -15,6 +15,7 @@ import pytest
 from ..core.errors import StoreError
 from ..core.model import Key
 from ..core.records import plan_key
+from ..core.shards import parse_shard
 from ..store.plan import Plan
 from ..store.stops import Stops
 from .recorder import Recorder
@@ -50,6 +51,7 @@ class XdistHooks:
                 "plan": plan.to_json(),
                 "fingerprint": self.runtime.runner.fingerprint,
                 "stops": _stops(self.runtime.stops),
+                "shard": str(self.runtime.shard) if self.runtime.shard else None,
             }
         return self._shipment
 
@@ -124,6 +126,8 @@ def worker_setup(config: pytest.Config) -> None:
     except StoreError as exc:
         raise pytest.UsageError(str(exc)) from None
     runtime.runner.fingerprint = shipped["fingerprint"]
+    shard = shipped.get("shard")  # `auto` as the controller resolved it: a remote env may differ
+    runtime.shard = parse_shard(shard) if shard else None  # type: ignore[assignment]
     stops = shipped.get("stops")
     if stops:
         joined, unshared = worker_stops(stops, runtime.agenteval_dir)

@@ -122,6 +122,8 @@ class Summary(BaseModel):
     in one run only (`only_in_new`, `only_in_base`)."""
     pricing: PricingSummary | None = None
     """How many attempts with usage had a cost (reported, or from the manifest's `pricing:`)."""
+    shard: str | None = None
+    """`I/N` for a run of one shard (`--agenteval-shard`); absent for a run of every task."""
 
 
 def build_summary(
@@ -170,6 +172,7 @@ def build_summary(
         "load_errors": load_errors,
         "store_problems": store_problems or [],
         "pricing": pricing_coverage(rows),
+        **({"shard": run.shard} if run.shard else {}),
     }
 
 

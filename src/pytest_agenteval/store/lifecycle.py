@@ -32,6 +32,8 @@ class RunRequest:
     allow_drift: bool = False
     dry: bool = False
     """Plan only (`--co`, `--agenteval-plan`): create nothing, claim nothing."""
+    shard: str | None = None
+    """`I/N` when the session runs one shard: part of the run's identity."""
 
 
 @dataclass
@@ -63,19 +65,20 @@ def open_run(store: Store, request: RunRequest) -> OpenRun:
 
 def _create(store: Store, request: RunRequest, run_id: str, note: str = "") -> OpenRun:
     if not request.dry:
-        store.create_run(run_id, request.datasets, request.fingerprint)
+        store.create_run(run_id, request.datasets, request.fingerprint, shard=request.shard)
     return OpenRun(run_id, resumed=False, note=note)
 
 
 def _resume(store: Store, request: RunRequest) -> OpenRun:
     names = dataset_key(request.datasets)
-    run_id = request.run_id or store.latest_run(request.datasets)
+    run_id = request.run_id or store.latest_run(request.datasets, request.shard)
     info = store.run(run_id) if run_id else None
     if info is None and request.run_id:
         return _create(store, request, request.run_id, "new: nothing to resume yet")
     if info is None:
+        of = f" shard {request.shard}" if request.shard else ""
         raise StoreError(
-            f"--resume-suite: no run of dataset {names} in {store.describe()}; nothing was "
+            f"--resume-suite: no run of{of} dataset {names} in {store.describe()}; nothing was "
             "started. Run without --resume-suite first; a run of part of the dataset (-k, -m, "
             "a path inside it) is resumed only by its id (--agenteval-run-id ID; "
             "`agenteval runs` lists stored runs)"
@@ -83,6 +86,11 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
     stored = dataset_key(info.datasets)
     if stored != names:
         raise StoreError(f"run {info.run_id} is of dataset {stored}, not {names}")
+    if info.shard != request.shard:
+        raise StoreError(
+            f"run {info.run_id} is of {_shard_words(info.shard)}, and this session runs "
+            f"{_shard_words(request.shard)}; resume it with the same --agenteval-shard"
+        )
     rows, damaged = store.index(info.run_id)  # damage is also in store.problems
     # A run with no records (its agent could not be built, say) has no agent to drift from.
     recorded = bool(rows or damaged)
@@ -122,3 +130,7 @@ def fingerprint_drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         for name in sorted(set(old) | set(new))
         if old.get(name) != new.get(name)
     ]
+
+
+def _shard_words(shard: str | None) -> str:
+    return f"shard {shard}" if shard else "all shards (no --agenteval-shard)"

@@ -78,7 +78,7 @@ def _rebuild(store: Store, run_id: str, rows: list[IndexRow], exc: RunFileError)
 def rebuilt_meta(store: Store, run_id: str, rows: list[IndexRow]) -> dict[str, Any]:
     """A run.json from the run's index and records (versions from its summary.json, if any)."""
     folder = store.runs_dir / run_id
-    versions, agent = _from_summary(folder / "summary.json")
+    versions, agent, shard = _from_summary(folder / "summary.json")
     datasets = [
         {"name": name, "version": versions.get(name, "unknown")}
         for name in sorted({row.dataset for row in rows})
@@ -97,18 +97,25 @@ def rebuilt_meta(store: Store, run_id: str, rows: list[IndexRow]) -> dict[str, A
         "status": "interrupted",
         "sessions": [],
         "repaired_at": time.time(),
+        **({"shard": shard} if shard else {}),
     }
 
 
-def _from_summary(path: Path) -> tuple[dict[str, str], dict[str, Any] | None]:
-    """Dataset versions and the agent fingerprint from the run's last summary.json, if any."""
+def _from_summary(path: Path) -> tuple[dict[str, str], dict[str, Any] | None, str | None]:
+    """Dataset versions, the agent fingerprint and the shard from the run's last summary.json,
+    if any (the shard keeps the repaired run the one its shard's --resume-suite continues)."""
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
         versions = {d["name"]: d["version"] for d in summary["datasets"]}
         agent = summary["agent"]["fingerprint"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}, None
-    return versions, agent if isinstance(agent, dict) else None
+        shard = summary.get("shard")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}, None, None
+    return (
+        versions,
+        agent if isinstance(agent, dict) else None,
+        shard if isinstance(shard, str) else None,
+    )
 
 
 def _agent_of_records(store: Store, run_id: str, rows: list[IndexRow]) -> dict[str, Any]:

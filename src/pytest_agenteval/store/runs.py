@@ -71,6 +71,10 @@ class RunInfo:
     run's index tells (without `count`: the raw note, for `unfinished` to judge)."""
     narrowed_by: str | None = None
     """What narrowed the run to part of its datasets (-k, -m, paths...); None for a whole run."""
+    shard: str | None = None
+    """`I/N` for a run of one shard of its datasets; None for a run of all of them."""
+    merged_from: list[dict[str, Any]] | None = None
+    """For a run `agenteval merge` wrote: the shard runs it holds (run id, shard, status)."""
 
 
 class RunFileError(StoreError):
@@ -94,10 +98,12 @@ def new_run_id() -> str:
 class Store:
     """Runs below `root` (`<cache_dir>/agenteval`); without a cache dir, a temporary folder."""
 
-    def __init__(self, root: Path | None) -> None:
+    def __init__(self, root: Path | None, *, runs_dir: Path | None = None) -> None:
+        """`runs_dir`: the folder of run folders, when it is not `root/runs` (an unpacked CI
+        artifact that `agenteval merge` reads)."""
         self.temporary = root is None
         self.root = Path(tempfile.mkdtemp(prefix="agenteval-store-")) if root is None else root
-        self.runs_dir = self.root / "runs"
+        self.runs_dir = runs_dir or self.root / "runs"
         try:
             self.runs_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -129,8 +135,15 @@ class Store:
     # --- runs -----------------------------------------------------------------------------
 
     def create_run(
-        self, run_id: str, datasets: list[dict[str, str]], agent: dict[str, Any]
+        self,
+        run_id: str,
+        datasets: list[dict[str, str]],
+        agent: dict[str, Any],
+        *,
+        shard: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
+        """Start a run (`shard`: the `I/N` it runs; `extra`: more run.json fields) and claim it."""
         folder = self.runs_dir / run_id
         try:
             folder.mkdir()
@@ -152,6 +165,8 @@ class Store:
             "planned": 0,
             "status": "running",
             "sessions": [],
+            **({"shard": shard} if shard else {}),
+            **(extra or {}),
         }
         try:
             write_json(folder / "run.json", meta)
@@ -161,10 +176,11 @@ class Store:
             raise
         self.claim_run(run_id)
 
-    def latest_run(self, datasets: list[dict[str, str]]) -> str | None:
+    def latest_run(self, datasets: list[dict[str, str]], shard: str | None = None) -> str | None:
         """The most recently used run of exactly these datasets that was started on all of
         them: a narrowed run (`-k`, `-m`, a path inside a dataset...) or one with nothing
-        planned is resumed only by its id, so it can never take a whole run's place.
+        planned is resumed only by its id, so it can never take a whole run's place. A shard's
+        runs are apart from the others: shard 2/4 continues only a run of shard 2/4.
 
         A damaged run that may be more recent is never passed over in silence: that raises a
         StoreError naming the run and how to repair it.
@@ -177,6 +193,7 @@ class Store:
                 damaged.append((run_id, meta))
             elif (
                 meta["dataset_key"] == wanted
+                and meta.get("shard") == shard
                 and not meta.get("narrowed")
                 and meta["planned"]
                 and (best is None or meta["updated_at"] > best[0])
@@ -242,6 +259,8 @@ class Store:
             meta["sessions"],
             died_running,
             meta.get("narrowed_by") if meta.get("narrowed") else None,
+            meta.get("shard"),
+            meta.get("merged_from"),
         )
 
     def runs(self) -> list[RunInfo]:

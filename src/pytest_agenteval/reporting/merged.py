@@ -1,0 +1,80 @@
+"""The reports of a merged run (`agenteval merge`): the summary from its stored records, the
+files in its folder, and the gate `--min-pass-rate` asks for, as a session would end."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..store.merge import Merged, merge_runs
+from ..store.runs import Store
+from .gate import GateResult, gate
+from .reports import write_reports
+from .summary import build_summary
+
+
+@dataclass(frozen=True)
+class MergedReport:
+    written: list[Path]
+    status: str
+    gate: GateResult
+
+
+def report_merged(
+    merged: Merged,
+    *,
+    task_rule: str,
+    pass_k: Sequence[int] | None,
+    min_pass_rate: float | None,
+    allow_errors: bool,
+) -> MergedReport:
+    """Write summary.json, summary.md and junit.xml of the merged run and judge it."""
+    store = Store(merged.store_root)
+    try:
+        run = store.run(merged.run_id, count=True)
+        assert run is not None
+        rows, _ = store.index(merged.run_id, for_plan=False)
+        last = run.sessions[-1] if run.sessions else {}
+        summary = build_summary(
+            run,
+            rows,
+            ks=pass_k,
+            session_counts=last.get("counts") or {},
+            status=run.status,
+            load_errors=last.get("load_errors"),
+            store_problems=[p.as_dict() for p in store.problems],
+        )
+        written = write_reports(summary, store.runs_dir / run.run_id, task_rule)
+    finally:
+        store.close()
+    result = gate(
+        summary,
+        min_pass_rate=min_pass_rate,
+        allow_errors=allow_errors,
+        other_failures=0,
+        exitstatus=0,
+    )
+    return MergedReport(written, run.status, result)
+
+
+def merge_command(args: argparse.Namespace) -> int:
+    """`agenteval merge`: merge, write the reports, print what was done and the gate."""
+    merged = merge_runs(args.sources, args.out, allow_drift=args.allow_drift)
+    report = report_merged(
+        merged,
+        task_rule=args.task_rule,
+        pass_k=args.pass_k,
+        min_pass_rate=args.min_pass_rate,
+        allow_errors=args.allow_errors,
+    )
+    print(
+        f"merged {merged.shards} shards into run {merged.run_id} "
+        f"({merged.attempts} attempts, {report.status}) in {merged.store_root / 'runs'}"
+    )
+    for path in report.written:
+        print(path)
+    if report.gate.message:
+        print(report.gate.message)
+    return 1 if report.gate.exitstatus == 1 else 0
