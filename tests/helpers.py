@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from pytest_agenteval.core.shards import shard_of
+
 # An agent driven by each task's metadata; it logs every call so tests can count them, also
 # across processes (xdist workers, killed runs).
 AGENT = """
@@ -158,3 +160,15 @@ def comparable(summary: dict[str, Any]) -> dict[str, Any]:
         for t in summary["tasks"]
     ]
     return result
+
+
+def ids_in_shards(total: int, per_shard: int) -> dict[int, list[str]]:
+    """Task ids chosen so that each of `total` shards holds `per_shard` of them."""
+    found: dict[int, list[str]] = {i: [] for i in range(1, total + 1)}
+    n = 0
+    while any(len(v) < per_shard for v in found.values()):
+        shard = shard_of("ds", f"t{n}", total)
+        if len(found[shard]) < per_shard:
+            found[shard].append(f"t{n}")
+        n += 1
+    return found

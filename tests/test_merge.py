@@ -12,22 +12,8 @@ from typing import Any
 import pytest
 from junitparser import xunit2
 
-from helpers import DatasetMaker, comparable, task
+from helpers import DatasetMaker, comparable, ids_in_shards, task
 from pytest_agenteval.cli import main
-from pytest_agenteval.core.shards import shard_of
-
-
-def ids_in_shards(total: int, per_shard: int) -> dict[int, list[str]]:
-    """Task ids chosen so that each of `total` shards holds `per_shard` of them."""
-    found: dict[int, list[str]] = {i: [] for i in range(1, total + 1)}
-    n = 0
-    while any(len(v) < per_shard for v in found.values()):
-        shard = shard_of("ds", f"t{n}", total)
-        if len(found[shard]) < per_shard:
-            found[shard].append(f"t{n}")
-        n += 1
-    return found
-
 
 SHARDED = ids_in_shards(3, 2)
 TASKS: dict[str, Any] = {

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import DatasetMaker, run_ids, summary_of, task
+from helpers import DatasetMaker, ids_in_shards, run_ids, summary_of, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.shards import Shard, parse_shard, resolve_shard, shard_of
 
@@ -76,18 +76,6 @@ def test_ini_auto_takes_the_shard_from_the_environment(
     bad.stderr.fnmatch_lines(
         ["*--agenteval-shard: CI_NODE_INDEX=4 CI_NODE_TOTAL=3 is not a shard*"]
     )
-
-
-def ids_in_shards(total: int, per_shard: int) -> dict[int, list[str]]:
-    """Task ids chosen so that each of `total` shards holds `per_shard` of them."""
-    found: dict[int, list[str]] = {i: [] for i in range(1, total + 1)}
-    n = 0
-    while any(len(v) < per_shard for v in found.values()):
-        shard = shard_of("ds", f"t{n}", total)
-        if len(found[shard]) < per_shard:
-            found[shard].append(f"t{n}")
-        n += 1
-    return found
 
 
 SHARDED = ids_in_shards(3, 2)

@@ -209,38 +209,29 @@ def _runs(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from .core.errors import ReportError
     from .reporting.reports import write_reports
-    from .reporting.summary import build_summary
+    from .reporting.runref import RunRefError, run_summary
 
     store = _open_store(args)
     if store is None:
         return 1
-    run = store.run(store.resolve(args.run_id), count=True)
-    if run is None:
+    run_id = store.resolve(args.run_id)
+    try:
+        summary = run_summary(store, run_id, args.pass_k)
+    except RunRefError:
         print(f"agenteval: no run {args.run_id!r} (see `agenteval runs`)", file=sys.stderr)
         return 1
-    rows, _ = store.index(run.run_id, for_plan=False)
     _print_damage(store)
-    last = run.sessions[-1] if run.sessions else {}
-    summary = build_summary(
-        run,
-        rows,
-        ks=args.pass_k,
-        session_counts=last.get("counts") or {},
-        status=run.status,
-        load_errors=last.get("load_errors"),
-        store_problems=[p.as_dict() for p in store.problems],
-    )
     if args.html:
         from .reporting.html import attempt_details, write_html
 
         known = len(store.problems)
-        print(write_html(summary, attempt_details(store, run.run_id), args.html))
+        print(write_html(summary, attempt_details(store, run_id), args.html))
         for problem in store.problems[known:]:  # found while reading the full records
             print(f"agenteval: store damage: {problem}", file=sys.stderr)
         if args.out is None:
             return 0
     try:
-        written = write_reports(summary, args.out or store.runs_dir / run.run_id, args.task_rule)
+        written = write_reports(summary, args.out or store.runs_dir / run_id, args.task_rule)
     except ReportError as exc:
         hint = "" if args.out else "; write them elsewhere with --out DIR"
         raise ReportError(f"{exc}{hint}") from None

@@ -12,7 +12,7 @@ from ..store.merge import Merged, merge_runs
 from ..store.runs import Store
 from .gate import GateResult, gate
 from .reports import write_reports
-from .summary import build_summary
+from .runref import run_summary
 
 
 @dataclass(frozen=True)
@@ -33,20 +33,8 @@ def report_merged(
     """Write summary.json, summary.md and junit.xml of the merged run and judge it."""
     store = Store(merged.store_root)
     try:
-        run = store.run(merged.run_id, count=True)
-        assert run is not None
-        rows, _ = store.index(merged.run_id, for_plan=False)
-        last = run.sessions[-1] if run.sessions else {}
-        summary = build_summary(
-            run,
-            rows,
-            ks=pass_k,
-            session_counts=last.get("counts") or {},
-            status=run.status,
-            load_errors=last.get("load_errors"),
-            store_problems=[p.as_dict() for p in store.problems],
-        )
-        written = write_reports(summary, store.runs_dir / run.run_id, task_rule)
+        summary = run_summary(store, merged.run_id, pass_k)
+        written = write_reports(summary, store.runs_dir / merged.run_id, task_rule)
     finally:
         store.close()
     result = gate(
@@ -56,7 +44,7 @@ def report_merged(
         other_failures=0,
         exitstatus=0,
     )
-    return MergedReport(written, run.status, result)
+    return MergedReport(written, summary["status"], result)
 
 
 def merge_command(args: argparse.Namespace) -> int:

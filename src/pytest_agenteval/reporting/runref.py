@@ -8,6 +8,7 @@ older); a summary.json named as such is read as it is.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +46,19 @@ def stored_run(store: Store, run_id: str) -> tuple[RunInfo, list[IndexRow]]:
     return info, rows
 
 
-def run_summary(store: Store, run_id: str) -> dict[str, Any]:
-    """A stored run's summary, computed from its records as `agenteval report` does."""
+def run_summary(store: Store, run_id: str, ks: Sequence[int] | None = None) -> dict[str, Any]:
+    """A stored run's summary, computed from its records (its last session's counts and load
+    errors): what `agenteval report`, `show`, `diff` and `merge` show."""
     info, rows = stored_run(store, run_id)
     last = info.sessions[-1] if info.sessions else {}
     return build_summary(
         info,
         rows,
-        ks=None,
+        ks=ks,
         session_counts=last.get("counts") or {},
         status=info.status,
         load_errors=last.get("load_errors"),
+        store_problems=[p.as_dict() for p in store.problems],
     )
 
 
