@@ -44,6 +44,9 @@ def test_runs_and_report(
     assert main(["report", "first", "--out", "again"]) == 0
     rerendered = json.loads((pytester.path / "again/summary.json").read_text())
     assert rerendered["metrics"] == original["metrics"] and rerendered["tasks"] == original["tasks"]
+    # a re-render keeps when the run finished (its last session), not when it was re-rendered
+    run = json.loads((pytester.path / ".pytest_cache/agenteval/runs/first/run.json").read_text())
+    assert rerendered["finished_at"] == run["sessions"][-1]["finished_at"]
     assert (pytester.path / "again/junit.xml").exists()
     assert main(["report", "nope"]) == 1
     assert "no run 'nope'" in capsys.readouterr().err
