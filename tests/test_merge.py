@@ -117,7 +117,10 @@ def test_partial_overlapping_drifting_or_damaged_shards_are_refused(
     caches = run_shards(pytester)
     out = pytester.path / "merged"
     assert merge(caches[0], caches[2], "--out", out) == 1
-    assert "missing shard 2/3: no source holds a run of them" in capsys.readouterr().err
+    assert (
+        "missing shard 2/3: no source holds a run of it (add its run folder or cache dir to "
+        "the sources)" in capsys.readouterr().err
+    )
     again = session(pytester, "again", "2/3")
     assert merge(*caches, again, "--out", out) == 1
     err = capsys.readouterr().err
