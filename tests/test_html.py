@@ -203,6 +203,13 @@ def test_headline_fingerprint_is_readable_and_no_tags_is_said() -> None:
     line = re.search(r'class="meta fingerprint">(.*?)</p>', page).group(1)
     assert unescape(line) == 'agent fingerprint <code>manifest: ds = openai:{"model": "m"}</code>'
     assert "no task has tags" in page and "pass@1 (mean over the tag" not in page
+    assert "not loaded" not in page
+    broken = [{"dataset": "ds", "label": "b", "path": "b.yaml", "message": "b.yaml:1: bad"}]
+    summary = build_summary(
+        run, rows, ks=None, session_counts={}, status="complete", load_errors=broken
+    )
+    page = render_html(summary, {})
+    assert '<dd>1 <span class="not-loaded">+ 1 not loaded</span></dd>' in page
 
 
 def test_agenteval_report_html_for_a_stored_run(

@@ -230,7 +230,7 @@ def _headline(summary: dict[str, Any]) -> str:
     status = summary["status"]
     cells = [
         ("pass@1", _pass_at_1(m)),
-        ("tasks", f"{m['n_tasks']}"),
+        ("tasks", f"{m['n_tasks']}{_not_loaded(summary)}"),
         ("attempts", f"{summary['n_attempts']}"),
         ("passed / failed / errors", f"{counts['pass']} / {counts['fail']} / {counts['error']}"),
         ("tokens in / out", f"{_int(tot['input_tokens'])} / {_int(tot['output_tokens'])}"),
@@ -253,6 +253,12 @@ agent <strong>{escape(summary["agent"]["label"])}</strong>
 {"".join(f"<div><dt>{escape(k)}</dt><dd>{v}</dd></div>" for k, v in cells)}
 </dl>
 </header>"""
+
+
+def _not_loaded(summary: dict[str, Any]) -> str:
+    """Beside the task count: how many tasks could not be loaded (not in pass@1)."""
+    broken = len(summary.get("load_errors") or ())
+    return f' <span class="not-loaded">+ {broken} not loaded</span>' if broken else ""
 
 
 def _fingerprint(fingerprint: dict[str, Any]) -> str:
