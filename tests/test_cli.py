@@ -44,7 +44,19 @@ def test_runs_and_report(
     assert main(["report", "first", "--out", "again"]) == 0
     rerendered = json.loads((pytester.path / "again/summary.json").read_text())
     assert rerendered["metrics"] == original["metrics"] and rerendered["tasks"] == original["tasks"]
+    # a re-render keeps when the run finished (its last session), not when it was re-rendered
+    run = json.loads((pytester.path / ".pytest_cache/agenteval/runs/first/run.json").read_text())
+    assert rerendered["finished_at"] == run["sessions"][-1]["finished_at"]
     assert (pytester.path / "again/junit.xml").exists()
+    # `latest` names the most recently used run for every command taking a run, as for show
+    assert main(["report", "latest", "--out", "newest"]) == 0
+    assert (pytester.path / "newest/summary.json").exists()
+    capsys.readouterr()
+    assert main(["status", "latest"]) == 0
+    assert main(["repair", "latest"]) == 0
+    assert "run first:" in capsys.readouterr().out
+    assert main(["cancel", "latest"]) == 1
+    assert "run first is not running (complete)" in capsys.readouterr().err
     assert main(["report", "nope"]) == 1
     assert "no run 'nope'" in capsys.readouterr().err
 

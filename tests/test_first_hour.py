@@ -76,6 +76,8 @@ def test_a_bad_agent_is_reported_once_at_its_line_and_nothing_is_recorded(
         ]
     )
     assert out.count("did you mean 'agent'?") == 1
+    result.stdout.fnmatch_lines(["pass@k n/a: no attempt recorded"])
+    assert "pass^k" not in out
     result.stdout.fnmatch_lines([f"ERROR ds/a.yaml::a[[]attempt-0[]] - not run: {problem[:20]}*"])
     assert "gate NOT met" in out and "4 attempt(s) not run: their agent cannot be built" in out
     assert result.ret == 1

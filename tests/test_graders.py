@@ -75,6 +75,14 @@ def test_builtin_graders(raw: Any, output: str, expected: Any, passed: bool) -> 
     assert verdict.score == (1.0 if passed else 0.0)
 
 
+def test_equals_failure_shows_expected_as_written() -> None:
+    """A case-insensitive `equals` names the expected text as the task wrote it, not folded."""
+    verdict = grade({"equals": {"case_insensitive": True}}, "Sydney", " Canberra\n")
+    assert not verdict.passed
+    assert verdict.reason == "expected 'Canberra' (ignoring case), got 'Sydney'"
+    assert grade("equals", "41", 42).reason == "expected '42', got '41'"
+
+
 def test_json_mismatch_names_the_path() -> None:
     assert (
         json_mismatch({"a": {"b": [1, 2]}}, {"a": {"b": [1, 3]}}, "$")

@@ -193,6 +193,25 @@ def test_uneven_run_shows_tasks_behind_each_k() -> None:
     assert '<th data-key="pk" class="num" aria-sort="none" tabindex="0">pass@3</th>' in page
 
 
+def test_headline_fingerprint_is_readable_and_no_tags_is_said() -> None:
+    """The agent fingerprint reads as `part: value` pairs (no JSON inside JSON, no nulls), and
+    a run without tags says so instead of drawing an empty axis."""
+    rows = [IndexRow(("ds", "a", 0), "", "", "pass", 1.0, 0.5, None, None, None, (), "", None, "")]
+    agent = {"manifest": {"ds": 'openai:{"model": "m"}'}, "override": None, "version": None}
+    run = RunInfo("r1", [{"name": "ds", "version": "1"}], agent, 0.0, 0.0, 1, 1, "complete", [])
+    page = render_html(build_summary(run, rows, ks=None, session_counts={}, status="complete"), {})
+    line = re.search(r'class="meta fingerprint">(.*?)</p>', page).group(1)
+    assert unescape(line) == 'agent fingerprint <code>manifest: ds = openai:{"model": "m"}</code>'
+    assert "no task has tags" in page and "pass@1 (mean over the tag" not in page
+    assert "not loaded" not in page
+    broken = [{"dataset": "ds", "label": "b", "path": "b.yaml", "message": "b.yaml:1: bad"}]
+    summary = build_summary(
+        run, rows, ks=None, session_counts={}, status="complete", load_errors=broken
+    )
+    page = render_html(summary, {})
+    assert '<dd>1 <span class="not-loaded">+ 1 not loaded</span></dd>' in page
+
+
 def test_agenteval_report_html_for_a_stored_run(
     pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -117,7 +117,10 @@ def test_partial_overlapping_drifting_or_damaged_shards_are_refused(
     caches = run_shards(pytester)
     out = pytester.path / "merged"
     assert merge(caches[0], caches[2], "--out", out) == 1
-    assert "missing shard 2/3: no source holds a run of them" in capsys.readouterr().err
+    assert (
+        "missing shard 2/3: no source holds a run of it (add its run folder or cache dir to "
+        "the sources)" in capsys.readouterr().err
+    )
     again = session(pytester, "again", "2/3")
     assert merge(*caches, again, "--out", out) == 1
     err = capsys.readouterr().err
@@ -171,3 +174,10 @@ def test_merge_gates_on_the_pass_rate(
     assert "gate met: pass@1 0.583" in capsys.readouterr().out
     assert merge(*caches, "--out", out, "--min-pass-rate", "0.9", "--allow-errors") == 1
     assert "gate NOT met: pass@1 0.583 is below 0.9" in capsys.readouterr().out
+    # merge's own flags are named, not the pytest options
+    assert merge(*caches, "--out", out, "--min-pass-rate", "0.5") == 1
+    printed = capsys.readouterr().out
+    assert "attempt(s) errored (--allow-errors accepts them)" in printed
+    assert "--agenteval-" not in printed
+    assert merge(*caches, "--out", out, "--min-pass-rate", "0.5", "--allow-errors") == 0
+    assert "gate met: pass@1 0.583 >= 0.5 (--min-pass-rate)" in capsys.readouterr().out

@@ -6,7 +6,7 @@ import pytest
 
 from helpers import DatasetMaker, summary_of, task
 from pytest_agenteval.reporting.gate import gate
-from pytest_agenteval.reporting.regression import regression_block
+from pytest_agenteval.reporting.regression import regression_block, regression_lines
 
 RUNS = ".pytest_cache/agenteval/runs"
 REASON = (
@@ -129,3 +129,16 @@ def test_both_gates_apply() -> None:
     assert result.exitstatus == 1 and result.message is not None
     assert result.message.startswith("gate NOT met: pass@1 fell by 0.600 against baseline base")
     assert result.message.endswith("pass@1 0.400 alone would meet 0.3")
+
+
+def test_a_baseline_sharing_no_task_says_nothing_was_compared() -> None:
+    """A baseline of another dataset (or with renamed tasks) cannot fail the gate; the verdict
+    says that nothing was compared instead of a bare `passed`."""
+    base = {"tasks": [{"dataset": "other", "task_id": "t0", "n": 1, "c": 1}]}
+    summary = {"tasks": [{"dataset": "ds", "task_id": "t0", "n": 1, "c": 0}]}
+    block = regression_block(summary, base, "base", 0.0)
+    assert not block["failed"] and block["shared_tasks"] == 0
+    assert regression_lines(block, verbose=False)[0] == (
+        "regression gate against baseline base: passed, but nothing was compared: no task is "
+        "in both runs (is the baseline a run of these datasets?)"
+    )

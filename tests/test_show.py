@@ -59,6 +59,7 @@ def test_show_run_lists_tasks(run_dir: str, capsys: pytest.CaptureFixture[str]) 
     """`show RUN` (also `latest`) lists every task with its pass / fail / error counts."""
     code, out, _ = out_of(capsys, "show", "latest")
     assert code == 0 and f"run {run_dir} (complete)" in out
+    assert f"agenteval show {run_dir} TASK_ID" in out.splitlines()[-1]
     rows = {line.split()[-1]: line.split()[:3] for line in out.splitlines()[2:-1]}
     assert rows == {
         "broken": ["0/2", "0", "2"],
@@ -72,6 +73,7 @@ def test_show_task_lists_attempts(run_dir: str, capsys: pytest.CaptureFixture[st
     code, out, _ = out_of(capsys, "show", run_dir, "math/add/2")
     assert code == 0 and "task math/add/2: 1/2 attempts passed" in out
     assert "    0  pass" in out and "    1  fail" in out and "tokens 11 in / 5 out" in out
+    assert out.splitlines()[-1] == f"one attempt in full: agenteval show {run_dir} math/add/2/N"
 
 
 def test_show_attempt_in_full(run_dir: str, capsys: pytest.CaptureFixture[str]) -> None:

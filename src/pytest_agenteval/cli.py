@@ -75,7 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     runs.set_defaults(command=_runs)
 
     report = sub.add_parser("report", help="re-render summary.json/md and junit.xml of a run")
-    report.add_argument("run_id", metavar="RUN_ID", help="a run id, or its first characters")
+    report.add_argument(
+        "run_id", metavar="RUN_ID", help="a run id, its first characters, or `latest`"
+    )
     report.add_argument("--out", type=Path, help="output folder (default: the run's folder)")
     report.add_argument(
         "--html",
@@ -98,7 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     repair = sub.add_parser(
         "repair", help="check a run's stored attempts; rebuild its run.json if damaged or lost"
     )
-    repair.add_argument("run_id", metavar="RUN_ID", help="a run id, or its first characters")
+    repair.add_argument(
+        "run_id", metavar="RUN_ID", help="a run id, its first characters, or `latest`"
+    )
     cache_option(repair)
     repair.set_defaults(command=_repair)
 
@@ -109,7 +113,8 @@ def _parser() -> argparse.ArgumentParser:
         "run_id",
         nargs="?",
         metavar="RUN_ID",
-        help="a run id or its start (default: the most recently used run that is running)",
+        help="a run id, its start, or `latest` (default: the most recently used run that is "
+        "running)",
     )
     cache_option(cancel)
     cancel.set_defaults(command=_cancel)
@@ -119,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
         "run_id",
         nargs="?",
         metavar="RUN_ID",
-        help="a run id or its start (default: the most recently used run)",
+        help="a run id, its start, or `latest` (default: the most recently used run)",
     )
     status.add_argument(
         "--watch", action="store_true", help="print it again every second until the run ends"
@@ -209,12 +214,12 @@ def _runs(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from .core.errors import ReportError
     from .reporting.reports import write_reports
-    from .reporting.runref import RunRefError, run_summary
+    from .reporting.runref import RunRefError, resolve_run, run_summary
 
     store = _open_store(args)
     if store is None:
         return 1
-    run_id = store.resolve(args.run_id)
+    run_id = resolve_run(store, args.run_id)
     try:
         summary = run_summary(store, run_id, args.pass_k)
     except RunRefError:
@@ -241,12 +246,13 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _repair(args: argparse.Namespace) -> int:
+    from .reporting.runref import resolve_run
     from .store.repair import repair_run
 
     store = _open_store(args)
     if store is None:
         return 1
-    run_id = store.resolve(args.run_id)
+    run_id = resolve_run(store, args.run_id)
     repair = repair_run(store, run_id)
     for line in repair.done:
         print(f"run {run_id}: {line}")
@@ -285,8 +291,10 @@ def _cancel(args: argparse.Namespace) -> int:
 def _chosen_run(store: Store, given: str | None, default: list[str], none: str) -> str | None:
     """The run the user named (a unique prefix will do), else the first of `default`; None,
     with a line on stderr, when there is none."""
+    from .reporting.runref import resolve_run
+
     if given:
-        return store.resolve(given)
+        return resolve_run(store, given)
     if not default:
         print(f"agenteval: {none}", file=sys.stderr)
         return None

@@ -151,7 +151,8 @@ class Equals(BuiltinGrader):
 
     def __init__(self, options: EqualsOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)
-        self.want = self._norm(str(self.value_or_expected(options.value, "value")))
+        self.shown = str(self.value_or_expected(options.value, "value"))
+        self.want = self._norm(self.shown)
 
     def _norm(self, text: str) -> str:
         text = text.strip() if self.options.strip else text
@@ -160,8 +161,11 @@ class Equals(BuiltinGrader):
     def grade(self, ctx: GradeContext) -> Verdict:
         if self._norm(ctx.output) == self.want:
             return self.verdict(True, "output equals expected")
+        shown = self.shown.strip() if self.options.strip else self.shown
+        ignoring = " (ignoring case)" if self.options.case_insensitive else ""
         return self.verdict(
-            False, f"expected {excerpt(self.want, 80)!r}, got {excerpt(ctx.output, 80)!r}"
+            False,
+            f"expected {excerpt(shown, 80)!r}{ignoring}, got {excerpt(ctx.output, 80)!r}",
         )
 
 

@@ -33,7 +33,7 @@ def show(store: Store, ref: str, target: str | None) -> list[str]:
         return run_lines(info, rows)
     task_id, attempt = split_target(target, {r.task_id for r in rows})
     if attempt is None:
-        return task_lines(task_id, rows)
+        return task_lines(task_id, rows, info.run_id)
     keys = sorted(r.key for r in rows if r.task_id == task_id)
     key = next((k for k in keys if k[2] == attempt), None)
     if key is None:

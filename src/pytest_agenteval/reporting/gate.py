@@ -28,11 +28,14 @@ def gate(
     allow_errors: bool,
     other_failures: int,
     exitstatus: int,
+    flag_prefix: str = "--agenteval-",
 ) -> GateResult:
     """Decide the exit status. Without `min_pass_rate` pytest's own status stands, except
     that `allow_errors` turns a run whose only problems are errored attempts into a pass, and
-    that a significant fall against the baseline (summary's `regression`) fails it."""
-    problems = _problems(summary, allow_errors, other_failures)
+    that a significant fall against the baseline (summary's `regression`) fails it.
+    `flag_prefix` names the options in the message as the caller spells them (`agenteval
+    merge` takes `--allow-errors` and `--min-pass-rate`)."""
+    problems = _problems(summary, allow_errors, other_failures, flag_prefix)
     fall = regression_problem(summary.get("regression"))
     keep = None if exitstatus not in (OK, FAILED) else FAILED
     if min_pass_rate is None:
@@ -49,11 +52,13 @@ def gate(
         problems.insert(0, fall)
     if problems:
         return GateResult(keep, "gate NOT met: " + "; ".join(problems))
-    met = f"gate met: pass@1 {rate:.3f} >= {min_pass_rate:g} (--agenteval-min-pass-rate)"
+    met = f"gate met: pass@1 {rate:.3f} >= {min_pass_rate:g} ({flag_prefix}min-pass-rate)"
     return GateResult(None if keep is None else OK, met)
 
 
-def _problems(summary: dict[str, Any], allow_errors: bool, other_failures: int) -> list[str]:
+def _problems(
+    summary: dict[str, Any], allow_errors: bool, other_failures: int, flag_prefix: str
+) -> list[str]:
     problems = []
     if summary["status"] != "complete":
         status = summary["status"]
@@ -67,7 +72,7 @@ def _problems(summary: dict[str, Any], allow_errors: bool, other_failures: int) 
         problems.append(f"{loads} task(s) could not be loaded")
     errors = summary["counts"]["error"]
     if errors and not allow_errors:
-        problems.append(f"{errors} attempt(s) errored (--agenteval-allow-errors accepts them)")
+        problems.append(f"{errors} attempt(s) errored ({flag_prefix}allow-errors accepts them)")
     if other_failures:
         problems.append(f"{other_failures} other test(s) failed")
     return problems

@@ -230,7 +230,7 @@ def _headline(summary: dict[str, Any]) -> str:
     status = summary["status"]
     cells = [
         ("pass@1", _pass_at_1(m)),
-        ("tasks", f"{m['n_tasks']}"),
+        ("tasks", f"{m['n_tasks']}{_not_loaded(summary)}"),
         ("attempts", f"{summary['n_attempts']}"),
         ("passed / failed / errors", f"{counts['pass']} / {counts['fail']} / {counts['error']}"),
         ("tokens in / out", f"{_int(tot['input_tokens'])} / {_int(tot['output_tokens'])}"),
@@ -240,7 +240,7 @@ def _headline(summary: dict[str, Any]) -> str:
     session = [f"{counts[k]} {k}" for k in ("run", "reused", "regraded") if counts.get(k)]
     if counts.get("load_error"):
         session.append(f"{counts['load_error']} load errors")
-    fingerprint = json.dumps(summary["agent"]["fingerprint"], sort_keys=True, ensure_ascii=False)
+    fingerprint = _fingerprint(summary["agent"]["fingerprint"])
     return f"""<header>
 <h1>{escape(ds["name"])} <span class="muted">{escape(ds["version"])}</span></h1>
 <p class="meta">run <code id="run-id">{escape(summary["run_id"])}</code>
@@ -253,6 +253,25 @@ agent <strong>{escape(summary["agent"]["label"])}</strong>
 {"".join(f"<div><dt>{escape(k)}</dt><dd>{v}</dd></div>" for k, v in cells)}
 </dl>
 </header>"""
+
+
+def _not_loaded(summary: dict[str, Any]) -> str:
+    """Beside the task count: how many tasks could not be loaded (not in pass@1)."""
+    broken = len(summary.get("load_errors") or ())
+    return f' <span class="not-loaded">+ {broken} not loaded</span>' if broken else ""
+
+
+def _fingerprint(fingerprint: dict[str, Any]) -> str:
+    """The fingerprint a resume checks, as `part: value` pairs (nested values unquoted, unset
+    parts left out) rather than JSON within JSON."""
+    parts = []
+    for key, value in sorted(fingerprint.items()):
+        if value is None or value == {}:
+            continue
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} = {v}" for k, v in sorted(value.items()))
+        parts.append(f"{key}: {value}")
+    return " · ".join(parts) or "none"
 
 
 def _pass_at_1(m: dict[str, Any]) -> str:
@@ -312,7 +331,7 @@ def _plots(summary: dict[str, Any]) -> str:
             for svg in (
                 over_k,
                 interval_bars(title, bars, "pass@1 (mean over the tag's tasks)"),
-                histogram("attempt duration", durations, "seconds per attempt"),
+                histogram("attempt duration", durations, "duration of each attempt"),
             )
         )
         + "\n</section>"

@@ -43,6 +43,7 @@ def report_merged(
         allow_errors=allow_errors,
         other_failures=0,
         exitstatus=0,
+        flag_prefix="--",
     )
     return MergedReport(written, summary["status"], result)
 

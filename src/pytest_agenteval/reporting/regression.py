@@ -58,6 +58,11 @@ def regression_lines(block: dict[str, Any], verbose: bool) -> list[str]:
     """The comparison for the terminal and summary.md: verdict, change, tasks that moved."""
     if block["failed"]:
         verdict = "FAILED: " + (regression_problem(block) or "")
+    elif not block["shared_tasks"]:
+        verdict = (
+            "passed, but nothing was compared: no task is in both runs "
+            "(is the baseline a run of these datasets?)"
+        )
     elif block["change"] is not None and block["change"] < -block["max_regression"]:
         verdict = "passed: the fall is not significant at 95 % (it may be noise)"
     else:

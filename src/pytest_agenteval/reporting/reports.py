@@ -404,11 +404,16 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
         f"{m['n_tasks']} tasks, {summary['n_attempts']} attempts",
         _counts_line(counts) + (f"; {counts.get('run', 0)} run now" if "run" in counts else ""),
         *_agent_error_lines(summary.get("agent_errors", [])),
-        "pass@k "
-        + "  ".join(f"@{k} {fmt(v)}" for k, v in m["pass_at_k"].items())
-        + _tasks_per_k(m),
-        "pass^k " + "  ".join(f"^{k} {fmt(v)}" for k, v in m["pass_power_k"].items()),
     ]
+    if m["pass_at_k"]:
+        lines += [
+            "pass@k "
+            + "  ".join(f"@{k} {fmt(v)}" for k, v in m["pass_at_k"].items())
+            + _tasks_per_k(m),
+            "pass^k " + "  ".join(f"^{k} {fmt(v)}" for k, v in m["pass_power_k"].items()),
+        ]
+    else:
+        lines.append("pass@k n/a: no attempt recorded")
     if m["pass_at_1_stderr"] is not None:
         lines.append(_interval(m))
     broken = summary["load_errors"]

@@ -51,7 +51,7 @@ def run_summary(store: Store, run_id: str, ks: Sequence[int] | None = None) -> d
     errors): what `agenteval report`, `show`, `diff` and `merge` show."""
     info, rows = stored_run(store, run_id)
     last = info.sessions[-1] if info.sessions else {}
-    return build_summary(
+    summary = build_summary(
         info,
         rows,
         ks=ks,
@@ -60,6 +60,10 @@ def run_summary(store: Store, run_id: str, ks: Sequence[int] | None = None) -> d
         load_errors=last.get("load_errors"),
         store_problems=[p.as_dict() for p in store.problems],
     )
+    finished = last.get("finished_at")
+    if info.status != "running" and isinstance(finished, (int, float)):
+        summary["finished_at"] = float(finished)  # when the run ended, not this re-render
+    return summary
 
 
 def load_summary(ref: str, store: Store | None, base: Path) -> dict[str, Any]:

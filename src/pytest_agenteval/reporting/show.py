@@ -80,11 +80,13 @@ def run_lines(info: RunInfo, rows: Sequence[IndexRow]) -> list[str]:
             f"{counts['pass']:>4}/{len(attempts):<3} {counts['fail']:>5} {counts['error']:>5}"
             f"  {name}"
         )
-    lines.append("show a task's attempts: agenteval show RUN TASK_ID; one attempt: TASK_ID/N")
+    lines.append(
+        f"show a task's attempts: agenteval show {info.run_id} TASK_ID; one attempt: TASK_ID/N"
+    )
     return lines
 
 
-def task_lines(task_id: str, rows: Sequence[IndexRow]) -> list[str]:
+def task_lines(task_id: str, rows: Sequence[IndexRow], run_id: str = "RUN") -> list[str]:
     """One line per attempt of the task: status, score, duration, tokens, cost, reason."""
     mine = sorted((r for r in rows if r.task_id == task_id), key=lambda r: r.key)
     passed = sum(1 for r in mine if r.status == "pass")
@@ -95,7 +97,7 @@ def task_lines(task_id: str, rows: Sequence[IndexRow]) -> list[str]:
             f"  {row.key[2]:>3}  {row.status:5}  score {_num(row.score)}  "
             f"{row.duration:.2f}s{usage}  {row.reason}"
         )
-    lines.append(f"one attempt in full: agenteval show RUN {task_id}/N")
+    lines.append(f"one attempt in full: agenteval show {run_id} {task_id}/N")
     return lines
 
 

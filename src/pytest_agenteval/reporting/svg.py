@@ -131,18 +131,22 @@ def interval_bars(title: str, bars: Sequence[Bar], x_label: str) -> str:
     def x_of(v: float) -> float:
         return left + (right_edge - left) * v
 
-    for v in (0, 0.25, 0.5, 0.75, 1):
+    for v in (0, 0.25, 0.5, 0.75, 1) if bars else ():
         x = x_of(v)
         parts.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{bottom}"/>')
         parts.append(
             f'<text class="tick" x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">{v:.2g}</text>'
         )
-    parts.append(
-        f'<text class="axis-label" x="{(left + right_edge) / 2:.1f}" y="{height - 8}" '
-        f'text-anchor="middle">{escape(x_label)}</text>'
-    )
-    if not bars:
-        parts.append(f'<text class="note" x="{left}" y="{top + 16}">no tags</text>')
+    if bars:
+        parts.append(
+            f'<text class="axis-label" x="{(left + right_edge) / 2:.1f}" y="{height - 8}" '
+            f'text-anchor="middle">{escape(x_label)}</text>'
+        )
+    else:
+        parts.append(
+            f'<text class="note" x="{(left + right_edge) / 2:.1f}" y="{top + 16}" '
+            'text-anchor="middle">no task has tags</text>'
+        )
     for i, bar in enumerate(bars):
         y = top + 4 + i * row
         label = bar.label if len(bar.label) <= 22 else bar.label[:21] + "…"

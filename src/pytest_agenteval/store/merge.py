@@ -217,9 +217,12 @@ def check_parts(parts: list[Part], *, allow_drift: bool) -> list[ShardRun]:
         total = totals.pop()
         missing = [f"{i}/{total}" for i in range(1, total + 1) if i not in by_index]
         if missing:
+            several = len(missing) > 1
             problems.append(
-                f"missing shard{'s' if len(missing) > 1 else ''} {', '.join(missing)}: no source "
-                "holds a run of them, and a merge of part of a suite would give partial metrics"
+                f"missing shard{'s' if several else ''} {', '.join(missing)}: no source holds "
+                f"a run of {'them' if several else 'it'} (add {'their' if several else 'its'} "
+                "run folder or cache dir to the sources); a merge of part of a suite would give "
+                "partial metrics"
             )
     if problems:
         raise MergeError("cannot merge:\n" + "\n".join(f"  {p}" for p in problems))
