@@ -280,3 +280,14 @@ def test_junit_xml_escapes_what_a_hand_edited_store_could_hold(tmp_path: Path) -
     assert case.name == case.classname == xml_safe(weird)
     assert (suite.tests, suite.failures, suite.errors, suite.time) == (1, 1, 0, 0.75)
     assert "attempt 2 error" in case.result[0].text
+
+
+def test_provider_agent_label_names_its_model() -> None:
+    """A provider agent's label reads `openai:MODEL`, not its options as JSON (the fingerprint
+    keeps them)."""
+    from pytest_agenteval.reporting.summary import _agent_label
+
+    spec = 'openai:{"api_key_env": "K", "model": "gpt-4o-mini", "temperature": 0}'
+    fingerprint = {"override": None, "manifest": {"ds": spec + " (version 3)"}, "version": None}
+    assert _agent_label(fingerprint) == "openai:gpt-4o-mini (version 3)"
+    assert _agent_label({"override": 'vibes:{"x": 1}', "manifest": {}}) == "vibes"

@@ -96,7 +96,8 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
         f"# agenteval: {_md(ds['name'])} {_md(ds['version'])}",
         "",
         f"Run `{summary['run_id']}` · agent {_md(summary['agent']['label'])} · "
-        f"status **{summary['status']}** · {m['n_tasks']} tasks, {summary['n_attempts']} attempts",
+        f"status **{summary['status']}** · {_plural(m['n_tasks'], 'task')}, "
+        f"{_plural(summary['n_attempts'], 'attempt')}",
         "",
         "| k | pass@k | pass^k | tasks |",
         "|---|---|---|---|",
@@ -169,7 +170,7 @@ def _tasks_per_k(m: dict[str, Any]) -> str:
     if not per_k:
         return ""
     if not _uneven(m):
-        return f"  (over {per_k[0]} tasks each)"
+        return f"  (over {_plural(per_k[0], 'task')} each)"
     return f"  (over {', '.join(str(n) for n in per_k)} tasks: those with >= k attempts)"
 
 
@@ -257,7 +258,7 @@ def _pass_rate(task: dict[str, Any]) -> tuple[float, str]:
 
 
 def _counts_line(counts: dict[str, int]) -> str:
-    text = f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors"
+    text = f"{counts['pass']} passed, {counts['fail']} failed, {_plural(counts['error'], 'error')}"
     if counts.get("load_error"):
         text += f", {_plural(counts['load_error'], 'load error')}"
     extra = [f"{counts[k]} {k}" for k in ("reused", "regraded") if counts.get(k)]
@@ -401,7 +402,7 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
     ds = summary["dataset"]
     lines = [
         f"run {summary['run_id']} ({summary['status']}) · dataset {ds['name']} {ds['version']} · "
-        f"{m['n_tasks']} tasks, {summary['n_attempts']} attempts",
+        f"{_plural(m['n_tasks'], 'task')}, {_plural(summary['n_attempts'], 'attempt')}",
         _counts_line(counts) + (f"; {counts.get('run', 0)} run now" if "run" in counts else ""),
         *_agent_error_lines(summary.get("agent_errors", [])),
     ]

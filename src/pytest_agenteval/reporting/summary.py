@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -185,11 +187,29 @@ def _dataset_label(datasets: list[dict[str, str]]) -> dict[str, str]:
 
 def _agent_label(fingerprint: dict[str, Any]) -> str:
     if fingerprint.get("override"):
-        label = str(fingerprint["override"])
+        label = _readable(str(fingerprint["override"]))
     else:
-        label = ", ".join(str(v) for v in (fingerprint.get("manifest") or {}).values()) or "fixture"
+        manifest = (fingerprint.get("manifest") or {}).values()
+        label = ", ".join(_readable(str(v)) for v in manifest) or "fixture"
     version = fingerprint.get("version")
     return f"{label} (version {version})" if version else label
+
+
+_OPTIONS_LABEL = re.compile(r"^(?P<kind>[\w.-]+):(?P<options>\{.*\})(?P<rest> \(version .*\))?$")
+
+
+def _readable(label: str) -> str:
+    """A `kind:{options as JSON}` label (provider and plugin agents) as `kind:model`, or the kind
+    alone; the fingerprint keeps the whole spec."""
+    match = _OPTIONS_LABEL.match(label)
+    if match is None:
+        return label
+    try:
+        options = json.loads(match["options"])
+    except ValueError:
+        return label
+    model = options.get("model") if isinstance(options, dict) else None
+    return f"{match['kind']}{f':{model}' if model else ''}{match['rest'] or ''}"
 
 
 def _by_k(values: dict[int, Any]) -> dict[str, Any]:
