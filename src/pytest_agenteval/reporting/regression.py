@@ -57,7 +57,10 @@ def regression_problem(block: dict[str, Any] | None) -> str | None:
 def regression_lines(block: dict[str, Any], verbose: bool) -> list[str]:
     """The comparison for the terminal and summary.md: verdict, change, tasks that moved."""
     if block["failed"]:
-        verdict = "FAILED: " + (regression_problem(block) or "")
+        verdict = (
+            f"FAILED: a fall of more than {block['max_regression']:g} "
+            "(--agenteval-max-regression), significant at 95 %"
+        )
     elif not block["shared_tasks"]:
         verdict = (
             "passed, but nothing was compared: no task is in both runs "
