@@ -173,12 +173,11 @@ class AttemptItem(AgentevalItem):
             return {"action": "run", "key": list(self.key), "record": None}
         if not any(p[0] == "task_id" for p in self.user_properties):
             self.user_properties.extend(junit_properties(outcome.facts, outcome.reused))
-        record = outcome.record
-        return {
-            "action": outcome.decision.action,
-            "key": list(self.key),
-            "record": record.to_json() if record is not None else None,
-        }
+        record, text = outcome.record, None
+        if record is not None:
+            text = record.to_text()
+            self.runtime.last_made = (text, record)
+        return {"action": outcome.decision.action, "key": list(self.key), "record": text}
 
     def repr_failure(
         self, excinfo: ExceptionInfo[BaseException], style: Any = None

@@ -13,6 +13,7 @@ import pytest
 
 from ..core.errors import AgentUnavailable, TaskFileError, display_path
 from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, Key, TaskSpec
+from ..core.records import AttemptRecord
 from ..execution.agents import AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
 from ..execution.limits import LimitGate, Limits
@@ -41,6 +42,9 @@ class Runtime:
     plan: Plan = field(default_factory=Plan)
     stops: Stops | None = None
     """The run's stops (cancel, caps, deadline), once the run is known."""
+    last_made: tuple[str, AttemptRecord] | None = None
+    """The record this process's last attempt made, and the JSON text its report carries: a
+    lone process's recorder commits it without parsing the text again."""
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import AttemptRecord, index_line
+from ..core.records import AttemptRecord, index_line, to_json_text
 from .files import RunFiles, has_attempts, line_number, locked, running_note, write_json
 from .index import IndexRow, read_index
 from .problems import OUTPUT_LOST, RUN_SKIPPED, StoreProblem
@@ -282,7 +282,7 @@ class Store:
 
     def note_running(self, run_id: str, key: Key) -> None:
         """Name the attempt whose agent starts now; see RunInfo.died_running."""
-        self._open[run_id].note_running(json.dumps(list(key), ensure_ascii=False))
+        self._open[run_id].note_running(to_json_text(key))
 
     def set_agent(self, run_id: str, agent: dict[str, Any]) -> None:
         """Replace the run's agent fingerprint (only while it has no records)."""
@@ -356,27 +356,26 @@ class Store:
         record: AttemptRecord,
         *,
         replaces: bool = False,
-        as_json: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        as_text: str | None = None,
+    ) -> str:
         """Store one finished attempt durably; keep the record it replaces as history.
 
-        `as_json`: the record's JSON when the caller has it already (as it came on a report).
+        `as_text`: the record's JSON when the caller has it already (as it came on a report).
         Returns the JSON stored. A failed write raises StoreError (path and errno) and leaves
         no torn line behind.
         """
         if replaces:
             old = self.record(run_id, record.key)
             if old is not None:
-                record, as_json = record.replacing(old), None
-        data = as_json if as_json is not None else record.to_json()
+                record, as_text = record.replacing(old), None
+        text = as_text if as_text is not None else record.to_text()
         files = self._open[run_id]
-        offset, length = files.append_record(json.dumps(data, ensure_ascii=False))
-        line = index_line(record, offset, length)
-        files.append_index(json.dumps(line, ensure_ascii=False))
+        offset, length = files.append_record(text)
+        files.append_index(to_json_text(index_line(record, offset, length)))
         offsets = self._offsets.get(run_id)  # loaded only once a plan or a replace needed it
         if offsets is not None:
             offsets[record.key] = (offset, length)
-        return data
+        return text
 
     def index(
         self, run_id: str, *, for_plan: bool = True
