@@ -56,10 +56,8 @@ class AttemptItem(AgentevalItem):
         self.not_started: AgentUnavailable | None = None
         """Why the attempt could not start (its agent cannot be built); nothing is recorded."""
         self._job: AttemptJob | None = None
-
-    @property
-    def runtime(self) -> Runtime:
-        return self.config.stash[RUNTIME]
+        self.runtime: Runtime = self.config.stash[RUNTIME]
+        """Looked up once: an attempt asks for it about ten times."""
 
     def job(self) -> AttemptJob:
         task = self.task
