@@ -48,6 +48,8 @@ class Runtime:
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
+    _declared: dict[int, tuple[Any, str]] = field(default_factory=dict)
+    """Declared agents built, and their labels, by spec (specs live as long as the run)."""
     _unavailable: dict[Any, AgentUnavailable] = field(default_factory=dict)
     """Declared agents that cannot be built (by spec), located at their spec."""
     _limits: dict[tuple[int, int], tuple[str, Limits]] = field(default_factory=dict)
@@ -140,6 +142,9 @@ class Runtime:
         cannot be built; the located problem is made once per spec.
         """
         spec = self.agent_spec(task)
+        made = self._declared.get(id(spec))
+        if made is not None:
+            return made
         key = id(spec) if spec is not None else task.dataset.name
         problem = self._unavailable.get(key)
         if problem is None:
@@ -148,7 +153,8 @@ class Runtime:
                     raise AgentUnavailable("no agent for the tasks of this dataset", hint=NO_AGENT)
                 override = spec is self.settings.agent_override
                 base = self.settings.invocation_dir if override else task.dataset.root
-                return self.agents.agent(spec, base), spec_label(spec)
+                made = self._declared[id(spec)] = (self.agents.agent(spec, base), spec_label(spec))
+                return made
             except AgentUnavailable as exc:
                 problem = self._unavailable[key] = exc.located(self._spec_location(spec, task))
         raise problem.with_traceback(None)
