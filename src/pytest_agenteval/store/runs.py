@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
@@ -282,7 +283,8 @@ class Store:
 
     def note_running(self, run_id: str, key: Key) -> None:
         """Name the attempt whose agent starts now; see RunInfo.died_running."""
-        self._open[run_id].note_running(to_json_text(key))
+        dataset, task_id, attempt = key  # json.dumps(key), without an encoder per attempt
+        self._open[run_id].note_running(f"[{_quoted(dataset)}, {_quoted(task_id)}, {attempt:d}]")
 
     def set_agent(self, run_id: str, agent: dict[str, Any]) -> None:
         """Replace the run's agent fingerprint (only while it has no records)."""
@@ -449,6 +451,10 @@ class Store:
             record = self.record(run_id, row.key)
             if record is not None:
                 yield record
+
+
+_quoted = encode_basestring
+"""A str as a JSON string (json's own C function)."""
 
 
 def unfinished(note: str | None, rows: list[IndexRow]) -> str | None:
