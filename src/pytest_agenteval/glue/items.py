@@ -16,7 +16,7 @@ from _pytest._code.code import ExceptionInfo, TerminalRepr
 
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
-from ..core.records import Detail, junit_properties
+from ..core.records import Detail, junit_properties, to_json_text
 from ..core.text import excerpt
 from ..execution.agents import BUILTIN_AGENT_KINDS, Agent, make_builtin_agent, unknown_agent_kind
 from ..execution.attempt import AttemptJob, Outcome
@@ -173,8 +173,9 @@ class AttemptItem(AgentevalItem):
             self.user_properties.extend(junit_properties(outcome.facts, outcome.reused))
         record, text = outcome.record, None
         if record is not None:
-            text = record.to_text()
-            self.runtime.last_made = (text, record)
+            data = record.to_json()
+            text = to_json_text(data)
+            self.runtime.last_made = (text, record, data)
         return {"action": outcome.decision.action, "key": list(self.key), "record": text}
 
     def repr_failure(

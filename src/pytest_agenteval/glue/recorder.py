@@ -182,26 +182,34 @@ class Recorder:
     def _commit(self, text: str, record: AttemptRecord | None = None) -> AttemptRecord:
         """Commit the record JSON a report carried (checked by parsing it once, unless this
         process made it); returns the record."""
+        data = None
         if record is None:
-            record = self._made_here(text) or AttemptRecord.from_text(text)
+            made = self._made_here(text)
+            if made is not None:
+                record, data = made
+            else:
+                data = json.loads(text)
+                record = AttemptRecord.from_json(data)
         replaces = self.runtime.plan.stored(record.key) is not None
         try:
             stored = self.store.commit(self.run.run_id, record, replaces=replaces, as_text=text)
         except StoreError as exc:
             self.failed(exc)
             return record
-        data = record.to_json() if stored is text else json.loads(stored)  # replaced: history
-        self.config.hook.pytest_agenteval_record_committed(record=data, config=self.config)
+        if stored is not text:  # it replaced a record: what is stored now keeps the history
+            data = json.loads(stored)
+        hook = self.config.hook.pytest_agenteval_record_committed
+        hook(record=data if data is not None else record.to_json(), config=self.config)
         self._spend(record)
         return record
 
-    def _made_here(self, text: str) -> AttemptRecord | None:
-        """The record behind `text` when this process's last attempt made it (a lone process:
-        the very string its report carries), so it need not be parsed again."""
+    def _made_here(self, text: str) -> tuple[AttemptRecord, dict[str, Any]] | None:
+        """The record behind `text` and its JSON when this process's last attempt made it (a
+        lone process: the very string its report carries), so it need not be parsed again."""
         made = self.runtime.last_made
         if made is not None and made[0] is text:
             self.runtime.last_made = None
-            return made[1]
+            return made[1], made[2]
         return None
 
     def _spend(self, record: AttemptRecord) -> None:

@@ -42,9 +42,9 @@ class Runtime:
     plan: Plan = field(default_factory=Plan)
     stops: Stops | None = None
     """The run's stops (cancel, caps, deadline), once the run is known."""
-    last_made: tuple[str, AttemptRecord] | None = None
-    """The record this process's last attempt made, and the JSON text its report carries: a
-    lone process's recorder commits it without parsing the text again."""
+    last_made: tuple[str, AttemptRecord, dict[str, Any]] | None = None
+    """The JSON text the report of this process's last new record carries, the record and its
+    JSON: a lone process's recorder commits it without parsing the text again."""
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
