@@ -96,8 +96,12 @@ class Recorder:
         self.collected_once = True
         keys: list[Key] = []
         broken: set[tuple[str, str]] = set()
+        datasets: dict[str, str | None] = {}  # by file: resolving a path costs system calls
         for nodeid in ids:
-            dataset = self._dataset_of(nodeid)
+            file = nodeid.split("::")[0]
+            if file not in datasets:
+                datasets[file] = self._dataset_of(nodeid)
+            dataset = datasets[file]
             parsed = parse_item_name(nodeid)
             label = load_error_label(nodeid)
             if dataset and parsed:
