@@ -109,6 +109,8 @@ class Recorder:
             elif dataset and label is not None:
                 broken.add((dataset, label))
         self._selected(keys, broken)
+        for ds in self.runtime.datasets:  # what planning loaded is not needed any more
+            ds.forget_reads()
 
     def _selected(self, keys: list[Key], broken: set[tuple[str, str]]) -> None:
         """Plan the run from what this session selected, and mark it narrowed when that is not
