@@ -10,6 +10,10 @@ task files parsed before are reused from the spec cache, except in the "cold" mo
 
     python bench/overhead.py             # 100 / 1,000 / 10,000 tasks x 3 attempts, 3 repeats
     python bench/overhead.py --quick     # 100 / 1,000 tasks, 1 repeat (< 60 s)
+    python bench/overhead.py --xdist --cpu --sizes 1000,10000   # -n 2 / -n 4 slopes
+
+`--cpu` measures the CPU time of the whole pytest process tree (xdist's workers included), which
+a busy shared machine disturbs far less than wall time.
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ MODES = {
     "collect only": ["--co"],
     "collect only, cold": ["--co"],
 }
+XDIST_MODES = {
+    "-n 2": ["-p", "xdist", "-n", "2"],
+    "-n 4": ["-p", "xdist", "-n", "4"],
+}
+"""`--xdist`: full runs with xdist's workers, plain pytest with the same `-n` as the baseline
+(autoload is off, so xdist is loaded by name on both sides)."""
 
 
 def make_workdir(root: Path, tasks: int) -> Path:
@@ -101,12 +111,12 @@ def ours(work: Path, mode_args: list[str], *, fresh: bool = True, cold: bool = F
 Samples = dict[tuple[str, str, int], list[tuple[float, int]]]
 
 
-def measure(works: dict[int, Path], repeats: int) -> Samples:
+def measure(works: dict[int, Path], repeats: int, modes: dict[str, list[str]]) -> Samples:
     """(mode, side, size) -> samples; plain and agenteval alternate within every repeat."""
     samples: Samples = {}
     for _ in range(repeats):
         for size, work in works.items():
-            for mode, args in MODES.items():
+            for mode, args in modes.items():
                 samples.setdefault((mode, "plain", size), []).append(run(work, ["plain", *args]))
                 cold = mode.endswith("cold")
                 samples.setdefault((mode, "ours", size), []).append(
@@ -129,14 +139,14 @@ def slope(samples: Samples, mode: str, side: str, sizes: tuple[int, int]) -> tup
     return seconds / items, kib / items
 
 
-def print_slopes(samples: Samples, sizes: tuple[int, int]) -> None:
+def print_slopes(samples: Samples, sizes: tuple[int, int], modes: list[str]) -> None:
     print(f"\nat {sizes[1] * ATTEMPTS:,} attempts (slope from {sizes[0] * ATTEMPTS:,})")
     head = ("mode", "plain us", "ours us", "ratio", "plain KiB", "ours KiB", "ratio")
     print("{:22} {:>9} {:>9} {:>6} {:>10} {:>9} {:>6}".format(*head))
-    first_run = slope(samples, "full run", "ours", sizes)[0]
-    for mode in [*MODES, "resume replay"]:
+    for mode in modes:
         ours_s, ours_m = slope(samples, mode, "ours", sizes)
         if mode == "resume replay":
+            first_run = slope(samples, "full run", "ours", sizes)[0]
             ratio = ours_s / first_run
             print(f"{mode:22} {'':>9} {ours_s * 1e6:9.0f} {ratio:6.2f} (vs ours' first run)")
             continue
@@ -173,6 +183,9 @@ def main() -> None:
         "--sizes", help="task counts to measure, e.g. 100,1000 (default 100,1000,10000)"
     )
     parser.add_argument("--cpu", action="store_true", help="measure CPU time, not wall time")
+    parser.add_argument(
+        "--xdist", action="store_true", help="full runs at -n 2 and -n 4 only (slopes per -n)"
+    )
     args = parser.parse_args()
     global CPU_TIME
     CPU_TIME = args.cpu
@@ -183,10 +196,15 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="agenteval-bench-"))
     try:
         works = {n: make_workdir(root, n) for n in sizes}
-        samples = measure(works, repeats)
-        print(f"{ATTEMPTS} attempts per task, median of {repeats}")
+        modes = XDIST_MODES if args.xdist else MODES
+        samples = measure(works, repeats, modes)
+        measure_ = "CPU time of the process tree" if CPU_TIME else "wall time"
+        print(f"{ATTEMPTS} attempts per task, median of {repeats}, {measure_}")
+        shown = list(modes) if args.xdist else [*modes, "resume replay"]
         for pair in itertools.pairwise(sizes):
-            print_slopes(samples, pair)
+            print_slopes(samples, pair, shown)
+        if args.xdist:
+            return
         big = statistics.median(s[0] for s in samples[("full run", "ours", sizes[-1])])
         seconds, records = report_share(works[sizes[-1]])
         share = 100 * seconds / big

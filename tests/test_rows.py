@@ -94,7 +94,6 @@ def test_csv_header_problems_and_empty_files(tmp_path: Path) -> None:
         read_rows(path, "csv")
 
 
-
 def test_an_open_quote_is_named(tmp_path: Path) -> None:
     """A CSV quote left open swallows the records after it: the error says which lines the
     record spans and asks about the quote."""
@@ -103,6 +102,7 @@ def test_an_open_quote_is_named(tmp_path: Path) -> None:
     bad = [row for row in read_rows(path, "csv") if row.problem]
     assert len(bad) == 1 and bad[0].line == 3
     assert "runs from line 3 to 4: is a quote left open?" in (bad[0].problem or "")
+
 
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
 JSON_VALUES = st.recursive(

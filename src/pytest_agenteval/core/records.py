@@ -22,6 +22,9 @@ from .text import clean_text, excerpt, json_safe
 ITEM_NAME_RE = re.compile(r"^(?P<task_id>.+)\[attempt-(?P<attempt>\d+)\](?:@.*)?$")
 HISTORY_LIMIT = 10
 """How many replaced records a record keeps in `previous`."""
+to_json_text = json.JSONEncoder(ensure_ascii=False).encode
+"""`json.dumps(value, ensure_ascii=False)` without building an encoder per call (per attempt,
+records and index lines are encoded on the hot path)."""
 
 
 def item_name(task_id: str, attempt: int) -> str:
@@ -191,6 +194,19 @@ class AttemptRecord:
             **({"call": self.call} if self.call is not None else {}),
         }
 
+    def to_text(self) -> str:
+        """The record as one line of JSON: how it travels on reports (one string is far cheaper
+        for xdist to ship than a nested dict) and how it is stored."""
+        return to_json_text(self.to_json())
+
+    @classmethod
+    def from_text(cls, text: str) -> AttemptRecord:
+        """The record `to_text` wrote; raises ValueError (or KeyError, TypeError) otherwise."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("a record is a JSON object")
+        return cls.from_json(data)
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AttemptRecord:
         """The record a `to_json` dict describes; raises ValueError (or KeyError, TypeError) on
@@ -326,9 +342,7 @@ def index_line(record: AttemptRecord, offset: int, length: int) -> dict[str, Any
         "tags": list(record.tags),
         "reason": attempt_reason(record),
         "phase": record.phase,
-        "replay": ""
-        if record.status == "pass"
-        else json.dumps(record.detail().to_json(), ensure_ascii=False),
+        "replay": "" if record.status == "pass" else to_json_text(record.detail().to_json()),
         "record": [offset, length],
         **({"crashes": crash_count(record)} if record.phase == "crash" else {}),
         **({"model": record.model} if record.model is not None else {}),

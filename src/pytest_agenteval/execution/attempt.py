@@ -207,8 +207,12 @@ class AttemptRunner:
         job = context.job
         if self.note_running is not None:
             self.note_running(job.key)
+        held = self.limits(job) if self.limits is not None else None
         try:
-            with self._limited(job):
+            if held is None:  # no limits: no context manager on the per-attempt path
+                return self.executor.call_agent(agent, context.task, job.task.timeout)
+            with held:
+                self._check_stop()  # a stop that came while waiting for the limits
                 return self.executor.call_agent(agent, context.task, job.task.timeout)
         finally:
             if self.executor.runs_elsewhere:

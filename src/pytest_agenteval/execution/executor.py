@@ -66,7 +66,7 @@ class SerialExecutor:
             value = agent(task)
         else:
             value = _call_in_thread(agent, task, timeout, any_new_child=not self.concurrent)
-        if inspect.isawaitable(value):
+        if type(value) is not str and inspect.isawaitable(value):  # an ABC check per call
             left = None if timeout is None else max(timeout - (time.monotonic() - started), 0.0)
             value = self._await(value, left)
         return as_result(value)

@@ -16,7 +16,7 @@ from _pytest._code.code import ExceptionInfo, TerminalRepr
 
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
-from ..core.records import Detail, junit_properties
+from ..core.records import Detail, junit_properties, to_json_text
 from ..core.text import excerpt
 from ..execution.agents import BUILTIN_AGENT_KINDS, Agent, make_builtin_agent, unknown_agent_kind
 from ..execution.attempt import AttemptJob, Outcome
@@ -56,10 +56,8 @@ class AttemptItem(AgentevalItem):
         self.not_started: AgentUnavailable | None = None
         """Why the attempt could not start (its agent cannot be built); nothing is recorded."""
         self._job: AttemptJob | None = None
-
-    @property
-    def runtime(self) -> Runtime:
-        return self.config.stash[RUNTIME]
+        self.runtime: Runtime = self.config.stash[RUNTIME]
+        """Looked up once: an attempt asks for it about ten times."""
 
     def job(self) -> AttemptJob:
         task = self.task
@@ -173,12 +171,12 @@ class AttemptItem(AgentevalItem):
             return {"action": "run", "key": list(self.key), "record": None}
         if not any(p[0] == "task_id" for p in self.user_properties):
             self.user_properties.extend(junit_properties(outcome.facts, outcome.reused))
-        record = outcome.record
-        return {
-            "action": outcome.decision.action,
-            "key": list(self.key),
-            "record": record.to_json() if record is not None else None,
-        }
+        record, text = outcome.record, None
+        if record is not None:
+            data = record.to_json()
+            text = to_json_text(data)
+            self.runtime.last_made = (text, record, data)
+        return {"action": outcome.decision.action, "key": list(self.key), "record": text}
 
     def repr_failure(
         self, excinfo: ExceptionInfo[BaseException], style: Any = None

@@ -8,6 +8,7 @@ compute and put records on their reports.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -97,8 +98,12 @@ class Recorder:
         self.collected_once = True
         keys: list[Key] = []
         broken: set[tuple[str, str]] = set()
+        datasets: dict[str, str | None] = {}  # by file: resolving a path costs system calls
         for nodeid in ids:
-            dataset = self._dataset_of(nodeid)
+            file = nodeid.split("::")[0]
+            if file not in datasets:
+                datasets[file] = self._dataset_of(nodeid)
+            dataset = datasets[file]
             parsed = parse_item_name(nodeid)
             label = load_error_label(nodeid)
             if dataset and parsed:
@@ -106,6 +111,8 @@ class Recorder:
             elif dataset and label is not None:
                 broken.add((dataset, label))
         self._selected(keys, broken)
+        for ds in self.runtime.datasets:  # what planning loaded is not needed any more
+            ds.forget_reads()
 
     def _selected(self, keys: list[Key], broken: set[tuple[str, str]]) -> None:
         """Plan the run from what this session selected, and mark it narrowed when that is not
@@ -168,12 +175,14 @@ class Recorder:
         self.actions[info["action"]] += 1
         if info["action"] == "reuse":
             self.reused.add(tuple(info["key"]))
-        data = info.get("record")
-        if data is None and report.failed and info["action"] != "reuse":
-            data = self._vanished(report, "InternalError", "the plugin failed around it")
-        if data is not None:
-            self._commit(data, regraded=info["action"] == "regrade")
-        self._attempt_done(info, data)
+        text: str | None = info.get("record")
+        record = None
+        if text is None and report.failed and info["action"] != "reuse":
+            record = self._vanished(report, "InternalError", "the plugin failed around it")
+            text = record.to_text()
+        if text is not None:
+            record = self._commit(text, record, regraded=info["action"] == "regrade")
+        self._attempt_done(info, record)
 
     def _load_error(self, error: dict[str, str]) -> None:
         """Count each broken task once (also if a report should come twice)."""
@@ -181,17 +190,40 @@ class Recorder:
         if where not in {(e["path"], e["label"]) for e in self.load_errors}:
             self.load_errors.append(error)
 
-    def _commit(self, data: dict[str, Any], regraded: bool = False) -> None:
-        """Commit the record JSON a report carried (checked by parsing it once)."""
-        record = AttemptRecord.from_json(data)
+    def _commit(
+        self, text: str, record: AttemptRecord | None = None, regraded: bool = False
+    ) -> AttemptRecord:
+        """Commit the record JSON a report carried (checked by parsing it once, unless this
+        process made it); returns the record."""
+        data = None
+        if record is None:
+            made = self._made_here(text)
+            if made is not None:
+                record, data = made
+            else:
+                data = json.loads(text)
+                record = AttemptRecord.from_json(data)
         replaces = self.runtime.plan.stored(record.key) is not None
         try:
-            stored = self.store.commit(self.run.run_id, record, replaces=replaces, as_json=data)
+            stored = self.store.commit(self.run.run_id, record, replaces=replaces, as_text=text)
         except StoreError as exc:
             self.failed(exc)
-            return
-        self.config.hook.pytest_agenteval_record_committed(record=stored, config=self.config)
+            return record
+        if stored is not text:  # it replaced a record: what is stored now keeps the history
+            data = json.loads(stored)
+        hook = self.config.hook.pytest_agenteval_record_committed
+        hook(record=data if data is not None else record.to_json(), config=self.config)
         self._spend(record, regraded)
+        return record
+
+    def _made_here(self, text: str) -> tuple[AttemptRecord, dict[str, Any]] | None:
+        """The record behind `text` and its JSON when this process's last attempt made it (a
+        lone process: the very string its report carries), so it need not be parsed again."""
+        made = self.runtime.last_made
+        if made is not None and made[0] is text:
+            self.runtime.last_made = None
+            return made[1], made[2]
+        return None
 
     def _spend(self, record: AttemptRecord, regraded: bool) -> None:
         """Count the attempt's spend (a regrade spent only on its judges: the agent's usage
@@ -203,12 +235,12 @@ class Recorder:
         if self.budget.capped:
             self._check_budget()
 
-    def _attempt_done(self, info: dict[str, Any], data: dict[str, Any] | None) -> None:
+    def _attempt_done(self, info: dict[str, Any], record: AttemptRecord | None) -> None:
         key = tuple(info["key"])
-        stored = self.runtime.plan.stored(key) if data is None else None
-        status = data["status"] if data is not None else stored.status if stored else None
+        stored = self.runtime.plan.stored(key) if record is None else None
+        status = record.status if record is not None else stored.status if stored else None
         if status is not None:
-            self.progress.attempt(status, reused=data is None)
+            self.progress.attempt(status, reused=record is None)
         self.show_progress()
 
     def show_progress(self, status: str | None = None) -> None:
@@ -255,20 +287,19 @@ class Recorder:
         report.agenteval = {  # type: ignore[attr-defined]
             "action": "run",
             "key": list(key),
-            "record": record.to_json(),
+            "record": record.to_text(),
             "crashed": True,
         }
 
-    def _vanished(self, report: pytest.TestReport, error_type: str, why: str) -> dict[str, Any]:
+    def _vanished(self, report: pytest.TestReport, error_type: str, why: str) -> AttemptRecord:
         parsed = parse_item_name(report.nodeid)
         assert parsed is not None
         dataset = self._dataset_of(report.nodeid) or ""
         task = self._task(report.nodeid, parsed[0])
         message = f"the attempt ended without a record ({why}):\n{report.longrepr}"
-        record = interrupted_record(
+        return interrupted_record(
             task, (dataset, *parsed), self.runtime.runner.fingerprint, message, error_type
         )
-        return record.to_json()
 
     def _task(self, nodeid: str, task_id: str) -> TaskDef | None:
         path = self._path_of(nodeid)

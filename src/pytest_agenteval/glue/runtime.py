@@ -13,6 +13,7 @@ import pytest
 
 from ..core.errors import AgentUnavailable, TaskFileError, display_path
 from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, Key, TaskSpec
+from ..core.records import AttemptRecord
 from ..core.shards import Shard
 from ..execution.agents import AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
@@ -44,9 +45,14 @@ class Runtime:
     """The run's stops (cancel, caps, deadline), once the run is known."""
     shard: Shard | None = None
     """The shard this process collects (the settings', or what the controller shipped)."""
+    last_made: tuple[str, AttemptRecord, dict[str, Any]] | None = None
+    """The JSON text the report of this process's last new record carries, the record and its
+    JSON: a lone process's recorder commits it without parsing the text again."""
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
+    _declared: dict[int, tuple[Any, str]] = field(default_factory=dict)
+    """Declared agents built, and their labels, by spec (specs live as long as the run)."""
     _unavailable: dict[Any, AgentUnavailable] = field(default_factory=dict)
     """Declared agents that cannot be built (by spec), located at their spec."""
     _limits: dict[tuple[int, int], tuple[str, Limits]] = field(default_factory=dict)
@@ -143,6 +149,9 @@ class Runtime:
         cannot be built; the located problem is made once per spec.
         """
         spec = self.agent_spec(task)
+        made = self._declared.get(id(spec))
+        if made is not None:
+            return made
         key = id(spec) if spec is not None else task.dataset.name
         problem = self._unavailable.get(key)
         if problem is None:
@@ -151,7 +160,8 @@ class Runtime:
                     raise AgentUnavailable("no agent for the tasks of this dataset", hint=NO_AGENT)
                 override = spec is self.settings.agent_override
                 base = self.settings.invocation_dir if override else task.dataset.root
-                return self.agents.agent(spec, base), spec_label(spec)
+                made = self._declared[id(spec)] = (self.agents.agent(spec, base), spec_label(spec))
+                return made
             except AgentUnavailable as exc:
                 problem = self._unavailable[key] = exc.located(self._spec_location(spec, task))
         raise problem.with_traceback(None)

@@ -43,6 +43,9 @@ class Dataset:
     cache: SpecCache | None = field(default=None, compare=False, repr=False)
     """Where validated specs of unchanged files are kept between sessions."""
     _reads: dict[Path, FileRead] = field(default_factory=dict, compare=False, repr=False)
+    _loaded: dict[Path, list[TaskDef | LoadFailure]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
     _walked: list[tuple[list[Path], frozenset[Path]]] = field(
         default_factory=list, compare=False, repr=False
     )
@@ -80,6 +83,7 @@ class Dataset:
     def forget_reads(self) -> None:
         """Drop what was read (once collected, tasks hold their own specs)."""
         self._reads.clear()
+        self._loaded.clear()
 
     def is_workspace_dir(self, path: Path) -> bool:
         """Whether `path` is (inside) a workspace template: never collected, conftest unused.
@@ -292,7 +296,19 @@ def load_task_file(
 ) -> list[TaskDef | LoadFailure]:
     """Load every task of one file; problems become LoadFailures, never exceptions.
 
-    The file is read once per session (through the cache: an unchanged file is not parsed)."""
+    The file is read once per session (through the cache: an unchanged file is not parsed);
+    with graders, its tasks are built once too (collection, then the run's planning)."""
+    loaded = dataset._loaded.get(path) if make_grader is not None else None
+    if loaded is None:
+        loaded = _load(path, dataset, make_grader, cache)
+        if make_grader is not None:
+            dataset._loaded[path] = loaded
+    return loaded
+
+
+def _load(
+    path: Path, dataset: Dataset, make_grader: MakeGrader | None, cache: SpecCache | None
+) -> list[TaskDef | LoadFailure]:
     read = dataset.read(path, cache)
     results = [_finish(path, dataset, t, None, make_grader) for t in read.tasks]
     if all(r is t or isinstance(r, TaskDef) for r, t in zip(results, read.tasks, strict=True)):

@@ -139,8 +139,7 @@ def _csv_rows(data: bytes) -> list[Row]:
             problem = f"the record has {len(record)} fields, the header {len(header)}"
             if reader.line_num > start:  # the record ran over several lines
                 problem += (
-                    f" (it runs from line {start} to {reader.line_num}: "
-                    "is a quote left open?)"
+                    f" (it runs from line {start} to {reader.line_num}: is a quote left open?)"
                 )
             rows.append(Row(start, len(rows), None, problem))
             continue

@@ -25,6 +25,9 @@ class RunFiles:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        # Made once: joining paths costs more than an append (they only name a failed write).
+        self._index_path = folder / "index.jsonl"
+        self._records_path = folder / "records.jsonl"
         self._index_fd = self._records_fd = -1
         self._index_end = self._records_end = 0
         self._lock_fd = _open(folder / "lock", os.O_RDWR | os.O_CREAT)
@@ -34,21 +37,19 @@ class RunFiles:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
-        self._index_fd, self._index_end = _open_append(self.folder / "index.jsonl")
-        self._records_fd, self._records_end = _open_append(self.folder / "records.jsonl")
+        self._index_fd, self._index_end = _open_append(self._index_path)
+        self._records_fd, self._records_end = _open_append(self._records_path)
         return True
 
     def append_record(self, text: str) -> tuple[int, int]:
         data = text.encode("utf-8") + b"\n"
         offset = self._records_end
-        self._records_end = _append(self._records_fd, offset, data, self.folder / "records.jsonl")
+        self._records_end = _append(self._records_fd, offset, data, self._records_path)
         return offset, len(data) - 1
 
     def append_index(self, text: str) -> None:
         data = text.encode("utf-8") + b"\n"
-        self._index_end = _append(
-            self._index_fd, self._index_end, data, self.folder / "index.jsonl"
-        )
+        self._index_end = _append(self._index_fd, self._index_end, data, self._index_path)
 
     def note_running(self, text: str) -> None:
         """Keep `text` (the attempt whose agent runs now, or "") in the lock file, so a session

@@ -27,12 +27,13 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import AttemptRecord, index_line
+from ..core.records import AttemptRecord, index_line, to_json_text
 from .files import RunFiles, has_attempts, line_number, locked, running_note, write_json
 from .index import IndexRow, read_index
 from .problems import OUTPUT_LOST, RUN_SKIPPED, StoreProblem
@@ -301,7 +302,8 @@ class Store:
 
     def note_running(self, run_id: str, key: Key) -> None:
         """Name the attempt whose agent starts now; see RunInfo.died_running."""
-        self._open[run_id].note_running(json.dumps(list(key), ensure_ascii=False))
+        dataset, task_id, attempt = key  # json.dumps(key), without an encoder per attempt
+        self._open[run_id].note_running(f"[{_quoted(dataset)}, {_quoted(task_id)}, {attempt:d}]")
 
     def set_agent(self, run_id: str, agent: dict[str, Any]) -> None:
         """Replace the run's agent fingerprint (only while it has no records)."""
@@ -375,27 +377,26 @@ class Store:
         record: AttemptRecord,
         *,
         replaces: bool = False,
-        as_json: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        as_text: str | None = None,
+    ) -> str:
         """Store one finished attempt durably; keep the record it replaces as history.
 
-        `as_json`: the record's JSON when the caller has it already (as it came on a report).
+        `as_text`: the record's JSON when the caller has it already (as it came on a report).
         Returns the JSON stored. A failed write raises StoreError (path and errno) and leaves
         no torn line behind.
         """
         if replaces:
             old = self.record(run_id, record.key)
             if old is not None:
-                record, as_json = record.replacing(old), None
-        data = as_json if as_json is not None else record.to_json()
+                record, as_text = record.replacing(old), None
+        text = as_text if as_text is not None else record.to_text()
         files = self._open[run_id]
-        offset, length = files.append_record(json.dumps(data, ensure_ascii=False))
-        line = index_line(record, offset, length)
-        files.append_index(json.dumps(line, ensure_ascii=False))
+        offset, length = files.append_record(text)
+        files.append_index(to_json_text(index_line(record, offset, length)))
         offsets = self._offsets.get(run_id)  # loaded only once a plan or a replace needed it
         if offsets is not None:
             offsets[record.key] = (offset, length)
-        return data
+        return text
 
     def index(
         self, run_id: str, *, for_plan: bool = True
@@ -490,6 +491,10 @@ class Store:
 def _read_at(f: BinaryIO, where: tuple[int, int]) -> bytes:
     f.seek(where[0])
     return f.read(where[1])
+
+
+_quoted = encode_basestring
+"""A str as a JSON string (json's own C function)."""
 
 
 def unfinished(note: str | None, rows: list[IndexRow]) -> str | None:

@@ -62,6 +62,7 @@ class Stops:
         self._stop: Stop | None = None
         self._lock = threading.Lock()
         self._looked = 0.0
+        self._files = (run_dir / CANCEL_FILE, run_dir / STOP_FILE) if run_dir else None
 
     @property
     def stop(self) -> Stop | None:
@@ -85,11 +86,12 @@ class Stops:
     def _look(self) -> Stop | None:
         if self.deadline is not None and time.time() >= self.deadline:
             self.halt("deadline", "deadline passed")
-        elif self.run_dir is not None and self._due():
-            if (self.run_dir / CANCEL_FILE).exists():
+        elif self._files is not None and self._due():
+            cancel, stop = self._files
+            if cancel.exists():
                 self.halt("cancelled", "cancelled")
-            elif (self.run_dir / STOP_FILE).exists():
-                self._adopt(self.run_dir / STOP_FILE)
+            elif stop.exists():
+                self._adopt(stop)
         return self._stop
 
     def _due(self) -> bool:
