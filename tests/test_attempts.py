@@ -71,8 +71,9 @@ def test_async_agent(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
 
 @pytest.mark.parametrize("agent", ["agent:run", "agent:run_async"])
 def test_timeout_is_an_error(pytester: pytest.Pytester, dataset: DatasetMaker, agent: str) -> None:
-    """An agent that exceeds the task's timeout errors, even if it swallows exceptions."""
-    meta = {"sleep": 5, "async_sleep": 5}
+    """An agent that exceeds the task's timeout errors, even if it swallows exceptions, and the
+    run does not wait for it (a hang guard far below the agent's 60 s, not a speed check)."""
+    meta = {"sleep": 60, "async_sleep": 60}
     dataset(
         {"slow.yaml": task("ok", metadata=meta, timeout=0.3), "fine.yaml": task("ok")},
         manifest={"agent": agent},
@@ -81,7 +82,7 @@ def test_timeout_is_an_error(pytester: pytest.Pytester, dataset: DatasetMaker, a
     result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*slow [[]attempt 0[]] error: agent timed out after 0.3s*"])
-    assert time.monotonic() - start < 4
+    assert time.monotonic() - start < 30
 
 
 def test_agent_from_file_path_and_override(

@@ -23,6 +23,7 @@ def exits(task):
 def blocks_alarm(task):
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
     time.sleep(5)
+    Path(__file__).with_name("late.done").write_text("the run waited for the agent")
     return "late"
 
 
@@ -33,6 +34,7 @@ def swallows_everything(task):
             time.sleep(0.05)
         except BaseException:
             pass
+    Path(__file__).with_name("late.done").write_text("the run waited for the agent")
     return "late"
 
 
@@ -174,10 +176,10 @@ def test_graders_that_run_away_are_stopped(
         },
         manifest={"defaults": {"grader_timeout": 0.5}},
     )
-    (root / "judge.py").write_text("import time\n\ndef stuck(output):\n    time.sleep(30)\n")
+    (root / "judge.py").write_text("import time\n\ndef stuck(output):\n    time.sleep(120)\n")
     start = time.monotonic()
     result = pytester.runpytest_subprocess("--agenteval", "ds")
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 60  # a hang guard (the grader sleeps 120 s)
     result.assert_outcomes(passed=1, errors=2)
     result.stdout.fnmatch_lines(
         [
@@ -194,9 +196,8 @@ def test_sync_agent_timeouts_hold(
     """A sync agent that blocks SIGALRM, swallows every exception or waits on a child ends at
     its timeout; processes it started are killed."""
     hostile(dataset, {"slow.yaml": {**task("ok"), "timeout": 0.5}}, agent=f"hostile:{agent}")
-    start = time.monotonic()
     result = pytester.runpytest_subprocess("--agenteval", "ds")
-    assert time.monotonic() - start < 4.5
+    assert not (pytester.path / "ds/late.done").exists(), "the run waited for the agent"
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*agent timed out after 0.5s (abandoned thread; *"])
     pid_file = pytester.path / "ds/child.pid"

@@ -166,7 +166,10 @@ class AttemptRunner:
                 used = {**self.fingerprint, "used": label}
                 if job.task.workspace_dir is not None:
                     context.task.workspace  # noqa: B018 - the template is there before the agent
-                result = self._call(agent, context)
+                try:
+                    result = self._call(agent, context)
+                finally:
+                    self._check_given_up()
             phase = "grading"
             graded = early.payload.get("graded") if early is not None else None
             verdicts = grade(job.task, context.task, result, graded)
@@ -185,6 +188,12 @@ class AttemptRunner:
     def stop_reason(self) -> str | None:
         """Why no new attempt may start now, or None."""
         return self.stopped() if self.stopped is not None else None
+
+    def _check_given_up(self) -> None:
+        """A call made at its item's turn that ended after Ctrl-C's grace gave up on the calls
+        in flight (and killed what they started) is not the agent's answer: skip it too."""
+        if self.ahead is not None and self.ahead.cancelled is not None:
+            raise self.ahead.cancelled
 
     def _check_stop(self) -> None:
         reason = self.stop_reason()
