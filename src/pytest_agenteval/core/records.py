@@ -114,6 +114,8 @@ class AttemptRecord:
     """Records this one replaced (`--agenteval-rerun`), newest first, as JSON."""
     call: dict[str, Any] | None = None
     """How a model provider answered the agent: model, finish reason, retries."""
+    regraded: bool = False
+    """The answer is a stored one graded again (the agent was not called for this record)."""
 
     @property
     def key(self) -> Key:
@@ -192,6 +194,7 @@ class AttemptRecord:
             "artifacts": self.artifacts,
             "previous": list(self.previous),
             **({"call": self.call} if self.call is not None else {}),
+            **({"regraded": True} if self.regraded else {}),
         }
 
     def to_text(self) -> str:
@@ -236,6 +239,7 @@ class AttemptRecord:
             artifacts=data.get("artifacts"),
             previous=tuple(data.get("previous") or ()),
             call=data.get("call"),
+            regraded=data.get("regraded") is True,
         )
 
     def replacing(self, old: AttemptRecord) -> AttemptRecord:
@@ -263,6 +267,7 @@ def new_record(
     error: str | None = None,
     error_type: str | None = None,
     phase: Phase | None = None,
+    regraded: bool = False,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
@@ -287,6 +292,7 @@ def new_record(
         transcript=json_safe(result.transcript) if result and result.transcript else None,  # type: ignore[arg-type]
         artifacts=json_safe(result.artifacts) if result and result.artifacts else None,  # type: ignore[arg-type]
         call=json_safe(result.call) if result and result.call else None,  # type: ignore[arg-type]
+        regraded=regraded,
     )
 
 

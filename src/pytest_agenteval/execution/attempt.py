@@ -286,6 +286,7 @@ class _Attempt:
             error=error_text(exc) if exc is not None else None,
             error_type=getattr(exc, "error_type", type(exc).__name__) if exc else None,
             phase=phase if exc is not None else None,
+            regraded=self.job.decision.action == "regrade",
         )
         pricing = task.dataset.manifest.pricing
         return with_prices(record, pricing) if pricing else record

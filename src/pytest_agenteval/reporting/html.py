@@ -88,15 +88,11 @@ def _transcript_text(transcript: list[Any] | None) -> str | None:
 
 
 def _history_flags(record: AttemptRecord) -> list[str]:
-    """`regraded` when the record replaced one with the same agent input and output (only the
-    grading changed); `rerun` when it replaced one the agent made again."""
-    if not record.previous:
-        return []
-    old = record.previous[0]
-    same_answer = old.get("run_digest") == record.run_digest and old.get("output") == record.output
-    if same_answer and old.get("digest") != record.digest:
+    """`regraded` for a stored answer graded again; `rerun` when the agent answered again in
+    place of an earlier record."""
+    if record.regraded:
         return ["regraded"]
-    return ["rerun"]
+    return ["rerun"] if record.previous else []
 
 
 def _clip(text: str | None) -> tuple[str | None, int]:

@@ -42,16 +42,11 @@ def split_target(target: str, task_ids: Iterable[str]) -> tuple[str, int | None]
 
 def reuse_of(record: AttemptRecord, earlier_until: float | None) -> str:
     """ "replayed": recorded by an earlier session than the last (which replayed it, unless it
-    left the task out); "regraded": a record that kept the answer of the one it replaced (the
-    agent was not called again); "" otherwise."""
+    left the task out); "regraded": a stored answer graded again (the agent was not called
+    for it); "" otherwise."""
     if earlier_until is not None and record.started_at + record.duration <= earlier_until:
         return "replayed"
-    if record.previous:
-        before = record.previous[0]
-        kept = ("output", "usage", "transcript")
-        if all(before.get(name) == getattr(record, name) for name in kept):
-            return "regraded"
-    return ""
+    return "regraded" if record.regraded else ""
 
 
 def earlier_sessions_end(info: RunInfo) -> float | None:
