@@ -239,13 +239,26 @@ REFREEZE_EVERY = 3000
 """Reports between the controller's freezes (three per attempt)."""
 
 
+class Refreeze:
+    """In xdist's controller, freeze what piled up every few thousand reports: pytest keeps
+    the reports all session, and the cyclic GC rescanning them cost the controller over a
+    second at 30,000 attempts. Only there (no user code runs in the controller, so the cycles
+    that wait for the thaw are the plugins' own few), and off every worker's hot path."""
+
+    def __init__(self) -> None:
+        self.reports = 0
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self) -> None:
+        self.reports += 1
+        if self.reports % REFREEZE_EVERY == 0:
+            gc.freeze()
+
+
 class CollectHooks:
     """Collection hooks, registered only while a dataset is active."""
 
     froze = False
-    controller = False
-    """Frozen after collection in xdist's controller: refreeze as reports come in."""
-    reports = 0
 
     def __init__(self, parts: dict[Path, tuple[Path, ...]]) -> None:
         self.parts = parts
@@ -296,18 +309,9 @@ class CollectHooks:
             if gc.get_freeze_count() == 0:
                 gc.freeze()
                 self.froze = True
-                self.controller = session.config.pluginmanager.hasplugin("dsession")
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_runtest_logreport(self) -> None:
-        """In xdist's controller, freeze what piled up every few thousand reports: the reports
-        pytest keeps live all session, and the cyclic GC rescanning them cost the controller
-        +0.4 s at 30,000 attempts. Only there: no user code runs in the controller, so the
-        cycles that wait for the thaw are the plugins' own few."""
-        if self.controller:
-            self.reports += 1
-            if self.reports % REFREEZE_EVERY == 0:
-                gc.freeze()
+                plugins = session.config.pluginmanager
+                if plugins.hasplugin("dsession"):
+                    plugins.register(Refreeze(), "agenteval-refreeze")
 
     def thaw(self) -> None:
         """Give the frozen tree back to the GC (matters when pytest runs again in-process)."""
