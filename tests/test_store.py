@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,21 @@ def test_plan_decisions(store: Store) -> None:
     assert rerun_errors.decide(("ds", "err", 0), "d1", "r1").action == "run"
     rerun_all = make_plan(rows, rerun_errors=False, rerun_all=True)
     assert rerun_all.decide(("ds", "same", 0), "d1", "r1").action == "run"
+
+
+def test_held_rows_equal_the_index_read_back(tmp_path: Path) -> None:
+    """The rows a session keeps as it commits are what reading its index back would give."""
+    store = Store(tmp_path)
+    store.create_run("r1", [{"name": "ds", "version": "1"}], {"override": None})
+    store.hold("r1", ())
+    usage = {"model": "m", "input_tokens": 3, "output_tokens": 4, "cost": 0.5}
+    crash = replace(record("b", 0, "error"), phase="crash", error_type="crash")
+    for made in (record("a", 0), record("a", 1, "fail"), replace(record("c", 0), usage=usage)):
+        store.commit("r1", made)
+    store.commit("r1", crash)
+    store.commit("r1", record("a", 1, "error"), replaces=True)
+    store.commit("r1", replace(crash, previous=({"phase": "crash"},)), replaces=True)
+    held = store.rows("r1")
+    assert held == store.index("r1", for_plan=False)[0]
+    assert {row.key[1:]: row.crashes for row in held}[("b", 0)] == 2
+    assert held[2].model == "m"

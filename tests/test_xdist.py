@@ -174,3 +174,33 @@ def test_worker_without_the_run_folder_is_named_in_the_terminal(
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["agenteval: worker gw0 does not see the run folder /nonexistent*"])
     assert len(stored(pytester.path)) == 4
+
+
+def test_the_controller_refreezes_the_reports_it_keeps(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """xdist's controller moves the reports it keeps out of the cyclic GC's way as they come."""
+    dataset({f"ok{i}.yaml": task("ok") for i in range(4)})
+    pytester.makeconftest(
+        """
+        import gc
+        import pytest
+        import pytest_agenteval.glue.collect as collect
+
+        collect.REFREEZE_EVERY = 3
+        frozen = []
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtestloop(session):
+            frozen.append(gc.get_freeze_count())
+
+        def pytest_sessionfinish(session):
+            if not hasattr(session.config, "workerinput"):
+                print(f"FROZEN {frozen[0]} {gc.get_freeze_count()}")
+        """
+    )
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "3", "-n", "2", "-s")
+    result.assert_outcomes(passed=12)
+    (line,) = [line for line in result.outlines if "FROZEN" in line]
+    before, after = map(int, line.split("FROZEN")[1].split())
+    assert after > before

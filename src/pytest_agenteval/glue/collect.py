@@ -235,6 +235,26 @@ class LoadErrorItem(AgentevalItem):
         }
 
 
+REFREEZE_EVERY = 3000
+"""Reports between the controller's freezes (three per attempt)."""
+
+
+class Refreeze:
+    """In xdist's controller, freeze what piled up every few thousand reports: pytest keeps
+    the reports all session, and the cyclic GC rescanning them cost the controller over a
+    second at 30,000 attempts. Only there (no user code runs in the controller, so the cycles
+    that wait for the thaw are the plugins' own few), and off every worker's hot path."""
+
+    def __init__(self) -> None:
+        self.reports = 0
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self) -> None:
+        self.reports += 1
+        if self.reports % REFREEZE_EVERY == 0:
+            gc.freeze()
+
+
 class CollectHooks:
     """Collection hooks, registered only while a dataset is active."""
 
@@ -289,6 +309,9 @@ class CollectHooks:
             if gc.get_freeze_count() == 0:
                 gc.freeze()
                 self.froze = True
+                plugins = session.config.pluginmanager
+                if plugins.hasplugin("dsession"):
+                    plugins.register(Refreeze(), "agenteval-refreeze")
 
     def thaw(self) -> None:
         """Give the frozen tree back to the GC (matters when pytest runs again in-process)."""

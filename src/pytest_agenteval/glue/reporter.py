@@ -165,7 +165,7 @@ class Reporter:
 
     def _summarize(self, session: pytest.Session, exitstatus: int) -> str:
         """Build the summary from the stored records; returns the run's status."""
-        rows, _ = self.store.index(self.run.run_id, for_plan=False)
+        rows = self.store.rows(self.run.run_id)
         interrupted = (
             exitstatus == pytest.ExitCode.INTERRUPTED
             or bool(session.shouldfail or session.shouldstop)

@@ -122,6 +122,29 @@ class IndexRow:
         return self.key[1]
 
 
+def row_of(line: dict[str, Any]) -> IndexRow:
+    """The row reading `line` back would give (metrics' fields): a session's own commits."""
+    phase = line["phase"]
+    return IndexRow(
+        (line["dataset"], line["task_id"], line["attempt"]),
+        "",
+        "",
+        line["status"],
+        line["score"],
+        line["duration"],
+        line["input_tokens"],
+        line["output_tokens"],
+        line["cost"],
+        tuple(line["tags"]),
+        line["reason"],
+        phase,
+        "",
+        line.get("crashes", 1) if phase == "crash" else 0,
+        line.get("model"),
+        line.get("judge_cost"),
+    )
+
+
 @dataclass
 class IndexRead:
     """What reading one index gives: the newest readable row of each attempt, and the damage."""

@@ -66,6 +66,7 @@ def open_run(store: Store, request: RunRequest) -> OpenRun:
 def _create(store: Store, request: RunRequest, run_id: str, note: str = "") -> OpenRun:
     if not request.dry:
         store.create_run(run_id, request.datasets, request.fingerprint, shard=request.shard)
+        store.hold(run_id, ())
     return OpenRun(run_id, resumed=False, note=note)
 
 
@@ -105,6 +106,7 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
     plan.fetch = lambda key: store.record(info.run_id, key)
     if not request.dry:
         store.claim_run(info.run_id)
+        store.hold(info.run_id, rows)
         if not recorded and info.agent != request.fingerprint:
             store.set_agent(info.run_id, request.fingerprint)
         clear_stops(store.runs_dir / info.run_id)

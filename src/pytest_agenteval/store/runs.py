@@ -35,7 +35,7 @@ from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
 from ..core.records import AttemptRecord, index_line, to_json_text
 from .files import RunFiles, has_attempts, line_number, locked, running_note, write_json
-from .index import IndexRow, read_index
+from .index import IndexRow, read_index, row_of
 from .problems import OUTPUT_LOST, RUN_SKIPPED, StoreProblem
 
 __all__ = [
@@ -112,6 +112,8 @@ class Store:
         self._problems: dict[str, StoreProblem] = {}
         self._open: dict[str, RunFiles] = {}
         self._offsets: dict[str, dict[Key, tuple[int, int]]] = {}
+        self._held: dict[str, dict[Key, IndexRow]] = {}
+        """Rows of the runs this session writes, kept as it commits (`hold`)."""
 
     @property
     def problems(self) -> list[StoreProblem]:
@@ -392,11 +394,28 @@ class Store:
         text = as_text if as_text is not None else record.to_text()
         files = self._open[run_id]
         offset, length = files.append_record(text)
-        files.append_index(to_json_text(index_line(record, offset, length)))
+        line = index_line(record, offset, length)
+        files.append_index(to_json_text(line))
+        held = self._held.get(run_id)
+        if held is not None:
+            held[record.key] = row_of(line)
         offsets = self._offsets.get(run_id)  # loaded only once a plan or a replace needed it
         if offsets is not None:
             offsets[record.key] = (offset, length)
         return text
+
+    def hold(self, run_id: str, rows: Iterable[IndexRow]) -> None:
+        """Keep `run_id`'s rows (as its index reads now) up to date as this session commits,
+        so its summary need not read the index back; this session must be its one writer."""
+        self._held[run_id] = {row.key: row for row in rows}
+
+    def rows(self, run_id: str) -> list[IndexRow]:
+        """The newest row of every stored attempt, as metrics read them: the held rows, else
+        the index read back."""
+        held = self._held.get(run_id)
+        if held is not None:
+            return list(held.values())
+        return self.index(run_id, for_plan=False)[0]
 
     def index(
         self, run_id: str, *, for_plan: bool = True
