@@ -150,7 +150,6 @@ class AttemptRunner:
             context = _Attempt(job, self.workspaces)
             started, t0 = time.time(), time.perf_counter()
         verdicts: list[Verdict] = []
-        graded: dict[int, Any] | None = None
         result: AgentResult | None = None
         phase: Phase = "agent"
         used = decision.record.agent if decision.record else {}
@@ -160,7 +159,6 @@ class AttemptRunner:
             elif early is not None:
                 used = early.payload["used"]
                 result = early.result()
-                graded = early.payload.get("graded")
             else:
                 agent, label = source()
                 used = {**self.fingerprint, "used": label}
@@ -171,7 +169,7 @@ class AttemptRunner:
                 finally:
                     self._check_given_up()
             phase = "grading"
-            graded = early.payload.get("graded") if early is not None else None
+            graded: Graded | None = early.payload.get("graded") if early is not None else None
             verdicts = grade(job.task, context.task, result, graded)
         except BaseException as exc:
             # An agent that cannot be built, or a stop, means the attempt never started.

@@ -181,7 +181,7 @@ class Recorder:
             record = self._vanished(report, "InternalError", "the plugin failed around it")
             text = record.to_text()
         if text is not None:
-            record = self._commit(text, record, regraded=info["action"] == "regrade")
+            record = self._commit(text, record)
         self._attempt_done(info, record)
 
     def _load_error(self, error: dict[str, str]) -> None:
@@ -190,9 +190,7 @@ class Recorder:
         if where not in {(e["path"], e["label"]) for e in self.load_errors}:
             self.load_errors.append(error)
 
-    def _commit(
-        self, text: str, record: AttemptRecord | None = None, regraded: bool = False
-    ) -> AttemptRecord:
+    def _commit(self, text: str, record: AttemptRecord | None = None) -> AttemptRecord:
         """Commit the record JSON a report carried (checked by parsing it once, unless this
         process made it); returns the record."""
         data = None
@@ -213,7 +211,7 @@ class Recorder:
             data = json.loads(stored)
         hook = self.config.hook.pytest_agenteval_record_committed
         hook(record=data if data is not None else record.to_json(), config=self.config)
-        self._spend(record, regraded)
+        self._spend(record)
         return record
 
     def _made_here(self, text: str) -> tuple[AttemptRecord, dict[str, Any]] | None:
@@ -225,10 +223,10 @@ class Recorder:
             return made[1], made[2]
         return None
 
-    def _spend(self, record: AttemptRecord, regraded: bool) -> None:
+    def _spend(self, record: AttemptRecord) -> None:
         """Count the attempt's spend (a regrade spent only on its judges: the agent's usage
         is the stored one's); at a cap, tell every process of the run to stop."""
-        if regraded:
+        if record.regraded:
             self.budget.add(record.judge_cost, None, None)
         else:
             self.budget.add(record.spend, record.input_tokens, record.output_tokens)
