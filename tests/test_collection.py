@@ -299,3 +299,43 @@ def test_last_failed_reruns_only_the_failed_attempts(
     # Under xdist the workers deselect, so the controller reports no deselected count.
     result.assert_outcomes(failed=1, deselected=0 if workers else 3)
     result.stdout.fnmatch_lines(["0 passed, 1 failed, 0 errors; 1 run now"])
+
+
+def test_files_are_asked_about_one_by_one_only_when_something_could_ignore_them(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A dataset folder asks pytest_ignore_collect about each of its files only when something
+    could ignore one (--ignore, --ignore-glob, collect_ignore(_glob), another hook): the same
+    files are collected either way, and a folder of many small task files is collected fast."""
+    dataset(
+        {
+            "a.yaml": task("ok"),
+            "b.yaml": task("ok"),
+            "notes.txt": "not a task",
+            "c/one.yaml": task("ok"),
+            "c/two.yaml": task("ok"),
+            "d/conftest.py": "collect_ignore_glob = ['*three*']\n",
+            "d/three.yaml": task("ok"),
+            "d/four.yaml": task("ok"),
+        }
+    )
+    base = ["--agenteval", "ds", "--co", "-q", "-p", "no:hypothesispytest"]
+
+    def files(*args: str) -> list[str]:
+        reprec = pytester.inline_run(*base, *args)
+        collected = reprec.getcalls("pytest_itemcollected")
+        return sorted({call.item.nodeid.split("::")[0] for call in collected})
+
+    reprec = pytester.inline_run(*base)
+    asked = {call.collection_path.name for call in reprec.getcalls("pytest_ignore_collect")}
+    assert {"c", "d", "three.yaml", "four.yaml"} <= asked  # folders, and where a conftest ignores
+    assert not {"a.yaml", "b.yaml", "one.yaml"} & asked
+    everything = ["ds/a.yaml", "ds/b.yaml", "ds/c/one.yaml", "ds/c/two.yaml", "ds/d/four.yaml"]
+    assert files() == everything
+    assert files("--ignore=ds/a.yaml") == everything[1:]
+    assert files("--ignore-glob=*/c/two.yaml") == [f for f in everything if "two" not in f]
+    pytester.makeconftest(
+        "def pytest_ignore_collect(collection_path):\n"
+        "    return collection_path.name == 'b.yaml' or None\n"
+    )
+    assert files() == [f for f in everything if f != "ds/b.yaml"]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from helpers import DatasetMaker, task
-from pytest_agenteval.core.records import AttemptRecord
+from pytest_agenteval.core.records import AttemptRecord, unship
 
 COUNTING_GRADERS = """
 import pytest
@@ -37,26 +38,47 @@ def test_tasks_and_graders_are_built_once_per_session(
     result.stdout.fnmatch_lines(["*GRADERS-BUILT 3"])
 
 
-def test_records_travel_on_reports_as_one_json_string(
+def test_a_new_record_travels_as_one_string_and_is_stored_as_it_came(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
-    """A report carries its record as one JSON string (xdist ships a string far more cheaply
-    than a nested dict), and it is the complete record that is committed."""
+    """A report carries a new record as one string (execnet ships one value far more cheaply
+    than a dict of them): its action, index entry and record JSON; the xdist controller stores
+    both texts as they came, and the hook gets the complete record."""
     dataset({"a.yaml": task("ok"), "b.yaml": task("wrong")})
     pytester.makeconftest(
         """
+        import json
+
+        ON_CONTROLLER = []
+
+        def pytest_configure(config):
+            ON_CONTROLLER.append(not hasattr(config, "workerinput"))
+
         def pytest_runtest_logreport(report):
-            record = (getattr(report, "agenteval", None) or {}).get("record")
-            if record is not None:
-                assert isinstance(record, str), type(record)
-                print("RECORD-TEXT", record)
+            carried = getattr(report, "agenteval", None)
+            if carried is not None and ON_CONTROLLER[0]:
+                assert isinstance(carried, str), type(carried)
+                print("SHIPPED", json.dumps(carried))
+
+        def pytest_agenteval_record_committed(record):
+            print("COMMITTED", json.dumps(record))
         """
     )
-    reprec = pytester.inline_run("--agenteval", "ds", "-s")
-    committed = [call.record for call in reprec.getcalls("pytest_agenteval_record_committed")]
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "-s")
+    result.assert_outcomes(passed=1, failed=1)
+    found = (re.search("(SHIPPED|COMMITTED) (.*)", line) for line in result.outlines)
+    printed = [m.groups() for m in found if m]  # after the progress characters
+    shipped = [unship(json.loads(text)) for kind, text in printed if kind == "SHIPPED"]
+    committed = [json.loads(text) for kind, text in printed if kind == "COMMITTED"]
+    assert sorted(s["action"] for s in shipped) == ["run", "run"]
     assert sorted(r["status"] for r in committed) == ["fail", "pass"]
-    for record in committed:
-        assert AttemptRecord.from_json(record).to_json() == record
+    (run,) = pytester.path.glob(".pytest_cache/agenteval/runs/*")
+    records = (run / "records.jsonl").read_text(encoding="utf-8").splitlines()
+    index = [json.loads(line) for line in (run / "index.jsonl").read_text().splitlines()]
+    assert sorted(records) == sorted(s["record"] for s in shipped)
+    assert sorted(map(json.loads, records), key=str) == sorted(committed, key=str)
+    entries = [{k: v for k, v in line.items() if k != "record"} for line in index]
+    assert sorted(entries, key=str) == sorted((json.loads(s["entry"]) for s in shipped), key=str)
 
 
 def test_records_from_xdist_workers_are_stored_as_they_came(

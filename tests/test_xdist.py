@@ -113,13 +113,22 @@ def test_ctrl_c_commits_what_workers_already_sent(
     dataset({f"t{i:02}.yaml": task("ok") for i in range(30)})
     pytester.makeconftest(
         """
-        import os, time
+        import os, pathlib, time
+
+        def pytest_configure(config):
+            os._on_controller = not hasattr(config, "workerinput")
 
         def pytest_runtest_logreport(report):
-            on_controller = "PYTEST_XDIST_WORKER" not in os.environ
+            on_controller = os._on_controller
             if on_controller and getattr(report, "agenteval", None) and not hasattr(os, "_stop"):
                 os._stop = True
-                time.sleep(3)  # the workers finish and send the rest meanwhile
+                # Each worker runs all it was handed but its last attempt (xdist holds that
+                # back until it knows what comes next): wait for those, and their reports.
+                log = pathlib.Path("ds/calls.log")
+                give_up = time.monotonic() + 120  # a hang guard, not a timing check
+                while time.monotonic() < give_up and len(log.read_text().splitlines()) < 28:
+                    time.sleep(0.05)
+                time.sleep(1)
                 raise KeyboardInterrupt
         """
     )

@@ -1,9 +1,10 @@
 """One attempt's record: the typed `AttemptRecord`, its JSON form and the index line it yields.
 
 A record is made once, where the attempt ends; it travels to the controller on the pytest
-report as plain JSON (`to_json`), is stored as that JSON, and its index line (`index_line`) is
-the one compact row planning and metrics read. Keys are (dataset, task id, attempt), never node
-ids; `item_name` / `parse_item_name` map between keys and pytest item names.
+report as JSON text with its index entry (`index_entry`), is stored as that text, and its index
+line (the entry `placed`) is the one compact row planning and metrics read. Keys are (dataset,
+task id, attempt), never node ids; `item_name` / `parse_item_name` map between keys and pytest
+item names.
 """
 
 from __future__ import annotations
@@ -328,10 +329,11 @@ def attempt_reason(record: AttemptRecord) -> str:
     return "; ".join(f"{v.grader}: {v.reason}".splitlines()[0] for v in wanted)
 
 
-def index_line(record: AttemptRecord, offset: int, length: int) -> dict[str, Any]:
-    """The record's line in index.jsonl: what planning and metrics read, and where the full
-    record is (byte offset and length in records.jsonl). Failures and errors keep what their
-    replay shows; a replayed pass shows nothing, so passes store ""."""
+def index_entry(record: AttemptRecord) -> dict[str, Any]:
+    """The record's line in index.jsonl but for where the record lies (`placed` adds that):
+    what planning and metrics read. Failures and errors keep what their replay shows; a
+    replayed pass shows nothing, so passes store "". Made where the record is made (an xdist
+    worker), so the controller need not parse the record to index it."""
     return {
         "schema": RECORD_SCHEMA,
         "dataset": record.dataset,
@@ -349,11 +351,29 @@ def index_line(record: AttemptRecord, offset: int, length: int) -> dict[str, Any
         "reason": attempt_reason(record),
         "phase": record.phase,
         "replay": "" if record.status == "pass" else to_json_text(record.detail().to_json()),
-        "record": [offset, length],
         **({"crashes": crash_count(record)} if record.phase == "crash" else {}),
         **({"model": record.model} if record.model is not None else {}),
         **({"judge_cost": judge} if (judge := record.judge_cost) is not None else {}),
     }
+
+
+def ship(action: str, entry: str, text: str) -> str:
+    """A new record as its report carries it: the action, the index entry's JSON and the
+    record's, a line each (JSON text holds no raw newline). One string, because execnet ships
+    one value far more cheaply than a dict of them."""
+    return f"{action}\n{entry}\n{text}"
+
+
+def unship(shipped: str) -> dict[str, str]:
+    """What `ship` packed, as the dict other reports carry: action, entry, record."""
+    action, entry, text = shipped.split("\n", 2)
+    return {"action": action, "entry": entry, "record": text}
+
+
+def placed(entry: str, offset: int, length: int) -> str:
+    """The index line of an entry's JSON text: the entry, and where its record lies in
+    records.jsonl (byte offset and length)."""
+    return f'{entry[:-1]}, "record": [{offset}, {length}]}}'
 
 
 def crash_count(record: AttemptRecord) -> int:

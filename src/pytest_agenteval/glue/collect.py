@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,16 +105,42 @@ class DatasetDir(pytest.Dir):  # type: ignore[misc]  # pytest marks Dir final
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
         ihook = self.ihook
+        ask = not self._files_never_ignored(ihook)
+        dataset = self.config.stash[RUNTIME].dataset_for(self.path)
+        assert dataset is not None
         for entry in sorted(os.scandir(self.path), key=lambda e: e.name):
             path = Path(entry.path)
-            if ihook.pytest_ignore_collect(collection_path=path, config=self.config):
+            folder = entry.is_dir()
+            if (folder or ask) and ihook.pytest_ignore_collect(
+                collection_path=path, config=self.config
+            ):
                 continue
-            if entry.is_dir():
-                folder = ihook.pytest_collect_directory(path=path, parent=self)
-                if folder is not None:
-                    yield folder
-            elif entry.is_file() and path.suffix in TASK_SUFFIXES:
+            if folder:
+                collector = ihook.pytest_collect_directory(path=path, parent=self)
+                if collector is not None:
+                    yield collector
+            elif entry.is_file() and dataset.is_task_file(path):
                 yield from TaskFile.from_parent(self, path=path).collect()
+
+    def _files_never_ignored(self, ihook: Any) -> bool:
+        """Whether `pytest_ignore_collect` can only say None for every file here, so it need
+        not be asked file by file (a system call or two each, most of collecting a folder of
+        small task files): no --ignore or --ignore-glob, no `collect_ignore(_glob)` in a
+        conftest that applies here, and no hook but pytest's own and ours (which says no to
+        what is not a task file: `is_task_file` below). Any doubt: ask about every file."""
+        config = self.config
+        pathlist = getattr(config, "_getconftest_pathlist", None)
+        if pathlist is None or config.getoption("ignore") or config.getoption("ignore_glob"):
+            return False
+        if pathlist("collect_ignore", path=self.path) or pathlist(
+            "collect_ignore_glob", path=self.path
+        ):
+            return False
+        default = sys.modules.get("_pytest.main")
+        return all(
+            impl.plugin is default or isinstance(impl.plugin, CollectHooks)
+            for impl in ihook.pytest_ignore_collect.get_hookimpls()
+        )
 
 
 @dataclass

@@ -16,7 +16,7 @@ from _pytest._code.code import ExceptionInfo, TerminalRepr
 
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
-from ..core.records import Detail, junit_properties, to_json_text
+from ..core.records import Detail, index_entry, ship, to_json_text
 from ..core.text import excerpt
 from ..execution.agents import BUILTIN_AGENT_KINDS, Agent, make_builtin_agent, unknown_agent_kind
 from ..execution.attempt import AttemptJob, Outcome
@@ -39,7 +39,7 @@ class ReplayedError(Exception):
 class AgentevalItem(pytest.Item):
     """An item whose reports carry agenteval data to the controller (`report.agenteval`)."""
 
-    def report_extras(self) -> dict[str, Any]:
+    def report_extras(self) -> dict[str, Any] | str:
         raise NotImplementedError
 
 
@@ -158,8 +158,10 @@ class AttemptItem(AgentevalItem):
             self._request = TopRequest(self, _ispytest=True)  # type: ignore[arg-type]
         return self._request.getfixturevalue(FIXTURE_NAME)
 
-    def report_extras(self) -> dict[str, Any]:
-        """What the report carries to the controller: action, key, and a new record if any."""
+    def report_extras(self) -> dict[str, Any] | str:
+        """What the report carries to the controller: a new record shipped with its action and
+        index entry (which names the attempt), else the action and the attempt's key. JUnit
+        properties are the controller's to add: few values cross the process boundary."""
         outcome = self.outcome
         if self.not_started is not None:
             return {
@@ -168,15 +170,14 @@ class AttemptItem(AgentevalItem):
                 "agent_error": self.not_started.render(),
             }
         if outcome is None:  # setup stopped before the attempt began (a passthrough exception)
-            return {"action": "run", "key": list(self.key), "record": None}
-        if not any(p[0] == "task_id" for p in self.user_properties):
-            self.user_properties.extend(junit_properties(outcome.facts, outcome.reused))
-        record, text = outcome.record, None
-        if record is not None:
-            data = record.to_json()
-            text = to_json_text(data)
-            self.runtime.last_made = (text, record, data)
-        return {"action": outcome.decision.action, "key": list(self.key), "record": text}
+            return {"action": "run", "key": list(self.key)}
+        record = outcome.record
+        if record is None:
+            return {"action": outcome.decision.action, "key": list(self.key)}
+        data, entry = record.to_json(), index_entry(record)
+        text = to_json_text(data)
+        self.runtime.last_made = (text, record, data, entry)
+        return ship(outcome.decision.action, to_json_text(entry), text)
 
     def repr_failure(
         self, excinfo: ExceptionInfo[BaseException], style: Any = None

@@ -17,10 +17,11 @@ import pytest
 
 from ..core.errors import ReportError, StoreError, display_path
 from ..core.model import Key
-from ..core.records import AttemptRecord, junit_properties, parse_item_name
+from ..core.records import AttemptRecord, junit_properties, parse_item_name, unship
 from ..execution.attempt import interrupted_record
 from ..sources.dataset import TaskDef, load_task_file
 from ..sources.discovery import arg_path
+from ..store.index import IndexRow, row_of
 from ..store.lifecycle import OpenRun, narrowing
 from ..store.progress import PROGRESS_FILE, Progress
 from ..store.runs import Store
@@ -50,7 +51,11 @@ class Recorder:
         did not start because of each."""
         self.other_failures = 0
         self.planned_keys: set[Key] = {row.key for row in run.plan.rows.values()}
+        self.properties: dict[str, list[tuple[str, Any]]] = {}
+        """JUnit properties of attempts reported, until their teardown report carries them."""
         self.collected_once = False
+        self._folders: dict[str, Path] = {}
+        self._datasets: dict[str, str | None] = {}
         self.session: pytest.Session | None = None
         self._distributed = config.pluginmanager.hasplugin("dsession") or bool(
             getattr(config.option, "numprocesses", None)
@@ -98,12 +103,8 @@ class Recorder:
         self.collected_once = True
         keys: list[Key] = []
         broken: set[tuple[str, str]] = set()
-        datasets: dict[str, str | None] = {}  # by file: resolving a path costs system calls
         for nodeid in ids:
-            file = nodeid.split("::")[0]
-            if file not in datasets:
-                datasets[file] = self._dataset_of(nodeid)
-            dataset = datasets[file]
+            dataset = self._dataset_of(nodeid)
             parsed = parse_item_name(nodeid)
             label = load_error_label(nodeid)
             if dataset and parsed:
@@ -125,7 +126,7 @@ class Recorder:
             self.store.drop_run(run.run_id)
             run.dropped = True
             return
-        whole = {k for k in self.runtime.whole_keys() if k[:2] not in broken}
+        whole = self._whole(keys, broken)
         narrowed_by = narrowing(keys, whole, _narrowing_hints(self.config, self.runtime))
         if run.resumed and narrowed_by is not None:
             narrowed_by = run.narrowed_by  # a narrowed session continues the run as it is
@@ -139,23 +140,50 @@ class Recorder:
         self.progress.planned = len(self.planned_keys)
         self.show_progress()
 
+    def _whole(self, keys: list[Key], broken: set[tuple[str, str]]) -> set[Key]:
+        """The attempts of the whole run but for the load errors this session collected. When
+        the session selected every task whose spec is valid, that is the answer (the tasks
+        that load are among them) and no grader need be built (the controller collects
+        nothing): only a narrowed session pays for the exact set."""
+        specs = {k for k in self.runtime.whole_keys(built=False) if k[:2] not in broken}
+        if specs.issubset(keys):
+            return specs
+        return {k for k in self.runtime.whole_keys() if k[:2] not in broken}
+
     def _dataset_of(self, nodeid: str) -> str | None:
-        dataset = self.runtime.dataset_for(self._path_of(nodeid))
-        return dataset.name if dataset else None
+        """The dataset of `nodeid`'s file: its folder's (datasets are folders), looked up once
+        per folder (resolving a path costs a system call per part)."""
+        folder = nodeid.split("::")[0].rpartition("/")[0]
+        if folder not in self._datasets:
+            dataset = self.runtime.dataset_for(self._resolved(folder))
+            self._datasets[folder] = dataset.name if dataset else None
+        return self._datasets[folder]
 
     def _path_of(self, nodeid: str) -> Path:
-        return (self.config.rootpath / nodeid.split("::")[0]).resolve()
+        folder, _, name = nodeid.split("::")[0].rpartition("/")
+        return self._resolved(folder) / name
+
+    def _resolved(self, folder: str) -> Path:
+        found = self._folders.get(folder)
+        if found is None:
+            found = self._folders[folder] = (self.config.rootpath / folder).resolve()
+        return found
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Any:
-        info = getattr(report, "agenteval", None)
-        if info is None:
+        carried = getattr(report, "agenteval", None)
+        if carried is None:
+            if report.when == "teardown":  # where --junitxml reads them
+                properties = self.properties.pop(report.nodeid, None)
+                if properties:
+                    report.user_properties.extend(properties)
             if report.failed:
                 self.other_failures += 1
             elif report.skipped and report.when == "setup" and parse_item_name(report.nodeid):
                 self.progress.counts["skipped"] += 1
                 self.show_progress()
             return (yield)
+        info: dict[str, Any] = unship(carried) if isinstance(carried, str) else carried
         if "load_error" in info:
             self._load_error(info["load_error"])
         elif "agent_error" in info:  # the attempt never started: nothing to commit
@@ -172,17 +200,25 @@ class Recorder:
         return result
 
     def _attempt_reported(self, report: pytest.TestReport, info: dict[str, Any]) -> None:
-        self.actions[info["action"]] += 1
-        if info["action"] == "reuse":
-            self.reused.add(tuple(info["key"]))
+        action = info["action"]
+        self.actions[action] += 1
         text: str | None = info.get("record")
-        record = None
-        if text is None and report.failed and info["action"] != "reuse":
-            record = self._vanished(report, "InternalError", "the plugin failed around it")
-            text = record.to_text()
+        if text is None and report.failed and action != "reuse":
+            text = self._vanished(report).to_text()
+        row: IndexRow | None
         if text is not None:
-            record = self._commit(text, record)
-        self._attempt_done(info, record)
+            row = self._commit(text, info.get("entry"), action == "regrade")
+        else:  # its stored verdict was replayed (or it never began)
+            key = tuple(info["key"])
+            if action == "reuse":
+                self.reused.add(key)
+            row = self.runtime.plan.stored(key)
+        if row is not None:
+            reused = text is None
+            if not reused or action == "reuse":
+                self.properties[report.nodeid] = junit_properties(row, reused)
+            self.progress.attempt(row.status, reused=reused)
+        self.show_progress()
 
     def _load_error(self, error: dict[str, str]) -> None:
         """Count each broken task once (also if a report should come twice)."""
@@ -190,56 +226,54 @@ class Recorder:
         if where not in {(e["path"], e["label"]) for e in self.load_errors}:
             self.load_errors.append(error)
 
-    def _commit(self, text: str, record: AttemptRecord | None = None) -> AttemptRecord:
-        """Commit the record JSON a report carried (checked by parsing it once, unless this
-        process made it); returns the record."""
-        data = None
-        if record is None:
-            made = self._made_here(text)
-            if made is not None:
-                record, data = made
-            else:
-                data = json.loads(text)
-                record = AttemptRecord.from_json(data)
-        replaces = self.runtime.plan.stored(record.key) is not None
+    def _commit(self, text: str, entry: str | None, regraded: bool) -> IndexRow | None:
+        """Commit the record JSON a report carried, with its index entry's; returns its row.
+
+        Neither is parsed again when this process made them (a lone process); the record is
+        parsed only to replace a stored one (kept as its history) or when it came without an
+        entry (made here: a crash)."""
+        record, data, fields = self._made_here(text)
+        if entry is not None and fields is None:
+            fields = json.loads(entry)
+        plan, run_id = self.runtime.plan, self.run.run_id
         try:
-            stored = self.store.commit(self.run.run_id, record, replaces=replaces, as_text=text)
+            if entry is not None and plan.stored(_key_of(fields)) is None:
+                row = row_of(fields)
+                self.store.append(run_id, text, entry, row)
+            else:  # made here (a crash), or replacing a stored record: kept as its history
+                record = record or AttemptRecord.from_json(json.loads(text))
+                replaces = plan.stored(record.key) is not None
+                text, row = self.store.commit(run_id, record, replaces=replaces)
+                data = None
         except StoreError as exc:
             self.failed(exc)
-            return record
-        if stored is not text:  # it replaced a record: what is stored now keeps the history
-            data = json.loads(stored)
+            return None
         hook = self.config.hook.pytest_agenteval_record_committed
-        hook(record=data if data is not None else record.to_json(), config=self.config)
-        self._spend(record)
-        return record
+        if data is None and hook.get_hookimpls():  # none, mostly: then it need not be parsed
+            data = json.loads(text)
+        if data is not None:
+            hook(record=data, config=self.config)
+        self._spend(row, regraded)
+        return row
 
-    def _made_here(self, text: str) -> tuple[AttemptRecord, dict[str, Any]] | None:
-        """The record behind `text` and its JSON when this process's last attempt made it (a
-        lone process: the very string its report carries), so it need not be parsed again."""
+    def _made_here(self, text: str) -> tuple[Any, Any, Any]:
+        """The record behind `text`, its JSON and index entry when this process's last attempt
+        made it (a lone process: the string its report carries); else Nones."""
         made = self.runtime.last_made
-        if made is not None and made[0] is text:
+        if made is not None and made[0] == text:
             self.runtime.last_made = None
-            return made[1], made[2]
-        return None
+            return made[1:]
+        return None, None, None
 
-    def _spend(self, record: AttemptRecord) -> None:
+    def _spend(self, row: IndexRow, regraded: bool) -> None:
         """Count the attempt's spend (a regrade spent only on its judges: the agent's usage
         is the stored one's); at a cap, tell every process of the run to stop."""
-        if record.regraded:
-            self.budget.add(record.judge_cost, None, None)
+        if regraded:
+            self.budget.add(row.judge_cost, None, None)
         else:
-            self.budget.add(record.spend, record.input_tokens, record.output_tokens)
+            self.budget.add(row.spend, row.input_tokens, row.output_tokens)
         if self.budget.capped:
             self._check_budget()
-
-    def _attempt_done(self, info: dict[str, Any], record: AttemptRecord | None) -> None:
-        key = tuple(info["key"])
-        stored = self.runtime.plan.stored(key) if record is None else None
-        status = record.status if record is not None else stored.status if stored else None
-        if status is not None:
-            self.progress.attempt(status, reused=record is None)
-        self.show_progress()
 
     def show_progress(self, status: str | None = None) -> None:
         """Refresh progress.json (at most about once a second unless `status` is final)."""
@@ -273,7 +307,7 @@ class Recorder:
         if task is not None:
             decision = self.runtime.plan.decide(key, task.digest, task.run_digest, task.regradable)
             if decision.action == "reuse":
-                report.agenteval = {"action": "reuse", "key": list(key), "record": None}  # type: ignore[attr-defined]
+                report.agenteval = {"action": "reuse", "key": list(key)}  # type: ignore[attr-defined]
                 return
         message = (
             f"{report.longrepr} (the process running the attempt died: os._exit, a signal or OOM)"
@@ -281,22 +315,19 @@ class Recorder:
         fingerprint = self.runtime.runner.fingerprint
         record = interrupted_record(task, key, fingerprint, message, "WorkerCrash")
         report.when = "setup"
-        report.user_properties = junit_properties(record, reused=False)
-        report.agenteval = {  # type: ignore[attr-defined]
-            "action": "run",
-            "key": list(key),
-            "record": record.to_text(),
-            "crashed": True,
-        }
+        report.agenteval = {"action": "run", "record": record.to_text(), "crashed": True}  # type: ignore[attr-defined]
 
-    def _vanished(self, report: pytest.TestReport, error_type: str, why: str) -> AttemptRecord:
+    def _vanished(self, report: pytest.TestReport) -> AttemptRecord:
+        """The record of an attempt whose report came without one: the plugin failed around it."""
         parsed = parse_item_name(report.nodeid)
         assert parsed is not None
         dataset = self._dataset_of(report.nodeid) or ""
         task = self._task(report.nodeid, parsed[0])
-        message = f"the attempt ended without a record ({why}):\n{report.longrepr}"
+        message = (
+            f"the attempt ended without a record (the plugin failed around it):\n{report.longrepr}"
+        )
         return interrupted_record(
-            task, (dataset, *parsed), self.runtime.runner.fingerprint, message, error_type
+            task, (dataset, *parsed), self.runtime.runner.fingerprint, message, "InternalError"
         )
 
     def _task(self, nodeid: str, task_id: str) -> TaskDef | None:
@@ -316,7 +347,6 @@ class Recorder:
             outcome="passed",
             longrepr=None,
             when="teardown",
-            user_properties=report.user_properties,
         )
         closing.node = getattr(report, "node", None)  # type: ignore[attr-defined]
         self.config.hook.pytest_runtest_logreport(report=closing)
@@ -345,6 +375,10 @@ def _narrowing_hints(config: pytest.Config, runtime: Runtime) -> list[str]:
         if any(path != root and path.is_relative_to(root) for root in roots):
             hints.append(display_path(arg))
     return hints
+
+
+def _key_of(entry: dict[str, Any]) -> Key:
+    return (entry["dataset"], entry["task_id"], entry["attempt"])
 
 
 def _shown(value: object) -> str:

@@ -19,7 +19,7 @@ from ..execution.agents import AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
 from ..execution.limits import LimitGate, Limits
 from ..sources.dataset import Dataset, TaskDef, load_task_file
-from ..sources.speccache import SpecCache
+from ..sources.speccache import CachedTask, SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
 from ..store.plan import Plan
 from ..store.stops import Stops
@@ -45,9 +45,9 @@ class Runtime:
     """The run's stops (cancel, caps, deadline), once the run is known."""
     shard: Shard | None = None
     """The shard this process collects (the settings', or what the controller shipped)."""
-    last_made: tuple[str, AttemptRecord, dict[str, Any]] | None = None
-    """The JSON text the report of this process's last new record carries, the record and its
-    JSON: a lone process's recorder commits it without parsing the text again."""
+    last_made: tuple[str, AttemptRecord, dict[str, Any], dict[str, Any]] | None = None
+    """The JSON text the report of this process's last new record carries, the record, its
+    JSON and its index entry: a lone process's recorder commits it without parsing again."""
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
@@ -112,24 +112,38 @@ class Runtime:
     def all_tasks(self) -> Iterator[TaskDef]:
         """Every task the manifests define (their `tasks:` globs) that loads, graders included,
         whatever this session selects: a task with a bad grader is not one a run must cover."""
-        for dataset in self.datasets:
+        for dataset, path in self._task_files():
             make_grader = self.grader_factory(dataset)
-            for path in dataset.task_files():
-                if self.dataset_for(path) is not dataset:  # a nested dataset's file
-                    continue
-                for loaded in load_task_file(path, dataset, make_grader, self.specs):
-                    if isinstance(loaded, TaskDef):
-                        yield loaded
+            for loaded in load_task_file(path, dataset, make_grader, self.specs):
+                if isinstance(loaded, TaskDef):
+                    yield loaded
 
-    def whole_keys(self) -> set[Key]:
+    def _task_files(self) -> Iterator[tuple[Dataset, Path]]:
+        for dataset in self.datasets:
+            for path in dataset.task_files():
+                if self.dataset_for(path) is dataset:  # not a nested dataset's file
+                    yield dataset, path
+
+    def _task_ids(self, built: bool) -> Iterator[tuple[Dataset, str]]:
+        if built:
+            for task in self.all_tasks():
+                yield task.dataset, task.id
+            return
+        for dataset, path in self._task_files():
+            for read in dataset.read(path, self.specs).tasks:
+                if isinstance(read, CachedTask) and read.spec.id is not None:  # set as read
+                    yield dataset, read.spec.id
+
+    def whole_keys(self, *, built: bool = True) -> set[Key]:
         """Every attempt a session must select to be a run of its datasets whole (of its
-        shard's part of them, when sharded)."""
+        shard's part of them, when sharded). `built=False`: of every task whose spec is valid,
+        without building its graders: cheap, and a superset (graders only take tasks away)."""
         shard = self.shard
         return {
-            (task.dataset.name, task.id, attempt)
-            for task in self.all_tasks()
-            if shard is None or shard.holds(task.dataset.name, task.id)
-            for attempt in range(self.attempts_for(task.dataset))
+            (dataset.name, task_id, attempt)
+            for dataset, task_id in self._task_ids(built)
+            if shard is None or shard.holds(dataset.name, task_id)
+            for attempt in range(self.attempts_for(dataset))
         }
 
     def grader_factory(self, dataset: Dataset) -> Callable[[GraderSpec, TaskSpec], Any]:

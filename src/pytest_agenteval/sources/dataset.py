@@ -117,7 +117,9 @@ class Dataset:
                     d for d in dirnames if not _skipped_dir(d) and here / d not in templates
                 )
             found = frozenset(templates)
-            inside = [f for f in files if not any(p in found for p in f.parents)]
+            inside = (
+                [f for f in files if not any(p in found for p in f.parents)] if found else files
+            )
             self._walked.append((inside, found))
         return self._walked[0]
 

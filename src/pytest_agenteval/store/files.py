@@ -88,10 +88,10 @@ def _open_append(path: Path) -> tuple[int, int]:
 def _append(fd: int, end: int, data: bytes, path: Path) -> int:
     """Append `data` at `end`, the file's end; returns the new end. A failed write (disk full)
     is cut off again, so no torn line is left, and raised as a StoreError."""
-    view = memoryview(data)
     try:
-        while view:
-            view = view[os.write(fd, view) :]
+        written = os.write(fd, data)
+        while written < len(data):  # a short write (rare): the rest
+            written += os.write(fd, data[written:])
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, end)

@@ -123,7 +123,8 @@ class IndexRow:
 
 
 def row_of(line: dict[str, Any]) -> IndexRow:
-    """The row reading `line` back would give (metrics' fields): a session's own commits."""
+    """The row reading `line` (an index entry) back would give (metrics' fields): a session's
+    own commits."""
     phase = line["phase"]
     return IndexRow(
         (line["dataset"], line["task_id"], line["attempt"]),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import shutil
 import time
@@ -27,7 +26,7 @@ from typing import Any
 
 from ..core.errors import StoreError, os_failure
 from ..core.model import Key
-from ..core.records import AttemptRecord, index_line
+from ..core.records import AttemptRecord, index_entry, placed, to_json_text
 from ..core.shards import Shard, parse_shard
 from .files import RunFiles, locked, write_json
 from .index import read_index
@@ -320,8 +319,7 @@ def _copy_records(parts: list[Part], folder: Path) -> int:
                         )
                     continue
                 offset, length = files.append_record(data.decode("utf-8"))
-                line = index_line(record, offset, length)
-                files.append_index(json.dumps(line, ensure_ascii=False))
+                files.append_index(placed(to_json_text(index_entry(record)), offset, length))
                 copied[key] = (digest, part)
     finally:
         files.close()

@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import AttemptRecord, index_line, to_json_text
+from ..core.records import AttemptRecord, index_entry, placed, to_json_text
 from .files import RunFiles, has_attempts, line_number, locked, running_note, write_json
 from .index import IndexRow, read_index, row_of
 from .problems import OUTPUT_LOST, RUN_SKIPPED, StoreProblem
@@ -374,35 +374,35 @@ class Store:
     # --- attempts -------------------------------------------------------------------------
 
     def commit(
-        self,
-        run_id: str,
-        record: AttemptRecord,
-        *,
-        replaces: bool = False,
-        as_text: str | None = None,
-    ) -> str:
+        self, run_id: str, record: AttemptRecord, *, replaces: bool = False
+    ) -> tuple[str, IndexRow]:
         """Store one finished attempt durably; keep the record it replaces as history.
 
-        `as_text`: the record's JSON when the caller has it already (as it came on a report).
-        Returns the JSON stored. A failed write raises StoreError (path and errno) and leaves
-        no torn line behind.
+        Returns the JSON stored and its index row. A failed write raises StoreError (path and
+        errno) and leaves no torn line behind.
         """
         if replaces:
             old = self.record(run_id, record.key)
             if old is not None:
-                record, as_text = record.replacing(old), None
-        text = as_text if as_text is not None else record.to_text()
+                record = record.replacing(old)
+        text = record.to_text()
+        entry = index_entry(record)
+        row = row_of(entry)
+        self.append(run_id, text, to_json_text(entry), row)
+        return text, row
+
+    def append(self, run_id: str, text: str, entry: str, row: IndexRow) -> None:
+        """Store a new attempt's record JSON and its index entry's (as they came on a report:
+        neither is parsed or encoded again here); `row` is what the entry reads as."""
         files = self._open[run_id]
         offset, length = files.append_record(text)
-        line = index_line(record, offset, length)
-        files.append_index(to_json_text(line))
+        files.append_index(placed(entry, offset, length))
         held = self._held.get(run_id)
         if held is not None:
-            held[record.key] = row_of(line)
+            held[row.key] = row
         offsets = self._offsets.get(run_id)  # loaded only once a plan or a replace needed it
         if offsets is not None:
-            offsets[record.key] = (offset, length)
-        return text
+            offsets[row.key] = (offset, length)
 
     def hold(self, run_id: str, rows: Iterable[IndexRow]) -> None:
         """Keep `run_id`'s rows (as its index reads now) up to date as this session commits,
