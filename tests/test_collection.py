@@ -231,6 +231,25 @@ def test_collected_tree_is_kept_from_the_gc_for_the_session_only(
     assert gc.get_freeze_count() == 0
 
 
+def test_a_process_that_ends_with_the_session_keeps_the_tree_frozen(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`pytest` from the command line exits after the session: giving the tree back to the GC
+    would only make the exit scan it (seconds at tens of thousands of attempts)."""
+    dataset({"a.yaml": task("ok")})
+    pytester.makeconftest(
+        """
+        import atexit, gc
+
+        def pytest_configure(config):
+            atexit.register(lambda: print("FROZEN-AT-EXIT", gc.get_freeze_count() > 0))
+        """
+    )
+    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["FROZEN-AT-EXIT True"])
+
+
 ONE_PASS_DATASET = {
     "top.yaml": task("ok"),
     "b/nested/deep.yml": task("ok"),

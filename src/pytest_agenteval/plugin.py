@@ -330,7 +330,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Cleanups run last-in first-out and pytest's builtin plugins register theirs after this
     # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
     # the collected tree.
-    config.add_cleanup(hooks.thaw)
+    config.add_cleanup(lambda: hooks.thaw(config))
     size = concurrency_of(config.stash[RUNTIME])
     check_combination(config, size, settings.isolate)
     if size > 1:
