@@ -60,6 +60,30 @@ def test_auto_reads_the_ci_node_variables() -> None:
         resolve_shard("auto", {"CI_NODE_INDEX": "0", "CI_NODE_TOTAL": "4"})
 
 
+@pytest.mark.parametrize(
+    ("env", "shard"),
+    [
+        ({"CIRCLE_NODE_INDEX": "0", "CIRCLE_NODE_TOTAL": "3"}, Shard(1, 3)),
+        ({"CIRCLE_NODE_INDEX": "2", "CIRCLE_NODE_TOTAL": "3"}, Shard(3, 3)),
+        ({"BUILDKITE_PARALLEL_JOB": "1", "BUILDKITE_PARALLEL_JOB_COUNT": "4"}, Shard(2, 4)),
+        ({"JOB_COMPLETION_INDEX": "4", "JOB_COMPLETIONS": "5"}, Shard(5, 5)),
+        # GitLab's variables win over others set beside them.
+        ({"CI_NODE_INDEX": "1", "CI_NODE_TOTAL": "2", "CIRCLE_NODE_INDEX": "1"}, Shard(1, 2)),
+    ],
+)
+def test_auto_reads_circleci_buildkite_and_kubernetes(env: dict[str, str], shard: Shard) -> None:
+    """`auto` also reads CircleCI's, Buildkite's and a Kubernetes Indexed Job's 0-based index."""
+    assert resolve_shard("auto", env) == shard
+
+
+def test_auto_says_which_variable_is_missing_or_out_of_range() -> None:
+    """A Kubernetes index without JOB_COMPLETIONS, or a 0-based index past the total, is named."""
+    with pytest.raises(argparse.ArgumentTypeError, match="JOB_COMPLETIONS=.unset."):
+        resolve_shard("auto", {"JOB_COMPLETION_INDEX": "1"})
+    with pytest.raises(argparse.ArgumentTypeError, match="CIRCLE_NODE_INDEX counts from 0"):
+        resolve_shard("auto", {"CIRCLE_NODE_INDEX": "3", "CIRCLE_NODE_TOTAL": "3"})
+
+
 def test_ini_auto_takes_the_shard_from_the_environment(
     pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -243,7 +243,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="I/N",
         ini=("agenteval_shard", "string"),
         help="run shard I of N (1 <= I <= N): every attempt of a task lands in the same shard, "
-        "the rest are deselected; auto reads CI_NODE_INDEX and CI_NODE_TOTAL.",
+        "the rest are deselected; auto reads the parallel-job variables of GitLab, CircleCI, "
+        "Buildkite or a Kubernetes Indexed Job.",
     )
     option(
         "--agenteval-allow-errors",

@@ -20,8 +20,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 AUTO = "auto"
-INDEX_VAR, TOTAL_VAR = "CI_NODE_INDEX", "CI_NODE_TOTAL"
-"""GitLab's `parallel:` variables (1-based); a GitHub Actions matrix sets them in `env:`."""
+
+
+@dataclass(frozen=True)
+class ShardVars:
+    """Where one CI system says which parallel job this is, and how it counts."""
+
+    system: str
+    index: str
+    total: str
+    first: int
+    """The number of the first job: 1 for GitLab, 0 for the others."""
+
+
+SHARD_VARS = (
+    ShardVars(
+        "GitLab parallel: (or a GitHub Actions matrix's env:)", "CI_NODE_INDEX", "CI_NODE_TOTAL", 1
+    ),
+    ShardVars("CircleCI parallelism", "CIRCLE_NODE_INDEX", "CIRCLE_NODE_TOTAL", 0),
+    ShardVars("Buildkite parallelism", "BUILDKITE_PARALLEL_JOB", "BUILDKITE_PARALLEL_JOB_COUNT", 0),
+    ShardVars("a Kubernetes Indexed Job", "JOB_COMPLETION_INDEX", "JOB_COMPLETIONS", 0),
+)
+"""What `auto` reads, first match wins. Kubernetes sets only the index: the Job's pod template
+sets `JOB_COMPLETIONS` to its `completions` (see the README's recipe)."""
 _SHAPE = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
 
@@ -76,15 +97,23 @@ def _checked(index: int, total: int, shown: str) -> Shard:
 
 
 def resolve_shard(value: Shard | str | None, env: Mapping[str, str]) -> Shard | None:
-    """The shard to run: `auto` reads CI_NODE_INDEX and CI_NODE_TOTAL (both unset: no shard)."""
+    """The shard to run: `auto` reads the first CI system's variables that are set (none: all)."""
     if value is None or isinstance(value, Shard):
         return value
-    index, total = env.get(INDEX_VAR, "").strip(), env.get(TOTAL_VAR, "").strip()
-    if not index and not total:
-        return None
+    for found in SHARD_VARS:
+        index, total = env.get(found.index, "").strip(), env.get(found.total, "").strip()
+        if index or total:
+            return _from_vars(found, index, total)
+    return None
+
+
+def _from_vars(found: ShardVars, index: str, total: str) -> Shard:
+    shown = f"{found.index}={index or '(unset)'} {found.total}={total or '(unset)'}"
     if not (index.isdigit() and total.isdigit()):
         raise argparse.ArgumentTypeError(
-            f"auto reads {INDEX_VAR} and {TOTAL_VAR}, which must be whole numbers "
-            f"(they are {index!r} and {total!r}); a GitHub Actions matrix sets them in env:"
+            f"auto read {found.system}'s {found.index} and {found.total}, which must both be "
+            f"whole numbers ({shown}); set both in the job's env:"
         )
-    return _checked(int(index), int(total), f"{INDEX_VAR}={index} {TOTAL_VAR}={total}")
+    # Job numbers counted from 0 become shards counted from 1.
+    counted = "" if found.first == 1 else f" ({found.index} counts from {found.first})"
+    return _checked(int(index) + 1 - found.first, int(total), shown + counted)
