@@ -41,8 +41,11 @@ class TaskSummary(BaseModel):
     c: int
     errors: int
     pass_at_k: dict[str, float | None]
+    """This task's pass@k for each k up to its attempts; keys are k as strings."""
     pass_power_k: dict[str, float | None]
+    """This task's pass^k (all of k attempts pass) for each k; keys are k as strings."""
     attempts: list[AttemptSummary]
+    """Each recorded attempt of the task, by index."""
 
 
 class AgentErrorSummary(BaseModel):

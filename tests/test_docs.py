@@ -1,0 +1,150 @@
+"""The documentation cannot drift: generated references cover everything, examples validate,
+the tutorial runs as written, and the site builds and renders."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from browser import Browser, needs_chromium
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+sys.path.insert(0, str(DOCS / "_ext"))
+
+import agenteval_reference  # noqa: E402
+
+PAGES = sorted(DOCS.rglob("*.md"))
+FENCE = re.compile(r"^```(yaml|\{code-block\} yaml|console)\n(.*?)^```", re.S | re.M)
+CAPTION = re.compile(r"\A:caption: (\S+)\n\n?")
+CI_FILES = (".github/", ".gitlab-ci.yml", ".circleci/", ".buildkite/", "kubernetes/")
+
+
+def yaml_examples() -> list[tuple[str, str, str]]:
+    """Every YAML block in the docs: (where, the file it shows, its text)."""
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        for match in FENCE.finditer(text):
+            if match[1] == "console":
+                continue
+            body = match[2]
+            caption = CAPTION.match(body)
+            name = caption[1] if caption else body.partition("\n")[0].lstrip("# ").strip()
+            line = text.count("\n", 0, match.start()) + 1
+            found.append((f"{page.relative_to(ROOT)}:{line}", name, CAPTION.sub("", body)))
+    return found
+
+
+def test_every_option_command_and_field_is_documented() -> None:
+    """Each pytest option, `agenteval` command and argument, and schema field has a description
+    (the reference pages are generated from them)."""
+    assert agenteval_reference.missing_docs() == []
+
+
+def test_reference_pages_hold_every_option_and_command() -> None:
+    """The generated option and command references name every option and subcommand."""
+    options = agenteval_reference.options_markdown()
+    for option in agenteval_reference.plugin_options():
+        assert f"`{option.names[0]}" in options
+    commands = agenteval_reference.commands_markdown()
+    for name, _, _ in agenteval_reference.commands():
+        assert f"## `agenteval {name}`" in commands
+
+
+@pytest.mark.parametrize(("where", "name", "text"), yaml_examples(), ids=lambda v: str(v)[:40])
+def test_yaml_examples_validate_against_the_published_schemas(
+    where: str, name: str, text: str
+) -> None:
+    """Every YAML example names the file it shows (a caption or a first `# file` comment); task
+    files and manifests validate against `agenteval schema task|manifest`."""
+    jsonschema = pytest.importorskip("jsonschema")
+    data = yaml.safe_load(text)
+    assert name.endswith((".yaml", ".yml")) or "excerpt" in name, (
+        f"{where}: start the example with a comment naming its file, e.g. `# agenteval.yaml`"
+    )
+    if any(marker in name for marker in CI_FILES):
+        return
+    kind = "manifest" if "agenteval.yaml" in name else "task"
+    schema: dict[str, Any] = agenteval_reference.schema_of(kind)
+    if "excerpt" in name:
+        schema = {**schema, "required": []}
+    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(data)]
+    assert errors == [], f"{where}: {errors}"
+
+
+def tutorial() -> tuple[dict[str, str], list[tuple[str, int]]]:
+    """The tutorial's files (by caption) and its commands with the exit status each expects."""
+    text = (DOCS / "getting-started" / "first-dataset.md").read_text()
+    files: dict[str, str] = {}
+    commands: list[tuple[str, int]] = []
+    for match in re.finditer(r"^```(\{code-block\} \w+|console)\n(.*?)^```", text, re.S | re.M):
+        if match[1] == "console":
+            for line in match[2].splitlines():
+                command, _, comment = line.removeprefix("$ ").partition("#")
+                expected = re.search(r"exits (\d+)", comment)
+                commands.append((command.strip(), int(expected[1]) if expected else 0))
+        else:
+            caption = CAPTION.match(match[2])
+            assert caption, "every tutorial file has a :caption: naming its path"
+            files[caption[1]] = CAPTION.sub("", match[2])
+    return files, commands
+
+
+@pytest.mark.slow
+def test_tutorial_runs_as_written(tmp_path: Path) -> None:
+    """The five-minute tutorial's files and commands work in an empty folder, each command
+    with the exit status the page says."""
+    files, commands = tutorial()
+    assert files and commands
+    for name, content in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(content)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PYTEST_ADDOPTS", None)
+    said = {}
+    for command, expected in commands:
+        done = subprocess.run(
+            shlex.split(command), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == expected, f"$ {command}\n{done.stdout}\n{done.stderr}"
+        said[command] = done.stdout
+    # What the page says each command shows.
+    assert "6 passed, 3 failed" in said["pytest --agenteval my_evals"]
+    assert "I don't know" in said["agenteval show latest geo/hard/0"]
+    assert "(9 reused); 0 run now" in said["pytest --agenteval my_evals --resume-suite"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built the way `.ci/run` builds it: warnings are errors."""
+    pytest.importorskip("sphinx")
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", DOCS, out],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_site_pages_render_with_content_and_no_console_errors(site: Path, tmp_path: Path) -> None:
+    """The built index and a generated reference page load in Chromium with their content."""
+    browser = Browser(tmp_path / "profile")
+    dom, console = browser.dom(site / "index.html")
+    assert console == [] and "Your first dataset in five minutes" in dom
+    dom, console = browser.dom(site / "reference" / "options.html")
+    assert console == [] and "--agenteval-max-cost" in dom and "agenteval_html" in dom
