@@ -122,11 +122,16 @@ def schema_of(kind: str) -> dict[str, Any]:
     return schema
 
 
+FIRST = ("Task", "TaskList", "SourceTask", "Defaults", "Agent")
+"""Definitions users look for first; the rest follow alphabetically."""
+
+
 def _objects(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """The schema's root and every definition that has fields, root first."""
+    """The schema's root and every definition that has fields, the ones users write first."""
     found = [("", schema)] if "properties" in schema else []
-    found += [(name, d) for name, d in schema.get("$defs", {}).items() if "properties" in d]
-    return found
+    defs = schema.get("$defs", {})
+    names = [n for n in FIRST if n in defs] + sorted(n for n in defs if n not in FIRST)
+    return found + [(n, defs[n]) for n in names if "properties" in defs[n]]
 
 
 def _type(node: Any, linked: set[str]) -> str:
@@ -155,8 +160,9 @@ def _type(node: Any, linked: set[str]) -> str:
 
 
 def schema_markdown(kind: str) -> str:
-    out: list[str] = []
-    objects = _objects(schema_of(kind))
+    schema = schema_of(kind)
+    out: list[str] = [_plain(schema.get("description", "")), ""]
+    objects = _objects(schema)
     linked = {name for name, _ in objects if name}
     for name, obj in objects:
         if name:
