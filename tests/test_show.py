@@ -40,9 +40,9 @@ def run_dir(
             "solid.yaml": task(expected="ok", metadata={"answers": ["ok"]}, tags=["easy"]),
             "broken.yaml": task(expected="ok", metadata={"answers": ["boom"]}),
         },
-        manifest={"agent": "rich:run"},
+        manifest={"agent": "rich_agent:run"},
     )
-    (root / "rich.py").write_text(AGENT)
+    (root / "rich_agent.py").write_text(AGENT)
     pytester.runpytest("--agenteval", "ds", "--attempts", "2")
     monkeypatch.chdir(pytester.path)
     return latest_run(pytester.path)
