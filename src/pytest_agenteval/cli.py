@@ -156,19 +156,36 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument(
         "--allow-drift", action="store_true", help="merge shards of other agents or versions"
     )
-    merge.add_argument("--task-rule", default="any", type=options.task_rule, metavar="RULE")
-    merge.add_argument("--pass-k", type=options.pass_ks, metavar="K,K,...")
+    merge.add_argument(
+        "--task-rule",
+        default="any",
+        type=options.task_rule,
+        metavar="RULE",
+        help="any, all, or a pass rate like 0.6, for the per-task junit.xml",
+    )
+    merge.add_argument(
+        "--pass-k",
+        type=options.pass_ks,
+        metavar="K,K,...",
+        help="k values, e.g. 1,5,10 (default: 1..attempts)",
+    )
     merge.set_defaults(command=_merge)
 
     validate = sub.add_parser("validate", help="load datasets and report every problem")
-    validate.add_argument("datasets", nargs="+", type=Path, metavar="DATASET")
+    validate.add_argument(
+        "datasets", nargs="+", type=Path, metavar="DATASET", help="a dataset folder (or part)"
+    )
     validate.set_defaults(command=_validate)
 
     schema = sub.add_parser(
         "schema",
         help="print the JSON Schema of a file format (task and manifest: as users write them)",
     )
-    schema.add_argument("kind", choices=["task", "manifest", "record", "summary"])
+    schema.add_argument(
+        "kind",
+        choices=["task", "manifest", "record", "summary"],
+        help="task files and manifests as users write them; records and summary.json as written",
+    )
     schema.set_defaults(command=_schema)
     return parser
 
@@ -366,10 +383,12 @@ def _schema(args: argparse.Namespace) -> int:
     elif args.kind == "manifest":
         schema = schemas.manifest_schema()
     elif args.kind == "record":
-        from .core.records import record_schema
+        from .core.records import AttemptRecord, record_schema
+        from .sources.docstrings import describe
 
         schema = record_schema()
         defs = schema.pop("$defs", {})
+        describe(schema, defs, AttemptRecord)
         schema = schemas.finish({**schema, "title": "pytest-agenteval attempt record"}, defs)
     else:
         from .reporting.summary import Summary

@@ -337,9 +337,13 @@ class Verdict:
     """One grader's judgement of one attempt."""
 
     grader: str
+    """The grader's name, e.g. `equals` or a plugin's."""
     passed: bool
+    """Whether the answer passed this grader."""
     reason: str
+    """Why, in a few words for a person."""
     score: float | None = None
+    """A score in [0, 1], when the grader gives one."""
     details: dict[str, Any] | None = None
     """How the grader reached it, kept in the record (an LLM judge: model, prompt, reply,
     usage with tokens and cost)."""

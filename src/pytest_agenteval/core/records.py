@@ -89,8 +89,11 @@ class AttemptRecord:
     """One finished attempt (`agenteval.record/1`): what ran, what it answered, the verdict."""
 
     dataset: str
+    """The dataset's name (its manifest's `name`)."""
     task_id: str
+    """The task's id, unique in its dataset."""
     attempt: int
+    """The attempt's index, from 0."""
     digest: str
     """Content digest of the task when the attempt ran."""
     run_digest: str
@@ -98,19 +101,30 @@ class AttemptRecord:
     agent: dict[str, Any]
     """Fingerprint of the agent: its spec, override and declared version, and what ran."""
     status: Status
+    """`pass` (every grader passed), `fail` (a grader failed) or `error` (the agent or a
+    grader could not finish)."""
     started_at: float
+    """When the attempt started, in seconds since the epoch."""
     duration: float
+    """Seconds the attempt took, agent and graders."""
     tags: tuple[str, ...] = ()
+    """The task's tags when the attempt ran."""
     verdicts: tuple[Verdict, ...] = ()
+    """Each grader's verdict, in the task's order."""
     output: str | None = None
+    """What the agent answered (as text); None when it gave no answer."""
     usage: dict[str, Any] | None = None
     """input_tokens, output_tokens, cost, as the agent reported them."""
     error: str | None = None
+    """What went wrong, for an error."""
     error_type: str | None = None
+    """The exception's type name, for an error."""
     phase: Phase | None = None
     """Where an error happened: agent, grading or crash."""
     transcript: list[Any] | None = None
+    """The agent's messages, as it reported them."""
     artifacts: dict[str, Any] | None = None
+    """Files the agent produced, as it reported them."""
     previous: tuple[dict[str, Any], ...] = field(default=())
     """Records this one replaced (`--agenteval-rerun`), newest first, as JSON."""
     call: dict[str, Any] | None = None
@@ -425,10 +439,10 @@ def record_schema() -> dict[str, Any]:
 
     schema = TypeAdapter(AttemptRecord).json_schema()
     schema["properties"] = {
-        "schema": {"const": RECORD_SCHEMA},
+        "schema": {"const": RECORD_SCHEMA, "description": "The format and its major version."},
         **schema["properties"],
         "score": {"type": "number", "description": "Mean grader score; 0 for an error."},
-        "finished_at": {"type": "number"},
+        "finished_at": {"type": "number", "description": "When the attempt ended (epoch seconds)."},
     }
     schema["required"] = ["schema", *schema["required"], "score", "finished_at"]
     return schema

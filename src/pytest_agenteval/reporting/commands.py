@@ -93,7 +93,9 @@ def register(
 
     exported = sub.add_parser("export", help="one row per attempt as CSV or JSON Lines")
     exported.add_argument("run_id", metavar="RUN", help=run_help)
-    exported.add_argument("--format", choices=sorted(WRITERS), default="csv")
+    exported.add_argument(
+        "--format", choices=sorted(WRITERS), default="csv", help="csv (default) or jsonl"
+    )
     exported.add_argument("--out", type=Path, help="the file to write (default: stdout)")
     cache_option(exported)
     exported.set_defaults(command=lambda args: _export(args, open_store))

@@ -28,18 +28,28 @@ SUMMARY_SCHEMA: Literal["agenteval.summary/1"] = "agenteval.summary/1"
 
 class AttemptSummary(BaseModel):
     index: int
+    """The attempt's index, from 0."""
     status: Literal["pass", "fail", "error"]
+    """`pass`, `fail` or `error`."""
     duration: float
+    """Seconds the attempt took."""
     reason: str
+    """Why it failed or errored, in a few words; empty for a pass."""
 
 
 class TaskSummary(BaseModel):
     dataset: str
+    """The dataset's name."""
     task_id: str
+    """The task's id."""
     tags: list[str]
+    """The task's tags."""
     n: int
+    """Attempts recorded."""
     c: int
+    """Attempts that passed."""
     errors: int
+    """Attempts that ended in an error."""
     pass_at_k: dict[str, float | None]
     """This task's pass@k for each k up to its attempts; keys are k as strings."""
     pass_power_k: dict[str, float | None]
@@ -61,10 +71,15 @@ class Metrics(BaseModel):
     pass_at_k: dict[str, float | None]
     """Mean over tasks with at least k attempts; keys are k as strings."""
     pass_power_k: dict[str, float | None]
+    """pass^k (all of k attempts pass), mean over tasks with at least k attempts."""
     tasks_per_k: dict[str, int]
+    """How many tasks each k is averaged over (those with at least k attempts)."""
     n_tasks: int
+    """Tasks with at least one recorded attempt."""
     pass_at_1_stderr: float | None = None
+    """The standard error of pass@1 across tasks; null below two tasks."""
     pass_at_1_ci95: list[float] | None = None
+    """pass@1's 95 % interval `[low, high]`; null when it cannot be estimated."""
 
 
 class StoreProblemSummary(BaseModel):
@@ -97,25 +112,37 @@ class Summary(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     schema_: Literal["agenteval.summary/1"] = Field(SUMMARY_SCHEMA, alias="schema")
+    """The format and its major version."""
     run_id: str
+    """The run's id (`--agenteval-run-id`, or 8 hex digits)."""
     dataset: dict[str, str]
+    """The dataset's name and version (several datasets: joined)."""
     datasets: list[dict[str, str]]
+    """Each dataset of the run: name and version."""
     agent: dict[str, Any]
+    """The agent's fingerprint: its spec, override, declared version and label."""
     created_at: float
+    """When the run started (epoch seconds)."""
     finished_at: float
+    """When this summary was made (epoch seconds)."""
     status: str
     """complete; interrupted (a session ended early); or why a stop ended it: cancelled,
     budget (a spend or token cap), deadline."""
     agent_errors: list[AgentErrorSummary] = []
     """Agents that could not be built; their attempts did not run and are not recorded."""
     n_attempts: int
+    """Attempts recorded in the run."""
     counts: dict[str, int]
     """pass / fail / error over the run; reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
     metrics: Metrics
+    """pass@k and pass^k over the run's tasks, with pass@1's interval."""
     totals: dict[str, float | int | None]
+    """Tokens, cost (agent + judge, and each apart) and durations over the run."""
     tags: dict[str, Metrics]
+    """The same metrics per tag, over the tasks that have it."""
     tasks: list[TaskSummary]
+    """Each task's counts, pass@k and attempts, lowest pass rate first."""
     load_errors: list[dict[str, str]] = []
     """Tasks that could not be loaded: dataset, label (task id or file), path, message."""
     store_problems: list[StoreProblemSummary] = []

@@ -7,51 +7,64 @@ worker (about 9 ms); schemas are printed rarely, so the source is parsed only th
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import re
 import sys
+import typing
 from functools import cache
-from typing import Any, get_args
+from typing import Any, TypeGuard, get_args
 
 from pydantic import BaseModel
 
 Schema = dict[str, Any]
 
 
-def describe(schema: Schema, defs: dict[str, Schema], model: type[BaseModel]) -> None:
-    """Give `model`'s properties (and those of the models it nests) their docstrings."""
+def describe(schema: Schema, defs: dict[str, Schema], model: type) -> None:
+    """Give the properties of `model` (a pydantic model or a dataclass) and of the models it
+    nests their docstrings."""
     for cls in _models_in(model):
         target = schema if cls is model else defs.get(cls.__name__)
         if target is None:
             continue
         for name, doc in field_docs(cls).items():
-            info = cls.model_fields.get(name)
+            info = cls.model_fields.get(name) if _is_model(cls) else None
             prop = target.get("properties", {}).get(info.alias or name if info else name)
             if prop is not None:
                 prop.setdefault("description", doc)
                 prop.pop("title", None)
 
 
-def _models_in(model: type[BaseModel]) -> list[type[BaseModel]]:
-    """`model` and every pydantic model its fields mention, each once."""
-    found: list[type[BaseModel]] = []
+def _is_model(tp: Any) -> TypeGuard[type[BaseModel]]:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _models_in(model: type) -> list[type]:
+    """`model` and every pydantic model or dataclass its fields mention, each once."""
+    found: list[type] = []
     todo: list[Any] = [model]
     while todo:
         tp = todo.pop()
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
+        if _is_model(tp) or (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
             if tp not in found:
                 found.append(tp)
-                todo.extend(f.annotation for f in tp.model_fields.values())
+                todo.extend(_field_types(tp))
         else:
             todo.extend(get_args(tp))
     return found
 
 
-def field_docs(model: type[BaseModel]) -> dict[str, str]:
+def _field_types(cls: type) -> list[Any]:
+    if _is_model(cls):
+        return [f.annotation for f in cls.model_fields.values()]
+    return list(typing.get_type_hints(cls).values())
+
+
+def field_docs(model: type) -> dict[str, str]:
     """The docstrings written under the fields of `model` and its bases, by field name."""
     docs: dict[str, str] = {}
     for cls in reversed(model.__mro__):
-        if cls is BaseModel or not issubclass(cls, BaseModel):
+        if cls is BaseModel or not (_is_model(cls) or dataclasses.is_dataclass(cls)):
             continue
         node = _class_nodes(cls.__module__).get(cls.__qualname__)
         if node is None:
