@@ -12,10 +12,18 @@ import pytest
 
 from pytest_agenteval.core.shards import shard_of
 
+WORKERS = [
+    pytest.param([], id="solo"),
+    pytest.param(["-n", "2"], id="xdist", marks=pytest.mark.slow),
+]
+"""A test's two process layouts: one process (the default suite) and two xdist workers (slow:
+`.ci/run` runs it; the default suite keeps its own xdist tests in test_xdist.py)."""
+
 # An agent driven by each task's metadata; it logs every call so tests can count them, also
 # across processes (xdist workers, killed runs).
 AGENT = """
 import os, pathlib, time
+
 
 LOG = pathlib.Path(__file__).with_name("calls.log")
 

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from helpers import DatasetMaker, task
+from helpers import WORKERS, DatasetMaker, task
 
 
 def test_collects_one_item_per_task_and_attempt(
@@ -306,7 +306,7 @@ def test_one_pass_collection_matches_per_file_collection(
     assert ids("--agenteval-strict") == [i for i in expected if "broken" not in i]
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_last_failed_reruns_only_the_failed_attempts(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:

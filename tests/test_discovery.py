@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DatasetMaker, stored, task
+from helpers import WORKERS, DatasetMaker, stored, task
 from pytest_agenteval.core.errors import TaskFileError
 from pytest_agenteval.sources.dataset import load_dataset
 from pytest_agenteval.sources.discovery import (
@@ -114,7 +114,7 @@ def test_ini_dataset_joins_the_default_arguments(
     pytester.runpytest().assert_outcomes(passed=1 + 6)
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_explicit_arguments_never_start_the_ini_dataset(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:
@@ -182,7 +182,7 @@ def test_positional_paths_inside_a_dataset_collect_it(
     assert collected(pytester, node_id, "--attempts", "2") == [node_id]
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_a_part_runs_and_stores_like_the_whole_run(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:

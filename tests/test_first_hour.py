@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from junitparser import xunit2
 
-from helpers import DatasetMaker, stored, summary_of, task
+from helpers import WORKERS, DatasetMaker, stored, summary_of, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.importing import UnresolvedReference, resolve_callable
 from pytest_agenteval.core.numbers import rounded
@@ -284,7 +284,7 @@ def test_tracebacks_show_only_the_users_frames(
     assert record["reason"] == "RuntimeError: kaboom"
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_failures_say_why_on_their_first_line_and_in_junit(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:

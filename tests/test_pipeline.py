@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import DatasetMaker, stored, summary_of, task
+from helpers import WORKERS, DatasetMaker, stored, summary_of, task
 
 HOSTILE = """
 import os, signal, subprocess, sys, time
@@ -134,7 +134,7 @@ def test_a_crashed_attempt_runs_again_on_resume_until_it_crashed_twice(
     assert ("dies", 0, "error") in stored(pytester.path)
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_a_lone_surrogate_in_a_reason_is_stored_and_reported(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:

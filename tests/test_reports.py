@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from junitparser import xunit2
 
-from helpers import DatasetMaker, summary_of, task
+from helpers import WORKERS, DatasetMaker, summary_of, task
 from pytest_agenteval.core.text import xml_safe
 from pytest_agenteval.reporting.reports import write_reports
 from pytest_agenteval.reporting.summary import Summary, build_summary
@@ -104,7 +104,7 @@ def parse_junit(path: Path) -> dict[str, Any]:
     return cases
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_per_attempt_junit_properties(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:

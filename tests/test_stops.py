@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DatasetMaker, latest_run, stored, summary_of, task
+from helpers import WORKERS, DatasetMaker, latest_run, stored, summary_of, task
 from pytest_agenteval.core import options
 
 # Each call costs $1 and 100 tokens.
@@ -158,7 +158,7 @@ def _wait_for_records(pytester: pytest.Pytester, at_least: int) -> None:
     raise AssertionError("the run stored too few records in 60s")
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["solo", "n2"])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_cancel_from_another_shell(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:
@@ -340,7 +340,7 @@ def run(task):
 """
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["solo", "n2"])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_ctrl_c_gives_up_on_attempts_after_the_grace(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:

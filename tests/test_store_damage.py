@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import DatasetMaker, summary_of, task
+from helpers import WORKERS, DatasetMaker, summary_of, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.errors import StoreError
 from pytest_agenteval.store.index import FIELDS, UNREADABLE_DETAILS, read_index
@@ -322,7 +322,7 @@ def mistype_score(pytester: pytest.Pytester, task_id: str) -> str:
     return f"{index}:{number}"
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_a_mistyped_row_reruns_and_shows_even_with_q(
     pytester: pytest.Pytester,
     dataset: DatasetMaker,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from helpers import DatasetMaker, task
+from helpers import WORKERS, DatasetMaker, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.reporting.reports import write_reports
 from pytest_agenteval.reporting.summary import build_summary
@@ -69,7 +69,7 @@ def no_traceback(result: pytest.RunResult) -> None:
     assert "Traceback" not in text and "INTERNALERROR" not in text
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_a_full_disk_stops_the_session_and_keeps_what_was_committed(
     pytester: pytest.Pytester,
     dataset: DatasetMaker,

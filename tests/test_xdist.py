@@ -21,10 +21,10 @@ MIXED = {
     "args",
     [
         ["-n", "2"],
-        ["-n", "8"],
-        ["-n", "2", "--dist", "loadscope"],
-        ["-n", "2", "--dist", "loadfile"],
-        ["-n", "2", "--dist", "worksteal"],
+        pytest.param(["-n", "8"], marks=pytest.mark.slow),
+        pytest.param(["-n", "2", "--dist", "loadscope"], marks=pytest.mark.slow),
+        pytest.param(["-n", "2", "--dist", "loadfile"], marks=pytest.mark.slow),
+        pytest.param(["-n", "2", "--dist", "worksteal"], marks=pytest.mark.slow),
     ],
 )
 def test_parallel_summary_equals_single_process(
