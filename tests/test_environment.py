@@ -302,3 +302,29 @@ def test_python_graders_get_the_environment(
         "    return made == 'by the agent' and output == 'from the template'\n"
     )
     pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+
+
+def test_an_isolated_agent_s_folder_is_adopted_kept_on_failure_and_removed_on_pass(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Under --agenteval-isolate the folder a forked agent made is the attempt's environment:
+    its grader reads it, a failed attempt keeps and names it, a passed one's is removed."""
+    root = dataset(
+        {"a.yaml": {"input": "x", "graders": [{"python": "checks:made"}]}},
+        manifest={"agent": "agent:run"},
+    )
+    (root / "agent.py").write_text(
+        "def run(task):\n"
+        "    (task.workspace / 'made.txt').write_text(str(task.attempt))\n"
+        "    return 'done'\n"
+    )
+    (root / "checks.py").write_text(
+        "def made(environment):\n    return environment.read_file('made.txt') == b'1'\n"
+    )
+    base = pytester.path / "tmp"
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--attempts", "2", "--agenteval-isolate", "--basetemp", str(base)
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["workspace kept: *tmp/agenteval/ds--a--0-*"])
+    assert [p.name[:9] for p in base.glob("agenteval/*")] == ["ds--a--0-"]

@@ -214,6 +214,8 @@ class AttemptRunner:
         job = context.job
         if self.note_running is not None:
             self.note_running(job.key)
+        if self.executor.runs_elsewhere:
+            self.environments.ready()  # a forked agent must find, not make, what they share
         held = self.limits(job) if self.limits is not None else None
         try:
             if held is None:  # no limits: no context manager on the per-attempt path

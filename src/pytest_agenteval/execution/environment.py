@@ -120,6 +120,10 @@ class Environments:
             return made
         return self.workspaces.create(_key(task, attempt), task.workspace_dir)
 
+    def ready(self) -> None:
+        """Make what this process's environments share (the base folder) now."""
+        self.workspaces.base  # noqa: B018 - made on first use
+
     def adopt(self, task: TaskDef, attempt: int) -> Environment | None:
         """The local folder an attempt made in another process (`--agenteval-isolate`), if it
         made one."""
