@@ -271,7 +271,9 @@ class TaskHooks:
         """An agent factory asking `pytest_agenteval_make_agent`: plugins first, built-ins last."""
 
         def make(spec: AnyAgentSpec, root: Path) -> Agent:
-            agent = config.hook.pytest_agenteval_make_agent(spec=spec, dataset_root=root)
+            agent: Agent | None = config.hook.pytest_agenteval_make_agent(
+                spec=spec, dataset_root=root
+            )
             if agent is None:
                 raise unknown_agent_kind(getattr(spec, "type", "?"), list(BUILTIN_AGENT_KINDS))
             return agent
@@ -283,12 +285,21 @@ class TaskHooks:
         """Plugins' environments for attempts (`pytest_agenteval_make_environment`)."""
 
         def make(task: TaskDef, attempt: int) -> Environment | None:
-            return config.hook.pytest_agenteval_make_environment(
+            made: object = config.hook.pytest_agenteval_make_environment(
                 task=task.spec,
                 key=(task.dataset.name, task.id, attempt),
                 template=task.workspace_dir,
                 dataset_root=task.dataset.root,
                 config=config,
+            )
+            if made is None or isinstance(made, Environment):
+                return made
+            raise AgentError(
+                f"pytest_agenteval_make_environment returned {type(made).__name__}, "
+                "not an Environment",
+                detail="return an object with what pytest_agenteval.Environment lists "
+                "(workdir, python, local_path, where, exec, read_file, write_file, "
+                "changed_files, teardown), or None",
             )
 
         return make
