@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,13 @@ from typing import Any
 import pytest
 
 from pytest_agenteval.core.shards import shard_of
+
+
+def default_sigint() -> None:
+    """`preexec_fn` of a child a test sends Ctrl-C: a shell that ignores SIGINT (nohup, some CI
+    runners) passes that on to every child, where Python then leaves it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 # An agent driven by each task's metadata; it logs every call so tests can count them, also
 # across processes (xdist workers, killed runs).
