@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DatasetMaker, stored
+from helpers import DatasetMaker, stored, task
 from pytest_agenteval import Environment
 from pytest_agenteval.execution.environment import ChangedFile, LocalEnvironment
 from pytest_agenteval.execution.workspaces import Workspaces
@@ -328,3 +328,21 @@ def test_an_isolated_agent_s_folder_is_adopted_kept_on_failure_and_removed_on_pa
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["workspace kept: *tmp/agenteval/ds--a--0-*"])
     assert [p.name[:9] for p in base.glob("agenteval/*")] == ["ds--a--0-"]
+
+
+def test_a_plugin_environment_that_is_not_one_errors_the_attempt_and_says_why(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A `pytest_agenteval_make_environment` answer that is not an Environment makes the
+    attempt an error naming the hook and what an environment has, not a crash later."""
+    (pytester.path / "ds/ws").mkdir(parents=True)
+    dataset({"a.yaml": {**task(), "workspace": "ws"}})
+    pytester.makeconftest(
+        "def pytest_agenteval_make_environment(task, key, template, dataset_root, config):\n"
+        "    return str(template)\n"
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*error: pytest_agenteval_make_environment returned str, not an Environment*"]
+    )
