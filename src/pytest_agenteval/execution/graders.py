@@ -436,7 +436,7 @@ class CommandOptions(Options):
 
     argv: list[str] | str
     """The program and its arguments (a string is split like a shell would); `{python}` is
-    replaced by the running Python."""
+    replaced by the Python of the attempt's environment."""
     timeout: float = 300.0
     """Seconds the program may run; a timeout fails the attempt."""
     env: dict[str, str] = {}
