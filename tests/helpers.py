@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,12 @@ WORKERS = [
 ]
 """A test's two process layouts: one process (the default suite) and two xdist workers (slow:
 `.ci/run` runs it; the default suite keeps its own xdist tests in test_xdist.py)."""
+
+def default_sigint() -> None:
+    """`preexec_fn` of a child a test sends Ctrl-C: a shell that ignores SIGINT (nohup, some CI
+    runners) passes that on to every child, where Python then leaves it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 # An agent driven by each task's metadata; it logs every call so tests can count them, also
 # across processes (xdist workers, killed runs).

@@ -46,3 +46,19 @@ def test_the_tests_conftest_loads_without_the_test_extra() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_package_ships_its_types_and_is_checked_strictly() -> None:
+    """`py.typed` is in the package and in the wheel's package data, and mypy checks all of
+    `src` strictly (only untyped third-party modules are relaxed)."""
+    import tomllib
+    from pathlib import Path
+
+    package = Path(pytest_agenteval.__file__).parent
+    assert (package / "py.typed").is_file()
+    pyproject = tomllib.loads((package.parent.parent / "pyproject.toml").read_text())
+    tool = pyproject["tool"]
+    assert "py.typed" in tool["setuptools"]["package-data"]["pytest_agenteval"]
+    assert tool["mypy"]["strict"] is True and tool["mypy"]["files"] == ["src"]
+    relaxed = [o["module"] for o in tool["mypy"]["overrides"]]
+    assert relaxed == ["pytest_agenteval.reporting.reports", ["jsonschema", "jsonschema.*"]]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DatasetMaker, task
+from helpers import DatasetMaker, default_sigint, task
 from pytest_agenteval.core.records import AttemptRecord
 
 
@@ -371,7 +371,9 @@ def test_sigint_leaves_no_orphan_command_agent(
         },
     )
     (root / "cmd.py").write_text(COMMAND_AGENT)
-    proc = pytester.popen([sys.executable, "-m", "pytest", "--agenteval", "ds"], stdin=None)
+    proc = pytester.popen(
+        [sys.executable, "-m", "pytest", "--agenteval", "ds"], stdin=None, preexec_fn=default_sigint
+    )
     deadline = time.monotonic() + 20
     while not pidfile.exists() and time.monotonic() < deadline:
         time.sleep(0.05)

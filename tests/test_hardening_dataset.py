@@ -257,7 +257,7 @@ def test_a_template_is_copied_as_plain_files(tmp_path: Path) -> None:
     (template / "src" / "real.py").write_text("x = 1\n")
     (template / "alias.py").symlink_to("src/real.py")
     (template / "absolute.py").symlink_to(template / "src" / "real.py")
-    made = Workspaces(tmp_path / "base").create("ds", "t", 0, template)
+    made = Workspaces(tmp_path / "base").create(("ds", "t", 0), template).root
     assert sorted(p.relative_to(made).as_posix() for p in made.rglob("*")) == [
         "absolute.py",
         "alias.py",
@@ -276,7 +276,7 @@ def test_a_link_added_to_a_template_later_is_refused_when_copying(tmp_path: Path
     template.mkdir()
     (template / "leak.txt").symlink_to(tmp_path / "secret.txt")
     with pytest.raises(TemplateError, match="points outside it"):
-        Workspaces(tmp_path / "base").create("ds", "t", 0, template)
+        Workspaces(tmp_path / "base").create(("ds", "t", 0), template)
 
 
 # 3. Alias bombs
@@ -347,9 +347,9 @@ def test_ordinary_aliases_and_asterisks_still_load(tmp_path: Path) -> None:
 def test_workspace_names_are_distinct_and_bounded(tmp_path: Path) -> None:
     """Ids that read alike get their own folders; a 500-character id gets a short name."""
     workspaces = Workspaces(tmp_path)
-    first = workspaces.create("ds", "x/y", 0, None)
+    first = workspaces.create(("ds", "x/y", 0), None).root
     (first / "kept.txt").write_text("failed attempt's files")
-    second = workspaces.create("ds", "x_y", 0, None)
+    second = workspaces.create(("ds", "x_y", 0), None).root
     assert first != second and (first / "kept.txt").exists()
     assert folder_name("ds", "x/y", 0).startswith("ds--x_y--0-")
     long = folder_name("ds", "a" * 500, 12)

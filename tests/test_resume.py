@@ -11,7 +11,15 @@ from collections import Counter
 
 import pytest
 
-from helpers import DatasetMaker, comparable, latest_record, stored, summary_of, task
+from helpers import (
+    DatasetMaker,
+    comparable,
+    default_sigint,
+    latest_record,
+    stored,
+    summary_of,
+    task,
+)
 
 SLOW = {
     f"t{i:02}.yaml": task(metadata={"answers": ["ok", "no"] if i % 3 else ["ok"], "sleep": 0.15})
@@ -25,6 +33,7 @@ def start(pytester: pytest.Pytester, *args: str) -> os.Popen:  # type: ignore[na
         [sys.executable, "-m", "pytest", "--agenteval", "ds", "--attempts", "2", *args],
         stdin=None,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )
 
 

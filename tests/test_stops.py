@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import WORKERS, DatasetMaker, latest_run, stored, summary_of, task
+from helpers import WORKERS, DatasetMaker, default_sigint, latest_run, stored, summary_of, task
 from pytest_agenteval.core import options
 
 # Each call costs $1 and 100 tokens.
@@ -145,6 +145,7 @@ def _start(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[bytes]:
         cwd=pytester.path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        preexec_fn=default_sigint,
     )
 
 
@@ -282,6 +283,7 @@ def _start_in_group(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[b
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )
 
 

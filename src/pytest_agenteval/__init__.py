@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .core.model import AgentResult, Manifest, Task, TaskSpec, Usage, Verdict
     from .core.records import AttemptRecord
     from .execution.agents import Agent
+    from .execution.environment import ChangedFile, Environment, ExecResult
     from .execution.graders import GradeContext, Grader
 
 __version__ = "0.1.0"
@@ -24,6 +25,9 @@ _WHERE = {
     "AgentResult": "core.model",
     "AgentError": "core.errors",
     "AttemptRecord": "core.records",
+    "ChangedFile": "execution.environment",
+    "Environment": "execution.environment",
+    "ExecResult": "execution.environment",
     "GradeContext": "execution.graders",
     "Grader": "execution.graders",
     "Manifest": "core.model",
@@ -38,6 +42,9 @@ __all__ = [
     "AgentError",
     "AgentResult",
     "AttemptRecord",
+    "ChangedFile",
+    "Environment",
+    "ExecResult",
     "GradeContext",
     "Grader",
     "Manifest",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .core.model import AnyAgentSpec, GraderSpec, TaskSpec
+    from .core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
 
 
 @pytest.hookspec(firstresult=True)
@@ -32,6 +32,21 @@ def pytest_agenteval_make_agent(spec: AnyAgentSpec, dataset_root: Path) -> Any:
     everything builds no agent). Raise `pytest_agenteval.AgentError` for bad options: it is
     reported once, at the spec's line, and the attempts of that agent do not run (nothing is
     recorded for them). The built-in kinds (`callable`, `command`) answer last.
+    """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_agenteval_make_environment(
+    task: TaskSpec, key: Key, template: Path | None, dataset_root: Path, config: pytest.Config
+) -> Any:
+    """Make the environment one attempt's files live in and its programs run in, or return
+    None to let others try.
+
+    Called when the attempt `key` (dataset, task id, attempt) first needs one: before its agent
+    when the task has a workspace `template` (a folder to copy in), else when something asks.
+    Return an object satisfying `pytest_agenteval.Environment` (`exec`, `read_file`,
+    `write_file`, `changed_files`, `teardown`, ...). Command agents and the `command` grader
+    run in it. The built-in local folder (under pytest's basetemp) answers last.
     """
 
 

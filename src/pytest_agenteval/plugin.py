@@ -285,6 +285,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Imported only when active: unrelated pytest runs pay nothing for pydantic and friends.
     from .execution.agents import AgentResolver
     from .execution.attempt import AttemptRunner
+    from .execution.environment import Environments
     from .execution.executor import SerialExecutor
     from .execution.isolation import IsolatingExecutor
     from .execution.workspaces import Workspaces
@@ -310,7 +311,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.collectonly = True
     runner = AttemptRunner(
         IsolatingExecutor() if settings.isolate else SerialExecutor(),
-        Workspaces(lambda: _basetemp(config)),
+        Environments(Workspaces(lambda: _basetemp(config)), TaskHooks.environment_maker(config)),
         fingerprint=agent_fingerprint(settings, datasets),
         passthrough=(pytest.exit.Exception, pytest.skip.Exception),
     )

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -21,6 +21,9 @@ from pydantic import (
 )
 
 from .llm import JudgeSettings, ModelPrice
+
+if TYPE_CHECKING:
+    from ..execution.environment import Environment
 
 RECORD_SCHEMA = "agenteval.record/1"
 TASK_ID_RE = re.compile(r"[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*")
@@ -369,7 +372,17 @@ class Verdict:
 class Task:
     """What the agent under test receives for one attempt. Public API: keep these names."""
 
-    __slots__ = ("_make_workspace", "_workspace", "attempt", "id", "input", "metadata", "seed")
+    __slots__ = (
+        "_environment",
+        "_make_environment",
+        "_make_workspace",
+        "_workspace",
+        "attempt",
+        "id",
+        "input",
+        "metadata",
+        "seed",
+    )
 
     def __init__(
         self,
@@ -380,6 +393,7 @@ class Task:
         attempt: int,
         seed: int,
         workspace: Path | Callable[[], Path],
+        environment: Callable[[], Environment] | None = None,
     ) -> None:
         self.id = id
         self.input = input
@@ -388,6 +402,8 @@ class Task:
         self.seed = seed
         self._workspace = workspace if isinstance(workspace, Path) else None
         self._make_workspace = None if isinstance(workspace, Path) else workspace
+        self._environment: Environment | None = None
+        self._make_environment = environment
 
     @property
     def workspace(self) -> Path:
@@ -397,6 +413,14 @@ class Task:
             self._workspace = self._make_workspace()
         return self._workspace
 
+    @property
+    def environment(self) -> Environment | None:
+        """Where this attempt's files live and its programs run (made on first use): `exec`,
+        `read_file`, `write_file`. None for a Task made by hand without one."""
+        if self._environment is None and self._make_environment is not None:
+            self._environment = self._make_environment()
+        return self._environment
+
     def as_json(self) -> dict[str, Any]:
         """The task as command agents receive it on stdin."""
         return {
@@ -405,7 +429,7 @@ class Task:
             "metadata": self.metadata,
             "attempt": self.attempt,
             "seed": self.seed,
-            "workspace": str(self.workspace),
+            "workspace": env.workdir if (env := self.environment) else str(self.workspace),
         }
 
     def __repr__(self) -> str:

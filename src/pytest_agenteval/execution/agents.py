@@ -23,7 +23,7 @@ from ..core.model import (
     Task,
 )
 from ..core.text import excerpt
-from .process import run_program
+from .environment import Environment, environment_of
 
 
 class Agent(Protocol):
@@ -36,14 +36,15 @@ class Agent(Protocol):
 
 
 class CommandAgent:
-    """Runs a program per attempt in the attempt's workspace; stdout is the output."""
+    """Runs a program per attempt in the attempt's environment; stdout is the output."""
 
     def __init__(self, spec: CommandAgentSpec, dataset_root: Path) -> None:
         self.spec = spec
         self.dataset_root = dataset_root
 
     def __call__(self, task: Task, timeout: float | None = None) -> AgentResult:
-        argv = [self._fill(arg, task) for arg in self.spec.command]
+        environment = environment_of(task)
+        argv = [self._fill(arg, task, environment) for arg in self.spec.command]
         stdin = json.dumps(task.as_json()).encode() if self.spec.stdin == "json" else None
         env = {
             **self.spec.env,
@@ -52,7 +53,7 @@ class CommandAgent:
             "AGENTEVAL_SEED": str(task.seed),
         }
         try:
-            done = run_program(argv, cwd=task.workspace, stdin=stdin, env=env, timeout=timeout)
+            done = environment.exec(argv, input=stdin, timeout=timeout, env=env)
         except OSError as exc:
             raise AgentError(f"agent command {argv[0]!r} could not start: {exc}") from None
         if done.timed_out:
@@ -74,7 +75,7 @@ class CommandAgent:
                 ) from None
         return AgentResult.model_construct(output=done.stdout)
 
-    def _fill(self, arg: str, task: Task) -> str:
+    def _fill(self, arg: str, task: Task, environment: Environment) -> str:
         if "{" not in arg:
             return arg
         text = task.input if isinstance(task.input, str) else json.dumps(task.input)
@@ -84,10 +85,11 @@ class CommandAgent:
             ("{attempt}", str(task.attempt)),
             ("{seed}", str(task.seed)),
             ("{dataset}", str(self.dataset_root)),
-            ("{python}", sys.executable),
+            ("{python}", environment.python),
+            ("{workspace}", environment.workdir),
         ):
             arg = arg.replace(key, value)
-        return arg.replace("{workspace}", str(task.workspace)) if "{workspace}" in arg else arg
+        return arg
 
 
 BUILTIN_AGENT_KINDS = ("callable", "command", "openai")

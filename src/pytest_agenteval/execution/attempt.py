@@ -31,9 +31,9 @@ from ..store.plan import Decision
 from ..store.runs import IndexRow
 from .agents import Agent
 from .concurrent import Ahead, NotStarted, Stopped
+from .environment import Environment, Environments, host_folder
 from .executor import SerialExecutor, call_with_deadline
 from .graders import GradeContext, as_verdict
-from .workspaces import Workspaces
 
 DEFAULT_GRADER_TIMEOUT = 60.0
 PACKAGE_DIR = str(Path(__file__).parent.parent)
@@ -64,8 +64,8 @@ class Outcome:
     """The new record (run or regrade); None when the stored verdict is reused."""
     error: BaseException | None = None
     """What made a new record an error, for the report (its traceback is the user's)."""
-    workspace: Path | None = None
-    """The attempt's working directory, when it made one."""
+    environment: Environment | None = None
+    """The attempt's environment, when it made one (torn down by whoever shows the outcome)."""
 
     @property
     def facts(self) -> AttemptRecord | IndexRow:
@@ -91,7 +91,7 @@ class AttemptRunner:
     """Runs attempts; what every attempt of a process shares."""
 
     executor: SerialExecutor
-    workspaces: Workspaces
+    environments: Environments
     fingerprint: dict[str, Any]
     passthrough: tuple[type[BaseException], ...] = ()
     """Exceptions that are not the attempt's to record (they stop the session)."""
@@ -119,9 +119,9 @@ class AttemptRunner:
 
         def call() -> AgentResult:
             with self._limited(job):  # the stop was checked as the call began
-                payload["context"] = context = _Attempt(job, self.workspaces)
+                payload["context"] = context = _Attempt(job, self.environments)
                 if job.task.workspace_dir is not None:
-                    context.task.workspace  # noqa: B018 - the template is there before the agent
+                    context.task.environment  # noqa: B018 - the template is there before the agent
                 result = self.executor.call_agent(agent, context.task, job.task.timeout)
             if waiting:
                 payload["graded"] = grade_waiting(job.task, context.task, result, waiting)
@@ -142,12 +142,12 @@ class AttemptRunner:
         early = self.ahead.take(job.key) if self.ahead and _calls_agent(decision) else None
         if early is not None:
             early.wait()  # raises NotStarted when the run stopped before the call began
-            context = early.payload.get("context") or _Attempt(job, self.workspaces)
+            context = early.payload.get("context") or _Attempt(job, self.environments)
             started, t0 = early.started, early.t0
         else:
             if _calls_agent(decision):
                 self._check_stop()
-            context = _Attempt(job, self.workspaces)
+            context = _Attempt(job, self.environments)
             started, t0 = time.time(), time.perf_counter()
         verdicts: list[Verdict] = []
         result: AgentResult | None = None
@@ -163,7 +163,7 @@ class AttemptRunner:
                 agent, label = source()
                 used = {**self.fingerprint, "used": label}
                 if job.task.workspace_dir is not None:
-                    context.task.workspace  # noqa: B018 - the template is there before the agent
+                    context.task.environment  # noqa: B018 - the template is there before the agent
                 try:
                     result = self._call(agent, context)
                 finally:
@@ -178,10 +178,10 @@ class AttemptRunner:
             ):
                 raise
             record = context.record(used, "error", verdicts, result, started, t0, exc, phase)
-            return Outcome(decision, record, exc, context.workspace)
+            return Outcome(decision, record, exc, context.environment)
         status: Status = "pass" if all(v.passed for v in verdicts) else "fail"
         record = context.record(used, status, verdicts, result, started, t0)
-        return Outcome(decision, record, workspace=context.workspace)
+        return Outcome(decision, record, environment=context.environment)
 
     def stop_reason(self) -> str | None:
         """Why no new attempt may start now, or None."""
@@ -214,6 +214,8 @@ class AttemptRunner:
         job = context.job
         if self.note_running is not None:
             self.note_running(job.key)
+        if self.executor.runs_elsewhere:
+            self.environments.ready()  # a forked agent must find, not make, what they share
         held = self.limits(job) if self.limits is not None else None
         try:
             if held is None:  # no limits: no context manager on the per-attempt path
@@ -223,7 +225,7 @@ class AttemptRunner:
                 return self.executor.call_agent(agent, context.task, job.task.timeout)
         finally:
             if self.executor.runs_elsewhere:
-                context.adopt_workspace()
+                context.adopt_environment()
 
 
 def _calls_agent(decision: Decision) -> bool:
@@ -232,12 +234,12 @@ def _calls_agent(decision: Decision) -> bool:
 
 
 class _Attempt:
-    """The agent-facing Task of one attempt and the workspace it may create."""
+    """The agent-facing Task of one attempt and the environment it may create."""
 
-    def __init__(self, job: AttemptJob, workspaces: Workspaces) -> None:
+    def __init__(self, job: AttemptJob, environments: Environments) -> None:
         self.job = job
-        self.workspaces = workspaces
-        self.workspace: Path | None = None
+        self.environments = environments
+        self.environment: Environment | None = None
         task = job.task
         self.task = Task(
             id=task.id,
@@ -245,18 +247,22 @@ class _Attempt:
             metadata=task.spec.metadata,
             attempt=job.attempt,
             seed=attempt_seed(job.key),
-            workspace=self._create,  # made when first asked for (a template: before the agent)
+            workspace=self._local_folder,
+            environment=self._environment,  # made when first asked for (a template: at once)
         )
 
-    def _create(self) -> Path:
-        self.workspace = self.workspaces.create(*self.job.key, self.job.task.workspace_dir)
-        return self.workspace
+    def _environment(self) -> Environment:
+        if self.environment is None:
+            self.environment = self.environments.create(self.job.task, self.job.attempt)
+        return self.environment
 
-    def adopt_workspace(self) -> None:
-        """Take on the workspace the agent made in another process (`--agenteval-isolate`)."""
-        if self.workspace is None:
-            path = self.workspaces.path(*self.job.key)
-            self.workspace = path if path.exists() else None
+    def _local_folder(self) -> Path:
+        return host_folder(self._environment())
+
+    def adopt_environment(self) -> None:
+        """Take on the environment the agent made in another process (`--agenteval-isolate`)."""
+        if self.environment is None:
+            self.environment = self.environments.adopt(self.job.task, self.job.attempt)
 
     def record(
         self,

@@ -7,7 +7,6 @@ import json
 import math
 import re
 import shlex
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from ..core.llm import JudgeOptions
 from ..core.model import AgentResult, GraderSpec, Task, TaskSpec, Verdict
 from ..core.text import excerpt
 from ..providers import judge
-from .process import run_program
+from .environment import Environment, environment_of, host_folder
 
 
 @dataclass(slots=True)
@@ -34,8 +33,15 @@ class GradeContext:
     result: AgentResult | None
 
     @property
+    def environment(self) -> Environment:
+        """Where the attempt's files are and its programs run."""
+        return environment_of(self.task)
+
+    @property
     def workspace(self) -> Path:
-        return self.task.workspace
+        """The environment's folder on this machine (deprecated: a container has none; use
+        `environment`)."""
+        return host_folder(self.environment)
 
 
 @runtime_checkable
@@ -430,7 +436,7 @@ class CommandOptions(Options):
 
     argv: list[str] | str
     """The program and its arguments (a string is split like a shell would); `{python}` is
-    replaced by the running Python."""
+    replaced by the Python of the attempt's environment."""
     timeout: float = 300.0
     """Seconds the program may run; a timeout fails the attempt."""
     env: dict[str, str] = {}
@@ -438,7 +444,7 @@ class CommandOptions(Options):
 
 
 class Command(BuiltinGrader):
-    """Run a program in the attempt's workspace (output on stdin); exit status 0 passes."""
+    """Run a program in the attempt's environment (output on stdin); exit status 0 passes."""
 
     name, options_model, primary = "command", CommandOptions, "argv"
     waits = True
@@ -453,14 +459,11 @@ class Command(BuiltinGrader):
             raise GraderSpecError("command needs a program to run", option="argv")
 
     def grade(self, ctx: GradeContext) -> Verdict:
-        argv = [a.replace("{python}", sys.executable) for a in self.argv]
+        environment = ctx.environment
+        argv = [a.replace("{python}", environment.python) for a in self.argv]
         try:
-            done = run_program(
-                argv,
-                cwd=ctx.workspace,
-                stdin=ctx.output.encode(),
-                env=self.options.env,
-                timeout=self.options.timeout,
+            done = environment.exec(
+                argv, input=ctx.output.encode(), timeout=self.options.timeout, env=self.options.env
             )
         except OSError as exc:
             raise GraderError(f"grader command {argv[0]!r} could not start: {exc}") from None
@@ -486,7 +489,7 @@ class PythonOptions(Options):
     """Extra keyword arguments for the function."""
 
 
-GRADER_PARAMETERS = ("output", "expected", "task", "result", "workspace")
+GRADER_PARAMETERS = ("output", "expected", "task", "result", "workspace", "environment")
 
 
 class Python(BuiltinGrader):
@@ -510,7 +513,7 @@ class Python(BuiltinGrader):
             "task": ctx.task,
             "result": ctx.result,
         }
-        kwargs = {p: ctx.workspace if p == "workspace" else available[p] for p in self.wants}
+        kwargs = {p: available[p] if p in available else getattr(ctx, p) for p in self.wants}
         value = self.function(**kwargs, **self.options.args)
         return as_verdict(self.options.function, value, self.options.threshold)
 

@@ -1,4 +1,4 @@
-"""Fresh working directories for attempts: created on demand, kept only when an attempt fails.
+"""The local environments' folders: one per attempt that needs one, kept only when it fails.
 
 They live in pytest's base temporary folder (one per session, and per xdist worker), so pytest's
 `tmp_path_retention_count` / `tmp_path_retention_policy` remove old sessions' folders.
@@ -10,13 +10,13 @@ import contextlib
 import hashlib
 import json
 import re
-import shutil
 import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..sources.templates import copy_template
+from ..core.model import Key
+from .environment import LocalEnvironment
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 NAME_PREFIX_CHARS = 60
@@ -48,24 +48,18 @@ class Workspaces:
                 self._base = Path(tempfile.mkdtemp(prefix="agenteval-"))
         return self._base
 
-    def path(self, dataset: str, task_id: str, attempt: int) -> Path:
-        """Where the attempt's workspace is (or will be, once something asks for it)."""
-        return self.base / folder_name(dataset, task_id, attempt)
+    def path(self, key: Key) -> Path:
+        """Where the attempt's folder is (or will be, once something asks for it)."""
+        return self.base / folder_name(*key)
 
-    def create(self, dataset: str, task_id: str, attempt: int, template: Path | None) -> Path:
+    def create(self, key: Key, template: Path | None) -> LocalEnvironment:
         """A new empty folder for one attempt, or a copy of the task's workspace template."""
-        path = self.path(dataset, task_id, attempt)
-        if path.exists():
-            shutil.rmtree(path)
-        if template is not None:
-            copy_template(template, path)
-        else:
-            path.mkdir()
-        return path
+        return LocalEnvironment.create(self.path(key), template)
 
-    @staticmethod
-    def discard(path: Path) -> None:
-        shutil.rmtree(path, ignore_errors=True)
+    def existing(self, key: Key, template: Path | None) -> LocalEnvironment | None:
+        """The attempt's folder, when another process made it."""
+        path = self.path(key)
+        return LocalEnvironment(path, template) if path.exists() else None
 
     def close(self) -> None:
         """Remove the base folder if no failed attempt's workspace was kept in it."""

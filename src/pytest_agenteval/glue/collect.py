@@ -213,7 +213,8 @@ def _mark(state: CollectState, config: pytest.Config, tag: str) -> pytest.MarkDe
     if tag not in state.registered_tags:
         state.registered_tags.add(tag)
         config.addinivalue_line("markers", f"{tag}: agenteval task tag")
-    return getattr(pytest.mark, tag)
+    mark: pytest.MarkDecorator = getattr(pytest.mark, tag)
+    return mark
 
 
 LOAD_ERROR = "[load-error]"

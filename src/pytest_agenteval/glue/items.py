@@ -21,6 +21,7 @@ from ..core.text import excerpt
 from ..execution.agents import BUILTIN_AGENT_KINDS, Agent, make_builtin_agent, unknown_agent_kind
 from ..execution.attempt import AttemptJob, Outcome
 from ..execution.concurrent import NotStarted
+from ..execution.environment import Environment, MakeEnvironment
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
 from ..sources.dataset import TaskDef
 from .failures import as_crash_repr, encodable, text_repr, user_traceback
@@ -91,8 +92,8 @@ class AttemptItem(AgentevalItem):
 
     def teardown(self) -> None:
         outcome = self.outcome
-        if outcome is not None and outcome.workspace is not None and outcome.status == "pass":
-            self.runtime.runner.workspaces.discard(outcome.workspace)
+        if outcome is not None and outcome.environment is not None:
+            outcome.environment.teardown(keep=outcome.status != "pass")
         # The record has travelled on the report; tens of thousands of items stay in memory.
         self.outcome = self.not_started = None
 
@@ -206,8 +207,8 @@ class AttemptItem(AgentevalItem):
         return text_repr(text, message, self.path, self.task.line)
 
     def _workspace_line(self) -> str:
-        workspace = self.outcome.workspace if self.outcome else None
-        return f"\nworkspace kept: {workspace}" if workspace else ""
+        environment = self.outcome.environment if self.outcome else None
+        return f"\nworkspace kept: {environment.where}" if environment else ""
 
     def _describe(self) -> TerminalRepr:
         """A wrong answer (or a replayed error) in a few plain lines; the first says why."""
@@ -270,10 +271,36 @@ class TaskHooks:
         """An agent factory asking `pytest_agenteval_make_agent`: plugins first, built-ins last."""
 
         def make(spec: AnyAgentSpec, root: Path) -> Agent:
-            agent = config.hook.pytest_agenteval_make_agent(spec=spec, dataset_root=root)
+            agent: Agent | None = config.hook.pytest_agenteval_make_agent(
+                spec=spec, dataset_root=root
+            )
             if agent is None:
                 raise unknown_agent_kind(getattr(spec, "type", "?"), list(BUILTIN_AGENT_KINDS))
             return agent
+
+        return make
+
+    @staticmethod
+    def environment_maker(config: pytest.Config) -> MakeEnvironment:
+        """Plugins' environments for attempts (`pytest_agenteval_make_environment`)."""
+
+        def make(task: TaskDef, attempt: int) -> Environment | None:
+            made: object = config.hook.pytest_agenteval_make_environment(
+                task=task.spec,
+                key=(task.dataset.name, task.id, attempt),
+                template=task.workspace_dir,
+                dataset_root=task.dataset.root,
+                config=config,
+            )
+            if made is None or isinstance(made, Environment):
+                return made
+            raise AgentError(
+                f"pytest_agenteval_make_environment returned {type(made).__name__}, "
+                "not an Environment",
+                detail="return an object with what pytest_agenteval.Environment lists "
+                "(workdir, python, local_path, where, exec, read_file, write_file, "
+                "changed_files, teardown), or None",
+            )
 
         return make
 
@@ -313,5 +340,5 @@ class TaskHooks:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         runner = config.stash[RUNTIME].runner
-        runner.workspaces.close()
+        runner.environments.close()
         runner.executor.close()

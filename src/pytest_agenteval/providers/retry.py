@@ -32,7 +32,7 @@ class RetryPolicy:
         asked = parse_retry_after(retry_after)
         if asked is not None:
             return min(asked, MAX_DELAY)
-        ceiling = self.backoff * 2**retry
+        ceiling = self.backoff * 2.0**retry
         return min(ceiling / 2 + rng.uniform(0, ceiling / 2), MAX_DELAY)
 
 

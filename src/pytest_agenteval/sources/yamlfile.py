@@ -20,7 +20,7 @@ PyYAML shares one object per anchor, so a "billion laughs" file parses small; wh
 is everything that walks the data afterwards (validation, digests)."""
 
 
-class _Loader(_BaseLoader):
+class _Loader(_BaseLoader):  # type: ignore[misc]  # PyYAML picks its loader at runtime
     """Safe YAML loader (libyaml when present) that keeps dates as the strings they were.
 
     Resolving a plain scalar's tag runs Python regexes; task files repeat the same keys and

@@ -1,0 +1,250 @@
+"""Where an attempt's files live and its programs run: the Environment seam, and its first kind,
+a local folder.
+
+Command agents, the `command` grader, python graders and Python agents reach an attempt's files
+and programs only through its `Environment`, made by one factory (`Environments`). The protocol
+names no host path: a path is relative to the environment's working directory, programs run
+inside it, and `workdir` / `python` are what `{workspace}` / `{python}` mean *there*, so a
+container can be another kind (as Inspect AI's `SandboxEnvironment`: exec, read and write files,
+per-attempt setup and cleanup).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+from ..core.errors import AgentError
+from ..core.model import Key
+from ..sources.templates import copy_template, template_entries
+from .process import Finished, run_program
+
+if TYPE_CHECKING:
+    from ..core.model import Task
+    from ..sources.dataset import TaskDef
+    from .workspaces import Workspaces
+
+Change = Literal["added", "modified", "deleted"]
+ExecResult = Finished
+"""How a program run in an environment ended: returncode, stdout, stderr, timed_out."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangedFile:
+    """A file of the environment that differs from the task's workspace template."""
+
+    path: str
+    """Below the working directory, in POSIX form."""
+    change: Change
+    size: int
+    """Its size in bytes now (0 when deleted)."""
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """One attempt's files and programs. Made from the task's workspace template when the
+    attempt first needs it; torn down when the attempt's outcome is known."""
+
+    @property
+    def workdir(self) -> str:
+        """The working directory as programs inside see it (`{workspace}`)."""
+        ...
+
+    @property
+    def python(self) -> str:
+        """The Python programs inside run as `{python}`."""
+        ...
+
+    @property
+    def local_path(self) -> Path | None:
+        """The folder on this machine holding the files, when there is one (for
+        `task.workspace`; a container has none)."""
+        ...
+
+    @property
+    def where(self) -> str:
+        """Where the files are, for a person (the failure report's `workspace kept:`)."""
+        ...
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        input: bytes | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        """Run `argv` (no shell) in the working directory with `env` added to the variables;
+        at `timeout` the program and all it started are killed (`timed_out`). Raises OSError
+        when the program cannot start."""
+        ...
+
+    def read_file(self, path: str) -> bytes:
+        """The bytes of `path` (below the working directory); raises OSError."""
+        ...
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Write `path` (below the working directory), making its folders."""
+        ...
+
+    def changed_files(self) -> list[ChangedFile]:
+        """The files added, modified or deleted against the template, sorted by path."""
+        ...
+
+    def teardown(self, keep: bool) -> None:
+        """The attempt is over: remove everything, or keep it for a person to look at."""
+        ...
+
+
+MakeEnvironment = Callable[["TaskDef", int], "Environment | None"]
+"""A plugin's environment for (task, attempt), or None to leave it to the built-in kinds."""
+
+
+class Environments:
+    """The one factory of attempts' environments: a plugin's, else a local folder. (Here a
+    task's `sandbox:` will choose a container.)"""
+
+    def __init__(self, workspaces: Workspaces, plugins: MakeEnvironment | None = None) -> None:
+        self.workspaces = workspaces
+        self._plugins = plugins
+
+    def create(self, task: TaskDef, attempt: int) -> Environment:
+        """A fresh environment for one attempt, holding a copy of the task's template."""
+        made = self._plugins(task, attempt) if self._plugins is not None else None
+        if made is not None:
+            return made
+        return self.workspaces.create(_key(task, attempt), task.workspace_dir)
+
+    def ready(self) -> None:
+        """Make what this process's environments share (the base folder) now."""
+        self.workspaces.base  # noqa: B018 - made on first use
+
+    def adopt(self, task: TaskDef, attempt: int) -> Environment | None:
+        """The local folder an attempt made in another process (`--agenteval-isolate`), if it
+        made one."""
+        return self.workspaces.existing(_key(task, attempt), task.workspace_dir)
+
+    def close(self) -> None:
+        """The session is over."""
+        self.workspaces.close()
+
+
+def _key(task: TaskDef, attempt: int) -> Key:
+    return (task.dataset.name, task.id, attempt)
+
+
+class LocalEnvironment:
+    """A folder on this machine; programs run as this user with the folder as cwd."""
+
+    def __init__(self, root: Path, template: Path | None = None) -> None:
+        self.root = root
+        self.template = template
+
+    @classmethod
+    def create(cls, root: Path, template: Path | None) -> LocalEnvironment:
+        """A new folder at `root` (any old one replaced): empty, or a copy of `template`."""
+        if root.exists():
+            shutil.rmtree(root)
+        if template is not None:
+            copy_template(template, root)
+        else:
+            root.mkdir()
+        return cls(root, template)
+
+    @property
+    def workdir(self) -> str:
+        return str(self.root)
+
+    @property
+    def python(self) -> str:
+        return sys.executable
+
+    @property
+    def local_path(self) -> Path:
+        return self.root
+
+    @property
+    def where(self) -> str:
+        return str(self.root)
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        input: bytes | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Finished:
+        return run_program(argv, cwd=self.root, stdin=input, env=env, timeout=timeout)
+
+    def read_file(self, path: str) -> bytes:
+        return self._inside(path).read_bytes()
+
+    def write_file(self, path: str, data: bytes) -> None:
+        target = self._inside(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+    def changed_files(self) -> list[ChangedFile]:
+        before = {
+            rel: source
+            for rel, source in (template_entries(self.template) if self.template else [])
+            if source is not None
+        }
+        now = _files_below(self.root)
+        changed = [ChangedFile(rel, "deleted", 0) for rel in before.keys() - now.keys()]
+        for rel, path in now.items():
+            if rel not in before:
+                changed.append(ChangedFile(rel, "added", os.lstat(path).st_size))
+            elif path.is_symlink() or not filecmp.cmp(before[rel], path, shallow=False):
+                changed.append(ChangedFile(rel, "modified", os.lstat(path).st_size))
+        return sorted(changed, key=lambda c: c.path)
+
+    def teardown(self, keep: bool) -> None:
+        if not keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _inside(self, path: str) -> Path:
+        """`path` below the folder; one that leads out of it is refused."""
+        rel = PurePosixPath(path)
+        if rel.is_absolute():
+            rel = PurePosixPath(os.path.relpath(rel, self.root))
+        if ".." in rel.parts:
+            raise PermissionError(f"{path!r} is outside the attempt's workspace")
+        return self.root / rel
+
+    def __repr__(self) -> str:
+        return f"LocalEnvironment({str(self.root)!r})"
+
+
+def _files_below(root: Path) -> dict[str, Path]:
+    """Every file (and link) below `root`, by POSIX path relative to it."""
+    found: dict[str, Path] = {}
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        for name in files + [d for d in dirs if (here / d).is_symlink()]:
+            path = here / name
+            found[path.relative_to(root).as_posix()] = path
+    return found
+
+
+def environment_of(task: Task) -> Environment:
+    """The attempt's environment; a Task made by hand with a workspace folder gets that
+    folder as a local environment."""
+    made = task.environment
+    return made if made is not None else LocalEnvironment(task.workspace)
+
+
+def host_folder(environment: Environment) -> Path:
+    """The folder on this machine holding the environment's files (`task.workspace`)."""
+    path = environment.local_path
+    if path is None:
+        raise AgentError(
+            f"this attempt's files are not on this machine ({environment.where})",
+            detail="use task.environment (exec, read_file, write_file) instead of task.workspace",
+        )
+    return path
