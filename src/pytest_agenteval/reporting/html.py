@@ -229,6 +229,7 @@ def _headline(summary: dict[str, Any]) -> str:
         ("tasks", f"{m['n_tasks']}{_not_loaded(summary)}"),
         ("attempts", f"{summary['n_attempts']}"),
         ("passed / failed / errors", f"{counts['pass']} / {counts['fail']} / {counts['error']}"),
+        *([("over budget", str(counts["over_budget"]))] if counts.get("over_budget") else []),
         ("tokens in / out", f"{_int(tot['input_tokens'])} / {_int(tot['output_tokens'])}"),
         ("cost", "n/a" if tot["cost"] is None else f"{tot['cost']:.4f}"),
         ("duration p50 / p95", f"{_sec(tot['duration_p50'])} / {_sec(tot['duration_p95'])}"),

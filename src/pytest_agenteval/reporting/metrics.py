@@ -73,6 +73,8 @@ class Attempt(Protocol):
     def cost(self) -> float | None: ...
     @property
     def tags(self) -> tuple[str, ...]: ...
+    @property
+    def phase(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,7 @@ class AttemptRow:
     output_tokens: int | None = None
     cost: float | None = None
     tags: tuple[str, ...] = ()
+    phase: str | None = None
 
 
 @dataclass
@@ -197,10 +200,13 @@ def tag_metrics(tasks: Sequence[TaskMetrics], ks: Sequence[int]) -> dict[str, Gr
 
 
 def totals(rows: Sequence[Attempt]) -> Totals:
-    """Counts by status, mean score (errors score 0), summed usage, duration percentiles."""
-    counts = {"pass": 0, "fail": 0, "error": 0}
+    """Counts by status, mean score (errors score 0), summed usage, duration percentiles.
+    `over_budget` counts apart the errors whose usage went over their task's budget."""
+    counts = {"pass": 0, "fail": 0, "error": 0, "over_budget": 0}
     for row in rows:
         counts[row.status] = counts.get(row.status, 0) + 1
+        if row.phase == "budget":
+            counts["over_budget"] += 1
     scores = [0.0 if r.status == "error" else (r.score or 0.0) for r in rows]
     durations = sorted(r.duration for r in rows)
     return Totals(

@@ -259,6 +259,8 @@ def _pass_rate(task: dict[str, Any]) -> tuple[float, str]:
 
 def _counts_line(counts: dict[str, int]) -> str:
     text = f"{counts['pass']} passed, {counts['fail']} failed, {_plural(counts['error'], 'error')}"
+    if counts.get("over_budget"):
+        text += f" ({counts['over_budget']} over budget)"
     if counts.get("load_error"):
         text += f", {_plural(counts['load_error'], 'load error')}"
     extra = [f"{counts[k]} {k}" for k in ("reused", "regraded") if counts.get(k)]

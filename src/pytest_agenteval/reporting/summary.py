@@ -107,7 +107,8 @@ class Summary(BaseModel):
     """Agents that could not be built; their attempts did not run and are not recorded."""
     n_attempts: int
     counts: dict[str, int]
-    """pass / fail / error over the run; reused / regraded / run in the last session;
+    """pass / fail / error over the run, and over_budget: the errors whose agent used more than
+    the task's `budget:` allows; reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
     metrics: Metrics
     totals: dict[str, float | int | None]
