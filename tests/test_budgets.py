@@ -3,10 +3,13 @@ a changed budget regrades stored answers; the `openai` agent asks the server to 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from chat_server import ChatServer
 from helpers import DatasetMaker, latest_record, summary_of
+from pytest_agenteval.cli import main
 from pytest_agenteval.core.model import Budget, effective_budget
 from test_providers import openai_agent
 
@@ -48,12 +51,31 @@ def test_effective_budget_takes_the_tasks_limits_over_the_defaults() -> None:
     assert Budget(max_tokens=10).over(None, 99.0) is None  # unknown tokens are never over
 
 
+def test_validate_and_the_schemas_know_the_budget(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agenteval validate` names a misspelled budget limit with a did-you-mean, and both JSON
+    Schemas describe `budget` (the manifest's under `defaults`)."""
+    root = pytester.mkdir("ds")
+    (root / "agenteval.yaml").write_text("name: ds\ndefaults:\n  budget: {max_cost: 0.5}\n")
+    (root / "t.yaml").write_text("input: x\nexpected: y\nbudget: {max_tokns: 5}\n")
+    assert main(["validate", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "t.yaml:3: at budget.max_tokns: unknown field" in out and "'max_tokens'?" in out
+    for kind, where in (("task", "Task"), ("manifest", "Defaults")):
+        assert main(["schema", kind]) == 0
+        schema = json.loads(capsys.readouterr().out)
+        assert "budget" in schema["$defs"][where]["properties"]
+        assert set(schema["$defs"]["Budget"]["properties"]) == {"max_tokens", "max_cost"}
+
+
+@pytest.mark.slow
 def test_usage_over_budget_is_an_error_counted_apart_and_a_new_budget_regrades(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
     """A Python agent's usage over the task's (or the defaults') budget errors the attempt with
     phase `budget`, summary.json and the reports count it apart, and raising the budget regrades
-    the stored answer without calling the agent."""
+    the stored answer without calling the agent (on an xdist worker)."""
     root = dataset(
         {
             "under.yaml": usage_task(50),
@@ -85,7 +107,7 @@ def test_usage_over_budget_is_an_error_counted_apart_and_a_new_budget_regrades(
         ' "budget": {"max_tokens": 600}}'
     )
     calls = len(dataset.calls())
-    again = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
+    again = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite", "-n", "2")
     again.assert_outcomes(passed=3)
     assert len(dataset.calls()) == calls
     summary = summary_of(pytester)
