@@ -108,7 +108,7 @@ class AttemptRecord:
     error: str | None = None
     error_type: str | None = None
     phase: Phase | None = None
-    """Where an error happened: agent, grading or crash."""
+    """Where an error happened: agent, grading, budget (usage over the task's budget) or crash."""
     transcript: list[Any] | None = None
     artifacts: dict[str, Any] | None = None
     previous: tuple[dict[str, Any], ...] = field(default=())
