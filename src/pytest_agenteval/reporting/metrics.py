@@ -15,8 +15,9 @@ tasks are a sample of possible tasks and the attempts a sample of each task's an
 variance of a task's pass rate c/n is the spread between tasks plus the sampling variance
 within the task, p(1-p)/(n-1) estimated from its attempts. The standard error of the mean over
 T tasks takes the larger of the observed spread of the task means and the mean within-task
-variance (a two-level estimate whose between-task part is truncated at zero), and the interval
-is mean ± t(0.975, T-1) standard errors: never zero-width while attempts disagree, wide for few
+variance (a two-level estimate whose between-task part is truncated at zero), at least the
+variance tasks all at the overall rate would have (`pass_rate_interval`), and the interval is
+mean ± t(0.975, T-1) standard errors: never zero-width while attempts disagree, wide for few
 tasks, and none at all below MIN_TASKS tasks.
 """
 
