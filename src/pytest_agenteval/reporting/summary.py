@@ -61,7 +61,11 @@ class Metrics(BaseModel):
     tasks_per_k: dict[str, int]
     n_tasks: int
     pass_at_1_stderr: float | None = None
+    """pass@1's standard error over tasks, each task's attempt variance included; null below
+    3 tasks."""
     pass_at_1_ci95: list[float] | None = None
+    """pass@1's 95 % interval [low, high]: mean ± Student's t standard errors (see the README's
+    "The interval"); null below 3 tasks."""
 
 
 class StoreProblemSummary(BaseModel):
