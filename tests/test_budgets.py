@@ -118,7 +118,8 @@ def test_a_command_agents_cost_over_max_cost_and_the_budget_on_its_stdin(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
     """A command agent reads its budget on stdin; a reported cost over `max_cost` errors the
-    attempt as over budget, one under it passes."""
+    attempt as over budget (also for calls made ahead under concurrency), one under it passes,
+    and the HTML report's headline counts it."""
     root = dataset(
         {
             "cheap.yaml": {
@@ -134,10 +135,13 @@ def test_a_command_agents_cost_over_max_cost_and_the_budget_on_its_stdin(
         },
     )
     (root / "cmd_agent.py").write_text(COMMAND_AGENT)
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "2", "--agenteval-html", "r.html"
+    )
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*over budget: cost 0.9 (budget max_cost 0.5)*"])
     assert summary_of(pytester)["counts"]["over_budget"] == 1
+    assert "<dt>over budget</dt><dd>1</dd>" in (pytester.path / "r.html").read_text()
 
 
 def test_the_openai_agent_asks_for_the_smaller_of_its_max_tokens_and_the_budgets(
