@@ -172,6 +172,7 @@ def test_digest_tracks_grading_apart_from_what_the_agent_sees(root: Path) -> Non
         ("grader_timeout", 5.0, False),
         ("tags", ["t"], False),
         ("description", "d", False),
+        ("budget", {"max_tokens": 100}, False),
     ],
 )
 def test_every_field_is_in_the_digest(
@@ -191,6 +192,7 @@ def test_every_field_is_in_the_digest(
         "tags",
         "description",
         "workspace",
+        "budget",
     }
     assert covered == set(TaskSpec.model_fields), "a new TaskSpec field must join the digests"
     base = {"id": "t", "input": "x", "expected": "1"}

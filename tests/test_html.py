@@ -126,7 +126,7 @@ def test_report_renders_in_chromium(
     assert text_of(dom, "run-id") == latest_run(pytester.path)
     assert text_of(dom, "run-status") == "complete"
     assert text_of(dom, "pass-at-1") == "0.333"
-    assert "95% CI" in dom and "mean ± 1.96·SE over 4 tasks" in dom
+    assert "95% CI" in dom and "mean ± t·SE over 4 tasks" in dom
     assert dom.count("<svg") == 3
     assert "pass@k and pass^k" in dom and "4 tasks" in dom
     assert len(re.findall(r'<tr class="task', dom)) == 4

@@ -112,7 +112,7 @@ def test_totals_and_percentiles() -> None:
         AttemptRow("d", "t", 2, "error", 1.0, 3.0),
     ]
     tot = totals(data)
-    assert tot.counts == {"pass": 1, "fail": 1, "error": 1}
+    assert tot.counts == {"pass": 1, "fail": 1, "error": 1, "over_budget": 0}
     assert tot.mean_score == pytest.approx(0.5)
     assert (tot.input_tokens, tot.output_tokens, tot.cost) == (10, 12, 0.5)
     assert (tot.duration_p50, tot.duration_p95) == (2.0, 3.0)

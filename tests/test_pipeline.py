@@ -68,6 +68,7 @@ def test_sys_exit_in_the_agent_is_an_error_record(
         "pass": 1,
         "fail": 0,
         "error": 1,
+        "over_budget": 0,
         "reused": 0,
         "regraded": 0,
         "run": 2,

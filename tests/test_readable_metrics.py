@@ -38,7 +38,7 @@ def test_uneven_run_shows_tasks_behind_each_k(
     result.stdout.fnmatch_lines(
         [
             "pass@k @1 * @2 * @3 1.000  (over 3, 3, 1 tasks: those with >= k attempts)",
-            "pass@1 *, 95% CI *-* by normal approximation (standard error * across 3 tasks)",
+            "pass@1 *, 95% CI *-* by t over tasks* (standard error * across 3 tasks)",
         ]
     )
     markdown = (pytester.path / ".pytest_cache/agenteval/runs/u/summary.md").read_text()
@@ -58,15 +58,15 @@ def test_even_run_and_tag_table(pytester: pytest.Pytester, dataset: DatasetMaker
             "pass@k @1 0.444  @2 0.556  @3 0.667  (over 3 tasks each)",
             "by tag:",
             "  tag   tasks  pass@1  95% CI       pass@3",
-            "  easy      2   0.667  0.013-1.000  1.000",
-            "  hard      2   0.167  0.000-0.493  0.500",
+            "  easy      2   0.667  n/a          1.000",
+            "  hard      2   0.167  n/a          0.500",
         ]
     )
     markdown = summary_of(pytester)
     run_md = next((pytester.path / ".pytest_cache/agenteval/runs").glob("*/summary.md"))
     text = run_md.read_text()
     assert "| tag | tasks | pass@1 | 95% CI | pass@3 |" in text
-    assert "| easy | 2 | 0.667 | 0.013-1.000 | 1.000 |" in text
+    assert "| easy | 2 | 0.667 | n/a | 1.000 |" in text  # fewer than MIN_TASKS tasks
     assert markdown["tags"]["easy"]["n_tasks"] == 2
 
 

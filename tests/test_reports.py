@@ -36,6 +36,7 @@ def test_summary_json_has_exact_metrics(pytester: pytest.Pytester, dataset: Data
         "pass": 4,
         "fail": 5,
         "error": 3,
+        "over_budget": 0,
         "reused": 0,
         "regraded": 0,
         "run": 12,

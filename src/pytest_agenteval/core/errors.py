@@ -58,6 +58,12 @@ class GraderError(AgentError):
     """A grader could not judge the output (it crashed, or its command could not run)."""
 
 
+class OverBudget(AgentError):
+    """The agent's usage went over the task's `budget:`: an error counted apart."""
+
+    error_type = "over_budget"
+
+
 class AgentUnavailable(AgentevalError):
     """The agent a spec names cannot be built: a module, file, function or program that does
     not exist, or a plugin that refused its options. Its attempts never start, so nothing is

@@ -32,8 +32,9 @@ Status = Literal["pass", "fail", "error"]
 """An attempt's verdict: its graders passed, one failed (a wrong answer), or it errored."""
 Action = Literal["reuse", "regrade", "run"]
 """What a resume does with a planned attempt."""
-Phase = Literal["agent", "grading", "crash"]
-"""Where an errored attempt stopped: in the agent, in a grader, or its process died."""
+Phase = Literal["agent", "grading", "crash", "budget"]
+"""Where an errored attempt stopped: in the agent, in a grader, its process died, or its usage
+went over the task's budget (`over_budget`)."""
 Key = tuple[str, str, int]
 """(dataset, task id, attempt index): how records are keyed, never by node id."""
 
@@ -52,6 +53,33 @@ class AgentLimits(UserModel):
     """Calls of this agent running at once, at most."""
     min_interval: NonNegativeFloat | None = None
     """Seconds between the starts of two calls of this agent, at least."""
+
+
+class Budget(UserModel):
+    """What one attempt may use; an attempt whose agent reports more is an error of its own
+    (`over_budget`), counted apart from other errors."""
+
+    max_tokens: PositiveInt | None = None
+    """Input plus output tokens one attempt may use (the `openai` agent also asks the server
+    for at most this many output tokens)."""
+    max_cost: PositiveFloat | None = None
+    """What one attempt's agent call may cost (reported, or priced from `pricing:`)."""
+
+    def over(self, tokens: int | None, cost: float | None) -> str | None:
+        """Why usage of `tokens` and `cost` is over this budget, or None (unknown usage is
+        never over)."""
+        if self.max_tokens is not None and tokens is not None and tokens > self.max_tokens:
+            return f"{tokens} tokens used (budget max_tokens {self.max_tokens})"
+        if self.max_cost is not None and cost is not None and cost > self.max_cost:
+            return f"cost {cost:.6g} (budget max_cost {self.max_cost:g})"
+        return None
+
+
+def effective_budget(task: Budget | None, defaults: Budget | None) -> Budget | None:
+    """The task's budget over the manifest's: each limit the task sets replaces the default's."""
+    if task is None or defaults is None:
+        return task or defaults
+    return defaults.model_copy(update=task.model_dump(exclude_unset=True))
 
 
 class CallableAgentSpec(UserModel):
@@ -168,6 +196,8 @@ class Defaults(UserModel):
     """Attempts in flight at once per process, when `--agenteval-concurrency` is not set."""
     graders: list[GraderSpec] | None = None
     """Graders for tasks that name none."""
+    budget: Budget | None = None
+    """What each attempt may use (tokens, cost); a task's own `budget:` limits replace these."""
 
     _graders = field_validator("graders", mode="before")(_graders_before)
 
@@ -232,6 +262,9 @@ class TaskSpec(UserModel):
     """Free-form data the agent receives with the task (`task.metadata`)."""
     workspace: str | None = None
     """A folder (relative to this file) copied into each attempt's fresh working directory."""
+    budget: Budget | None = None
+    """What each attempt may use (`max_tokens`, `max_cost`; default: the manifest's); usage
+    over it makes the attempt an `over_budget` error."""
 
     _agent = field_validator("agent", mode="before")(_agent_shorthand)
     _graders = field_validator("graders", mode="before")(_graders_before)
@@ -378,6 +411,7 @@ class Task:
         "_make_workspace",
         "_workspace",
         "attempt",
+        "budget",
         "id",
         "input",
         "metadata",
@@ -394,12 +428,15 @@ class Task:
         seed: int,
         workspace: Path | Callable[[], Path],
         environment: Callable[[], Environment] | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.id = id
         self.input = input
         self.metadata = metadata
         self.attempt = attempt
         self.seed = seed
+        self.budget = budget
+        """What this attempt may use (tokens, cost), or None: an agent may stop early."""
         self._workspace = workspace if isinstance(workspace, Path) else None
         self._make_workspace = None if isinstance(workspace, Path) else workspace
         self._environment: Environment | None = None
@@ -430,6 +467,7 @@ class Task:
             "attempt": self.attempt,
             "seed": self.seed,
             "workspace": env.workdir if (env := self.environment) else str(self.workspace),
+            **({"budget": self.budget.model_dump()} if self.budget else {}),
         }
 
     def __repr__(self) -> str:

@@ -120,7 +120,7 @@ class AttemptRecord:
     error_type: str | None = None
     """The exception's type name, for an error."""
     phase: Phase | None = None
-    """Where an error happened: agent, grading or crash."""
+    """Where an error happened: agent, grading, budget (usage over the task's budget) or crash."""
     transcript: list[Any] | None = None
     """The agent's messages, as it reported them."""
     artifacts: dict[str, Any] | None = None

@@ -22,10 +22,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import AgentError, AgentUnavailable, GraderError
+from ..core.errors import AgentError, AgentUnavailable, GraderError, OverBudget
 from ..core.model import AgentResult, Key, Phase, Status, Task, Verdict
-from ..core.records import AttemptRecord, Detail, attempt_seed, new_record
-from ..providers.pricing import with_prices
+from ..core.records import AttemptRecord, Detail, attempt_seed, new_record, usage_json
+from ..providers.pricing import priced, with_prices
 from ..sources.dataset import TaskDef
 from ..store.plan import Decision
 from ..store.runs import IndexRow
@@ -168,6 +168,8 @@ class AttemptRunner:
                     result = self._call(agent, context)
                 finally:
                     self._check_given_up()
+            phase = "budget"
+            check_budget(job.task, result)
             phase = "grading"
             graded: Graded | None = early.payload.get("graded") if early is not None else None
             verdicts = grade(job.task, context.task, result, graded)
@@ -249,6 +251,7 @@ class _Attempt:
             seed=attempt_seed(job.key),
             workspace=self._local_folder,
             environment=self._environment,  # made when first asked for (a template: at once)
+            budget=task.budget,
         )
 
     def _environment(self) -> Environment:
@@ -294,6 +297,26 @@ class _Attempt:
         )
         pricing = task.dataset.manifest.pricing
         return with_prices(record, pricing) if pricing else record
+
+
+def check_budget(task: TaskDef, result: AgentResult) -> None:
+    """Raise OverBudget when the agent's reported usage (its cost priced from `pricing:` when
+    it reported none) went over the task's budget; usage not reported is never over."""
+    budget, usage = task.budget, result.usage
+    if budget is None or usage is None:
+        return
+    known = [n for n in (usage.input_tokens, usage.output_tokens) if n is not None]
+    cost = usage.cost
+    pricing = task.dataset.manifest.pricing
+    if cost is None and pricing:
+        cost = priced(usage_json(usage), pricing).get("cost")
+    reason = budget.over(sum(known) if known else None, cost)
+    if reason is not None:
+        raise OverBudget(
+            f"over budget: {reason}",
+            detail="Hint: raise the task's `budget:` (or the manifest's `defaults: budget:`); "
+            "the stored answer is then judged again without calling the agent",
+        )
 
 
 Graded = dict[int, Any]

@@ -98,25 +98,32 @@ class Connection:
     def base_url(self) -> str:
         return str(self.settings.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
 
-    def request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """The keyword arguments of `chat.completions.create`; `params` travel as they are."""
+    def request(
+        self, messages: list[dict[str, Any]], max_tokens: int | None = None
+    ) -> dict[str, Any]:
+        """The keyword arguments of `chat.completions.create`; `params` travel as they are.
+        `max_tokens` (a task's budget) lowers the settings' own."""
         s = self.settings
         kwargs: dict[str, Any] = {"model": s.model, "messages": messages}
         if s.temperature is not None:
             kwargs["temperature"] = s.temperature
-        if s.max_tokens is not None:
-            kwargs["max_tokens"] = s.max_tokens
+        limits = [n for n in (s.max_tokens, max_tokens) if n is not None]
+        if limits:
+            kwargs["max_tokens"] = min(limits)
         if s.params:
             kwargs["extra_body"] = dict(s.params)
         return kwargs
 
-    async def complete_async(self, messages: list[dict[str, Any]]) -> Reply:
+    async def complete_async(
+        self, messages: list[dict[str, Any]], max_tokens: int | None = None
+    ) -> Reply:
         """One completion, retried as the policy says (an async client's)."""
         retries = 0
         while True:
             try:
                 client = self._async_client()
-                response = await client.chat.completions.create(**self.request(messages))
+                request = self.request(messages, max_tokens)
+                response = await client.chat.completions.create(**request)
                 return self.reply(response, retries)
             except Exception as exc:
                 wait = self._next(exc, retries)

@@ -30,7 +30,8 @@ class OpenAIAgent:
 
     async def __call__(self, task: Task) -> AgentResult:
         messages = self.messages(task.input)
-        reply = await self.connection.complete_async(messages)
+        limit = task.budget.max_tokens if task.budget else None  # the server stops there
+        reply = await self.connection.complete_async(messages, limit)
         return AgentResult(
             output=reply.text,
             usage=reply.usage,

@@ -18,13 +18,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .metrics import INTERVAL_METHOD, mean_interval, rate_variance
+
 RESAMPLES = 10_000
 SEED = 20_260_101
 MAX_DRAWS = 5_000_000
 """Above this many draws (tasks times resamples), the normal approximation the bootstrap tends to
 for so many tasks replaces it: a session end must not spend minutes resampling."""
 METHOD_BOOTSTRAP = "paired bootstrap over tasks"
-METHOD_NORMAL = "normal approximation over tasks"
+METHOD_NORMAL = INTERVAL_METHOD
 
 TaskKey = tuple[str, str]
 
@@ -39,6 +41,11 @@ class TaskRate:
     @property
     def rate(self) -> float:
         return self.c / self.n if self.n else 0.0
+
+    @property
+    def variance(self) -> float:
+        """The sampling variance of `rate` from the task's attempts."""
+        return rate_variance(self.n, self.c)
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,11 @@ def compare(
     improved = sorted((c for c in changes if c.delta > 0), key=lambda c: (-c.delta, c.key))
     return Diff(
         change=suite_change(
-            [base[k].rate for k in shared], [new[k].rate for k in shared], resamples, seed
+            [base[k].rate for k in shared],
+            [new[k].rate for k in shared],
+            resamples,
+            seed,
+            [base[k].variance + new[k].variance for k in shared],
         ),
         regressed=regressed,
         improved=improved,
@@ -119,9 +130,14 @@ def compare(
 
 
 def suite_change(
-    base: Sequence[float], new: Sequence[float], resamples: int = RESAMPLES, seed: int = SEED
+    base: Sequence[float],
+    new: Sequence[float],
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    within: Sequence[float] | None = None,
 ) -> Change:
-    """Mean paired difference of per-task rates and its 95 % interval."""
+    """Mean paired difference of per-task rates and its 95 % interval; `within` is each
+    difference's sampling variance from the tasks' attempts (used past the draw budget)."""
     n = len(base)
     if n == 0:
         return Change(0, None, None, None, None, METHOD_BOOTSTRAP)
@@ -131,7 +147,7 @@ def suite_change(
     if n < 2:
         return Change(n, base_mean, new_mean, mean, None, METHOD_BOOTSTRAP)
     if n * resamples > MAX_DRAWS:
-        interval, method = normal_interval(diffs), METHOD_NORMAL
+        interval, method = normal_interval(diffs, within), METHOD_NORMAL
     else:
         interval, method = bootstrap_interval(diffs, resamples, seed), METHOD_BOOTSTRAP
     return Change(n, base_mean, new_mean, mean, interval, method)
@@ -151,12 +167,14 @@ def bootstrap_interval(diffs: Sequence[float], resamples: int, seed: int) -> tup
     return (means[tail], means[-1 - tail])
 
 
-def normal_interval(diffs: Sequence[float]) -> tuple[float, float]:
-    """mean ± 1.96 standard errors: what the bootstrap approaches for many tasks."""
-    n = len(diffs)
-    mean = sum(diffs) / n
-    stderr = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n)
-    return (mean - 1.96 * stderr, mean + 1.96 * stderr)
+def normal_interval(
+    diffs: Sequence[float], within: Sequence[float] | None = None
+) -> tuple[float, float]:
+    """The interval every report gives pass@1 (`metrics.mean_interval`), of the differences:
+    what the bootstrap approaches for many tasks, with the attempts' own variance."""
+    found = mean_interval(diffs, within or [0.0] * len(diffs), bounds=(-1.0, 1.0))
+    assert found is not None  # only used past the draw budget: many tasks
+    return (found.low, found.high)
 
 
 # --- text ------------------------------------------------------------------------------------

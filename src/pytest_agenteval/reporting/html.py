@@ -22,7 +22,7 @@ from ..core.errors import ReportError, os_failure
 from ..core.model import Key
 from ..core.records import AttemptRecord
 from ..store.runs import Store
-from .metrics import percentile
+from .metrics import INTERVAL_METHOD, MIN_TASKS, percentile
 from .reports import _atomic_write, fmt
 from .svg import Bar, Series, histogram, interval_bars, line_plot, seconds
 
@@ -229,6 +229,7 @@ def _headline(summary: dict[str, Any]) -> str:
         ("tasks", f"{m['n_tasks']}{_not_loaded(summary)}"),
         ("attempts", f"{summary['n_attempts']}"),
         ("passed / failed / errors", f"{counts['pass']} / {counts['fail']} / {counts['error']}"),
+        *([("over budget", str(counts["over_budget"]))] if counts.get("over_budget") else []),
         ("tokens in / out", f"{_int(tot['input_tokens'])} / {_int(tot['output_tokens'])}"),
         ("cost", "n/a" if tot["cost"] is None else f"{tot['cost']:.4f}"),
         ("duration p50 / p95", f"{_sec(tot['duration_p50'])} / {_sec(tot['duration_p95'])}"),
@@ -272,15 +273,17 @@ def _fingerprint(fingerprint: dict[str, Any]) -> str:
 
 def _pass_at_1(m: dict[str, Any]) -> str:
     value = f'<span class="big" id="pass-at-1">{fmt(m["pass_at_k"].get("1"))}</span>'
-    if not m.get("pass_at_1_ci95"):
-        return value
-    low, high = m["pass_at_1_ci95"]
     tasks = m["tasks_per_k"].get("1", 0)
+    if m["pass_at_k"].get("1") is None:
+        return value
+    if not m.get("pass_at_1_ci95"):
+        return f'{value}<span class="ci">95% CI n/a<br>fewer than {MIN_TASKS} tasks</span>'
+    low, high = m["pass_at_1_ci95"]
     return (
-        f'{value}<span class="ci" title="normal approximation: mean ± 1.96 x standard error '
-        f"of the per-task pass@1 across {tasks} tasks (standard error "
+        f'{value}<span class="ci" title="{INTERVAL_METHOD}: mean ± t x standard error of the '
+        f"per-task pass@1 across {tasks} tasks (standard error "
         f'{fmt(m["pass_at_1_stderr"])})">95% CI {fmt(low)}-{fmt(high)}'
-        f"<br>mean ± 1.96·SE over {tasks} tasks</span>"
+        f"<br>mean ± t·SE over {tasks} tasks</span>"
     )
 
 

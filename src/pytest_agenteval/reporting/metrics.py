@@ -9,6 +9,16 @@ not passed):
 - Both are undefined (None) for k > n.
 
 Suite and tag values are means over the tasks for which the value is defined.
+
+pass@1's 95 % interval (`mean_interval`, after Miller 2024, "Adding Error Bars to Evals"): the
+tasks are a sample of possible tasks and the attempts a sample of each task's answers, so the
+variance of a task's pass rate c/n is the spread between tasks plus the sampling variance
+within the task, p(1-p)/(n-1) estimated from its attempts. The standard error of the mean over
+T tasks takes the larger of the observed spread of the task means and the mean within-task
+variance (a two-level estimate whose between-task part is truncated at zero), at least the
+variance tasks all at the overall rate would have (`pass_rate_interval`), and the interval is
+mean ± t(0.975, T-1) standard errors: never zero-width while attempts disagree, wide for few
+tasks, and none at all below MIN_TASKS tasks.
 """
 
 from __future__ import annotations
@@ -16,9 +26,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from statistics import NormalDist
 from typing import Protocol, TypeVar
 
 Number = TypeVar("Number", int, float)
+MIN_TASKS = 3
+"""Fewer tasks than this give no interval ("n/a"): two tasks say nothing of the spread."""
+INTERVAL_METHOD = "t over tasks, with each task's attempt variance"
+"""How the interval is made, for the reports' labels."""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float | None:
@@ -73,6 +89,8 @@ class Attempt(Protocol):
     def cost(self) -> float | None: ...
     @property
     def tags(self) -> tuple[str, ...]: ...
+    @property
+    def phase(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +107,7 @@ class AttemptRow:
     output_tokens: int | None = None
     cost: float | None = None
     tags: tuple[str, ...] = ()
+    phase: str | None = None
 
 
 @dataclass
@@ -177,14 +196,115 @@ def group_metrics(tasks: Sequence[TaskMetrics], ks: Sequence[int]) -> GroupMetri
         power_k[k] = _mean(powers)
         per_k[k] = len(defined)
     group = GroupMetrics(len(tasks), at_k, power_k, per_k)
-    firsts = [v for v in (t.pass_at_k.get(1) for t in tasks) if v is not None]
-    if len(firsts) >= 2:
-        mean = sum(firsts) / len(firsts)
-        var = sum((x - mean) ** 2 for x in firsts) / (len(firsts) - 1)
-        group.pass_at_1_stderr = math.sqrt(var / len(firsts))
-        half = 1.96 * group.pass_at_1_stderr
-        group.pass_at_1_ci95 = (max(0.0, mean - half), min(1.0, mean + half))
+    interval = pass_rate_interval([(t.n, t.c) for t in tasks if t.n])
+    if interval is not None:
+        group.pass_at_1_stderr = interval.stderr
+        group.pass_at_1_ci95 = (interval.low, interval.high)
     return group
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A mean over tasks with its standard error and 95 % interval."""
+
+    mean: float
+    stderr: float
+    low: float
+    high: float
+
+
+def pass_rate_interval(counts: Sequence[tuple[int, int]]) -> Interval | None:
+    """pass@1 of tasks with (n, c) each and its 95 % interval (`mean_interval`). As a task's
+    rate varies at least as much as if every task had the overall rate p, p(1-p)/n per task
+    is a floor, with p smoothed as Agresti and Coull do ((C+2)/(N+4)) so that a run where
+    every attempt passed is not certain either."""
+    if not counts:
+        return None
+    attempts, passed = sum(n for n, _ in counts), sum(c for _, c in counts)
+    smoothed = (passed + 2) / (attempts + 4)
+    floor = smoothed * (1 - smoothed) * len(counts) / attempts
+    within = [rate_variance(n, c) for n, c in counts]
+    return mean_interval([c / n for n, c in counts], within, floor=floor)
+
+
+def rate_variance(n: int, c: int) -> float:
+    """The sampling variance of a task's pass rate c/n from its own attempts: p(1-p)/(n-1),
+    unbiased; 0 for one attempt, which cannot show it."""
+    if n < 2:
+        return 0.0
+    p = c / n
+    return p * (1.0 - p) / (n - 1)
+
+
+def mean_interval(
+    means: Sequence[float],
+    within: Sequence[float],
+    bounds: tuple[float, float] = (0.0, 1.0),
+    floor: float = 0.0,
+) -> Interval | None:
+    """The mean of per-task values with its 95 % interval, or None below MIN_TASKS tasks.
+
+    `within[i]` is the sampling variance of `means[i]` from the task's own attempts
+    (`rate_variance`). The variance of one task's value is estimated as the larger of the
+    observed spread and the mean within-task variance, so equal task means whose attempts
+    disagree still give a width; the quantile is Student's t with T-1 degrees of freedom.
+    `floor` is a least variance of one task's value. The interval is clipped to `bounds`, the
+    values' range."""
+    n = len(means)
+    if n < MIN_TASKS:
+        return None
+    mean = sum(means) / n
+    spread = sum((x - mean) ** 2 for x in means) / (n - 1)
+    stderr = math.sqrt(max(spread, sum(within) / n, floor) / n)
+    half = t_quantile(0.975, n - 1) * stderr
+    return Interval(mean, stderr, max(bounds[0], mean - half), min(bounds[1], mean + half))
+
+
+@lru_cache(maxsize=256)
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile for 0.5 < p < 1: exact (the t distribution's closed-form CDF for
+    whole degrees of freedom, inverted by bisection) up to 300 degrees of freedom, a
+    Cornish-Fisher expansion around the normal quantile above (error below 1e-6 there)."""
+    if not (0.5 < p < 1.0 and df >= 1):
+        raise ValueError(f"need 0.5 < p < 1 and df >= 1, got p={p} df={df}")
+    if df > 300:
+        return _cornish_fisher(NormalDist().inv_cdf(p), df)
+    low, high = 0.0, 1.0
+    while _t_cdf(high, df) < p:
+        high *= 2.0
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        low, high = (mid, high) if _t_cdf(mid, df) < p else (low, mid)
+        if high - low < 1e-12:
+            break
+    return (low + high) / 2.0
+
+
+def _t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for t >= 0 and whole df (Abramowitz & Stegun 26.7.3 and 26.7.4)."""
+    theta = math.atan(t / math.sqrt(df))
+    cos2 = math.cos(theta) ** 2
+    if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
+        term, total = 1.0, 1.0 if df > 1 else 0.0
+        for j in range(1, (df - 1) // 2):
+            term *= cos2 * (2 * j) / (2 * j + 1)
+            total += term
+        inside = 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+    else:  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+        term, total = 1.0, 1.0
+        for j in range(1, df // 2):
+            term *= cos2 * (2 * j - 1) / (2 * j)
+            total += term
+        inside = math.sin(theta) * total
+    return 0.5 + inside / 2.0
+
+
+def _cornish_fisher(z: float, df: int) -> float:
+    """The t quantile from the normal one (Abramowitz & Stegun 26.7.5), for many df."""
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    return z + g1 / df + g2 / df**2 + g3 / df**3
 
 
 def tag_metrics(tasks: Sequence[TaskMetrics], ks: Sequence[int]) -> dict[str, GroupMetrics]:
@@ -197,10 +317,13 @@ def tag_metrics(tasks: Sequence[TaskMetrics], ks: Sequence[int]) -> dict[str, Gr
 
 
 def totals(rows: Sequence[Attempt]) -> Totals:
-    """Counts by status, mean score (errors score 0), summed usage, duration percentiles."""
-    counts = {"pass": 0, "fail": 0, "error": 0}
+    """Counts by status, mean score (errors score 0), summed usage, duration percentiles.
+    `over_budget` counts apart the errors whose usage went over their task's budget."""
+    counts = {"pass": 0, "fail": 0, "error": 0, "over_budget": 0}
     for row in rows:
         counts[row.status] = counts.get(row.status, 0) + 1
+        if row.phase == "budget":
+            counts["over_budget"] += 1
     scores = [0.0 if r.status == "error" else (r.score or 0.0) for r in rows]
     durations = sorted(r.duration for r in rows)
     return Totals(

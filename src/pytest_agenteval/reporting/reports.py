@@ -18,6 +18,7 @@ from ..core.errors import ReportError, os_failure
 from ..core.numbers import rounded_values, shown
 from ..core.text import excerpt, xml_safe
 from ..store.problems import StoreProblem
+from .metrics import INTERVAL_METHOD, MIN_TASKS
 from .regression import regression_lines
 from .spend import spend_lines
 from .summary import task_passes
@@ -110,7 +111,7 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
     lines += ["", _counts_line(counts), ""]
     spent = [line for line in (_usage_line(summary["totals"]),) if line] + spend_lines(summary)
     lines += [*(f"- {_md(line)}" for line in spent), ""] if spent else []
-    if m["pass_at_1_stderr"] is not None:
+    if m["pass_at_k"].get("1") is not None:
         lines += [_interval(m), ""]
     lines += _markdown_tags(summary["tags"])
     if summary.get("regression"):
@@ -140,14 +141,17 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
 
 
 def _interval(m: dict[str, Any]) -> str:
-    """The uncertainty of pass@1, labelled with what it is: a 95% interval by normal
-    approximation (mean ± 1.96 standard errors), and the standard error it comes from (a `±`
-    alone reads as the interval's half-width)."""
+    """The uncertainty of pass@1, labelled with what it is (`metrics.mean_interval`), and the
+    standard error it comes from (a `±` alone reads as the interval's half-width); "n/a"
+    below MIN_TASKS tasks rather than a false certainty."""
+    tasks = m["tasks_per_k"].get("1", 0)
+    head = f"pass@1 {fmt(m['pass_at_k'].get('1'))}, 95% CI"
+    if not m.get("pass_at_1_ci95"):
+        return f"{head} n/a (fewer than {MIN_TASKS} tasks)"
     low, high = m["pass_at_1_ci95"]
     return (
-        f"pass@1 {fmt(m['pass_at_k'].get('1'))}, 95% CI {fmt(low)}-{fmt(high)} by normal "
-        f"approximation (standard error {fmt(m['pass_at_1_stderr'])} "
-        f"across {m['tasks_per_k'].get('1', 0)} tasks)"
+        f"{head} {fmt(low)}-{fmt(high)} by {INTERVAL_METHOD} "
+        f"(standard error {fmt(m['pass_at_1_stderr'])} across {tasks} tasks)"
     )
 
 
@@ -259,6 +263,8 @@ def _pass_rate(task: dict[str, Any]) -> tuple[float, str]:
 
 def _counts_line(counts: dict[str, int]) -> str:
     text = f"{counts['pass']} passed, {counts['fail']} failed, {_plural(counts['error'], 'error')}"
+    if counts.get("over_budget"):
+        text += f" ({counts['over_budget']} over budget)"
     if counts.get("load_error"):
         text += f", {_plural(counts['load_error'], 'load error')}"
     extra = [f"{counts[k]} {k}" for k in ("reused", "regraded") if counts.get(k)]
@@ -302,6 +308,7 @@ def _junit_document(summary: dict[str, Any], rule: str, kinds: list[str], time: 
     """<testsuites> with the suite's statistics and properties, no testcases yet."""
     suite = xunit2.TestSuite("agenteval")
     m = summary["metrics"]
+    ci95 = m.get("pass_at_1_ci95")
     for name, value in (
         ("run_id", summary["run_id"]),
         ("dataset", summary["dataset"]["name"]),
@@ -312,6 +319,7 @@ def _junit_document(summary: dict[str, Any], rule: str, kinds: list[str], time: 
         ("pass_at_k", json.dumps(rounded_values(m["pass_at_k"]))),
         ("pass_power_k", json.dumps(rounded_values(m["pass_power_k"]))),
         ("pass_at_1_stderr", m["pass_at_1_stderr"]),
+        ("pass_at_1_ci95", json.dumps([shown(v) for v in ci95] if ci95 else None)),
         *((f"count_{k}", v) for k, v in summary["counts"].items()),
     ):
         suite.add_property(name, xml_safe(str(shown(value))))
@@ -415,7 +423,7 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
         ]
     else:
         lines.append("pass@k n/a: no attempt recorded")
-    if m["pass_at_1_stderr"] is not None:
+    if m["pass_at_k"].get("1") is not None:
         lines.append(_interval(m))
     broken = summary["load_errors"]
     if broken:

@@ -77,9 +77,11 @@ class Metrics(BaseModel):
     n_tasks: int
     """Tasks with at least one recorded attempt."""
     pass_at_1_stderr: float | None = None
-    """The standard error of pass@1 across tasks; null below two tasks."""
+    """pass@1's standard error over tasks, each task's attempt variance included; null below
+    3 tasks."""
     pass_at_1_ci95: list[float] | None = None
-    """pass@1's 95 % interval `[low, high]`; null when it cannot be estimated."""
+    """pass@1's 95 % interval [low, high]: mean ± Student's t standard errors (see the
+    statistics explanation in the docs); null below 3 tasks."""
 
 
 class StoreProblemSummary(BaseModel):
@@ -133,7 +135,8 @@ class Summary(BaseModel):
     n_attempts: int
     """Attempts recorded in the run."""
     counts: dict[str, int]
-    """pass / fail / error over the run; reused / regraded / run in the last session;
+    """pass / fail / error over the run, and over_budget: the errors whose agent used more than
+    the task's `budget:` allows; reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
     metrics: Metrics
     """pass@k and pass^k over the run's tasks, with pass@1's interval."""

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..core.errors import GraderSpecError, TaskFileError, TemplateError, display_path
-from ..core.model import GraderSpec, Manifest, TaskSpec
+from ..core.model import Budget, GraderSpec, Manifest, TaskSpec, effective_budget
 from ..core.text import excerpt
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
 from .speccache import CachedTask, SpecCache
@@ -238,6 +238,11 @@ class TaskDef:
         return self.spec.timeout or self.dataset.manifest.defaults.timeout
 
     @cached_property
+    def budget(self) -> Budget | None:
+        """What each attempt may use: the task's limits over the manifest's defaults."""
+        return effective_budget(self.spec.budget, self.dataset.manifest.defaults.budget)
+
+    @cached_property
     def digest(self) -> str:
         """Content digest of the whole effective task: what the agent sees, plus grading."""
         spec = self.spec
@@ -249,6 +254,8 @@ class TaskDef:
                 "timeout": self.timeout,
                 # only when set, so the digests of tasks written before it stay the same
                 **({"grader_timeout": spec.grader_timeout} if spec.grader_timeout else {}),
+                # the budget judges usage as graders judge the output: a change regrades
+                **({"budget": self.budget.model_dump()} if self.budget else {}),
                 "tags": spec.tags,
                 "description": spec.description,
             }

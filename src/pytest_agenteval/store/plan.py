@@ -65,7 +65,8 @@ class Plan:
             return RUN
         if self.rerun_all:
             return Decision("run", why="rerun")
-        agent_error = row.status == "error" and row.phase != "grading"
+        # an error of grading or of the budget judged the answer: a change of either regrades
+        agent_error = row.status == "error" and row.phase not in ("grading", "budget")
         if agent_error and self.rerun_errors:
             return Decision("run", why="errored")
         if row.phase == "crash" and row.crashes < CRASH_LIMIT:
