@@ -203,7 +203,9 @@ def judged_run(
         manifest={"agent": "paid:run", "judge": judge_settings(chat_server), "pricing": PRICES},
     )
     (root / "paid.py").write_text(JUDGED_AGENT)
-    pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-html", "r.html")
+    pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-html", "r.html", "--junitxml", "junit.xml"
+    )
     monkeypatch.chdir(pytester.path)
     return latest_run(pytester.path)
 
@@ -232,9 +234,10 @@ def test_show_attempt_shows_input_expected_and_the_judge(
 
 
 def test_export_cost_is_agent_and_judge(
-    judged_run: str, capsys: pytest.CaptureFixture[str]
+    judged_run: str, capsys: pytest.CaptureFixture[str], pytester: pytest.Pytester
 ) -> None:
-    """Export's `cost` is everything the attempt cost, with `agent_cost` and `judge_cost`."""
+    """Export's `cost` is everything the attempt cost, with `agent_cost` and `judge_cost`;
+    so is the attempt's JUnit property `cost`, with `judge_cost` beside it."""
     code, out, _ = out_of(capsys, "export", judged_run, "--format", "jsonl")
     (row,) = [json.loads(line) for line in out.splitlines()]
     assert code == 0
@@ -244,3 +247,6 @@ def test_export_cost_is_agent_and_judge(
     (csv_row,) = csv.DictReader(io.StringIO(out))
     assert float(csv_row["cost"]) == pytest.approx(0.25 + CALL_COST)
     assert float(csv_row["judge_cost"]) == pytest.approx(CALL_COST)
+    junit = (pytester.path / "junit.xml").read_text()
+    assert f'<property name="cost" value="{0.25 + CALL_COST:.4f}"' in junit
+    assert '<property name="judge_cost" value="0.0006"' in junit

@@ -399,7 +399,8 @@ def crash_count(record: AttemptRecord) -> int:
 
 
 def junit_properties(facts: Any, reused: bool) -> list[tuple[str, Any]]:
-    """Per-attempt JUnit properties: task_id, attempt, status, score, duration, tokens, cost.
+    """Per-attempt JUnit properties: task_id, attempt, status, score, duration, tokens, cost
+    (agent + judges) and judge_cost (when a judge cost something).
 
     Numbers are rounded for people (the record keeps them at full precision).
 
@@ -416,8 +417,10 @@ def junit_properties(facts: Any, reused: bool) -> list[tuple[str, Any]]:
     tokens = (facts.input_tokens, facts.output_tokens)
     if tokens != (None, None):
         props.append(("tokens", (tokens[0] or 0) + (tokens[1] or 0)))
-    if facts.cost is not None:
-        props.append(("cost", rounded(facts.cost)))
+    if facts.spend is not None:  # everything it cost: the agent and its judges
+        props.append(("cost", rounded(facts.spend)))
+    if facts.judge_cost is not None:
+        props.append(("judge_cost", rounded(facts.judge_cost)))
     if reused:
         props.append(_shared("reused", "true"))
     return props
