@@ -4,9 +4,11 @@ It runs in the test process (a thread), so a test scripts it through `server.scr
 pytest runs in a pytester subprocess that talks to it over HTTP at `server.base_url`.
 
 What a reply says is computed from the request, so graders pass or fail deterministically:
-the first `<<...>>` segment of the last message is the reply (`What is 6*7? <<42>>` answers
-`42`); without one the last message is echoed. A judge's prompt holds the rubric, so a rubric
-`... <<{"score": 0.9, "reason": "ok"}>>` makes the judge's verdict.
+the last `<<...>>` segment of the last message is the reply (`What is 6*7? <<42>>` answers
+`42`); without one the last message is echoed. A judge's prompt ends with the rubric, so a
+rubric `... <<{"score": 0.9, "reason": "ok"}>>` makes the judge's verdict (a judge that obeys
+the last instruction it reads). With `echo_key`, `{KEY}` in anything the server sends becomes
+the API key of the request, as a careless server or proxy might quote it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ class Script:
     """The usage object of every reply."""
     echo_auth_in_errors: bool = False
     """Error bodies quote the Authorization header, as a careless proxy might."""
+    error_message: str = "scripted status {status}"
+    """The message of error replies (`{status}` is the status)."""
+    echo_key: bool = False
+    """`{KEY}` in a reply or an error body is replaced by the request's API key."""
+    dribble: float = 0.0
+    """Seconds between the bytes of a 200 reply's body (a server that trickles its answer:
+    every read gets a byte in time, so only a wall-clock deadline ends the call)."""
 
 
 class ChatServer:
@@ -97,7 +106,7 @@ class ChatServer:
     def reply_body(self, body: dict[str, Any], script: Script) -> dict[str, Any]:
         messages = body.get("messages") or [{"content": ""}]
         text = str(messages[-1].get("content", ""))
-        found = REPLY.search(text)
+        found = REPLY.findall(text)
         return {
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
@@ -106,15 +115,17 @@ class ChatServer:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": found[1] if found else text},
+                    "message": {"role": "assistant", "content": found[-1] if found else text},
                     "finish_reason": "stop",
                 }
             ],
-            "usage": {
-                **script.usage,
-                "total_tokens": script.usage["prompt_tokens"] + script.usage["completion_tokens"],
-            },
+            "usage": {**script.usage, "total_tokens": _total(script.usage)},
         }
+
+
+def _total(usage: dict[str, Any]) -> Any:
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return prompt + completion if isinstance(prompt, int) and isinstance(completion, int) else None
 
 
 def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
@@ -138,27 +149,41 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 elif script.malformed:
                     self._send(200, b"{this is not json")
                 else:
-                    self._send(200, server.reply_body(body, script))
+                    self._send(200, server.reply_body(body, script), dribble=script.dribble)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (a timeout): nothing to answer
             finally:
                 server._leave()
 
         def _error(self, status: int, script: Script) -> None:
-            message = f"scripted status {status}"
+            message = script.error_message.replace("{status}", str(status))
             if script.echo_auth_in_errors:
                 message += f" for {self.headers.get('Authorization')}"
             headers = {"Retry-After": script.retry_after} if script.retry_after else {}
             self._send(status, {"error": {"message": message, "type": "test"}}, headers)
 
-        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        def _send(
+            self,
+            status: int,
+            payload: Any,
+            headers: dict[str, str] | None = None,
+            dribble: float = 0.0,
+        ) -> None:
             data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            if server.script.echo_key:
+                key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                data = data.replace(b"{KEY}", key.encode())
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(data)
+            if not dribble:
+                self.wfile.write(data)
+            for byte in range(len(data) if dribble else 0):
+                self.wfile.write(data[byte : byte + 1])
+                self.wfile.flush()
+                time.sleep(dribble)
 
     return Handler

@@ -22,6 +22,8 @@ from pytest_agenteval.cli import main
 from pytest_agenteval.reporting.html import TEXT_LIMIT, render_html, script_json
 from pytest_agenteval.reporting.summary import build_summary
 from pytest_agenteval.store.runs import IndexRow, RunInfo
+from test_judge import CALL_COST
+from test_show import judged_run  # noqa: F401 (a fixture)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
@@ -368,3 +370,67 @@ def test_unwritable_report_is_one_line_and_exit_2(
     assert "Traceback" not in result.stdout.str()
     run = pytester.path / ".pytest_cache/agenteval/runs" / latest_run(pytester.path)
     assert len((run / "index.jsonl").read_text().splitlines()) == 1
+
+
+SHOW_ALL = """<script>
+(function () {
+  var input = document.querySelector(".attempt pre.foldable");
+  var out = {before: input.textContent.length};
+  document.querySelector(".attempt .show-all").click();
+  out.after = input.textContent.length;
+  out.label = document.querySelector(".attempt .show-all").textContent;
+  var node = document.createElement("pre");
+  node.id = "driver";
+  node.textContent = JSON.stringify(out);
+  document.body.appendChild(node);
+})();
+</script>"""
+
+
+@needs_chromium
+@pytest.mark.usefixtures("judged_run")
+def test_drill_down_shows_input_expected_judge_and_cost_in_chromium(
+    pytester: pytest.Pytester, browser: Browser, tmp_path: Path
+) -> None:
+    """An attempt shows its input (first characters, "show all" reveals the rest), `expected`,
+    every grader's reason, the judge's threshold, model, cost, prompt and raw reply, and its
+    cost as agent + judge; the table's cost is agent + judge too."""
+    page = pytester.path / "r.html"
+    dom, console = browser.dom(page, "#task=t")
+    browser.screenshot(page, tmp_path / "judged.png", "#task=t")
+    assert console == []
+    drill = unescape(dom[dom.index('class="drill-row"') :])
+    assert '<div class="label">input</div><pre class="foldable">' + "Q" * 400 + "…</pre>" in drill
+    assert '<div class="label">expected</div><pre class="foldable">ok</pre>' in drill
+    assert ": score 0.9 (&gt;= 0.5): right" in dom and "contains 'ok'" in drill
+    assert "threshold 0.5 · model served-model-1 · cost 0.0006" in drill
+    assert '<div class="label">judge prompt</div>' in drill and "You are a strict" in drill
+    assert '<div class="label">judge reply</div>' in drill
+    assert '{"score": 0.9, "reason": "right"}' in drill
+    total = f"{0.25 + CALL_COST:.4f}"
+    assert f"{total} (agent 0.2500, judge 0.0006)" in drill
+    row = dom[dom.index('<tr class="task') : dom.index('class="drill-row"')]
+    assert f'<td class="num">{total}</td>' in row
+    text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page.read_text())
+    driven = pytester.path / "driven.html"
+    driven.write_text(text.replace("</body>", SHOW_ALL + "</body>"))
+    dom, console = browser.dom(driven, "#task=t")
+    assert console == []
+    assert json.loads(text_of(dom, "driver")) == {
+        "before": 401,
+        "after": 1500,
+        "label": "show less",
+    }
+
+
+@needs_chromium
+def test_a_malformed_task_link_is_ignored_in_chromium(
+    pytester: pytest.Pytester, dataset: DatasetMaker, browser: Browser
+) -> None:
+    """`report.html#task=%E0%A4%A` (not valid percent-encoding) opens nothing and throws
+    nothing: the console stays empty and the table is drawn."""
+    dataset({"t.yaml": task(metadata={"answers": ["ok"]})})
+    pytester.runpytest("--agenteval", "ds", "--agenteval-html", "r.html")
+    dom, console = browser.dom(pytester.path / "r.html", "#task=%E0%A4%A")
+    assert console == []
+    assert "showing 1 of 1 tasks" in dom and 'class="drill-row"' not in dom

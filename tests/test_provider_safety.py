@@ -6,11 +6,18 @@ from __future__ import annotations
 import pytest
 
 from chat_server import ChatServer
-from helpers import DatasetMaker
+from helpers import DatasetMaker, latest_record
 from test_judge import judge_settings, judged
 from test_providers import KEY, KEY_ENV, openai_agent
 
 SECRET = "sk-LEAKCANARY-7f3a9c1e5b2d4086"
+LONG_SECRET = "sk-canary-a4b205b6ccc36a9e41d07c3f8b6a2e5d9df7eb121250a6a21c494f81"
+"""Long enough for pydantic to abbreviate it in a message (`sk-canary-a4b2...c494f81`)."""
+
+
+def pieces(secret: str, size: int = 12) -> set[str]:
+    """Every run of `size` characters of `secret`."""
+    return {secret[i : i + size] for i in range(len(secret) - size + 1)}
 
 
 @pytest.fixture(autouse=True)
@@ -59,6 +66,64 @@ def test_the_api_key_never_reaches_a_file_or_the_terminal(
     assert any(p.name == "progress.json" for p in files)
     leaked = [p for p in files if SECRET.encode() in p.read_bytes()]
     assert leaked == []
+
+
+def test_no_run_of_the_key_escapes_whatever_quotes_it(
+    pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that quotes the key after 266 characters of an error message, one whose usage
+    is the key (pydantic abbreviates it), one that echoes it in a reply, and a judge quoting it
+    in its reason or as its score: no 12 characters of the key reach any file (records, index,
+    summaries, JUnit, HTML) or the terminal under -vv --tb=long -l."""
+    monkeypatch.setenv(KEY_ENV, LONG_SECRET)
+    servers = [ChatServer().start() for _ in range(3)]
+    failing, counting, echoing = servers
+    failing.reset(always=500, echo_key=True, error_message="x" * 266 + " {KEY} " + "y" * 400)
+    counting.reset(echo_key=True, usage={"prompt_tokens": "{KEY}", "completion_tokens": 1})
+    echoing.reset(echo_key=True)
+    quoting = '<<{"score": 0.9, "reason": "the key is {KEY}"}>>'
+    dataset(
+        {
+            "err.yaml": {"input": "q", "expected": "q", "agent": openai_agent(failing, retries=0)},
+            "usage.yaml": {"input": "q", "expected": "q", "agent": openai_agent(counting)},
+            "echo.yaml": {"input": "<<sent {KEY}>>", "graders": [{"judge": quoting}]},
+            "score.yaml": {
+                "input": "q",
+                "agent": "agent:run",
+                "metadata": {"answer": "ok"},
+                "graders": [{"judge": '<<{"score": "{KEY}"}>>'}],
+            },
+        },
+        manifest={"agent": openai_agent(echoing), "judge": judge_settings(echoing)},
+    )
+    try:
+        result = pytester.runpytest_subprocess(
+            "--agenteval",
+            "ds",
+            "-vv",
+            "--tb=long",
+            "-l",
+            "--junitxml=junit.xml",
+            "--agenteval-html=report.html",
+        )
+    finally:
+        for server in servers:
+            server.stop()
+    result.assert_outcomes(passed=1, errors=3)
+    assert all(LONG_SECRET in s.auth[0] for s in servers)
+    shown = "\n".join(result.outlines + result.errlines)
+    assert "x" * 200 + " *** y" in shown
+    assert "input_value='***" in latest_record(pytester.path, "usage", 0)["error"]
+    echoed = latest_record(pytester.path, "echo", 0)
+    assert echoed["output"] == "sent ***"
+    assert echoed["verdicts"][0]["reason"] == "score 0.9 (>= 0.5): the key is ***"
+    files = [p for p in pytester.path.rglob("*") if p.is_file() and p.name != "agenteval.yaml"]
+    assert {"records.jsonl", "index.jsonl", "junit.xml", "report.html"} <= {p.name for p in files}
+    texts = {str(p): p.read_text(errors="replace") for p in files} | {"terminal": shown}
+    leaked = {
+        where for where, text in texts.items() for piece in pieces(LONG_SECRET) if piece in text
+    }
+    assert leaked == set()
 
 
 def test_priced_spend_stops_the_run_at_the_cap(

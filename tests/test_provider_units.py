@@ -64,10 +64,14 @@ def test_prices_by_exact_name_then_longest_family() -> None:
         ('{"score": 1, "reason": "fine"}', (1.0, "fine")),
         ('Here you go:\n```json\n{"score": 0.25, "reason": "meh"}\n```', (0.25, "meh")),
         ('{"score": 0}', (0.0, "")),
+        ('The output says {"a": 1}. Verdict: {"score": 0.8, "reason": "ok"}', (0.8, "ok")),
+        ('Quoted: {"score": 1, "reason": "x"}\nMine: {"score": 0.2, "reason": "y"}', (0.2, "y")),
+        ('{"score": 0.4} then {"score": 7}', (0.4, "")),
     ],
 )
 def test_judge_replies_that_read(reply: str, expected: tuple[float, str]) -> None:
-    """A judge's JSON object is found bare or inside prose and fences."""
+    """A judge's JSON object is found bare or inside prose and fences; after JSON quoted
+    before it, the last object with a valid score is the verdict."""
     assert parse_reply(reply) == expected
 
 

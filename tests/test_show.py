@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from chat_server import ChatServer
 from helpers import DatasetMaker, latest_run, task
 from pytest_agenteval.cli import main
+from test_judge import CALL_COST, PRICES, judge_settings, judged
+from test_providers import KEY, KEY_ENV
 
 # Answers by attempt; usage and a transcript; a comma and a quote in the output for CSV.
 AGENT = """
@@ -170,3 +173,80 @@ def test_diff_cli(
     (pytester.path / "bad.json").write_text('{"schema": "other/1"}')
     code, _, err = out_of(capsys, "diff", "bad.json", "new")
     assert code == 1 and "bad.json is not an agenteval.summary/1 summary" in err
+
+
+JUDGED_AGENT = """
+from pytest_agenteval import AgentResult, Usage
+
+def run(task):
+    return AgentResult(output="ok", usage=Usage(input_tokens=10, output_tokens=5, cost=0.25))
+"""
+
+
+@pytest.fixture
+def judged_run(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    chat_server: ChatServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> str:
+    """A run of one task with a 1,500-character input, `expected`, and a priced judge."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    root = dataset(
+        {
+            "t.yaml": {
+                "input": "Q" * 1500,
+                "expected": "ok",
+                "graders": [{"judge": judged(0.9, "right")}, {"contains": ["ok"]}],
+            }
+        },
+        manifest={"agent": "paid:run", "judge": judge_settings(chat_server), "pricing": PRICES},
+    )
+    (root / "paid.py").write_text(JUDGED_AGENT)
+    pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-html", "r.html", "--junitxml", "junit.xml"
+    )
+    monkeypatch.chdir(pytester.path)
+    return latest_run(pytester.path)
+
+
+def test_show_attempt_shows_input_expected_and_the_judge(
+    judged_run: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`show RUN TASK/N` shows the input (cut, `--full` shows all), `expected`, every grader's
+    reason, the judge's threshold, model, cost, prompt and raw reply, and agent + judge cost."""
+    code, out, _ = out_of(capsys, "show", judged_run, "t/0")
+    assert code == 0
+    assert "input:\n  " + "Q" * 1000 + "… [500 more characters]" in out
+    assert "expected:\n  ok" in out
+    assert "  pass judge (score 0.9): score 0.9 (>= 0.5): right" in out
+    assert "    threshold 0.5 · model served-model-1 · retries 0 · cost 0.0006" in out
+    assert "    prompt:\n      [system]" in out and "OUTPUT (data)" not in out
+    assert '    reply:\n      {"score": 0.9, "reason": "right"}' in out
+    assert "  pass contains" in out
+    assert f"cost {0.25 + CALL_COST:.4f} (agent 0.2500, judge 0.0006)" in out
+    assert "text(s) cut to 1000 characters; --full shows all" in out
+    code, out, _ = out_of(capsys, "show", judged_run, "t/0", "--full")
+    assert code == 0 and "input:\n  " + "Q" * 1500 + "\n" in out and "--full shows all" not in out
+    assert "        RUBRIC:\n" in out
+    code, out, _ = out_of(capsys, "show", judged_run, "t")
+    assert f"cost {0.25 + CALL_COST:.4f}" in out
+
+
+def test_export_cost_is_agent_and_judge(
+    judged_run: str, capsys: pytest.CaptureFixture[str], pytester: pytest.Pytester
+) -> None:
+    """Export's `cost` is everything the attempt cost, with `agent_cost` and `judge_cost`;
+    so is the attempt's JUnit property `cost`, with `judge_cost` beside it."""
+    code, out, _ = out_of(capsys, "export", judged_run, "--format", "jsonl")
+    (row,) = [json.loads(line) for line in out.splitlines()]
+    assert code == 0
+    assert row["cost"] == pytest.approx(0.25 + CALL_COST)
+    assert (row["agent_cost"], row["judge_cost"]) == (0.25, pytest.approx(CALL_COST))
+    code, out, _ = out_of(capsys, "export", judged_run)
+    (csv_row,) = csv.DictReader(io.StringIO(out))
+    assert float(csv_row["cost"]) == pytest.approx(0.25 + CALL_COST)
+    assert float(csv_row["judge_cost"]) == pytest.approx(CALL_COST)
+    junit = (pytester.path / "junit.xml").read_text()
+    assert f'<property name="cost" value="{0.25 + CALL_COST:.4f}"' in junit
+    assert '<property name="judge_cost" value="0.0006"' in junit

@@ -131,6 +131,10 @@ class AttemptRecord:
     """How a model provider answered the agent: model, finish reason, retries."""
     regraded: bool = False
     """The answer is a stored one graded again (the agent was not called for this record)."""
+    task_input: Any = None
+    """The task's input as the agent got it (None in records written before it was kept)."""
+    expected: Any = None
+    """The task's `expected` when it was graded (None when it has none)."""
 
     @property
     def key(self) -> Key:
@@ -210,6 +214,8 @@ class AttemptRecord:
             "previous": list(self.previous),
             **({"call": self.call} if self.call is not None else {}),
             **({"regraded": True} if self.regraded else {}),
+            **({"input": self.task_input} if self.task_input is not None else {}),
+            **({"expected": self.expected} if self.expected is not None else {}),
         }
 
     def to_text(self) -> str:
@@ -255,6 +261,8 @@ class AttemptRecord:
             previous=tuple(data.get("previous") or ()),
             call=data.get("call"),
             regraded=data.get("regraded") is True,
+            task_input=data.get("input"),
+            expected=data.get("expected"),
         )
 
     def replacing(self, old: AttemptRecord) -> AttemptRecord:
@@ -283,6 +291,8 @@ def new_record(
     error_type: str | None = None,
     phase: Phase | None = None,
     regraded: bool = False,
+    task_input: Any = None,
+    expected: Any = None,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
@@ -308,6 +318,8 @@ def new_record(
         artifacts=json_safe(result.artifacts) if result and result.artifacts else None,  # type: ignore[arg-type]
         call=json_safe(result.call) if result and result.call else None,  # type: ignore[arg-type]
         regraded=regraded,
+        task_input=json_safe(task_input) if task_input is not None else None,
+        expected=json_safe(expected) if expected is not None else None,
     )
 
 
@@ -401,7 +413,8 @@ def crash_count(record: AttemptRecord) -> int:
 
 
 def junit_properties(facts: Any, reused: bool) -> list[tuple[str, Any]]:
-    """Per-attempt JUnit properties: task_id, attempt, status, score, duration, tokens, cost.
+    """Per-attempt JUnit properties: task_id, attempt, status, score, duration, tokens, cost
+    (agent + judges) and judge_cost (when a judge cost something).
 
     Numbers are rounded for people (the record keeps them at full precision).
 
@@ -418,8 +431,10 @@ def junit_properties(facts: Any, reused: bool) -> list[tuple[str, Any]]:
     tokens = (facts.input_tokens, facts.output_tokens)
     if tokens != (None, None):
         props.append(("tokens", (tokens[0] or 0) + (tokens[1] or 0)))
-    if facts.cost is not None:
-        props.append(("cost", rounded(facts.cost)))
+    if facts.spend is not None:  # everything it cost: the agent and its judges
+        props.append(("cost", rounded(facts.spend)))
+    if facts.judge_cost is not None:
+        props.append(("judge_cost", rounded(facts.judge_cost)))
     if reused:
         props.append(_shared("reused", "true"))
     return props

@@ -294,6 +294,8 @@ class _Attempt:
             error_type=getattr(exc, "error_type", type(exc).__name__) if exc else None,
             phase=phase if exc is not None else None,
             regraded=self.job.decision.action == "regrade",
+            task_input=task.spec.input,
+            expected=task.spec.expected,
         )
         pricing = task.dataset.manifest.pricing
         return with_prices(record, pricing) if pricing else record

@@ -2,8 +2,10 @@
 
 The SDK is imported only when a dataset uses a provider. One `Connection` per agent spec or
 judge setting holds the client (async for agents, so many calls share the executor's loop;
-sync for judges, which grade on pytest's thread). The API key is read from the environment
-once and never leaves this module: every message built from a failure has it masked.
+judges, which grade on pytest's threads, run theirs on a background loop of this module). Each
+request has a wall-clock deadline, `timeout`: the SDK's own timeout is per read, so a server
+that dribbles its reply would never hit it. The API key is read from the environment once and
+never leaves this module: whatever a connection returns or raises has it masked (`mask`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import asyncio
 import importlib
 import os
 import random
-import time
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -26,6 +29,21 @@ from .retry import DEFAULT_BACKOFF, DEFAULT_RETRIES, RetryPolicy, retryable, wha
 INSTALL = "pip install 'pytest-agenteval[openai]'"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _UNPARSEABLE = "unparseable"
+SHORTEST_MASKED = 12
+"""Runs of this many characters of a key are masked wherever they appear (a server's excerpt
+or pydantic's abbreviation of the key would leave parts of it)."""
+_keys: set[str] = set()
+"""Every key a connection of this process holds: `mask` hides all of them."""
+_background: tuple[int, asyncio.AbstractEventLoop] | None = None
+"""(pid, loop) where sync callers' requests run, so a deadline can cancel them."""
+_background_lock = threading.Lock()
+
+
+class RequestTimeout(Exception):
+    """A request that did not end within its wall-clock deadline (a retryable failure)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no complete reply within {seconds:g} s (the `timeout` setting)")
 
 
 class ProviderError(AgentError):
@@ -61,11 +79,11 @@ class Connection:
     sdk: ModuleType
     settings: ModelSettings
     key: str = field(repr=False)
-    is_async: bool
     client: Any = field(init=False)
     rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
+        _keys.add(self.key)
         self.client = self._make_client()
         self._loop: asyncio.AbstractEventLoop | None = None
         """The event loop the async client's connections belong to."""
@@ -75,9 +93,8 @@ class Connection:
         )
 
     def _make_client(self) -> Any:
-        make = self.sdk.AsyncOpenAI if self.is_async else self.sdk.OpenAI
         timeout = self.settings.timeout
-        return make(
+        return self.sdk.AsyncOpenAI(
             api_key=self.key,
             base_url=self.settings.base_url,
             max_retries=0,  # we retry, to count retries and honour our backoff
@@ -121,26 +138,32 @@ class Connection:
         retries = 0
         while True:
             try:
-                client = self._async_client()
-                request = self.request(messages, max_tokens)
-                response = await client.chat.completions.create(**request)
-                return self.reply(response, retries)
+                return self.reply(await self._request(messages, max_tokens), retries)
             except Exception as exc:
                 wait = self._next(exc, retries)
             await asyncio.sleep(wait)
             retries += 1
 
+    async def _request(self, messages: list[dict[str, Any]], max_tokens: int | None) -> Any:
+        """One request, ended at the `timeout` deadline however the server trickles."""
+        request = self.request(messages, max_tokens)
+        call = self._async_client().chat.completions.create(**request)
+        seconds = self.settings.timeout
+        if seconds is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, seconds)
+        except TimeoutError:
+            raise RequestTimeout(seconds) from None
+
     def complete(self, messages: list[dict[str, Any]]) -> Reply:
-        """One completion, retried as the policy says (a sync client's)."""
-        retries = 0
-        while True:
-            try:
-                response = self.client.chat.completions.create(**self.request(messages))
-                return self.reply(response, retries)
-            except Exception as exc:
-                wait = self._next(exc, retries)
-            time.sleep(wait)
-            retries += 1
+        """One completion for a sync caller: run on the background loop, where its deadline
+        can cancel it; a caller interrupted (Ctrl-C) cancels it too."""
+        future = asyncio.run_coroutine_threadsafe(self.complete_async(messages), _loop())
+        try:
+            return future.result()
+        finally:
+            future.cancel()
 
     def _next(self, exc: Exception, retries: int) -> float:
         """Seconds to wait before the next try; raises ProviderError when there is
@@ -155,7 +178,7 @@ class Connection:
     def _classify(self, exc: Exception) -> tuple[int | str | None, str | None]:
         if isinstance(exc, self.sdk.APIStatusError):
             return exc.status_code, exc.response.headers.get("retry-after")
-        if isinstance(exc, self.sdk.APIConnectionError):
+        if isinstance(exc, self.sdk.APIConnectionError | RequestTimeout):
             return None, None
         return _UNPARSEABLE, None
 
@@ -166,6 +189,9 @@ class Connection:
         if status == _UNPARSEABLE:
             what = f"the reply is not a chat completion: {type(exc).__name__}: {exc}"
             hint = f"is {self.base_url} an OpenAI-compatible API (…/v1)?"
+        elif isinstance(exc, RequestTimeout):
+            what = str(exc)
+            hint = "the server answers too slowly: raise `timeout`, or check the server"
         else:
             code = "no connection" if status is None else f"HTTP {status}"
             what = f"{code}: {_server_message(exc)}"
@@ -173,22 +199,87 @@ class Connection:
             hint = what_to_check(
                 checked, key_env=self.settings.key_env, model=model, base_url=self.base_url
             )
-        message = f"model {model!r} at {self.base_url} failed{after}: {excerpt(what, 500)}"
-        return ProviderError(self.redact(message), detail=self.redact(f"Hint: {hint}"))
+        # Masked before the excerpt cuts it: a cut key is no longer the whole key.
+        message = f"model {model!r} at {self.base_url} failed{after}: {excerpt(mask(what), 500)}"
+        return ProviderError(mask(message), detail=mask(f"Hint: {hint}"))
 
     def reply(self, response: Any, retries: int) -> Reply:
         """What we keep of a completion; one without a choice or content is unreadable."""
         try:
             choice = response.choices[0]
             text = choice.message.content
-            usage = _usage(response.usage, response.model)
+            model = None if response.model is None else mask(str(response.model))
+            usage = _usage(response.usage, model)
+            finish = None if choice.finish_reason is None else mask(str(choice.finish_reason))
         except (AttributeError, IndexError, TypeError) as exc:
             raise self.failure(exc, _UNPARSEABLE, retries) from None
-        return Reply(text or "", response.model, choice.finish_reason, usage, retries)
+        return Reply(mask(text or ""), model, finish, usage, retries)
 
-    def redact(self, text: str) -> str:
-        """`text` with the API key masked (a server may quote it back in an error)."""
-        return text.replace(self.key, "***") if len(self.key) >= 4 else text
+
+def mask(text: str) -> str:
+    """`text` with every key of this process masked as `***`: the whole key and any run of
+    SHORTEST_MASKED of its characters (a server, a proxy or a model may quote it back)."""
+    for key in _keys:
+        if len(key) >= 4:
+            text = _mask_runs(text, key, min(SHORTEST_MASKED, len(key)))
+    return text
+
+
+def mask_json(value: Any) -> Any:
+    """A JSON-like value with `mask` applied to every string in it (keys included)."""
+    if isinstance(value, str):
+        return mask(value)
+    if isinstance(value, dict):
+        return {mask_json(k): mask_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_json(v) for v in value]
+    return value
+
+
+def _mask_runs(text: str, key: str, shortest: int) -> str:
+    merged: list[list[int]] = []
+    for start, end in sorted(_key_runs(text, key, shortest)):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    parts, done = [], 0
+    for start, end in merged:
+        parts += [text[done:start], "***"]
+        done = end
+    return "".join(parts) + text[done:]
+
+
+def _key_runs(text: str, key: str, shortest: int) -> Iterator[tuple[int, int]]:
+    """Spans of `text` that are runs of at least `shortest` characters of `key`. Every such
+    run holds a whole probe (a key slice of half that length at a multiple of it), so only
+    the probes are searched for, and each hit is widened along the key."""
+    probe = (shortest + 1) // 2
+    for offset in range(0, len(key) - probe + 1, probe):
+        at = text.find(key[offset : offset + probe])
+        while at >= 0:
+            start, left = at, offset
+            while start > 0 and left > 0 and text[start - 1] == key[left - 1]:
+                start, left = start - 1, left - 1
+            end, right = at + probe, offset + probe
+            while end < len(text) and right < len(key) and text[end] == key[right]:
+                end, right = end + 1, right + 1
+            if end - start >= shortest:
+                yield start, end
+            at = text.find(key[offset : offset + probe], at + 1)
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    """This process's background event loop for sync callers (a forked child starts its own:
+    the parent's thread did not come along)."""
+    global _background
+    with _background_lock:
+        if _background is None or _background[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="agenteval-judge", daemon=True)
+            thread.start()
+            _background = (os.getpid(), loop)
+        return _background[1]
 
 
 def _server_message(exc: Exception) -> str:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from ..core.errors import AgentUnavailable, did_you_mean
 from ..core.llm import OpenAIAgentOptions
 from ..core.model import AgentResult, Task
-from .client import INSTALL, Connection, api_key, load_sdk
+from .client import INSTALL, Connection, api_key, load_sdk, mask_json
 
 _agents: dict[tuple[str, str], OpenAIAgent] = {}
 """Agents by settings and key: tasks that each write the same `agent:` share one client."""
@@ -35,7 +35,7 @@ class OpenAIAgent:
         return AgentResult(
             output=reply.text,
             usage=reply.usage,
-            transcript=[*messages, {"role": "assistant", "content": reply.text}],
+            transcript=mask_json([*messages, {"role": "assistant", "content": reply.text}]),
             call={
                 "model": reply.model,
                 "finish_reason": reply.finish_reason,
@@ -72,7 +72,7 @@ def make_openai_agent(options: dict[str, Any], dataset_root: Path) -> OpenAIAgen
     shared = (settings.model_dump_json(), key)
     agent = _agents.get(shared)
     if agent is None:
-        agent = _agents[shared] = OpenAIAgent(settings, Connection(sdk, settings, key, True))
+        agent = _agents[shared] = OpenAIAgent(settings, Connection(sdk, settings, key))
     return agent
 
 

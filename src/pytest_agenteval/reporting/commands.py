@@ -26,8 +26,8 @@ from .show import (
 )
 
 
-def show(store: Store, ref: str, target: str | None) -> list[str]:
-    """The run, one of its tasks, or one attempt, as lines."""
+def show(store: Store, ref: str, target: str | None, full: bool = False) -> list[str]:
+    """The run, one of its tasks, or one attempt (long texts cut unless `full`), as lines."""
     info, rows = stored_run(store, resolve_run(store, ref))
     if target is None:
         return run_lines(info, rows)
@@ -45,7 +45,7 @@ def show(store: Store, ref: str, target: str | None) -> list[str]:
             f"the stored record of {task_id}/{attempt} cannot be read "
             f"(`agenteval repair {info.run_id}` checks the run)"
         )
-    return attempt_lines(record, reuse_of(record, earlier_sessions_end(info)))
+    return attempt_lines(record, reuse_of(record, earlier_sessions_end(info)), full)
 
 
 def export(store: Store, ref: str, fmt: str, out: TextIO) -> int:
@@ -88,6 +88,12 @@ def register(
     shown.add_argument(
         "target", nargs="?", metavar="TASK_ID[/ATTEMPT]", help="a task, or one of its attempts"
     )
+    shown.add_argument(
+        "--full",
+        action="store_true",
+        help="an attempt's input, expected answer and judge prompts and replies in full "
+        "(default: cut to 1000 characters each)",
+    )
     cache_option(shown)
     shown.set_defaults(command=lambda args: _show(args, open_store))
 
@@ -115,7 +121,7 @@ def _show(args: argparse.Namespace, open_store: OpenStore) -> int:
     store = open_store(args)
     if store is None:
         return 1
-    print("\n".join(show(store, args.run_id, args.target)))
+    print("\n".join(show(store, args.run_id, args.target, args.full)))
     return 0
 
 

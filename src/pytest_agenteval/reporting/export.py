@@ -20,11 +20,14 @@ COLUMNS = (
     "input_tokens",
     "output_tokens",
     "cost",
+    "agent_cost",
+    "judge_cost",
     "duration",
     "tags",
     "reused",
 )
-"""`reused`: "replayed" (recorded by an earlier session), "regraded", or empty."""
+"""`cost`: everything the attempt cost (agent + judges), split in `agent_cost` and
+`judge_cost`; `reused`: "replayed" (recorded by an earlier session), "regraded", or empty."""
 
 
 def attempt_row(record: AttemptRecord, earlier_until: float | None) -> dict[str, Any]:
@@ -37,7 +40,9 @@ def attempt_row(record: AttemptRecord, earlier_until: float | None) -> dict[str,
         "score": record.score,
         "input_tokens": record.input_tokens,
         "output_tokens": record.output_tokens,
-        "cost": record.cost,
+        "cost": record.spend,
+        "agent_cost": record.cost,
+        "judge_cost": record.judge_cost,
         "duration": record.duration,
         "tags": list(record.tags),
         "reused": reuse_of(record, earlier_until),

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ReportError, os_failure
-from ..core.model import Key
+from ..core.model import Key, Verdict
 from ..core.records import AttemptRecord
 from ..store.runs import Store
 from .metrics import INTERVAL_METHOD, MIN_TASKS, percentile
@@ -56,7 +56,8 @@ def attempt_details(store: Store, run_id: str, reused: Iterable[Key] = ()) -> De
 
 
 def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
-    """One attempt as the page's JSON: long texts cut to TEXT_LIMIT with their full length."""
+    """One attempt as the page's JSON: long texts cut to TEXT_LIMIT with their full length;
+    `c` is everything it cost (agent + judges), `ca` and `cj` the split."""
     output, output_len = _clip(record.output)
     error, error_len = _clip(record.error)
     transcript, transcript_len = _clip(_transcript_text(record.transcript))
@@ -65,9 +66,11 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
         "i": record.attempt,
         "s": record.status,
         "d": record.duration,
+        "in": _clipped(_as_text(record.task_input)),
+        "x": _clipped(_as_text(record.expected)),
         "o": output,
         "ol": output_len,
-        "v": [[v.grader, v.passed, v.score, _clip(v.reason)[0]] for v in record.verdicts],
+        "v": [_verdict_view(v) for v in record.verdicts],
         "e": error,
         "el": error_len,
         "et": record.error_type,
@@ -75,9 +78,41 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
         "t": transcript,
         "tl": transcript_len,
         "u": record.usage,
-        "c": record.cost,
+        "c": record.spend,
+        "ca": record.cost,
+        "cj": record.judge_cost,
         "f": flags,
     }
+
+
+def _verdict_view(verdict: Verdict) -> list[Any]:
+    """[grader, passed, score, reason], and for an LLM judge a fifth item: its threshold,
+    model, cost, and its prompt and raw reply as [text, full length]."""
+    row: list[Any] = [verdict.grader, verdict.passed, verdict.score, _clip(verdict.reason)[0]]
+    details = verdict.details or {}
+    if "prompt" not in details and "reply" not in details:
+        return row
+    prompt = details.get("prompt")
+    prompt_text = _transcript_text(prompt) if isinstance(prompt, list) else None
+    judge = {
+        "th": details.get("threshold"),
+        "m": details.get("model"),
+        "c": verdict.cost,
+        "p": _clipped(prompt_text),
+        "r": _clipped(details.get("reply") if isinstance(details.get("reply"), str) else None),
+    }
+    return [*row, judge]
+
+
+def _as_text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, indent=2)
+
+
+def _clipped(text: str | None) -> list[Any] | None:
+    """[text cut to TEXT_LIMIT, full length], or None."""
+    return None if text is None else list(_clip(text))
 
 
 def _transcript_text(transcript: list[Any] | None) -> str | None:
@@ -119,6 +154,7 @@ def render_html(summary: dict[str, Any], details: Details) -> str:
     k = _largest_k(summary)
     data = {
         "k": k,
+        "run": summary["run_id"],
         "multi": len(summary["datasets"]) > 1,
         "tasks": [_task_view(task, details, k) for task in summary["tasks"]],
         "tags": sorted(summary["tags"]),
@@ -198,7 +234,7 @@ def _task_view(task: dict[str, Any], details: Details, k: int) -> dict[str, Any]
         for a in task["attempts"]
         if a["index"] not in read
     ]
-    costs = [a["c"] for a in attempts if a.get("c") is not None]
+    costs = [a["c"] for a in attempts if a.get("c") is not None]  # agent + judges
     reasons = {a["index"]: a["reason"] for a in task["attempts"]}
     for attempt in attempts:
         attempt.setdefault("r", reasons.get(attempt["i"], ""))

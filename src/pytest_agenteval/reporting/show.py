@@ -1,8 +1,10 @@
 """`agenteval show`: a stored run drilled down in the terminal, as lines of text.
 
 A run: one line per task with its status counts. A task: one line per attempt. An attempt:
-everything stored about it (output, each grader's verdict, error, transcript, usage, timing, and
-whether the last session reused it).
+everything stored about it (the task's input and `expected`, output, each grader's verdict and
+reason — a judge's threshold, prompt and raw reply too —, error, transcript, usage, cost of the
+agent and the judges, timing, and whether the last session reused it). Long inputs, expected
+answers and judge texts are cut to SHOWN_LIMIT characters unless `--full` asks for all.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..core.errors import AgentevalError
+from ..core.model import Verdict
 from ..core.records import AttemptRecord
 from ..store.index import IndexRow
 from ..store.runs import RunInfo
 
 _ATTEMPT = re.compile(r"(.+)/(\d+)")
+SHOWN_LIMIT = 1000
+"""Characters of an input, `expected`, judge prompt or judge reply shown without `--full`."""
 
 
 class ShowError(AgentevalError):
@@ -87,7 +92,7 @@ def task_lines(task_id: str, rows: Sequence[IndexRow], run_id: str = "RUN") -> l
     passed = sum(1 for r in mine if r.status == "pass")
     lines = [f"task {task_id}: {passed}/{len(mine)} attempts passed"]
     for row in mine:
-        usage = _usage(row.input_tokens, row.output_tokens, row.cost)
+        usage = _usage(row.input_tokens, row.output_tokens, row.spend)
         lines.append(
             f"  {row.key[2]:>3}  {row.status:5}  score {_num(row.score)}  "
             f"{row.duration:.2f}s{usage}  {row.reason}"
@@ -96,13 +101,23 @@ def task_lines(task_id: str, rows: Sequence[IndexRow], run_id: str = "RUN") -> l
     return lines
 
 
-def attempt_lines(record: AttemptRecord, reuse: str) -> list[str]:
-    """Everything stored about one attempt, section by section."""
+def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list[str]:
+    """Everything stored about one attempt, section by section; long texts cut unless `full`."""
+    cut = _Cut(full)
+    asked = "(not kept)" if record.task_input is None else cut(_text(record.task_input))
     lines = [
         f"task {record.task_id} attempt {record.attempt} ({record.dataset}): {record.status}"
         + (f" ({reuse})" if reuse else ""),
         f"score {_num(record.score)} · duration {record.duration:.3f}s"
-        + _usage(record.input_tokens, record.output_tokens, record.cost),
+        + _usage(record.input_tokens, record.output_tokens, record.spend)
+        + _split(record),
+        "",
+        "input:",
+        *_indented(asked),
+    ]
+    if record.expected is not None:
+        lines += ["", "expected:", *_indented(cut(_text(record.expected)))]
+    lines += [
         "",
         "output:",
         *_indented(record.output if record.output is not None else "(none)"),
@@ -110,9 +125,7 @@ def attempt_lines(record: AttemptRecord, reuse: str) -> list[str]:
         "graders:",
     ]
     for verdict in record.verdicts:
-        mark = "pass" if verdict.passed else "FAIL"
-        score = f" (score {_num(verdict.score)})" if verdict.score is not None else ""
-        lines.append(f"  {mark} {verdict.grader}{score}: {verdict.reason}")
+        lines += _verdict_lines(verdict, cut)
     if not record.verdicts:
         lines.append("  (none: the attempt ended before grading)")
     if record.error:
@@ -125,20 +138,66 @@ def attempt_lines(record: AttemptRecord, reuse: str) -> list[str]:
         lines += ["", "usage: " + json.dumps(record.usage, ensure_ascii=False)]
     if record.previous:
         lines += ["", f"replaces {len(record.previous)} earlier record(s) of this attempt"]
+    if cut.count:
+        lines += ["", f"{cut.count} text(s) cut to {SHOWN_LIMIT} characters; --full shows all"]
     return lines
 
 
-def _transcript(entries: list[Any]) -> list[str]:
+class _Cut:
+    """Cuts long texts to SHOWN_LIMIT (unless `full`), counting the texts it cut."""
+
+    def __init__(self, full: bool) -> None:
+        self.full, self.count = full, 0
+
+    def __call__(self, text: str) -> str:
+        if self.full or len(text) <= SHOWN_LIMIT:
+            return text
+        self.count += 1
+        return text[:SHOWN_LIMIT] + f"… [{len(text) - SHOWN_LIMIT:,} more characters]"
+
+
+def _verdict_lines(verdict: Verdict, cut: _Cut) -> list[str]:
+    """A grader's verdict and reason; a judge's threshold, model, cost, prompt and reply."""
+    mark = "pass" if verdict.passed else "FAIL"
+    score = f" (score {_num(verdict.score)})" if verdict.score is not None else ""
+    lines = [f"  {mark} {verdict.grader}{score}: {verdict.reason}"]
+    details = verdict.details or {}
+    facts = [
+        f"{name} {details[name]}" for name in ("threshold", "model", "retries") if name in details
+    ]
+    if verdict.cost is not None:
+        facts.append(f"cost {verdict.cost:.4f}")
+    if facts:
+        lines.append("    " + " · ".join(facts))
+    if isinstance(details.get("prompt"), list):
+        lines += ["    prompt:", *_transcript(details["prompt"], "    ", cut)]
+    if isinstance(details.get("reply"), str):
+        lines += ["    reply:", *_indented(cut(details["reply"]), "      ")]
+    return lines
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
+
+
+def _split(record: AttemptRecord) -> str:
+    judge = record.judge_cost
+    if judge is None:
+        return ""
+    return f" (agent {record.cost or 0:.4f}, judge {judge:.4f})"
+
+
+def _transcript(entries: list[Any], indent: str = "", cut: _Cut | None = None) -> list[str]:
     lines = []
     for entry in entries:
         if isinstance(entry, dict) and "content" in entry:
             role = entry.get("role", "?")
-            lines.append(f"  [{role}]")
+            lines.append(f"{indent}  [{role}]")
             content = entry["content"]
             text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-            lines += _indented(text, "    ")
+            lines += _indented(cut(text) if cut else text, indent + "    ")
         else:
-            lines.append("  " + json.dumps(entry, ensure_ascii=False))
+            lines.append(f"{indent}  " + json.dumps(entry, ensure_ascii=False))
     return lines
 
 

@@ -3,6 +3,7 @@
 (function () {
   "use strict";
   var PAGE = 200;
+  var PREVIEW = 400;  // characters of an input, expected answer or judge text shown at first
   var data = JSON.parse(document.getElementById("agenteval-data").textContent);
   var tbody = document.querySelector("#task-table tbody");
   var more = document.getElementById("more");
@@ -103,7 +104,7 @@
     var row = el("tr", "drill-row");
     var cell = el("td", "drill");
     cell.colSpan = 8;
-    task.a.forEach(function (a) { cell.appendChild(attemptBox(a)); });
+    task.a.forEach(function (a) { cell.appendChild(attemptBox(task, a)); });
     row.appendChild(cell);
     tbody.insertBefore(row, next);
     tr.classList.add("open");
@@ -119,7 +120,45 @@
     }
   }
 
-  function attemptBox(a) {
+  // A long text: its first PREVIEW characters and a "show all" toggle; the page holds up to
+  // TEXT_LIMIT characters of it, `agenteval show RUN TASK/N --full` all of them.
+  function foldable(parent, label, pair, task, a) {
+    if (!pair) return;
+    var value = pair[0], length = pair[1];
+    parent.appendChild(el("div", "label", label));
+    var pre = el("pre", "foldable", value.length > PREVIEW ? value.slice(0, PREVIEW) + "…" : value);
+    parent.appendChild(pre);
+    if (value.length > PREVIEW) {
+      var button = el("button", "show-all", "show all");
+      button.type = "button";
+      button.addEventListener("click", function (event) {
+        event.stopPropagation();
+        var open = button.textContent === "show all";
+        pre.textContent = open ? value : value.slice(0, PREVIEW) + "…";
+        button.textContent = open ? "show less" : "show all";
+      });
+      parent.appendChild(button);
+    }
+    if (length > value.length) {
+      parent.appendChild(el("div", "cut", "the page holds the first " + value.length + " of " +
+        length.toLocaleString("en") + " characters; agenteval show " + data.run + " " +
+        task.id + "/" + a.i + " --full shows all"));
+    }
+  }
+
+  function judgeBox(parent, j, task, a) {
+    var facts = [];
+    if (j.th !== null && j.th !== undefined) facts.push("threshold " + j.th);
+    if (j.m) facts.push("model " + j.m);
+    if (j.c !== null && j.c !== undefined) facts.push("cost " + num(j.c, 4));
+    var box = el("div", "judge");
+    if (facts.length) box.appendChild(el("div", "mono", facts.join(" · ")));
+    foldable(box, "judge prompt", j.p, task, a);
+    foldable(box, "judge reply", j.r, task, a);
+    parent.appendChild(box);
+  }
+
+  function attemptBox(task, a) {
     var box = el("div", "attempt");
     box.dataset.attempt = a.i;
     var head = el("h3", null, "attempt " + a.i + " ");
@@ -131,6 +170,8 @@
       box.appendChild(el("div", "cut", "the full record could not be read; its reason: " + a.r));
       return box;
     }
+    foldable(box, "input", a["in"], task, a);
+    foldable(box, "expected", a.x, task, a);
     if (a.v && a.v.length) {
       box.appendChild(el("div", "label", "graders"));
       a.v.forEach(function (v) {
@@ -140,6 +181,7 @@
         if (v[2] !== null && v[2] !== undefined) line.appendChild(el("span", "muted", " score " + num(v[2], 3)));
         line.appendChild(el("span", null, ": " + v[3]));
         box.appendChild(line);
+        if (v[4]) judgeBox(box, v[4], task, a);
       });
     }
     if (a.e !== null && a.e !== undefined) {
@@ -157,6 +199,12 @@
         box.appendChild(el("div", "label", "usage"));
         box.appendChild(el("div", "mono", parts.join(" · ")));
       }
+    }
+    if (a.c !== null && a.c !== undefined) {
+      box.appendChild(el("div", "label", "cost"));
+      var split = a.cj !== null && a.cj !== undefined ?
+        " (agent " + num(a.ca || 0, 4) + ", judge " + num(a.cj, 4) + ")" : "";
+      box.appendChild(el("div", "mono cost", num(a.c, 4) + split));
     }
     return box;
   }
@@ -176,7 +224,12 @@
   function openFromHash() {
     var match = /^#task=(.+)$/.exec(location.hash);
     if (!match) return;
-    var id = decodeURIComponent(match[1]);
+    var id;
+    try {
+      id = decodeURIComponent(match[1]);
+    } catch (malformed) {
+      return;  // a hand-edited or cut link (`%E0%A4%A`): no task to open
+    }
     var index = rows.findIndex(function (t) { return t.id === id || t.ds + "/" + t.id === id; });
     if (index < 0) return;
     while (shown <= index) showMore();
