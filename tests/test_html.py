@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from html import unescape
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from browser import Browser, needs_chromium
 from helpers import DatasetMaker, latest_run, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.reporting.html import TEXT_LIMIT, render_html, script_json
@@ -24,12 +23,6 @@ from pytest_agenteval.reporting.summary import build_summary
 from pytest_agenteval.store.runs import IndexRow, RunInfo
 from test_judge import CALL_COST
 from test_show import judged_run  # noqa: F401 (a fixture)
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="chromium is not installed (apt-get install -y chromium; .ci/run installs it)",
-)
 
 KNOWN = {
     "always.yaml": task(metadata={"answers": ["ok"]}, tags=["easy"]),
@@ -47,45 +40,6 @@ HOSTILE_AGENT = f"""
 def run(task):
     return {PAYLOAD!r} + "A" * 2_000_000
 """
-
-
-class Browser:
-    """Headless Chromium with a fresh profile: the DOM after the page's script ran, console
-    messages, screenshots."""
-
-    FLAGS = (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--enable-logging=stderr",
-        "--v=0",
-    )
-
-    def __init__(self, profile: Path) -> None:
-        self.profile = profile
-
-    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        assert CHROMIUM is not None
-        argv = [CHROMIUM, *self.FLAGS, f"--user-data-dir={self.profile}", *args]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-
-    def dom(self, page: Path, fragment: str = "", *wait: str) -> tuple[str, list[str]]:
-        """The serialized DOM once the page loaded, and the console's messages."""
-        done = self._run(*wait, "--dump-dom", page.resolve().as_uri() + fragment)
-        assert done.returncode == 0, done.stderr[-2000:]
-        console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
-        return done.stdout, console
-
-    def screenshot(self, page: Path, out: Path, fragment: str = "") -> Path:
-        uri = page.resolve().as_uri() + fragment
-        self._run(f"--screenshot={out}", "--window-size=1400,1600", uri)
-        assert out.exists() and out.stat().st_size > 0
-        return out
 
 
 @pytest.fixture
