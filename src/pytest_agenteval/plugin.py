@@ -154,7 +154,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="BASE",
         ini=("agenteval_baseline", "string"),
         help="regression gate: compare with BASE (a run id, `latest`, a run folder or a "
-        "summary.json) and exit 1 when pass@1 fell significantly (95%) by more than "
+        "summary.json) and exit 1 when pass@1 fell significantly (95%%) by more than "
         "--agenteval-max-regression.",
     )
     option(
