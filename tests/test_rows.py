@@ -89,9 +89,21 @@ def test_csv_header_problems_and_empty_files(tmp_path: Path) -> None:
     path.write_text("a,b\n")
     with pytest.raises(SourceError, match="holds no rows"):
         read_rows(path, "csv")
-    path.write_bytes(b"a\n\xff\n")
-    with pytest.raises(SourceError, match="line 2 is not UTF-8"):
+    path.write_bytes(b"a\xff\n1\n")
+    with pytest.raises(SourceError, match="the header line is not UTF-8"):
         read_rows(path, "csv")
+
+
+def test_a_record_that_is_not_utf8_is_its_rows_error(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 (an encoded surrogate among them) spoil only their record."""
+    path = tmp_path / "r.csv"
+    path.write_bytes(b"a,b\n1,\xff\n2,\xed\xa0\x80\n3,ok\n")
+    rows = read_rows(path, "csv")
+    assert [(r.line, r.problem and r.problem.split(":")[0]) for r in rows] == [
+        (2, "the record is not UTF-8 text"),
+        (3, "the record is not UTF-8 text"),
+        (4, None),
+    ]
 
 
 def test_an_open_quote_is_named(tmp_path: Path) -> None:

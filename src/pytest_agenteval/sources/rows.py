@@ -16,6 +16,7 @@ import csv
 import gzip
 import io
 import json
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,18 +112,40 @@ def _jsonl_rows(data: bytes) -> list[Row]:
             kind = type(values).__name__
             rows.append(Row(number, index, None, f"a row must be a JSON object, not a {kind}"))
             continue
+        if _SURROGATE_ESCAPE.search(line) and _lone_surrogate(values):
+            problem = (
+                "the row holds a lone surrogate (a \\ud800-\\udfff escape not in a pair): "
+                "it is not a character, and no record could store it"
+            )
+            rows.append(Row(number, index, None, problem))
+            continue
         rows.append(Row(number, index, values))
     return rows
 
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a surrogate: only rows with one can hold a lone surrogate."""
+
+
+def _lone_surrogate(values: Values) -> bool:
+    """Whether the row's text holds a surrogate that is not part of a pair (UTF-8 cannot
+    encode it, so digests and records of its task would fail)."""
+    try:
+        json.dumps(values, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _csv_rows(data: bytes) -> list[Row]:
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise SourceError(f"line {line} is not UTF-8 text: {exc.reason}") from None
+        text, undecoded = data.decode("utf-8-sig"), False
+    except UnicodeDecodeError:  # keep the bytes that are not UTF-8 apart, as surrogates
+        text, undecoded = data.decode("utf-8-sig", "surrogateescape"), True
     reader = csv.reader(io.StringIO(text, newline=""))
     header = _header(reader)
+    if undecoded and not _is_text(header):
+        raise SourceError("the header line is not UTF-8 text", hint=SAVE_AS_UTF8)
     rows: list[Row] = []
     while True:
         start = reader.line_num + 1
@@ -135,6 +158,11 @@ def _csv_rows(data: bytes) -> list[Row]:
             continue
         if not record:
             continue
+        if undecoded and not _is_text(record):
+            rows.append(
+                Row(start, len(rows), None, f"the record is not UTF-8 text: {SAVE_AS_UTF8}")
+            )
+            continue
         if len(record) != len(header):
             problem = f"the record has {len(record)} fields, the header {len(header)}"
             if reader.line_num > start:  # the record ran over several lines
@@ -144,6 +172,19 @@ def _csv_rows(data: bytes) -> list[Row]:
             rows.append(Row(start, len(rows), None, problem))
             continue
         rows.append(Row(start, len(rows), dict(zip(header, record, strict=True))))
+
+
+SAVE_AS_UTF8 = "save the file as UTF-8"
+
+
+def _is_text(fields: list[str]) -> bool:
+    """Whether the fields hold no surrogate (in CSV text decoded with `surrogateescape`, each
+    stands for a byte that is not UTF-8)."""
+    try:
+        "".join(fields).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _header(reader: Any) -> list[str]:

@@ -1,0 +1,41 @@
+"""Hostile JSONL and CSV sources: each bad row or file is its own error, collection goes on."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import DatasetMaker
+from pytest_agenteval.cli import main
+
+ROWS = 'source: rows.jsonl\nid: "j{k}"\ninput: "{q}"\nexpected: "4"\ngraders: [equals]\n'
+CSV = 'source: rows.csv\nid: "c{k}"\ninput: "{q}"\nexpected: "4"\ngraders: [equals]\n'
+
+
+def agent_says_4(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        "import pytest\n@pytest.fixture\ndef agenteval_agent():\n    return lambda task: '4'\n"
+    )
+
+
+def test_a_lone_surrogate_is_one_rows_error(
+    pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JSONL row with a lone surrogate escape, and a CSV record with bytes that are not UTF-8,
+    are each one load error at `file:line`; the other rows (a surrogate pair too) run, and
+    `agenteval validate` reports both."""
+    jsonl = '{"k": 1, "q": "ok"}\n{"k": 2, "q": "bad \\ud800"}\n{"k": 3, "q": "\\ud83d\\ude00"}\n'
+    root = dataset({"j.yaml": ROWS, "rows.jsonl": jsonl, "c.yaml": CSV})
+    (root / "rows.csv").write_bytes(b"k,q\n1,ok\n2,bad \xed\xa0\x80\n3,fine\n")
+    agent_says_4(pytester)
+    result = pytester.runpytest("--agenteval", "ds")
+    result.assert_outcomes(passed=4, errors=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*ds/rows.jsonl:2: the row holds a lone surrogate*",
+            "*ds/rows.csv:3: the record is not UTF-8 text*",
+        ]
+    )
+    assert main(["validate", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "rows.jsonl:2: the row holds a lone surrogate" in out
+    assert "4 tasks valid, 2 problems" in out
