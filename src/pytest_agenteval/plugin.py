@@ -280,6 +280,9 @@ def named_datasets(config: pytest.Config) -> dict[Path, str]:
 class TemplateGuard:
     """Registered in every session: workspace templates of any dataset are never collected."""
 
+    ignores_folders_only = True
+    """It never ignores a file: a dataset folder need not ask it about each one."""
+
     def __init__(self) -> None:
         self.folders = TemplateFolders()
 

@@ -86,6 +86,8 @@ class GraderSpecError(ValueError):
         self.problem = problem
         self.option = option
         self.hint = hint
+        self.others: tuple[GraderSpecError, ...] = ()
+        """More problems of the same spec, reported with this one."""
 
 
 class TemplateError(AgentevalError):

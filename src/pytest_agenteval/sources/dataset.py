@@ -329,7 +329,7 @@ def _finish(
 ) -> TaskDef | LoadFailure:
     """A validated spec becomes a TaskDef: manifest defaults, workspace check, graders built."""
     if isinstance(read, LoadFailure):
-        return read
+        return _with_grader_problems(path, dataset, read, node, make_grader)
     spec, line, loc = read.spec, read.line, read.loc
     task = TaskDef(spec, dataset, path, line, loc, row=read.row)
     errors = _check_workspace(task, node, loc)
@@ -358,6 +358,24 @@ def _finish(
         return LoadFailure(path, spec.id, line, errors)
     object.__setattr__(task, "graders", tuple(graders))
     return task
+
+
+def _with_grader_problems(
+    path: Path, dataset: Dataset, failure: LoadFailure, node: Any, make_grader: MakeGrader | None
+) -> LoadFailure:
+    """A task that failed validation, with its graders' problems too (built from what was
+    valid), so every problem of the task is reported at once, in line order."""
+    partial = failure.partial
+    if partial is None or make_grader is None:
+        return failure
+    task = TaskDef(partial.spec, dataset, path, partial.line, partial.loc)
+    specs = partial.spec.graders or dataset.manifest.defaults.graders or []
+    specs = with_judge_defaults(specs, dataset.manifest)
+    _, errors = _build_graders(task, specs, node, partial.loc, make_grader)
+    if not errors:
+        return failure
+    errors = sorted([*failure.errors, *errors], key=lambda e: e.line or 0)
+    return LoadFailure(path, failure.label, failure.line, errors)
 
 
 def _for_row(error: TaskFileError, where: str) -> TaskFileError:
@@ -448,8 +466,9 @@ def _build_graders(
             where = (*loc, "graders", index) if from_task else ("defaults", "graders", index)
             path = task.path if from_task else task.dataset.manifest_path or task.path
             line = line_of(node, where) if from_task else None
-            field_name = field_path(where) + (f".{exc.option}" if exc.option else "")
-            errors.append(
-                TaskFileError(path, exc.problem, line=line, field=field_name, hint=exc.hint)
-            )
+            for error in (exc, *exc.others):
+                field_name = field_path(where) + (f".{error.option}" if error.option else "")
+                errors.append(
+                    TaskFileError(path, error.problem, line=line, field=field_name, hint=error.hint)
+                )
     return graders, errors
