@@ -39,3 +39,28 @@ def test_a_lone_surrogate_is_one_rows_error(
     out = capsys.readouterr().out
     assert "rows.jsonl:2: the row holds a lone surrogate" in out
     assert "4 tasks valid, 2 problems" in out
+
+
+def test_a_template_typo_is_one_error_at_the_template(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A field no row has, and a grader no row's task can build, are one error each at the
+    task file's line with the count of rows; a field one row lacks stays that row's error."""
+    rows = "".join(f'{{"k": {i}, "question": "q{i}"}}\n' for i in range(5)) + '{"k": 5}\n'
+    dataset(
+        {
+            "typo.yaml": ROWS.replace("{q}", "{qestion}"),
+            "grader.yaml": ROWS.replace("{q}", "{question}").replace("equals", "equls"),
+            "rows.jsonl": rows,
+        }
+    )
+    result = pytester.runpytest("--agenteval", "ds", "-p", "no:randomly")
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines_random(
+        [
+            "ds/typo.yaml:3: at input: all 6 rows of ds/rows.jsonl have no field 'qestion'",
+            "ds/grader.yaml:5: at graders[0]: unknown grader 'equls'"
+            " (for 5 rows of ds/rows.jsonl: lines 1-5)",
+            "ds/rows.jsonl:6: at input: the row has no field 'question' *",
+        ]
+    )

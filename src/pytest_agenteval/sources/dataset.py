@@ -20,6 +20,7 @@ from ..core.errors import GraderSpecError, TaskFileError, TemplateError, display
 from ..core.model import GraderSpec, Manifest, TaskSpec
 from ..core.text import excerpt
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
+from .sourced import line_list
 from .speccache import CachedTask, SpecCache
 from .taskfile import FileRead, LoadFailure, read_task_file, read_with_node
 from .templates import Entry, template_digest, template_entries
@@ -317,7 +318,36 @@ def _load(
         return results
     # A valid spec failed its graders or workspace check: parse again for the error's lines.
     again, node = read_with_node(path, dataset.id_for(path), dataset.root)
-    return [_finish(path, dataset, t, node, make_grader) for t in again.tasks]
+    return _one_failure_per_problem(
+        [_finish(path, dataset, t, node, make_grader) for t in again.tasks]
+    )
+
+
+def _one_failure_per_problem(results: list[TaskDef | LoadFailure]) -> list[TaskDef | LoadFailure]:
+    """Rows whose shared settings fail alike (a grader that does not suit them) are one load
+    error naming the rows, not one identical error per row."""
+    groups: dict[tuple[Any, ...], list[LoadFailure]] = {}
+    for failure in results:
+        if isinstance(failure, LoadFailure) and failure.row is not None:
+            key = tuple((e.line, e.field, e.problem, e.hint) for e in failure.errors)
+            groups.setdefault(key, []).append(failure)
+    out: list[TaskDef | LoadFailure] = []
+    for result in results:
+        if not isinstance(result, LoadFailure) or result.row is None:
+            out.append(result)
+            continue
+        group = next(g for g in groups.values() if result in g)
+        if group[0] is not result:
+            continue
+        source = display_path(result.row[0])
+        if len(group) == 1:
+            where = f"for the row at {source}:{result.row[1]}"
+        else:
+            lines = line_list([f.row[1] for f in group if f.row])
+            where = f"for {len(group)} rows of {source}: {lines}"
+        errors = [_for_rows(e, where) for e in result.errors]
+        out.append(LoadFailure(result.path, result.label, result.line, errors))
+    return out
 
 
 def _finish(
@@ -352,10 +382,8 @@ def _finish(
     errors += grader_errors
     if errors:
         assert spec.id is not None
-        if task.row is not None:  # shared settings that do not suit this row's values
-            where = f"{display_path(task.row[0])}:{task.row[1]}"
-            errors = [_for_row(e, where) for e in errors]
-        return LoadFailure(path, spec.id, line, errors)
+        # A row's (shared settings that do not suit its values) is named once all are known
+        return LoadFailure(path, spec.id, line, errors, row=task.row)
     object.__setattr__(task, "graders", tuple(graders))
     return task
 
@@ -378,8 +406,8 @@ def _with_grader_problems(
     return LoadFailure(path, failure.label, failure.line, errors)
 
 
-def _for_row(error: TaskFileError, where: str) -> TaskFileError:
-    problem = f"{error.problem} (for the row at {where})"
+def _for_rows(error: TaskFileError, where: str) -> TaskFileError:
+    problem = f"{error.problem} ({where})"
     return TaskFileError(error.path, problem, line=error.line, field=error.field, hint=error.hint)
 
 

@@ -38,10 +38,18 @@ class SourceError(Exception):
 class RowError(ValueError):
     """A template could not be filled from one row; `loc` is where in the template."""
 
-    def __init__(self, problem: str, loc: tuple[str | int, ...] = ()) -> None:
+    def __init__(
+        self, problem: str, loc: tuple[str | int, ...] = (), *, missing: str | None = None
+    ) -> None:
         super().__init__(problem)
         self.problem = problem
         self.loc = loc
+        self.missing = missing
+        """The field the row lacks, when that is the problem."""
+
+    def at(self, *steps: str | int) -> RowError:
+        """The same error, `steps` further from the template's root."""
+        return RowError(self.problem, (*steps, *self.loc), missing=self.missing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +266,7 @@ def _render_at(template: Any, row: Values, step: str | int) -> Any:
     try:
         return render(template, row)
     except RowError as exc:
-        raise RowError(exc.problem, (step, *exc.loc)) from None
+        raise exc.at(step) from None
 
 
 def _render_text(text: Text, row: Values) -> Any:
@@ -280,7 +288,8 @@ def field_value(row: Values, name: str) -> Any:
     for key in name.split("."):
         if not isinstance(value, dict) or key not in value:
             fields = ", ".join(repr(f) for f in list(row)[:12]) or "none"
-            raise RowError(f"the row has no field {name!r} (its fields: {fields})")
+            problem = f"the row has no field {name!r} (its fields: {fields})"
+            raise RowError(problem, missing=name)
         value = value[key]
     return value
 

@@ -8,12 +8,13 @@ is read each session, and a row that changed changes only its own task's digest.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import TaskFileError
+from ..core.errors import TaskFileError, did_you_mean, display_path
 from ..core.model import SourceTaskSpec, TaskSpec, check_input, check_task_id
 from ..core.text import excerpt
 from .rows import Row, RowError, SourceError, compile_template, read_rows, render, source_format
@@ -52,7 +53,75 @@ def read_sourced(
         return [LoadFailure(path, default_id, at, [error])]
     # Rows differ only in the templated fields: copying one spec skips validating the rest
     base = TaskSpec.model_construct(**{name: getattr(spec, name) for name in SHARED}, input="")
-    return [_row_task(row, templates, base, source, default_id, line) for row in rows]
+    tasks = [_row_task(row, templates, base, source, default_id, line) for row in rows]
+    return _one_error_per_field(tasks, path, node, source, len(rows))
+
+
+@dataclass(frozen=True)
+class _Missing:
+    """A row that lacks a field a template names."""
+
+    row: Row
+    label: str
+    error: RowError
+
+
+def _one_error_per_field(
+    tasks: list[CachedTask | LoadFailure | _Missing], path: Path, node: Any, source: Path, rows: int
+) -> list[CachedTask | LoadFailure]:
+    """A field that several rows lack is one error at the template naming it (a typo there
+    would otherwise be one identical error per row); a field one row lacks is that row's."""
+    groups: dict[tuple[Any, ...], list[_Missing]] = {}
+    for task in tasks:
+        if isinstance(task, _Missing):
+            groups.setdefault((task.error.loc, task.error.missing), []).append(task)
+    out: list[CachedTask | LoadFailure] = []
+    for task in tasks:
+        if not isinstance(task, _Missing):
+            out.append(task)
+            continue
+        group = groups[(task.error.loc, task.error.missing)]
+        if len(group) == 1:
+            error = task.error
+            out.append(
+                _row_failure(source, task.row, task.label, error.problem, field_path(error.loc))
+            )
+        elif group[0] is task:
+            out.append(_template_failure(path, node, group, source, rows))
+    return out
+
+
+def _template_failure(
+    path: Path, node: Any, group: list[_Missing], source: Path, rows: int
+) -> LoadFailure:
+    first = group[0]
+    name, loc = first.error.missing, first.error.loc
+    assert name is not None
+    if len(group) == rows:
+        which, lines = f"all {rows}", ""
+    else:
+        which, lines = f"{len(group)} of {rows}", f" ({line_list([m.row.line for m in group])})"
+    problem = f"{which} rows of {display_path(source)} have no field {name!r}{lines}"
+    fields = list(first.row.values or {})
+    listed = ", ".join(repr(f) for f in fields[:12]) or "none"
+    hint = did_you_mean(name, fields) or f"{ROW_HINT} (the first row's: {listed})"
+    line = line_of(node, loc) or 1
+    error = TaskFileError(path, problem, line=line, field=field_path(loc), hint=hint)
+    return LoadFailure(path, first.label, line, [error])
+
+
+def line_list(lines: list[int], most: int = 6) -> str:
+    """`lines 1-4, 7` for sorted line numbers: runs joined, at most `most` of them shown."""
+    runs: list[list[int]] = []
+    for line in lines:
+        if runs and line == runs[-1][-1] + 1:
+            runs[-1].append(line)
+        else:
+            runs.append([line])
+    shown = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs[:most])
+    more = sum(len(r) for r in runs[most:])
+    word = "lines" if len(lines) > 1 else "line"
+    return f"{word} {shown}" + (f" and {more} more" if more else "")
 
 
 def _templates(spec: SourceTaskSpec) -> dict[str, Any]:
@@ -89,7 +158,7 @@ def _row_task(
     source: Path,
     default_id: str,
     line: int,
-) -> CachedTask | LoadFailure:
+) -> CachedTask | LoadFailure | _Missing:
     label = f"{default_id}/{row.index}"
     if row.values is None:
         assert row.problem is not None
@@ -99,6 +168,8 @@ def _row_task(
         label = task_id
         fields = _filled(templates, row.values, task_id)
     except RowError as exc:
+        if exc.missing is not None:
+            return _Missing(row, label, exc)
         return _row_failure(source, row, label, exc.problem, field_path(exc.loc))
     spec = base.model_copy(update=fields)
     return CachedTask(spec, line, (), (source, row.line))
@@ -125,7 +196,7 @@ def _render_field(name: str, template: Any, values: dict[str, Any]) -> Any:
     try:
         return render(template, values)
     except RowError as exc:
-        raise RowError(exc.problem, (name, *exc.loc)) from None
+        raise exc.at(name) from None
 
 
 def _as_text(value: Any) -> str:

@@ -27,6 +27,8 @@ class LoadFailure:
     """Task id when known, else the file's id-like path (and list position)."""
     line: int
     errors: list[TaskFileError] = field(default_factory=list)
+    row: tuple[Path, int] | None = None
+    """(source file, line) of the row, for a problem of the task file's shared settings."""
     partial: CachedTask | None = None
     """The task without its invalid keys, when that is valid: its graders are built anyway,
     so one round of `validate` reports their problems too."""
@@ -131,7 +133,7 @@ def _read_task(
         errors = validation_errors(exc, path, node, loc, TaskSpec)
         partial = _without_invalid(raw, exc, label)
         kept = CachedTask(partial, line, loc) if partial is not None else None
-        return LoadFailure(path, label, line, errors, kept)
+        return LoadFailure(path, label, line, errors, partial=kept)
     if spec.id is None:
         try:
             check_task_id(default_id)
