@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from helpers import DatasetMaker
 from pytest_agenteval.cli import main
+from pytest_agenteval.sources.rows import MAX_NESTING
 
 ROWS = 'source: rows.jsonl\nid: "j{k}"\ninput: "{q}"\nexpected: "4"\ngraders: [equals]\n'
 CSV = 'source: rows.csv\nid: "c{k}"\ninput: "{q}"\nexpected: "4"\ngraders: [equals]\n'
@@ -62,5 +65,39 @@ def test_a_template_typo_is_one_error_at_the_template(
             "ds/grader.yaml:5: at graders[0]: unknown grader 'equls'"
             " (for 5 rows of ds/rows.jsonl: lines 1-5)",
             "ds/rows.jsonl:6: at input: the row has no field 'question' *",
+        ]
+    )
+
+
+def test_pathological_rows_and_templates_are_their_own_errors(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A JSONL row nested 200,000 deep (or past the nesting bound) is that row's error, a
+    template asking for a width of 3,000,000,000 is its file's error, and a CSV header of
+    200,000 columns is read in linear time; the other rows run."""
+    deep = "[" * 200_000 + "]" * 200_000
+    past_bound = "[" * (MAX_NESTING + 1) + "]" * (MAX_NESTING + 1)
+    rows = [{"k": 1, "q": "ok"}, {"k": 2, "q": "x"}, {"k": 3, "q": "x"}, {"k": 4, "q": "ok"}]
+    lines = [json.dumps(row) for row in rows]
+    lines[1] = lines[1][:-1] + f', "deep": {deep}}}'
+    lines[2] = lines[2][:-1] + f', "deep": {past_bound}}}'
+    root = dataset(
+        {
+            "j.yaml": ROWS,
+            "rows.jsonl": "\n".join(lines) + "\n",
+            "w.yaml": ROWS.replace("j{k}", "w{k}").replace("{q}", "{q:>3000000000}"),
+            "c.yaml": CSV,
+        }
+    )
+    wide = ["k", "q", *(f"c{i}" for i in range(200_000))]
+    (root / "rows.csv").write_text(",".join(wide) + "\n1,ok" + "," * 200_000 + "\n")
+    agent_says_4(pytester)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "-p", "no:randomly", timeout=120)
+    result.assert_outcomes(passed=3, errors=3)
+    result.stdout.fnmatch_lines_random(
+        [
+            f"ds/rows.jsonl:2: the row nests lists or objects more than {MAX_NESTING} levels deep",
+            "ds/rows.jsonl:3: the row nests lists or objects more than*",
+            "ds/w.yaml:3: at input: bad template '{q:>3000000000}': a width or precision above*",
         ]
     )

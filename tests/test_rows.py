@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 from pathlib import Path
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_agenteval.sources.rows import (
+    MAX_GZIP_BYTES,
     RowError,
     SourceError,
     compile_template,
@@ -156,3 +158,15 @@ def test_csv_values_round_trip_into_task_fields(
     template = compile_template("{a}|{b}")
     read = read_rows(path, "csv")
     assert [render(template, r.values or {}) for r in read] == [f"{a}|{b}" for a, b in rows]
+
+
+@pytest.mark.slow
+def test_a_gzip_bomb_is_refused_at_the_cap(tmp_path: Path) -> None:
+    """A small gzip that expands past MAX_GZIP_BYTES is a SourceError, read as a stream: it is
+    never decompressed whole."""
+    member = gzip.compress(b"\n" * 2**20)
+    path = tmp_path / "bomb.jsonl.gz"
+    path.write_bytes(member * (MAX_GZIP_BYTES // 2**20 + 1))
+    assert path.stat().st_size < 2**20
+    with pytest.raises(SourceError, match=r"bomb.jsonl.gz expands to more than 256 MiB"):
+        read_rows(path, "jsonl")

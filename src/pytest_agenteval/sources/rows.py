@@ -18,10 +18,13 @@ import io
 import json
 import re
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from string import Formatter
 from typing import Any
+
+from ..core.text import excerpt
 
 Values = dict[str, Any]
 
@@ -93,10 +96,23 @@ def read_rows(path: Path, fmt: str) -> list[Row]:
     return rows
 
 
+MAX_GZIP_BYTES = 256 * 1024 * 1024
+"""How many bytes a gzipped source may expand to: it is decompressed as a stream up to this,
+so a small file that expands to gigabytes is refused instead of filling memory."""
+
+
 def _read_bytes(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
-        return gzip.decompress(data) if path.name.lower().endswith(".gz") else data
+        if not path.name.lower().endswith(".gz"):
+            return path.read_bytes()
+        with gzip.open(path) as stream:
+            data = stream.read(MAX_GZIP_BYTES + 1)
+        if len(data) > MAX_GZIP_BYTES:
+            raise SourceError(
+                f"{path.name} expands to more than {MAX_GZIP_BYTES // 2**20} MiB",
+                hint="a gzipped source may hold at most that much; decompress it, or split it",
+            )
+        return data
     except OSError as exc:
         if isinstance(exc, gzip.BadGzipFile):
             raise SourceError(f"{path.name} is not a gzip file: {exc}") from None
@@ -116,9 +132,15 @@ def _jsonl_rows(data: bytes) -> list[Row]:
         except ValueError as exc:  # also bad UTF-8
             rows.append(Row(number, index, None, f"not valid JSON: {exc}"))
             continue
+        except RecursionError:
+            rows.append(Row(number, index, None, TOO_DEEP))
+            continue
         if not isinstance(values, dict):
             kind = type(values).__name__
             rows.append(Row(number, index, None, f"a row must be a JSON object, not a {kind}"))
+            continue
+        if _deeper_than(values, MAX_NESTING, line):
+            rows.append(Row(number, index, None, TOO_DEEP))
             continue
         if _SURROGATE_ESCAPE.search(line) and _lone_surrogate(values):
             problem = (
@@ -129,6 +151,28 @@ def _jsonl_rows(data: bytes) -> list[Row]:
             continue
         rows.append(Row(number, index, values))
     return rows
+
+
+MAX_NESTING = 100
+"""How deep a row's values may nest (lists and objects): deeper rows would make everything
+that walks them (digests, records) overflow Python's stack."""
+
+
+TOO_DEEP = f"the row nests lists or objects more than {MAX_NESTING} levels deep"
+
+
+def _deeper_than(values: Values, limit: int, line: bytes) -> bool:
+    """Whether the row nests deeper than `limit`; rows with fewer brackets are not walked."""
+    if line.count(b"[") + line.count(b"{") <= limit:
+        return False
+    stack: list[tuple[Any, int]] = [(values, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((v, depth + 1) for v in children if isinstance(v, dict | list))
+    return False
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -200,7 +244,7 @@ def _header(reader: Any) -> list[str]:
         header: list[str] = next(reader, [])
     except csv.Error as exc:
         raise SourceError(f"the header line is not valid CSV: {exc}") from None
-    repeated = sorted({name for name in header if header.count(name) > 1})
+    repeated = sorted(name for name, times in Counter(header).items() if times > 1)
     if repeated:
         raise SourceError(
             f"the header names column {repeated[0]!r} twice", hint="give every column its own name"
@@ -233,6 +277,11 @@ def compile_template(value: Any, loc: tuple[str | int, ...] = ()) -> Any:
     return value
 
 
+MAX_WIDTH = 10_000
+"""The largest width or precision a template's format spec may ask for (`{q:>3000000000}`
+would ask for gigabytes)."""
+
+
 def _compile_text(text: str, loc: tuple[str | int, ...]) -> str | Text:
     try:
         parsed = list(Formatter().parse(text))
@@ -244,6 +293,9 @@ def _compile_text(text: str, loc: tuple[str | int, ...]) -> str | Text:
         if name is not None and (not name or conversion or "{" in (spec or "")):
             problem = f"bad template {text!r}: name a field in every {{...}}"
             raise RowError(f"{problem}, without `!` conversions or nested braces", loc)
+        if spec and any(int(n) > MAX_WIDTH for n in re.findall(r"\d+", spec)):
+            problem = f"bad template {excerpt(text, 80)!r}: a width or precision above {MAX_WIDTH}"
+            raise RowError(problem, loc)
         parts.append((literal, name, spec or ""))
     if all(name is None for _, name, _ in parts):
         return "".join(literal for literal, _, _ in parts)  # only escaped braces
