@@ -115,7 +115,35 @@ def test_an_open_quote_is_named(tmp_path: Path) -> None:
     path.write_text('id,q,a\n1,h,x\n2,"bad,x\n3,a,b\n')
     bad = [row for row in read_rows(path, "csv") if row.problem]
     assert len(bad) == 1 and bad[0].line == 3
-    assert "runs from line 3 to 4: is a quote left open?" in (bad[0].problem or "")
+    assert bad[0].problem == (
+        "the record has 2 fields, the header 3 (a quote opened on line 3 is never closed: "
+        "it swallowed line 4 (1 line, not read as rows); close the quote)"
+    )
+
+
+@pytest.mark.parametrize("broken", [10, 4990])
+def test_a_quote_left_open_in_a_long_file_names_what_it_swallowed(
+    tmp_path: Path, broken: int
+) -> None:
+    """A quote left open in a long CSV swallows rows up to the field limit (or to the file's
+    end, where the field count may even fit): the error names the line the quote opened on and
+    the lines it swallowed, which are exactly the rows missing; the rows after them are read."""
+    padding = "." * 30
+    lines = ["id,q", *(f"{i},question {i} padded {padding}" for i in range(1, 5001))]
+    lines[broken] = f'{broken},"an open quote'
+    path = tmp_path / "r.csv"
+    path.write_text("\n".join(lines) + "\n")
+    rows = read_rows(path, "csv")
+    bad = [row for row in rows if row.problem]
+    opened = broken + 1
+    assert [row.line for row in bad] == [opened]
+    swallowed = 5000 - len(rows)
+    assert swallowed > 5
+    assert (
+        f"a quote opened on line {opened} is never closed: it swallowed lines "
+        f"{opened + 1}-{opened + swallowed} ({swallowed} lines, not read as rows)"
+    ) in (bad[0].problem or "")
+    assert rows[-1].line == (5001 if broken == 10 else opened)  # the rows after it are read
 
 
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)

@@ -199,6 +199,7 @@ def _csv_rows(data: bytes) -> list[Row]:
     if undecoded and not _is_text(header):
         raise SourceError("the header line is not UTF-8 text", hint=SAVE_AS_UTF8)
     rows: list[Row] = []
+    lines = _Lines(text)
     while True:
         start = reader.line_num + 1
         try:
@@ -206,7 +207,10 @@ def _csv_rows(data: bytes) -> list[Row]:
         except StopIteration:
             return rows
         except csv.Error as exc:
-            rows.append(Row(start, len(rows), None, f"not a valid CSV record: {exc}"))
+            problem = f"not a valid CSV record: {exc}"
+            if reader.line_num > start:  # the record ran over several lines
+                problem += lines.spanned(start, reader.line_num)
+            rows.append(Row(start, len(rows), None, problem))
             continue
         if not record:
             continue
@@ -218,12 +222,54 @@ def _csv_rows(data: bytes) -> list[Row]:
         if len(record) != len(header):
             problem = f"the record has {len(record)} fields, the header {len(header)}"
             if reader.line_num > start:  # the record ran over several lines
-                problem += (
-                    f" (it runs from line {start} to {reader.line_num}: is a quote left open?)"
-                )
+                problem += lines.spanned(start, reader.line_num)
             rows.append(Row(start, len(rows), None, problem))
             continue
+        if reader.line_num > start and lines.is_last(reader.line_num):
+            swallowed = lines.swallowed(start, reader.line_num)
+            if swallowed:  # a quote left open took in the file's end, with a fitting count
+                rows.append(Row(start, len(rows), None, swallowed))
+                continue
         rows.append(Row(start, len(rows), dict(zip(header, record, strict=True))))
+
+
+class _Lines:
+    """The lines of a CSV text, split (as the reader splits them) only when a record spans
+    several: then a quote left open may have swallowed the rows after it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._lines: list[str] | None = None
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = io.StringIO(self.text, newline="").readlines()
+        return self._lines
+
+    def spanned(self, start: int, end: int) -> str:
+        """Why a record that failed ran from line `start` to `end`."""
+        return f" ({self.swallowed(start, end) or f'the record runs from line {start} to {end}'})"
+
+    def swallowed(self, start: int, end: int) -> str | None:
+        """If a quote is still open at line `end` of a record from line `start`: where it
+        opened, and the lines whose rows it took in (they are not read)."""
+        opened, open_now = start, False
+        for number, line in enumerate(self.lines[start - 1 : end], start):
+            if line.count('"') % 2:
+                opened = opened if open_now else number
+                open_now = not open_now
+        if not open_now:
+            return None
+        after = f"line {end}" if end == opened + 1 else f"lines {opened + 1}-{end}"
+        return (
+            f"a quote opened on line {opened} is never closed: it swallowed {after} "
+            f"({end - opened} {'line' if end == opened + 1 else 'lines'}, not read as rows); "
+            "close the quote"
+        )
+
+    def is_last(self, line: int) -> bool:
+        return line >= len(self.lines)
 
 
 SAVE_AS_UTF8 = "save the file as UTF-8"
