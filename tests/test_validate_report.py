@@ -43,3 +43,29 @@ def test_every_problem_at_once_with_unknown_keys_named(
     result = pytester.runpytest("--agenteval", "ds", "-p", "no:randomly")
     result.assert_outcomes(errors=1, failed=1)
     result.stdout.fnmatch_lines(["*t1[[]load-error[]]*", *PROBLEMS])
+
+
+def test_every_problem_of_a_manifest_and_a_task_list_at_once(
+    pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A manifest with two misspelt keys, and a `tasks:` file with two unknown keys beside the
+    list, report both problems each, in one round of `validate` and of pytest."""
+    root = dataset({"list.yaml": "tasks: []\nother: 1\nmore: 2\n"})
+    assert main(["validate", str(root)]) == 1
+    assert "list.yaml:2: at other: unknown key 'other'\nds/list.yaml:3: at more:" in (
+        capsys.readouterr().out
+    )
+    (root / "agenteval.yaml").write_text("name: ds\nversoin: '1'\nagnet: agent:run\n")
+    assert main(["validate", str(root)]) == 1
+    out = capsys.readouterr().out
+    pytest.LineMatcher(out.splitlines()).fnmatch_lines(
+        [
+            "ds/agenteval.yaml:2: at versoin: unknown key 'versoin'",
+            "Hint: did you mean 'version'?",
+            "ds/agenteval.yaml:3: at agnet: unknown key 'agnet'",
+            "Hint: did you mean 'agent'?",
+            "0 tasks valid, 2 problems",
+        ]
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    result.stderr.fnmatch_lines(["*agenteval.yaml:2: at versoin*", "*agenteval.yaml:3: at agnet*"])

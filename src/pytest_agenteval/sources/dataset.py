@@ -16,7 +16,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import GraderSpecError, TaskFileError, TemplateError, display_path
+from ..core.errors import (
+    GraderSpecError,
+    TaskFileError,
+    TaskFileErrors,
+    TemplateError,
+    display_path,
+)
 from ..core.model import GraderSpec, Manifest, TaskSpec
 from ..core.text import excerpt
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
@@ -183,7 +189,8 @@ def load_dataset(path: Path, cache: SpecCache | None = None) -> Dataset:
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
-        raise validation_errors(exc, manifest_path, node, (), Manifest)[0] from None
+        errors = validation_errors(exc, manifest_path, node, (), Manifest)
+        raise TaskFileErrors(errors) from None
     return Dataset(root, manifest, manifest_path, cache)
 
 

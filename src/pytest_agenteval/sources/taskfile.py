@@ -96,12 +96,21 @@ def _read_list(
     path: Path, stem: str, node: Any, data: dict[str, Any]
 ) -> list[CachedTask | LoadFailure]:
     tasks = data["tasks"]
-    extra = sorted(set(data) - {"tasks"})
+    extra = [key for key in data if key != "tasks"]
     if extra or not isinstance(tasks, list):
-        field_name = extra[0] if extra else "tasks"
-        problem = f"unknown key {field_name!r}" if extra else "`tasks` must be a list of tasks"
-        err = TaskFileError(path, problem, line=line_of(node, (field_name,)), field=field_name)
-        return [LoadFailure(path, stem, err.line or 1, [err])]
+        errors = [
+            TaskFileError(path, problem, line=line_of(node, (key,)), field=str(key))
+            for key, problem in [
+                *((key, f"unknown key {key!r}") for key in extra),
+                *(
+                    [("tasks", "`tasks` must be a list of tasks")]
+                    if not isinstance(tasks, list)
+                    else []
+                ),
+            ]
+        ]
+        errors.sort(key=lambda e: e.line or 0)
+        return [LoadFailure(path, stem, errors[0].line or 1, errors)]
     results: list[CachedTask | LoadFailure] = []
     for index, raw in enumerate(tasks):
         loc = ("tasks", index)
