@@ -21,12 +21,11 @@ from ..core.errors import (
     TaskFileError,
     TaskFileErrors,
     TemplateError,
-    display_path,
 )
 from ..core.model import GraderSpec, Manifest, TaskSpec
 from ..core.text import excerpt
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
-from .sourced import line_list
+from .sourced import one_failure_per_problem
 from .speccache import CachedTask, SpecCache
 from .taskfile import FileRead, LoadFailure, read_task_file, read_with_node
 from .templates import Entry, template_digest, template_entries
@@ -325,36 +324,9 @@ def _load(
         return results
     # A valid spec failed its graders or workspace check: parse again for the error's lines.
     again, node = read_with_node(path, dataset.id_for(path), dataset.root)
-    return _one_failure_per_problem(
+    return one_failure_per_problem(
         [_finish(path, dataset, t, node, make_grader) for t in again.tasks]
     )
-
-
-def _one_failure_per_problem(results: list[TaskDef | LoadFailure]) -> list[TaskDef | LoadFailure]:
-    """Rows whose shared settings fail alike (a grader that does not suit them) are one load
-    error naming the rows, not one identical error per row."""
-    groups: dict[tuple[Any, ...], list[LoadFailure]] = {}
-    for failure in results:
-        if isinstance(failure, LoadFailure) and failure.row is not None:
-            key = tuple((e.line, e.field, e.problem, e.hint) for e in failure.errors)
-            groups.setdefault(key, []).append(failure)
-    out: list[TaskDef | LoadFailure] = []
-    for result in results:
-        if not isinstance(result, LoadFailure) or result.row is None:
-            out.append(result)
-            continue
-        group = next(g for g in groups.values() if result in g)
-        if group[0] is not result:
-            continue
-        source = display_path(result.row[0])
-        if len(group) == 1:
-            where = f"for the row at {source}:{result.row[1]}"
-        else:
-            lines = line_list([f.row[1] for f in group if f.row])
-            where = f"for {len(group)} rows of {source}: {lines}"
-        errors = [_for_rows(e, where) for e in result.errors]
-        out.append(LoadFailure(result.path, result.label, result.line, errors))
-    return out
 
 
 def _finish(
@@ -411,11 +383,6 @@ def _with_grader_problems(
         return failure
     errors = sorted([*failure.errors, *errors], key=lambda e: e.line or 0)
     return LoadFailure(path, failure.label, failure.line, errors)
-
-
-def _for_rows(error: TaskFileError, where: str) -> TaskFileError:
-    problem = f"{error.problem} ({where})"
-    return TaskFileError(error.path, problem, line=error.line, field=error.field, hint=error.hint)
 
 
 def with_judge_defaults(specs: list[GraderSpec], manifest: Manifest) -> list[GraderSpec]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -24,6 +24,8 @@ from .yamlfile import field_path, line_of, validation_errors
 
 TEMPLATED = ("id", "description", "input", "expected", "metadata")
 """Fields filled from each row; the others are shared by every row."""
+T = TypeVar("T")
+
 SHARED = ("tags", "graders", "timeout", "grader_timeout", "agent", "workspace")
 ROW_HINT = "fields are the keys of a JSONL row or the columns of the CSV header"
 
@@ -216,3 +218,38 @@ def _row_failure(
     hint = ROW_HINT if "no field" in problem else None
     error = TaskFileError(source, problem, line=row.line, field=field or None, hint=hint)
     return LoadFailure(source, label, row.line, [error])
+
+
+def one_failure_per_problem(results: list[T | LoadFailure]) -> list[T | LoadFailure]:
+    """Rows whose shared settings fail alike (a grader that does not suit them) are one load
+    error naming the rows, not one identical error per row."""
+    groups: dict[tuple[Any, ...], list[LoadFailure]] = {}
+    for failure in results:
+        if isinstance(failure, LoadFailure) and failure.row is not None:
+            groups.setdefault(_problems(failure), []).append(failure)
+    out: list[T | LoadFailure] = []
+    for result in results:
+        if not isinstance(result, LoadFailure) or result.row is None:
+            out.append(result)
+            continue
+        group = groups[_problems(result)]
+        if group[0] is not result:
+            continue
+        source = display_path(result.row[0])
+        if len(group) == 1:
+            where = f"for the row at {source}:{result.row[1]}"
+        else:
+            lines = line_list([f.row[1] for f in group if f.row])
+            where = f"for {len(group)} rows of {source}: {lines}"
+        errors = [_for_rows(e, where) for e in result.errors]
+        out.append(LoadFailure(result.path, result.label, result.line, errors))
+    return out
+
+
+def _problems(failure: LoadFailure) -> tuple[Any, ...]:
+    return tuple((e.line, e.field, e.problem, e.hint) for e in failure.errors)
+
+
+def _for_rows(error: TaskFileError, where: str) -> TaskFileError:
+    problem = f"{error.problem} ({where})"
+    return TaskFileError(error.path, problem, line=error.line, field=error.field, hint=error.hint)
