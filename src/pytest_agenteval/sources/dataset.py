@@ -48,6 +48,9 @@ class Dataset:
     manifest_path: Path | None
     cache: SpecCache | None = field(default=None, compare=False, repr=False)
     """Where validated specs of unchanged files are kept between sessions."""
+    templates_only: bool = field(default=False, compare=False, repr=False)
+    """Read only to know its templates (a session that does not evaluate it): a task file
+    without the word `workspace` names none, and is not parsed."""
     _reads: dict[Path, FileRead] = field(default_factory=dict, compare=False, repr=False)
     _loaded: dict[Path, list[TaskDef | LoadFailure]] = field(
         default_factory=dict, compare=False, repr=False
@@ -131,6 +134,8 @@ class Dataset:
 
     def _named_templates(self, path: Path) -> set[Path]:
         """The folders `path`'s tasks name as workspaces, as written and resolved."""
+        if self.templates_only and not _mentions_workspace(path):
+            return set()
         named = set()
         for value in self.read(path).workspaces:
             folder = path.parent / value
@@ -157,6 +162,13 @@ class Dataset:
         if isinstance(found, TemplateError):
             raise found
         return found
+
+
+def _mentions_workspace(path: Path) -> bool:
+    try:
+        return b"workspace" in path.read_bytes()
+    except OSError:
+        return False
 
 
 def _skipped_dir(name: str) -> bool:

@@ -8,6 +8,7 @@ no pydantic.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -138,7 +139,9 @@ class TemplateFolders:
             from .dataset import load_dataset  # only where a dataset is walked
 
             try:
-                self._datasets[root] = load_dataset(root)
+                dataset = load_dataset(root)
             except TaskFileError:  # the session that evaluates it says why
                 self._datasets[root] = None
+            else:
+                self._datasets[root] = dataclasses.replace(dataset, templates_only=True)
         return self._datasets[root]
