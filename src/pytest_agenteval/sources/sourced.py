@@ -106,7 +106,7 @@ def _template_failure(
     problem = f"{which} rows of {display_path(source)} have no field {name!r}{lines}"
     fields = list(first.row.values or {})
     listed = ", ".join(repr(f) for f in fields[:12]) or "none"
-    hint = did_you_mean(name, fields) or f"{ROW_HINT} (this row's: {listed}, line {first.row.line})"
+    hint = did_you_mean(name, fields) or f"{ROW_HINT} (line {first.row.line} has {listed})"
     line = line_of(node, loc) or 1
     error = TaskFileError(path, problem, line=line, field=field_path(loc), hint=hint)
     return LoadFailure(path, first.label, line, [error])
