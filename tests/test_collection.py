@@ -120,7 +120,7 @@ def test_strict_makes_bad_files_collection_errors(
     dataset({"good.yaml": task("ok"), "bad.yaml": "input: q\nexpected: ok\nbogus: 1\n"})
     result = pytester.runpytest("--agenteval", "ds", "--agenteval-strict")
     result.stdout.fnmatch_lines(
-        ["*ERROR collecting*", "*bad.yaml:3: at bogus: unknown field 'bogus'*"]
+        ["*ERROR collecting*", "*bad.yaml:3: at bogus: unknown key 'bogus'*"]
     )
     assert result.ret == pytest.ExitCode.INTERRUPTED
 
@@ -187,7 +187,7 @@ def test_bad_manifest_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--agenteval", "ds")
     result.stderr.fnmatch_lines(
         [
-            "*agenteval.yaml:3: at defaults.attemps: unknown field 'attemps'",
+            "*agenteval.yaml:3: at defaults.attemps: unknown key 'attemps'",
             "Hint: did you mean 'attempts'?",
         ]
     )
@@ -204,7 +204,7 @@ def test_unchanged_files_are_not_parsed_again(
     (root / "b.yaml").write_text("input: q\nexpected: ok\nbogus: 1\n")
     result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["ds/b.yaml:3: at bogus: unknown field 'bogus'"])
+    result.stdout.fnmatch_lines(["ds/b.yaml:3: at bogus: unknown key 'bogus'"])
     (root / "ws").mkdir()
     (root / "a.yaml").write_text(
         '{"input": "q", "expected": "ok", "workspace": "ws", "metadata": {"answer": "ok"}}'

@@ -76,7 +76,7 @@ def test_list_file_needs_ids_and_reports_each_bad_task(root: Path) -> None:
     [
         (
             "input: x\nexpcted: 1\n",
-            "t.yaml:2: at expcted: unknown field 'expcted'\nHint: did you mean 'expected'?",
+            "t.yaml:2: at expcted: unknown key 'expcted'\nHint: did you mean 'expected'?",
         ),
         ("description: no input\nexpected: 1\n", "t.yaml:1: missing required field 'input'"),
         (
@@ -107,7 +107,7 @@ def test_list_file_needs_ids_and_reports_each_bad_task(root: Path) -> None:
         ("input: x\ngraders:\n  - number\n", "number needs `expected` on the task or `value`"),
         (
             "input: x\ngraders:\n  - contains: {al: [a]}\n",
-            "unknown option 'al'\nHint: did you mean 'all'?",
+            "unknown key 'al'\nHint: did you mean 'all'?",
         ),
         (
             "input: x\nagent: {command: []}\nexpected: 1\n",
@@ -116,7 +116,7 @@ def test_list_file_needs_ids_and_reports_each_bad_task(root: Path) -> None:
         ("input: [x\n", "t.yaml:2: invalid YAML"),
         ("", "t.yaml:1: the file is empty"),
         ("- a\n- b\n", "t.yaml:1: a task file holds one task (a mapping) or a `tasks:` list"),
-        ("tasks: []\nother: 1\n", "t.yaml:2: at other: unknown field 'other'"),
+        ("tasks: []\nother: 1\n", "t.yaml:2: at other: unknown key 'other'"),
         ("tasks: 5\n", "t.yaml:1: at tasks: `tasks` must be a list of tasks"),
         ("tasks:\n  - just text\n", "t.yaml:2: at tasks[0]: a task must be a mapping"),
         ("input: !!python/object:os.system x\n", "invalid YAML"),
@@ -132,7 +132,7 @@ def test_manifest_errors_raise_with_location(tmp_path: Path) -> None:
     (tmp_path / "agenteval.yaml").write_text("name: demo\nagnet: x:y\n")
     with pytest.raises(
         TaskFileError,
-        match=r"agenteval.yaml:2: at agnet: unknown field 'agnet'\nHint: did you mean 'agent'\?",
+        match=r"agenteval.yaml:2: at agnet: unknown key 'agnet'\nHint: did you mean 'agent'\?",
     ):
         load_dataset(tmp_path)
 

@@ -38,3 +38,11 @@ def test_report_rejects_bad_values_like_the_plugin(
     plugin = pytester.runpytest("--agenteval", "ds", plugin_option, args[1])
     assert plugin.ret == pytest.ExitCode.USAGE_ERROR
     plugin.stderr.fnmatch_lines([f"*{message}*"])
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_every_option(flag: str, pytester: pytest.Pytester) -> None:
+    """`pytest --help` and `-h` format every option's help text (argparse %-formats each one)."""
+    result = pytester.runpytest_subprocess("-p", "agenteval", flag)
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    result.stdout.fnmatch_lines(["*--agenteval-baseline=BASE*", "*significantly (95%)*"])

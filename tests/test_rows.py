@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 from pathlib import Path
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_agenteval.sources.rows import (
+    MAX_GZIP_BYTES,
     RowError,
     SourceError,
     compile_template,
@@ -89,9 +91,21 @@ def test_csv_header_problems_and_empty_files(tmp_path: Path) -> None:
     path.write_text("a,b\n")
     with pytest.raises(SourceError, match="holds no rows"):
         read_rows(path, "csv")
-    path.write_bytes(b"a\n\xff\n")
-    with pytest.raises(SourceError, match="line 2 is not UTF-8"):
+    path.write_bytes(b"a\xff\n1\n")
+    with pytest.raises(SourceError, match="the header line is not UTF-8"):
         read_rows(path, "csv")
+
+
+def test_a_record_that_is_not_utf8_is_its_rows_error(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 (an encoded surrogate among them) spoil only their record."""
+    path = tmp_path / "r.csv"
+    path.write_bytes(b"a,b\n1,\xff\n2,\xed\xa0\x80\n3,ok\n")
+    rows = read_rows(path, "csv")
+    assert [(r.line, r.problem and r.problem.split(":")[0]) for r in rows] == [
+        (2, "the record is not UTF-8 text"),
+        (3, "the record is not UTF-8 text"),
+        (4, None),
+    ]
 
 
 def test_an_open_quote_is_named(tmp_path: Path) -> None:
@@ -101,7 +115,35 @@ def test_an_open_quote_is_named(tmp_path: Path) -> None:
     path.write_text('id,q,a\n1,h,x\n2,"bad,x\n3,a,b\n')
     bad = [row for row in read_rows(path, "csv") if row.problem]
     assert len(bad) == 1 and bad[0].line == 3
-    assert "runs from line 3 to 4: is a quote left open?" in (bad[0].problem or "")
+    assert bad[0].problem == (
+        "the record has 2 fields, the header 3 (a quote opened on line 3 is never closed: "
+        "it swallowed line 4 (1 line, not read as rows); close the quote)"
+    )
+
+
+@pytest.mark.parametrize("broken", [10, 4990])
+def test_a_quote_left_open_in_a_long_file_names_what_it_swallowed(
+    tmp_path: Path, broken: int
+) -> None:
+    """A quote left open in a long CSV swallows rows up to the field limit (or to the file's
+    end, where the field count may even fit): the error names the line the quote opened on and
+    the lines it swallowed, which are exactly the rows missing; the rows after them are read."""
+    padding = "." * 30
+    lines = ["id,q", *(f"{i},question {i} padded {padding}" for i in range(1, 5001))]
+    lines[broken] = f'{broken},"an open quote'
+    path = tmp_path / "r.csv"
+    path.write_text("\n".join(lines) + "\n")
+    rows = read_rows(path, "csv")
+    bad = [row for row in rows if row.problem]
+    opened = broken + 1
+    assert [row.line for row in bad] == [opened]
+    swallowed = 5000 - len(rows)
+    assert swallowed > 5
+    assert (
+        f"a quote opened on line {opened} is never closed: it swallowed lines "
+        f"{opened + 1}-{opened + swallowed} ({swallowed} lines, not read as rows)"
+    ) in (bad[0].problem or "")
+    assert rows[-1].line == (5001 if broken == 10 else opened)  # the rows after it are read
 
 
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
@@ -144,3 +186,15 @@ def test_csv_values_round_trip_into_task_fields(
     template = compile_template("{a}|{b}")
     read = read_rows(path, "csv")
     assert [render(template, r.values or {}) for r in read] == [f"{a}|{b}" for a, b in rows]
+
+
+@pytest.mark.slow
+def test_a_gzip_bomb_is_refused_at_the_cap(tmp_path: Path) -> None:
+    """A small gzip that expands past MAX_GZIP_BYTES is a SourceError, read as a stream: it is
+    never decompressed whole."""
+    member = gzip.compress(b"\n" * 2**20)
+    path = tmp_path / "bomb.jsonl.gz"
+    path.write_bytes(member * (MAX_GZIP_BYTES // 2**20 + 1))
+    assert path.stat().st_size < 2**20
+    with pytest.raises(SourceError, match=r"bomb.jsonl.gz expands to more than 256 MiB"):
+        read_rows(path, "jsonl")

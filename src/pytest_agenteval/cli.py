@@ -351,7 +351,7 @@ def _merge(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     """Load each dataset; then collect them as `pytest --co` would (conftest plugins included)
     and build every grader and every task's agent, starting nothing."""
-    from .core.errors import TaskFileError
+    from .core.errors import TaskFileError, TaskFileErrors
     from .sources.dataset import load_dataset
 
     problems, roots = 0, []
@@ -360,7 +360,7 @@ def _validate(args: argparse.Namespace) -> int:
             load_dataset(root)
         except TaskFileError as exc:
             print(exc.render())
-            problems += 1
+            problems += len(exc.errors) if isinstance(exc, TaskFileErrors) else 1
             continue
         roots.append(root)
     tasks = 0

@@ -18,7 +18,7 @@ import pytest
 from . import hookspecs
 from .core import options
 from .core.shards import parse_shard
-from .sources.discovery import dataset_args
+from .sources.discovery import TemplateFolders, dataset_args
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -154,7 +154,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="BASE",
         ini=("agenteval_baseline", "string"),
         help="regression gate: compare with BASE (a run id, `latest`, a run folder or a "
-        "summary.json) and exit 1 when pass@1 fell significantly (95%) by more than "
+        "summary.json) and exit 1 when pass@1 fell significantly (95%%) by more than "
         "--agenteval-max-regression.",
     )
     option(
@@ -278,7 +278,22 @@ def named_datasets(config: pytest.Config) -> dict[Path, str]:
     return {**{p: "" for p in dataset_args(config.args, base)}, **named}
 
 
+class TemplateGuard:
+    """Registered in every session: workspace templates of any dataset are never collected."""
+
+    ignores_folders_only = True
+    """It never ignores a file: a dataset folder need not ask it about each one."""
+
+    def __init__(self) -> None:
+        self.folders = TemplateFolders()
+
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        return self.folders.is_template(collection_path) or None
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    guard = TemplateGuard()
+    config.pluginmanager.register(guard, "agenteval-templates")
     named = named_datasets(config)
     if not named:
         return
@@ -303,6 +318,7 @@ def pytest_configure(config: pytest.Config) -> None:
     specs = SpecCache(folder / CACHE_NAME if folder else None)
     parts = load_datasets(named, specs)
     datasets = [dataset for dataset, _ in parts.values()]
+    guard.folders.adopt(datasets)
     for dataset in datasets:
         if str(dataset.root) not in sys.path:
             sys.path.append(str(dataset.root))

@@ -38,6 +38,20 @@ class TaskFileError(AgentevalError):
         return f"{text}\nHint: {self.hint}" if self.hint else text
 
 
+class TaskFileErrors(TaskFileError):
+    """Every problem of a file that loads whole (the manifest), reported at once."""
+
+    def __init__(self, errors: list[TaskFileError]) -> None:
+        self.errors = errors
+        first = errors[0]
+        super().__init__(
+            first.path, first.problem, line=first.line, field=first.field, hint=first.hint
+        )
+
+    def render(self) -> str:
+        return "\n".join(error.render() for error in self.errors)
+
+
 class AgentError(AgentevalError):
     """The agent under test crashed, timed out or returned something unusable: an *error* result."""
 
@@ -92,6 +106,8 @@ class GraderSpecError(ValueError):
         self.problem = problem
         self.option = option
         self.hint = hint
+        self.others: tuple[GraderSpecError, ...] = ()
+        """More problems of the same spec, reported with this one."""
 
 
 class TemplateError(AgentevalError):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shlex
 import shutil
 import sys
 from collections.abc import Callable
@@ -76,20 +78,32 @@ class CommandAgent:
         return AgentResult.model_construct(output=done.stdout)
 
     def _fill(self, arg: str, task: Task, environment: Environment) -> str:
+        """`arg` with its placeholders filled in one pass (a value that holds `{workspace}` is
+        not filled again); `{name!q}` is the value quoted for a shell (`sh -c`)."""
         if "{" not in arg:
             return arg
-        text = task.input if isinstance(task.input, str) else json.dumps(task.input)
-        for key, value in (
-            ("{input}", text),
-            ("{task_id}", task.id),
-            ("{attempt}", str(task.attempt)),
-            ("{seed}", str(task.seed)),
-            ("{dataset}", str(self.dataset_root)),
-            ("{python}", environment.python),
-            ("{workspace}", environment.workdir),
-        ):
-            arg = arg.replace(key, value)
-        return arg
+
+        def value(match: re.Match[str]) -> str:
+            name, quoted = match.group(1), match.group(2)
+            text = self._value(name, task, environment)
+            return shlex.quote(text) if quoted else text
+
+        return PLACEHOLDER.sub(value, arg)
+
+    def _value(self, name: str, task: Task, environment: Environment) -> str:
+        if name == "input":
+            return task.input if isinstance(task.input, str) else json.dumps(task.input)
+        if name == "workspace":
+            return environment.workdir
+        if name == "dataset":
+            return str(self.dataset_root)
+        if name == "python":
+            return environment.python
+        return {"task_id": task.id, "attempt": str(task.attempt), "seed": str(task.seed)}[name]
+
+
+PLACEHOLDER = re.compile(r"\{(input|task_id|attempt|seed|workspace|dataset|python)(!q)?\}")
+"""A command's placeholders; `!q` quotes the value for a shell (`shlex.quote`)."""
 
 
 BUILTIN_AGENT_KINDS = ("callable", "command", "openai")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import math
@@ -112,17 +113,7 @@ class BuiltinGrader:
         try:
             options = _validated[key] = cls.options_model.model_validate(raw)
         except ValidationError as exc:
-            error = exc.errors(include_url=False)[0]
-            option = ".".join(str(p) for p in error["loc"]) or None
-            if error["type"] == "extra_forbidden":
-                fields = cls.options_model.model_fields
-                hint = did_you_mean(str(error["loc"][-1]), fields) or "options: " + ", ".join(
-                    fields
-                )
-                raise GraderSpecError(
-                    f"unknown option {option!r}", option=None, hint=hint
-                ) from None
-            raise GraderSpecError(error["msg"], option=option) from None
+            raise _option_errors(exc, list(cls.options_model.model_fields)) from None
         return cls(options, task.expected, base)
 
     def grade(self, ctx: GradeContext) -> Verdict:
@@ -567,6 +558,25 @@ def make_builtin_grader(spec: GraderSpec, task: TaskSpec, base: Path) -> Builtin
     """Build a built-in grader from its spec; None for a name that is not built in."""
     cls = BUILTIN_GRADERS.get(spec.type)
     return None if cls is None else cls.build(spec.options, task, base)
+
+
+def _option_errors(exc: ValidationError, fields: list[str]) -> GraderSpecError:
+    """Every problem of a grader's options in one error (the first, with the others): an
+    unknown key with its did-you-mean, and no "missing" for the option it misspells."""
+    errors = exc.errors(include_url=False)
+    extra = [str(e["loc"][-1]) for e in errors if e["type"] == "extra_forbidden"]
+    meant = {m for key in extra for m in difflib.get_close_matches(key, fields, n=1, cutoff=0.6)}
+    found = []
+    for error in errors:
+        option = ".".join(str(p) for p in error["loc"]) or None
+        if error["type"] == "extra_forbidden":
+            hint = did_you_mean(str(error["loc"][-1]), fields) or "options: " + ", ".join(fields)
+            found.append(GraderSpecError(f"unknown key {option!r}", hint=hint))
+        elif error["type"] != "missing" or option not in meant:
+            found.append(GraderSpecError(error["msg"], option=option))
+    first, *others = found
+    first.others = tuple(others)
+    return first
 
 
 def unknown_grader(name: str, known: list[str]) -> GraderSpecError:

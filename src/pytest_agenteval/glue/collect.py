@@ -127,8 +127,9 @@ class DatasetDir(pytest.Dir):  # type: ignore[misc]  # pytest marks Dir final
         """Whether `pytest_ignore_collect` can only say None for every file here, so it need
         not be asked file by file (a system call or two each, most of collecting a folder of
         small task files): no --ignore or --ignore-glob, no `collect_ignore(_glob)` in a
-        conftest that applies here, and no hook but pytest's own and ours (which says no to
-        what is not a task file: `is_task_file` below). Any doubt: ask about every file."""
+        conftest that applies here, and no hook but pytest's own and ours (which say no to
+        what is not a task file: `is_task_file` below, and ignore no file but folders of
+        templates). Any doubt: ask about every file."""
         config = self.config
         pathlist = getattr(config, "_getconftest_pathlist", None)
         if pathlist is None or config.getoption("ignore") or config.getoption("ignore_glob"):
@@ -139,7 +140,9 @@ class DatasetDir(pytest.Dir):  # type: ignore[misc]  # pytest marks Dir final
             return False
         default = sys.modules.get("_pytest.main")
         return all(
-            impl.plugin is default or isinstance(impl.plugin, CollectHooks)
+            impl.plugin is default
+            or isinstance(impl.plugin, CollectHooks)
+            or getattr(impl.plugin, "ignores_folders_only", False)
             for impl in ihook.pytest_ignore_collect.get_hookimpls()
         )
 

@@ -28,6 +28,8 @@ class Validation:
 
     def __init__(self) -> None:
         self.problems: list[str] = []
+        self.count = 0
+        """Problems found: a task's load error counts each of its problems."""
         self.agent_problems: Counter[str] = Counter()
         self.tasks = 0
         self.fixture_tasks = 0
@@ -35,11 +37,13 @@ class Validation:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.problems.append(f"{report.nodeid or '.'}: {report.longreprtext.strip()}")
+            self.count += 1
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         for item in session.items:
             if isinstance(item, LoadErrorItem):
                 self.problems.append(item.failure.render())
+                self.count += len(item.failure.errors) or 1
             elif isinstance(item, AttemptItem) and item.attempt == 0:
                 self._check(item)
 
@@ -72,7 +76,7 @@ def validate(roots: list[Path]) -> tuple[list[str], int, int]:
     args = [*ARGS, *(arg for root in roots for arg in ("--agenteval", str(root)))]
     code = pytest.main(args, plugins=[validation])
     lines = validation.report()
-    problems = len(validation.problems) + len(validation.agent_problems)
+    problems = validation.count + len(validation.agent_problems)
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and not problems:
         problems = 1  # pytest refused to start and printed why (a usage error)
     return lines, validation.tasks, problems

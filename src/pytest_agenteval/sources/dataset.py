@@ -16,10 +16,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import GraderSpecError, TaskFileError, TemplateError, display_path
+from ..core.errors import (
+    GraderSpecError,
+    TaskFileError,
+    TaskFileErrors,
+    TemplateError,
+)
 from ..core.model import Budget, GraderSpec, Manifest, TaskSpec, effective_budget
 from ..core.text import excerpt
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
+from .sourced import one_failure_per_problem
 from .speccache import CachedTask, SpecCache
 from .taskfile import FileRead, LoadFailure, read_task_file, read_with_node
 from .templates import Entry, template_digest, template_entries
@@ -42,6 +48,9 @@ class Dataset:
     manifest_path: Path | None
     cache: SpecCache | None = field(default=None, compare=False, repr=False)
     """Where validated specs of unchanged files are kept between sessions."""
+    templates_only: bool = field(default=False, compare=False, repr=False)
+    """Read only to know its templates (a session that does not evaluate it): a task file
+    without the word `workspace` names none, and is not parsed."""
     _reads: dict[Path, FileRead] = field(default_factory=dict, compare=False, repr=False)
     _loaded: dict[Path, list[TaskDef | LoadFailure]] = field(
         default_factory=dict, compare=False, repr=False
@@ -125,6 +134,8 @@ class Dataset:
 
     def _named_templates(self, path: Path) -> set[Path]:
         """The folders `path`'s tasks name as workspaces, as written and resolved."""
+        if self.templates_only and not _mentions_workspace(path):
+            return set()
         named = set()
         for value in self.read(path).workspaces:
             folder = path.parent / value
@@ -151,6 +162,13 @@ class Dataset:
         if isinstance(found, TemplateError):
             raise found
         return found
+
+
+def _mentions_workspace(path: Path) -> bool:
+    try:
+        return b"workspace" in path.read_bytes()
+    except OSError:
+        return False
 
 
 def _skipped_dir(name: str) -> bool:
@@ -182,7 +200,8 @@ def load_dataset(path: Path, cache: SpecCache | None = None) -> Dataset:
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
-        raise validation_errors(exc, manifest_path, node, (), Manifest)[0] from None
+        errors = validation_errors(exc, manifest_path, node, (), Manifest)
+        raise TaskFileErrors(errors) from None
     return Dataset(root, manifest, manifest_path, cache)
 
 
@@ -324,7 +343,9 @@ def _load(
         return results
     # A valid spec failed its graders or workspace check: parse again for the error's lines.
     again, node = read_with_node(path, dataset.id_for(path), dataset.root)
-    return [_finish(path, dataset, t, node, make_grader) for t in again.tasks]
+    return one_failure_per_problem(
+        [_finish(path, dataset, t, node, make_grader) for t in again.tasks]
+    )
 
 
 def _finish(
@@ -336,7 +357,7 @@ def _finish(
 ) -> TaskDef | LoadFailure:
     """A validated spec becomes a TaskDef: manifest defaults, workspace check, graders built."""
     if isinstance(read, LoadFailure):
-        return read
+        return _with_grader_problems(path, dataset, read, node, make_grader)
     spec, line, loc = read.spec, read.line, read.loc
     task = TaskDef(spec, dataset, path, line, loc, row=read.row)
     errors = _check_workspace(task, node, loc)
@@ -359,17 +380,28 @@ def _finish(
     errors += grader_errors
     if errors:
         assert spec.id is not None
-        if task.row is not None:  # shared settings that do not suit this row's values
-            where = f"{display_path(task.row[0])}:{task.row[1]}"
-            errors = [_for_row(e, where) for e in errors]
-        return LoadFailure(path, spec.id, line, errors)
+        # A row's (shared settings that do not suit its values) is named once all are known
+        return LoadFailure(path, spec.id, line, errors, row=task.row)
     object.__setattr__(task, "graders", tuple(graders))
     return task
 
 
-def _for_row(error: TaskFileError, where: str) -> TaskFileError:
-    problem = f"{error.problem} (for the row at {where})"
-    return TaskFileError(error.path, problem, line=error.line, field=error.field, hint=error.hint)
+def _with_grader_problems(
+    path: Path, dataset: Dataset, failure: LoadFailure, node: Any, make_grader: MakeGrader | None
+) -> LoadFailure:
+    """A task that failed validation, with its graders' problems too (built from what was
+    valid), so every problem of the task is reported at once, in line order."""
+    partial = failure.partial
+    if partial is None or make_grader is None:
+        return failure
+    task = TaskDef(partial.spec, dataset, path, partial.line, partial.loc)
+    specs = partial.spec.graders or dataset.manifest.defaults.graders or []
+    specs = with_judge_defaults(specs, dataset.manifest)
+    _, errors = _build_graders(task, specs, node, partial.loc, make_grader)
+    if not errors:
+        return failure
+    errors = sorted([*failure.errors, *errors], key=lambda e: e.line or 0)
+    return LoadFailure(path, failure.label, failure.line, errors)
 
 
 def with_judge_defaults(specs: list[GraderSpec], manifest: Manifest) -> list[GraderSpec]:
@@ -455,8 +487,9 @@ def _build_graders(
             where = (*loc, "graders", index) if from_task else ("defaults", "graders", index)
             path = task.path if from_task else task.dataset.manifest_path or task.path
             line = line_of(node, where) if from_task else None
-            field_name = field_path(where) + (f".{exc.option}" if exc.option else "")
-            errors.append(
-                TaskFileError(path, exc.problem, line=line, field=field_name, hint=exc.hint)
-            )
+            for error in (exc, *exc.others):
+                field_name = field_path(where) + (f".{error.option}" if error.option else "")
+                errors.append(
+                    TaskFileError(path, error.problem, line=line, field=field_name, hint=error.hint)
+                )
     return graders, errors

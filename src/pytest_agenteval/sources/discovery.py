@@ -8,8 +8,13 @@ no pydantic.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .dataset import Dataset
 
 MANIFEST_NAME = "agenteval.yaml"
 TASK_SUFFIXES = (".yaml", ".yml")
@@ -79,3 +84,64 @@ def one_pass_roots(roots: Iterable[Path], args: Iterable[str], base: Path) -> se
     """The roots no argument points below: pytest matches those against a collector per file."""
     given = [arg_path(base, arg) for arg in args]
     return {r for r in roots if not any(g != r and g.is_relative_to(r) for g in given)}
+
+
+class TemplateFolders:
+    """Which folders are workspace templates of a dataset, for every folder a session walks.
+
+    A template holds the code an agent is asked to fix, so its tests may fail on purpose, and two
+    datasets' same-named template tests would abort collection ("import file mismatch"): the
+    plugin owns its dataset folders, and no session collects their templates, evaluating them
+    or not. Cheap where there is no dataset: one look for a manifest per folder walked.
+    """
+
+    def __init__(self) -> None:
+        self._roots: dict[Path, Path | None] = {}
+        """Each folder seen, with the dataset root at or above it (None: no dataset)."""
+        self._datasets: dict[Path, Dataset | None] = {}
+        """Each dataset root, with its Dataset (None: its manifest is unusable)."""
+
+    def adopt(self, datasets: Iterable[Dataset]) -> None:
+        """Use the session's own datasets (read once), with a manifest or not."""
+        for dataset in datasets:
+            self._datasets[dataset.root] = dataset
+
+    def is_template(self, path: Path) -> bool:
+        """Whether `path` is a folder some task of its dataset names as a `workspace:`."""
+        root = self._root_of(path.parent)
+        if root is None or not path.is_dir():
+            return False
+        dataset = self._dataset(root)
+        return dataset is not None and dataset.is_workspace_dir(path)
+
+    def _root_of(self, folder: Path) -> Path | None:
+        """The dataset root at or above `folder`, remembered for every folder on the way."""
+        chain: list[Path] = []
+        found: Path | None = None
+        while True:
+            if folder in self._roots:
+                found = self._roots[folder]
+                break
+            chain.append(folder)
+            if folder in self._datasets or (folder / MANIFEST_NAME).is_file():
+                found = folder
+                break
+            if folder.parent == folder:
+                break
+            folder = folder.parent
+        for seen in chain:
+            self._roots[seen] = found
+        return found
+
+    def _dataset(self, root: Path) -> Dataset | None:
+        if root not in self._datasets:
+            from ..core.errors import TaskFileError
+            from .dataset import load_dataset  # only where a dataset is walked
+
+            try:
+                dataset = load_dataset(root)
+            except TaskFileError:  # the session that evaluates it says why
+                self._datasets[root] = None
+            else:
+                self._datasets[root] = dataclasses.replace(dataset, templates_only=True)
+        return self._datasets[root]

@@ -16,11 +16,15 @@ import csv
 import gzip
 import io
 import json
+import re
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from string import Formatter
 from typing import Any
+
+from ..core.text import excerpt
 
 Values = dict[str, Any]
 
@@ -37,10 +41,18 @@ class SourceError(Exception):
 class RowError(ValueError):
     """A template could not be filled from one row; `loc` is where in the template."""
 
-    def __init__(self, problem: str, loc: tuple[str | int, ...] = ()) -> None:
+    def __init__(
+        self, problem: str, loc: tuple[str | int, ...] = (), *, missing: str | None = None
+    ) -> None:
         super().__init__(problem)
         self.problem = problem
         self.loc = loc
+        self.missing = missing
+        """The field the row lacks, when that is the problem."""
+
+    def at(self, *steps: str | int) -> RowError:
+        """The same error, `steps` further from the template's root."""
+        return RowError(self.problem, (*steps, *self.loc), missing=self.missing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +96,23 @@ def read_rows(path: Path, fmt: str) -> list[Row]:
     return rows
 
 
+MAX_GZIP_BYTES = 256 * 1024 * 1024
+"""How many bytes a gzipped source may expand to: it is decompressed as a stream up to this,
+so a small file that expands to gigabytes is refused instead of filling memory."""
+
+
 def _read_bytes(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
-        return gzip.decompress(data) if path.name.lower().endswith(".gz") else data
+        if not path.name.lower().endswith(".gz"):
+            return path.read_bytes()
+        with gzip.open(path) as stream:
+            data = stream.read(MAX_GZIP_BYTES + 1)
+        if len(data) > MAX_GZIP_BYTES:
+            raise SourceError(
+                f"{path.name} expands to more than {MAX_GZIP_BYTES // 2**20} MiB",
+                hint="a gzipped source may hold at most that much; decompress it, or split it",
+            )
+        return data
     except OSError as exc:
         if isinstance(exc, gzip.BadGzipFile):
             raise SourceError(f"{path.name} is not a gzip file: {exc}") from None
@@ -107,23 +132,74 @@ def _jsonl_rows(data: bytes) -> list[Row]:
         except ValueError as exc:  # also bad UTF-8
             rows.append(Row(number, index, None, f"not valid JSON: {exc}"))
             continue
+        except RecursionError:
+            rows.append(Row(number, index, None, TOO_DEEP))
+            continue
         if not isinstance(values, dict):
             kind = type(values).__name__
             rows.append(Row(number, index, None, f"a row must be a JSON object, not a {kind}"))
+            continue
+        if _deeper_than(values, MAX_NESTING, line):
+            rows.append(Row(number, index, None, TOO_DEEP))
+            continue
+        if _SURROGATE_ESCAPE.search(line) and _lone_surrogate(values):
+            problem = (
+                "the row holds a lone surrogate (a \\ud800-\\udfff escape not in a pair): "
+                "it is not a character, and no record could store it"
+            )
+            rows.append(Row(number, index, None, problem))
             continue
         rows.append(Row(number, index, values))
     return rows
 
 
+MAX_NESTING = 100
+"""How deep a row's values may nest (lists and objects): deeper rows would make everything
+that walks them (digests, records) overflow Python's stack."""
+
+
+TOO_DEEP = f"the row nests lists or objects more than {MAX_NESTING} levels deep"
+
+
+def _deeper_than(values: Values, limit: int, line: bytes) -> bool:
+    """Whether the row nests deeper than `limit`; rows with fewer brackets are not walked."""
+    if line.count(b"[") + line.count(b"{") <= limit:
+        return False
+    stack: list[tuple[Any, int]] = [(values, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((v, depth + 1) for v in children if isinstance(v, dict | list))
+    return False
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a surrogate: only rows with one can hold a lone surrogate."""
+
+
+def _lone_surrogate(values: Values) -> bool:
+    """Whether the row's text holds a surrogate that is not part of a pair (UTF-8 cannot
+    encode it, so digests and records of its task would fail)."""
+    try:
+        json.dumps(values, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _csv_rows(data: bytes) -> list[Row]:
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise SourceError(f"line {line} is not UTF-8 text: {exc.reason}") from None
+        text, undecoded = data.decode("utf-8-sig"), False
+    except UnicodeDecodeError:  # keep the bytes that are not UTF-8 apart, as surrogates
+        text, undecoded = data.decode("utf-8-sig", "surrogateescape"), True
     reader = csv.reader(io.StringIO(text, newline=""))
     header = _header(reader)
+    if undecoded and not _is_text(header):
+        raise SourceError("the header line is not UTF-8 text", hint=SAVE_AS_UTF8)
     rows: list[Row] = []
+    lines = _Lines(text)
     while True:
         start = reader.line_num + 1
         try:
@@ -131,19 +207,82 @@ def _csv_rows(data: bytes) -> list[Row]:
         except StopIteration:
             return rows
         except csv.Error as exc:
-            rows.append(Row(start, len(rows), None, f"not a valid CSV record: {exc}"))
+            problem = f"not a valid CSV record: {exc}"
+            if reader.line_num > start:  # the record ran over several lines
+                problem += lines.spanned(start, reader.line_num)
+            rows.append(Row(start, len(rows), None, problem))
             continue
         if not record:
+            continue
+        if undecoded and not _is_text(record):
+            rows.append(
+                Row(start, len(rows), None, f"the record is not UTF-8 text: {SAVE_AS_UTF8}")
+            )
             continue
         if len(record) != len(header):
             problem = f"the record has {len(record)} fields, the header {len(header)}"
             if reader.line_num > start:  # the record ran over several lines
-                problem += (
-                    f" (it runs from line {start} to {reader.line_num}: is a quote left open?)"
-                )
+                problem += lines.spanned(start, reader.line_num)
             rows.append(Row(start, len(rows), None, problem))
             continue
+        if reader.line_num > start and lines.is_last(reader.line_num):
+            swallowed = lines.swallowed(start, reader.line_num)
+            if swallowed:  # a quote left open took in the file's end, with a fitting count
+                rows.append(Row(start, len(rows), None, swallowed))
+                continue
         rows.append(Row(start, len(rows), dict(zip(header, record, strict=True))))
+
+
+class _Lines:
+    """The lines of a CSV text, split (as the reader splits them) only when a record spans
+    several: then a quote left open may have swallowed the rows after it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._lines: list[str] | None = None
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = io.StringIO(self.text, newline="").readlines()
+        return self._lines
+
+    def spanned(self, start: int, end: int) -> str:
+        """Why a record that failed ran from line `start` to `end`."""
+        return f" ({self.swallowed(start, end) or f'the record runs from line {start} to {end}'})"
+
+    def swallowed(self, start: int, end: int) -> str | None:
+        """If a quote is still open at line `end` of a record from line `start`: where it
+        opened, and the lines whose rows it took in (they are not read)."""
+        opened, open_now = start, False
+        for number, line in enumerate(self.lines[start - 1 : end], start):
+            if line.count('"') % 2:
+                opened = opened if open_now else number
+                open_now = not open_now
+        if not open_now:
+            return None
+        after = f"line {end}" if end == opened + 1 else f"lines {opened + 1}-{end}"
+        return (
+            f"a quote opened on line {opened} is never closed: it swallowed {after} "
+            f"({end - opened} {'line' if end == opened + 1 else 'lines'}, not read as rows); "
+            "close the quote"
+        )
+
+    def is_last(self, line: int) -> bool:
+        return line >= len(self.lines)
+
+
+SAVE_AS_UTF8 = "save the file as UTF-8"
+
+
+def _is_text(fields: list[str]) -> bool:
+    """Whether the fields hold no surrogate (in CSV text decoded with `surrogateescape`, each
+    stands for a byte that is not UTF-8)."""
+    try:
+        "".join(fields).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _header(reader: Any) -> list[str]:
@@ -151,7 +290,7 @@ def _header(reader: Any) -> list[str]:
         header: list[str] = next(reader, [])
     except csv.Error as exc:
         raise SourceError(f"the header line is not valid CSV: {exc}") from None
-    repeated = sorted({name for name in header if header.count(name) > 1})
+    repeated = sorted(name for name, times in Counter(header).items() if times > 1)
     if repeated:
         raise SourceError(
             f"the header names column {repeated[0]!r} twice", hint="give every column its own name"
@@ -184,6 +323,11 @@ def compile_template(value: Any, loc: tuple[str | int, ...] = ()) -> Any:
     return value
 
 
+MAX_WIDTH = 10_000
+"""The largest width or precision a template's format spec may ask for (`{q:>3000000000}`
+would ask for gigabytes)."""
+
+
 def _compile_text(text: str, loc: tuple[str | int, ...]) -> str | Text:
     try:
         parsed = list(Formatter().parse(text))
@@ -195,6 +339,9 @@ def _compile_text(text: str, loc: tuple[str | int, ...]) -> str | Text:
         if name is not None and (not name or conversion or "{" in (spec or "")):
             problem = f"bad template {text!r}: name a field in every {{...}}"
             raise RowError(f"{problem}, without `!` conversions or nested braces", loc)
+        if spec and any(int(n) > MAX_WIDTH for n in re.findall(r"\d+", spec)):
+            problem = f"bad template {excerpt(text, 80)!r}: a width or precision above {MAX_WIDTH}"
+            raise RowError(problem, loc)
         parts.append((literal, name, spec or ""))
     if all(name is None for _, name, _ in parts):
         return "".join(literal for literal, _, _ in parts)  # only escaped braces
@@ -217,7 +364,7 @@ def _render_at(template: Any, row: Values, step: str | int) -> Any:
     try:
         return render(template, row)
     except RowError as exc:
-        raise RowError(exc.problem, (step, *exc.loc)) from None
+        raise exc.at(step) from None
 
 
 def _render_text(text: Text, row: Values) -> Any:
@@ -239,7 +386,8 @@ def field_value(row: Values, name: str) -> Any:
     for key in name.split("."):
         if not isinstance(value, dict) or key not in value:
             fields = ", ".join(repr(f) for f in list(row)[:12]) or "none"
-            raise RowError(f"the row has no field {name!r} (its fields: {fields})")
+            problem = f"the row has no field {name!r} (its fields: {fields})"
+            raise RowError(problem, missing=name)
         value = value[key]
     return value
 

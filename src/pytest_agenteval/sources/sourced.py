@@ -8,12 +8,13 @@ is read each session, and a row that changed changes only its own task's digest.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from ..core.errors import TaskFileError
+from ..core.errors import TaskFileError, did_you_mean, display_path
 from ..core.model import SourceTaskSpec, TaskSpec, check_input, check_task_id
 from ..core.text import excerpt
 from .rows import Row, RowError, SourceError, compile_template, read_rows, render, source_format
@@ -23,6 +24,8 @@ from .yamlfile import field_path, line_of, validation_errors
 
 TEMPLATED = ("id", "description", "input", "expected", "metadata")
 """Fields filled from each row; the others are shared by every row."""
+T = TypeVar("T")
+
 SHARED = ("tags", "graders", "timeout", "grader_timeout", "agent", "workspace")
 ROW_HINT = "fields are the keys of a JSONL row or the columns of the CSV header"
 
@@ -52,7 +55,75 @@ def read_sourced(
         return [LoadFailure(path, default_id, at, [error])]
     # Rows differ only in the templated fields: copying one spec skips validating the rest
     base = TaskSpec.model_construct(**{name: getattr(spec, name) for name in SHARED}, input="")
-    return [_row_task(row, templates, base, source, default_id, line) for row in rows]
+    tasks = [_row_task(row, templates, base, source, default_id, line) for row in rows]
+    return _one_error_per_field(tasks, path, node, source, len(rows))
+
+
+@dataclass(frozen=True)
+class _Missing:
+    """A row that lacks a field a template names."""
+
+    row: Row
+    label: str
+    error: RowError
+
+
+def _one_error_per_field(
+    tasks: list[CachedTask | LoadFailure | _Missing], path: Path, node: Any, source: Path, rows: int
+) -> list[CachedTask | LoadFailure]:
+    """A field that several rows lack is one error at the template naming it (a typo there
+    would otherwise be one identical error per row); a field one row lacks is that row's."""
+    groups: dict[tuple[Any, ...], list[_Missing]] = {}
+    for task in tasks:
+        if isinstance(task, _Missing):
+            groups.setdefault((task.error.loc, task.error.missing), []).append(task)
+    out: list[CachedTask | LoadFailure] = []
+    for task in tasks:
+        if not isinstance(task, _Missing):
+            out.append(task)
+            continue
+        group = groups[(task.error.loc, task.error.missing)]
+        if len(group) == 1:
+            error = task.error
+            out.append(
+                _row_failure(source, task.row, task.label, error.problem, field_path(error.loc))
+            )
+        elif group[0] is task:
+            out.append(_template_failure(path, node, group, source, rows))
+    return out
+
+
+def _template_failure(
+    path: Path, node: Any, group: list[_Missing], source: Path, rows: int
+) -> LoadFailure:
+    first = group[0]
+    name, loc = first.error.missing, first.error.loc
+    assert name is not None
+    if len(group) == rows:
+        which, lines = f"all {rows}", ""
+    else:
+        which, lines = f"{len(group)} of {rows}", f" ({line_list([m.row.line for m in group])})"
+    problem = f"{which} rows of {display_path(source)} have no field {name!r}{lines}"
+    fields = list(first.row.values or {})
+    listed = ", ".join(repr(f) for f in fields[:12]) or "none"
+    hint = did_you_mean(name, fields) or f"{ROW_HINT} (line {first.row.line} has {listed})"
+    line = line_of(node, loc) or 1
+    error = TaskFileError(path, problem, line=line, field=field_path(loc), hint=hint)
+    return LoadFailure(path, first.label, line, [error])
+
+
+def line_list(lines: list[int], most: int = 6) -> str:
+    """`lines 1-4, 7` for sorted line numbers: runs joined, at most `most` of them shown."""
+    runs: list[list[int]] = []
+    for line in lines:
+        if runs and line == runs[-1][-1] + 1:
+            runs[-1].append(line)
+        else:
+            runs.append([line])
+    shown = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs[:most])
+    more = sum(len(r) for r in runs[most:])
+    word = "lines" if len(lines) > 1 else "line"
+    return f"{word} {shown}" + (f" and {more} more" if more else "")
 
 
 def _templates(spec: SourceTaskSpec) -> dict[str, Any]:
@@ -89,7 +160,7 @@ def _row_task(
     source: Path,
     default_id: str,
     line: int,
-) -> CachedTask | LoadFailure:
+) -> CachedTask | LoadFailure | _Missing:
     label = f"{default_id}/{row.index}"
     if row.values is None:
         assert row.problem is not None
@@ -99,6 +170,8 @@ def _row_task(
         label = task_id
         fields = _filled(templates, row.values, task_id)
     except RowError as exc:
+        if exc.missing is not None:
+            return _Missing(row, label, exc)
         return _row_failure(source, row, label, exc.problem, field_path(exc.loc))
     spec = base.model_copy(update=fields)
     return CachedTask(spec, line, (), (source, row.line))
@@ -125,7 +198,7 @@ def _render_field(name: str, template: Any, values: dict[str, Any]) -> Any:
     try:
         return render(template, values)
     except RowError as exc:
-        raise RowError(exc.problem, (name, *exc.loc)) from None
+        raise exc.at(name) from None
 
 
 def _as_text(value: Any) -> str:
@@ -145,3 +218,38 @@ def _row_failure(
     hint = ROW_HINT if "no field" in problem else None
     error = TaskFileError(source, problem, line=row.line, field=field or None, hint=hint)
     return LoadFailure(source, label, row.line, [error])
+
+
+def one_failure_per_problem(results: list[T | LoadFailure]) -> list[T | LoadFailure]:
+    """Rows whose shared settings fail alike (a grader that does not suit them) are one load
+    error naming the rows, not one identical error per row."""
+    groups: dict[tuple[Any, ...], list[LoadFailure]] = {}
+    for failure in results:
+        if isinstance(failure, LoadFailure) and failure.row is not None:
+            groups.setdefault(_problems(failure), []).append(failure)
+    out: list[T | LoadFailure] = []
+    for result in results:
+        if not isinstance(result, LoadFailure) or result.row is None:
+            out.append(result)
+            continue
+        group = groups[_problems(result)]
+        if group[0] is not result:
+            continue
+        source = display_path(result.row[0])
+        if len(group) == 1:
+            where = f"for the row at {source}:{result.row[1]}"
+        else:
+            lines = line_list([f.row[1] for f in group if f.row])
+            where = f"for {len(group)} rows of {source}: {lines}"
+        errors = [_for_rows(e, where) for e in result.errors]
+        out.append(LoadFailure(result.path, result.label, result.line, errors))
+    return out
+
+
+def _problems(failure: LoadFailure) -> tuple[Any, ...]:
+    return tuple((e.line, e.field, e.problem, e.hint) for e in failure.errors)
+
+
+def _for_rows(error: TaskFileError, where: str) -> TaskFileError:
+    problem = f"{error.problem} ({where})"
+    return TaskFileError(error.path, problem, line=error.line, field=error.field, hint=error.hint)

@@ -3,10 +3,11 @@
 Like pytest's own bytecode cache, a file counts as unchanged while its size and modification
 time (ns) are. Only specs are kept; defaults, workspaces and graders are derived afresh.
 
-`.pytest_cache` is often kept between CI runs, so the cache is plain JSON (data that cannot run
-code), every entry is validated again when read (anything damaged, truncated, mistyped or from
-another version is a cache miss, never an error), and files whose tasks carry `env:` values are
-never stored: those may be secrets.
+`.pytest_cache` is often kept between CI runs, so the cache is plain JSON (loading it runs no
+code, unlike a pickle), every entry is validated again when read (anything damaged, truncated,
+mistyped or from another version is a cache miss, never an error), and files whose tasks carry
+`env:` values are never stored: those may be secrets. An entry is trusted on size and mtime:
+whoever can write the cache can change the tasks (`command:` agents included), as the README says.
 """
 
 from __future__ import annotations

@@ -27,6 +27,11 @@ class LoadFailure:
     """Task id when known, else the file's id-like path (and list position)."""
     line: int
     errors: list[TaskFileError] = field(default_factory=list)
+    row: tuple[Path, int] | None = None
+    """(source file, line) of the row, for a problem of the task file's shared settings."""
+    partial: CachedTask | None = None
+    """The task without its invalid keys, when that is valid: its graders are built anyway,
+    so one round of `validate` reports their problems too."""
 
     def render(self) -> str:
         return "\n".join(e.render() for e in self.errors)
@@ -91,12 +96,21 @@ def _read_list(
     path: Path, stem: str, node: Any, data: dict[str, Any]
 ) -> list[CachedTask | LoadFailure]:
     tasks = data["tasks"]
-    extra = sorted(set(data) - {"tasks"})
+    extra = [key for key in data if key != "tasks"]
     if extra or not isinstance(tasks, list):
-        field_name = extra[0] if extra else "tasks"
-        problem = f"unknown field {field_name!r}" if extra else "`tasks` must be a list of tasks"
-        err = TaskFileError(path, problem, line=line_of(node, (field_name,)), field=field_name)
-        return [LoadFailure(path, stem, err.line or 1, [err])]
+        errors = [
+            TaskFileError(path, problem, line=line_of(node, (key,)), field=str(key))
+            for key, problem in [
+                *((key, f"unknown key {key!r}") for key in extra),
+                *(
+                    [("tasks", "`tasks` must be a list of tasks")]
+                    if not isinstance(tasks, list)
+                    else []
+                ),
+            ]
+        ]
+        errors.sort(key=lambda e: e.line or 0)
+        return [LoadFailure(path, stem, errors[0].line or 1, errors)]
     results: list[CachedTask | LoadFailure] = []
     for index, raw in enumerate(tasks):
         loc = ("tasks", index)
@@ -125,7 +139,10 @@ def _read_task(
     try:
         spec = TaskSpec.model_validate(raw)
     except ValidationError as exc:
-        return LoadFailure(path, label, line, validation_errors(exc, path, node, loc, TaskSpec))
+        errors = validation_errors(exc, path, node, loc, TaskSpec)
+        partial = _without_invalid(raw, exc, label)
+        kept = CachedTask(partial, line, loc) if partial is not None else None
+        return LoadFailure(path, label, line, errors, partial=kept)
     if spec.id is None:
         try:
             check_task_id(default_id)
@@ -136,3 +153,16 @@ def _read_task(
             )
         spec = spec.model_copy(update={"id": default_id})
     return CachedTask(spec, line, loc)
+
+
+def _without_invalid(raw: dict[str, Any], exc: ValidationError, label: str) -> TaskSpec | None:
+    """`raw` without the keys pydantic refused (a missing `input` made empty), if that is a
+    valid task whose graders can still be checked; None when the graders themselves are bad."""
+    bad = {e["loc"][0] for e in exc.errors(include_url=False) if e["loc"]}
+    if "graders" in bad:
+        return None
+    kept = {k: v for k, v in raw.items() if k not in bad and k in TaskSpec.model_fields}
+    try:
+        return TaskSpec.model_validate({"input": "", **kept, "id": label})
+    except ValidationError:
+        return None

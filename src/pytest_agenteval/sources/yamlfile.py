@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -168,16 +169,30 @@ def field_path(loc: tuple[Any, ...]) -> str:
 def validation_errors(
     exc: ValidationError, path: Path, node: Any, prefix: tuple[Any, ...], model: type
 ) -> list[TaskFileError]:
+    """Every problem pydantic found, in line order. A missing field that an unknown key nearby
+    misspells (`rubrik` for `rubric`) is not reported apart: the unknown key says it all."""
+    found = [
+        (tuple(p for p in e["loc"] if p not in UNION_TAGS), e)
+        for e in exc.errors(include_url=False)
+    ]
+    meant = {
+        (loc[:-1], close)
+        for loc, e in found
+        if e["type"] == "extra_forbidden"
+        for close in [closest(str(loc[-1]), _fields_at(model, loc[:-1]))]
+        if close
+    }
     errors = []
-    for error in exc.errors(include_url=False):
-        loc = tuple(p for p in error["loc"] if p not in UNION_TAGS)
+    for loc, error in found:
         kind = error["type"]
         hint = None
         if kind == "missing":
+            if (loc[:-1], loc[-1]) in meant:
+                continue
             problem = f"missing required field {loc[-1]!r}"
             where = (*prefix, *loc[:-1])
         elif kind == "extra_forbidden":
-            problem = f"unknown field {loc[-1]!r}"
+            problem = f"unknown key {loc[-1]!r}"
             where = (*prefix, *loc)
             hint = did_you_mean(str(loc[-1]), _fields_at(model, loc[:-1]))
         else:
@@ -185,7 +200,13 @@ def validation_errors(
             where = (*prefix, *loc)
         line = line_of(node, (*prefix, *loc))
         errors.append(TaskFileError(path, problem, line=line, field=field_path(where), hint=hint))
-    return errors
+    return sorted(errors, key=lambda e: e.line or 0)
+
+
+def closest(word: str, choices: list[str]) -> str | None:
+    """The choice `word` most likely misspells (as `did_you_mean` picks it), or None."""
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def _fields_at(model: type, loc: tuple[Any, ...]) -> list[str]:
