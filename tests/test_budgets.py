@@ -61,7 +61,7 @@ def test_validate_and_the_schemas_know_the_budget(
     (root / "t.yaml").write_text("input: x\nexpected: y\nbudget: {max_tokns: 5}\n")
     assert main(["validate", str(root)]) == 1
     out = capsys.readouterr().out
-    assert "t.yaml:3: at budget.max_tokns: unknown field" in out and "'max_tokens'?" in out
+    assert "t.yaml:3: at budget.max_tokns: unknown key" in out and "'max_tokens'?" in out
     for kind, where in (("task", "Task"), ("manifest", "Defaults")):
         assert main(["schema", kind]) == 0
         schema = json.loads(capsys.readouterr().out)
