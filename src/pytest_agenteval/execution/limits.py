@@ -7,6 +7,9 @@ when the holder dies, so a killed worker never leaks a slot), then, under the ag
 waits until `min_interval` has passed since the last recorded start and records its own. Lock
 files, unlike a coordinator process, need no address in `workerinput` and survive any worker's
 death; they hold only for processes on this machine that see the run folder.
+
+A slot is held until the call really ends: a sync agent abandoned at its deadline (its thread
+runs on, its HTTP request still at the provider) keeps its slot until its thread returns.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 SLOT_POLL = 0.005
@@ -56,9 +60,15 @@ class LimitGate:
             if limits.min_interval:
                 self._pace(name, limits.min_interval)
             yield
+        except BaseException as exc:
+            running_on = getattr(exc, "running_on", None)  # a call abandoned at its deadline
+            if slot is not None and running_on is not None:
+                running_on(partial(_release, slot))  # the slot is its until it really ends
+                slot = None
+            raise
         finally:
             if slot is not None:
-                os.close(slot)  # releases the lock
+                _release(slot)
 
     def _slot(self, name: str, size: int) -> int:
         paths = [self.folder / f"{name}.slot{i}" for i in range(size)]
@@ -85,3 +95,7 @@ class LimitGate:
             os.pwrite(fd, _STAMP.pack(time.time()), 0)
         finally:
             os.close(fd)
+
+
+def _release(slot: int, *_: object) -> None:
+    os.close(slot)  # releases the lock
