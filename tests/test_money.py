@@ -4,6 +4,10 @@ the wait for a slot."""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import Any
+
 import pytest
 
 from chat_server import ChatServer
@@ -56,3 +60,69 @@ def test_spend_past_the_cap_is_at_most_the_calls_in_flight_at_the_server(
     spent = len(chat_server.requests) * per_call
     assert spent >= cap
     assert spent - cap <= 4 * per_call + 1e-9, f"{len(chat_server.requests)} calls"
+
+
+BAD_USAGE_AGENT = """
+import pathlib
+from pytest_agenteval import AgentResult, Usage
+
+USAGES = {
+    "nan": {"cost": float("nan")},
+    "inf": {"cost": float("inf")},
+    "negative": {"cost": -1.0},
+    "tokens": {"input_tokens": -5},
+}
+
+
+def run(task):
+    with pathlib.Path(__file__).with_name("calls.log").open("a") as log:
+        log.write(task.id + "\\n")
+    return AgentResult(output="ok", usage=Usage(**USAGES[task.id]))
+"""
+
+
+USAGE_CASES = ("nan", "inf", "negative", "tokens")
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_cost_that_is_not_a_finite_non_negative_number_is_refused(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A NaN, infinite or negative cost and a negative token count (from a Python agent or a
+    command agent's JSON) make the attempt an error naming the field; nothing written holds
+    NaN, and a resume with the same cap calls no agent again and finds no damage."""
+    command = {"command": [sys.executable, "{dataset}/cmd.py"], "output": "json", "stdin": "none"}
+    tasks: dict[str, str | dict[str, Any]] = {
+        f"{name}.yaml": {"input": "q", "expected": "ok"} for name in USAGE_CASES
+    }
+    tasks["json.yaml"] = {"input": "q", "expected": "ok", "agent": command}
+    root = dataset(tasks, manifest={"agent": "bad_usage:run"})
+    (root / "bad_usage.py").write_text(BAD_USAGE_AGENT)
+    (root / "cmd.py").write_text(
+        "import pathlib\n"
+        "pathlib.Path(__file__).with_name('calls.log').open('a').write('json\\n')\n"
+        'print(\'{"output": "ok", "usage": {"cost": NaN}}\')\n'
+    )
+    first = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-max-cost", "1")
+    first.assert_outcomes(errors=5)
+    out = first.stdout.str()
+    assert "usage.cost\n  Input should be a finite number" in out  # the command agent's NaN
+    assert out.count("Input should be a finite number") == 3
+    assert out.count("Input should be greater than or equal to 0") == 2
+    assert sorted(dataset.calls()) == sorted([*USAGE_CASES, "json"])
+    for path in (pytester.path / ".pytest_cache").rglob("*.json*"):
+        texts = path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]
+        for text in texts:
+            _strict_json(text)
+    again = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-max-cost", "1", "--resume-suite"
+    )
+    again.assert_outcomes(errors=5)
+    assert "damage" not in again.stdout.str()
+    assert len(dataset.calls()) == 5
