@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +16,6 @@ from helpers import DatasetMaker
 from test_providers import KEY, KEY_ENV, openai_agent
 
 SLOW_GRADER = """
-import time
 
 
 def grade(output):
@@ -126,3 +126,46 @@ def test_a_cost_that_is_not_a_finite_non_negative_number_is_refused(
     again.assert_outcomes(errors=5)
     assert "damage" not in again.stdout.str()
     assert len(dataset.calls()) == 5
+
+
+SPAN_AGENT = """
+import pathlib, time
+
+LOG = pathlib.Path(__file__).with_name("spans.log")
+
+
+def run(task):
+    with LOG.open("a") as log:
+        log.write(f"{time.time()} 1\\n")
+    time.sleep(1.5)
+    with LOG.open("a") as log:
+        log.write(f"{time.time()} -1\\n")
+    return "ok"
+"""
+
+
+def most_at_once(log: Path) -> int:
+    """The most calls that were running at once, from their start (+1) and end (-1) lines."""
+    events = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())
+    running = most = 0
+    for _, step in events:
+        running += int(step)
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.slow
+def test_a_call_given_up_at_its_timeout_keeps_its_limit_slot(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`max_in_flight: 2` with sync calls abandoned at a 0.3 s timeout that run on for 1.5 s:
+    the agent never runs more than 2 calls at once (a slot is held until its call ends)."""
+    root = dataset(
+        {f"t{i}.yaml": {"input": "q", "expected": "ok", "timeout": 0.3} for i in range(4)},
+        manifest={"agent": "spans:run", "limits": {"max_in_flight": 2}},
+    )
+    (root / "spans.py").write_text(SPAN_AGENT)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "4")
+    result.assert_outcomes(errors=4)
+    # Calls still running when the session ended never log their end: they count as running.
+    assert most_at_once(root / "spans.log") == 2
