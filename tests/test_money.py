@@ -169,3 +169,32 @@ def test_a_call_given_up_at_its_timeout_keeps_its_limit_slot(
     result.assert_outcomes(errors=4)
     # Calls still running when the session ended never log their end: they count as running.
     assert most_at_once(root / "spans.log") == 2
+
+
+POOL_AGENT = """
+import concurrent.futures, multiprocessing
+
+POOL = None
+
+
+def run(task):
+    global POOL
+    if POOL is None:  # its forked workers live on after this call
+        fork = multiprocessing.get_context("fork")
+        POOL = concurrent.futures.ProcessPoolExecutor(2, mp_context=fork)
+    return "ok" if POOL.submit(pow, 3, 2).result() == 9 else "no"
+"""
+
+
+def test_an_agent_with_a_forked_process_pool_does_not_keep_its_slot(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Under `max_in_flight: 1`, an agent whose `ProcessPoolExecutor` (fork) outlives its call
+    does not hold the slot through its children: the next call gets it (no hang)."""
+    root = dataset(
+        {f"t{i}.yaml": {"input": "q", "expected": "ok"} for i in range(3)},
+        manifest={"agent": "pool:run", "limits": {"max_in_flight": 1, "min_interval": 0.01}},
+    )
+    (root / "pool.py").write_text(POOL_AGENT)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", timeout=60)
+    result.assert_outcomes(passed=3)

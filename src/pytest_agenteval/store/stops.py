@@ -16,7 +16,6 @@ that limit, else the calls in flight of every process (plus the judges of those 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import struct
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..core.errors import StoreError
+from ..execution.limits import locked
 from .files import write_json
 
 CANCEL_FILE = "cancel"
@@ -178,19 +178,11 @@ class Ledger:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int | None]:
         with self._lock:
-            if self.path is None:
+            if self.path is None or not self.path.parent.is_dir():  # counted here
                 yield None
-                return
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError:  # the run folder is gone: count here
-                yield None
-                return
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield fd
-            finally:
-                os.close(fd)  # releases the lock
+            else:
+                with locked(self.path) as fd:
+                    yield fd
 
     def _read(self, fd: int | None) -> tuple[float, int]:
         if fd is None:
