@@ -5,6 +5,8 @@ the wait for a slot."""
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -198,3 +200,27 @@ def test_an_agent_with_a_forked_process_pool_does_not_keep_its_slot(
     (root / "pool.py").write_text(POOL_AGENT)
     result = pytester.runpytest_subprocess("--agenteval", "ds", timeout=60)
     result.assert_outcomes(passed=3)
+
+
+def test_a_huge_max_in_flight_costs_no_memory(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`max_in_flight: 10**12` runs its attempts in a process limited to 1 GiB of memory: slots
+    are made as they are reached, not all up front."""
+    dataset(
+        {
+            f"t{i}.yaml": {"input": "q", "expected": "ok", "metadata": {"answer": "ok"}}
+            for i in range(2)
+        },
+        manifest={"limits": {"max_in_flight": 10**12}},
+    )
+    gib = 1 << 30
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--agenteval", "ds", "-p", "no:xdist", "-q"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (gib, gib)),
+    )
+    assert "2 passed" in done.stdout, done.stdout + done.stderr

@@ -102,10 +102,11 @@ class LimitGate:
                 _release(slot)
 
     def _slot(self, name: str, size: int) -> int:
-        paths = [self.folder / f"{name}.slot{i}" for i in range(size)]
+        """The first free of `size` slot files; each is made when first reached, so a look
+        costs the slots held (the calls in flight), however large `size` is."""
         while True:
-            for path in paths:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            for i in range(size):
+                fd = os.open(self.folder / f"{name}.slot{i}", os.O_RDWR | os.O_CREAT, 0o644)
                 HELD.add(fd)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
