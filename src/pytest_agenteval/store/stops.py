@@ -217,11 +217,15 @@ class Budget:
         self.cost += cost or 0.0
         self.tokens += (input_tokens or 0) + (output_tokens or 0)
 
+    def totals(self) -> tuple[float, int]:
+        """The run's spend and tokens: every answer that arrived, at least what committed."""
+        answered, used = self.ledger.read()
+        return max(self.cost, answered), max(self.tokens, used)
+
     def reached(self) -> str | None:
         """The stop's reason once a cap is reached (by committed spend or by answers that
         arrived), else None."""
-        answered, used = self.ledger.read()
-        cost, tokens = max(self.cost, answered), max(self.tokens, used)
+        cost, tokens = self.totals()
         if self.max_cost is not None and cost >= self.max_cost:
             return f"spend cap reached: ${cost:.2f} of ${self.max_cost:.2f}"
         if self.max_tokens is not None and tokens >= self.max_tokens:
