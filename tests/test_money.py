@@ -4,6 +4,7 @@ the wait for a slot."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import resource
 import subprocess
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 
 from chat_server import ChatServer
-from helpers import DatasetMaker
+from helpers import DatasetMaker, latest_record
+from pytest_agenteval.core.records import AttemptRecord
 from test_providers import KEY, KEY_ENV, openai_agent
 
 SLOW_GRADER = """
@@ -224,3 +226,27 @@ def test_a_huge_max_in_flight_costs_no_memory(
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (gib, gib)),
     )
     assert "2 passed" in done.stdout, done.stdout + done.stderr
+
+
+def test_an_attempt_s_duration_is_its_call_and_the_wait_for_a_slot_is_apart(
+    pytester: pytest.Pytester, dataset: DatasetMaker, chat_server: ChatServer
+) -> None:
+    """With `max_in_flight: 1` at concurrency 4, each record's `started_at` and `duration` are
+    of its own call (calls one after another: no two overlap) and the time it waited for the
+    slot is its `wait`; a record without `wait` still reads."""
+    chat_server.reset(latency=0.2)
+    dataset(
+        {f"t{i}.yaml": {"input": "<<ok>>", "expected": "ok"} for i in range(4)},
+        manifest={"agent": openai_agent(chat_server), "limits": {"max_in_flight": 1}},
+    )
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "4")
+    result.assert_outcomes(passed=4)
+    records = sorted(
+        (latest_record(pytester.path, f"t{i}", 0) for i in range(4)),
+        key=lambda r: r["started_at"],
+    )
+    for before, after in itertools.pairwise(records):
+        assert after["started_at"] >= before["started_at"] + before["duration"] - 0.1
+    assert all(r.get("wait", 0) > 0 for r in records[1:])
+    old = {key: value for key, value in records[1].items() if key != "wait"}
+    assert AttemptRecord.from_json(old).wait == 0.0

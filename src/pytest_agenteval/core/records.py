@@ -117,6 +117,9 @@ class AttemptRecord:
     """How a model provider answered the agent: model, finish reason, retries."""
     regraded: bool = False
     """The answer is a stored one graded again (the agent was not called for this record)."""
+    wait: float = 0.0
+    """Seconds the attempt waited for its agent's limits (a `max_in_flight` slot, the pace)
+    before its call started; `started_at` and `duration` are of the call and grading only."""
 
     @property
     def key(self) -> Key:
@@ -196,6 +199,7 @@ class AttemptRecord:
             "previous": list(self.previous),
             **({"call": self.call} if self.call is not None else {}),
             **({"regraded": True} if self.regraded else {}),
+            **({"wait": self.wait} if self.wait else {}),
         }
 
     def to_text(self) -> str:
@@ -241,6 +245,7 @@ class AttemptRecord:
             previous=tuple(data.get("previous") or ()),
             call=data.get("call"),
             regraded=data.get("regraded") is True,
+            wait=float(data.get("wait") or 0.0),
         )
 
     def replacing(self, old: AttemptRecord) -> AttemptRecord:
@@ -269,6 +274,7 @@ def new_record(
     error_type: str | None = None,
     phase: Phase | None = None,
     regraded: bool = False,
+    wait: float = 0.0,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
@@ -294,6 +300,7 @@ def new_record(
         artifacts=json_safe(result.artifacts) if result and result.artifacts else None,  # type: ignore[arg-type]
         call=json_safe(result.call) if result and result.call else None,  # type: ignore[arg-type]
         regraded=regraded,
+        wait=wait,
     )
 
 

@@ -121,8 +121,9 @@ class AttemptRunner:
         payload: dict[str, Any] = {"used": {**self.fingerprint, "used": label}}
 
         def call() -> AgentResult:
-            with self._limited(job):  # the stop was checked as the call began
+            with self._limited(job) as wait:  # the stop was checked as the call began
                 payload["context"] = context = _Attempt(job, self.workspaces)
+                context.wait = wait
                 if job.task.workspace_dir is not None:
                     context.task.workspace  # noqa: B018 - the template is there before the agent
                 result = self._answer(agent, context.task, job)
@@ -204,16 +205,18 @@ class AttemptRunner:
             raise NotStarted(reason)
 
     @contextlib.contextmanager
-    def _limited(self, job: AttemptJob) -> Iterator[None]:
-        """Within the agent's limits, if it has any; a stop that came while waiting for them
-        still counts."""
+    def _limited(self, job: AttemptJob) -> Iterator[float]:
+        """Within the agent's limits, if it has any, giving the seconds waited for them; a
+        stop that came while waiting for them still counts."""
         held = self.limits(job) if self.limits is not None else None
         if held is None:
-            yield
+            yield 0.0
             return
+        asked = time.perf_counter()
         with held:
+            waited = time.perf_counter() - asked
             self._check_stop()
-            yield
+            yield waited
 
     def _call(self, agent: Agent, context: _Attempt) -> AgentResult:
         job = context.job
@@ -223,7 +226,9 @@ class AttemptRunner:
         try:
             if held is None:  # no limits: no context manager on the per-attempt path
                 return self._answer(agent, context.task, job)
+            asked = time.perf_counter()
             with held:
+                context.wait = time.perf_counter() - asked
                 self._check_stop()  # a stop that came while waiting for the limits
                 return self._answer(agent, context.task, job)
         finally:
@@ -277,6 +282,8 @@ class _Attempt:
         self.job = job
         self.workspaces = workspaces
         self.workspace: Path | None = None
+        self.wait = 0.0
+        """Seconds waited for the agent's limits before the call started."""
         task = job.task
         self.task = Task(
             id=task.id,
@@ -318,12 +325,13 @@ class _Attempt:
             status=status,
             verdicts=verdicts,
             result=result,
-            started_at=started,
-            duration=time.perf_counter() - t0,
+            started_at=started + self.wait,
+            duration=time.perf_counter() - t0 - self.wait,
             error=error_text(exc) if exc is not None else None,
             error_type=getattr(exc, "error_type", type(exc).__name__) if exc else None,
             phase=phase if exc is not None else None,
             regraded=self.job.decision.action == "regrade",
+            wait=self.wait,
         )
         pricing = task.dataset.manifest.pricing
         return with_prices(record, pricing) if pricing else record
