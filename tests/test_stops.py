@@ -65,7 +65,7 @@ def test_cap_skips_the_rest_and_a_resume_finishes(
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(
         [
-            f"*stopped ({reason})*--resume-suite runs them (spent in all $4.00, 400 tokens*",
+            f"*stopped ({reason})*spent in all $4.00, 400 tokens*",
             f"*not started: {reason}*",
         ]
     )
@@ -77,6 +77,12 @@ def test_cap_skips_the_rest_and_a_resume_finishes(
         "--agenteval", "ds", "--resume-suite", *cap, "--agenteval-min-pass-rate", "0.5"
     )
     again.assert_outcomes(passed=4, skipped=6)  # the earlier session's spend counts
+    again.stdout.fnmatch_lines(
+        [
+            f"*The cap is the run's whole budget*--resume-suite runs the rest only with a higher {cap[0]}"
+        ]
+    )
+    assert "--resume-suite runs them" not in again.stdout.str()
     again.stdout.fnmatch_lines(["gate NOT met: the run is stopped (budget)*"])
     assert again.ret == pytest.ExitCode.INTERRUPTED
     done = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")

@@ -340,15 +340,21 @@ def check_task_id(value: str) -> None:
         )
 
 
-class Usage(UserModel):
-    """What an attempt consumed, when the agent reports it."""
+Count = Annotated[int, Field(ge=0)]
+Money = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+"""A cost: finite and not negative (NaN would turn a spend cap off, and is not JSON)."""
 
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cost: float | None = None
+
+class Usage(UserModel):
+    """What an attempt consumed, when the agent reports it. Numbers are refused unless finite
+    and not negative: leave one unset (None) when it is not known."""
+
+    input_tokens: Count | None = None
+    output_tokens: Count | None = None
+    cost: Money | None = None
     """In the currency of your choice (usually USD); when unset, the manifest's `pricing:`
     prices the tokens of `model`."""
-    cached_input_tokens: int | None = None
+    cached_input_tokens: Count | None = None
     """Input tokens the provider served from its cache (part of `input_tokens`)."""
     model: str | None = None
     """The model that used the tokens, as the provider names it (looked up in `pricing:`)."""

@@ -135,6 +135,9 @@ class AttemptRecord:
     """The task's input as the agent got it (None in records written before it was kept)."""
     expected: Any = None
     """The task's `expected` when it was graded (None when it has none)."""
+    wait: float = 0.0
+    """Seconds the attempt waited for its agent's limits (a `max_in_flight` slot, the pace)
+    before its call started; `started_at` and `duration` are of the call and grading only."""
 
     @property
     def key(self) -> Key:
@@ -216,6 +219,7 @@ class AttemptRecord:
             **({"regraded": True} if self.regraded else {}),
             **({"input": self.task_input} if self.task_input is not None else {}),
             **({"expected": self.expected} if self.expected is not None else {}),
+            **({"wait": self.wait} if self.wait else {}),
         }
 
     def to_text(self) -> str:
@@ -263,6 +267,7 @@ class AttemptRecord:
             regraded=data.get("regraded") is True,
             task_input=data.get("input"),
             expected=data.get("expected"),
+            wait=float(data.get("wait") or 0.0),
         )
 
     def replacing(self, old: AttemptRecord) -> AttemptRecord:
@@ -293,6 +298,7 @@ def new_record(
     regraded: bool = False,
     task_input: Any = None,
     expected: Any = None,
+    wait: float = 0.0,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
@@ -320,6 +326,7 @@ def new_record(
         regraded=regraded,
         task_input=json_safe(task_input) if task_input is not None else None,
         expected=json_safe(expected) if expected is not None else None,
+        wait=wait,
     )
 
 

@@ -22,14 +22,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import AgentError, AgentUnavailable, GraderError, OverBudget
+from ..core.errors import AgentError, AgentTimeout, AgentUnavailable, GraderError, OverBudget
 from ..core.model import AgentResult, Key, Phase, Status, Task, Verdict
 from ..core.records import AttemptRecord, Detail, attempt_seed, new_record, usage_json
 from ..providers.pricing import priced, with_prices
 from ..sources.dataset import TaskDef
 from ..store.plan import Decision
 from ..store.runs import IndexRow
-from .agents import Agent
+from .agents import Agent, as_result
 from .concurrent import Ahead, NotStarted, Stopped
 from .environment import Environment, Environments, host_folder
 from .executor import SerialExecutor, call_with_deadline
@@ -104,6 +104,9 @@ class AttemptRunner:
     limits: Callable[[AttemptJob], AbstractContextManager[None] | None] | None = None
     """Waits for the limits of the attempt's agent (slots, pace) and holds them for its call;
     None when its agent has none."""
+    spent: Callable[[float | None, int], None] | None = None
+    """Told each answer's cost and tokens as it arrives (the run's caps count them); None
+    when the run has no cap."""
 
     def schedule(self, job: AttemptJob, source: AgentSource) -> bool:
         """Start the attempt's agent call ahead of its turn, when it has one to make; False
@@ -118,11 +121,12 @@ class AttemptRunner:
         payload: dict[str, Any] = {"used": {**self.fingerprint, "used": label}}
 
         def call() -> AgentResult:
-            with self._limited(job):  # the stop was checked as the call began
+            with self._limited(job) as wait:  # the stop was checked as the call began
                 payload["context"] = context = _Attempt(job, self.environments)
+                context.wait = wait
                 if job.task.workspace_dir is not None:
                     context.task.environment  # noqa: B018 - the template is there before the agent
-                result = self.executor.call_agent(agent, context.task, job.task.timeout)
+                result = self._answer(agent, context.task, job)
             if waiting:
                 payload["graded"] = grade_waiting(job.task, context.task, result, waiting)
             return result
@@ -180,9 +184,11 @@ class AttemptRunner:
             ):
                 raise
             record = context.record(used, "error", verdicts, result, started, t0, exc, phase)
+            self._count_judges(record)
             return Outcome(decision, record, exc, context.environment)
         status: Status = "pass" if all(v.passed for v in verdicts) else "fail"
         record = context.record(used, status, verdicts, result, started, t0)
+        self._count_judges(record)
         return Outcome(decision, record, environment=context.environment)
 
     def stop_reason(self) -> str | None:
@@ -201,16 +207,18 @@ class AttemptRunner:
             raise NotStarted(reason)
 
     @contextlib.contextmanager
-    def _limited(self, job: AttemptJob) -> Iterator[None]:
-        """Within the agent's limits, if it has any; a stop that came while waiting for them
-        still counts."""
+    def _limited(self, job: AttemptJob) -> Iterator[float]:
+        """Within the agent's limits, if it has any, giving the seconds waited for them; a
+        stop that came while waiting for them still counts."""
         held = self.limits(job) if self.limits is not None else None
         if held is None:
-            yield
+            yield 0.0
             return
+        asked = time.perf_counter()
         with held:
+            waited = time.perf_counter() - asked
             self._check_stop()
-            yield
+            yield waited
 
     def _call(self, agent: Agent, context: _Attempt) -> AgentResult:
         job = context.job
@@ -221,13 +229,49 @@ class AttemptRunner:
         held = self.limits(job) if self.limits is not None else None
         try:
             if held is None:  # no limits: no context manager on the per-attempt path
-                return self.executor.call_agent(agent, context.task, job.task.timeout)
+                return self._answer(agent, context.task, job)
+            asked = time.perf_counter()
             with held:
+                context.wait = time.perf_counter() - asked
                 self._check_stop()  # a stop that came while waiting for the limits
-                return self.executor.call_agent(agent, context.task, job.task.timeout)
+                return self._answer(agent, context.task, job)
         finally:
             if self.executor.runs_elsewhere:
                 context.adopt_environment()
+
+    def _answer(self, agent: Agent, task: Task, job: AttemptJob) -> AgentResult:
+        """The agent's answer, its spend counted the moment it arrives (before the call gives
+        up its limit slot); a call abandoned at its deadline is counted when it really ends."""
+        if self.spent is None:
+            return self.executor.call_agent(agent, task, job.task.timeout)
+        try:
+            result = self.executor.call_agent(agent, task, job.task.timeout)
+        except AgentTimeout as exc:
+            running_on = getattr(exc, "running_on", None)
+            if running_on is not None:
+                running_on(partial(self._count_late, job))
+            raise
+        self._count(job, result)
+        return result
+
+    def _count(self, job: AttemptJob, result: AgentResult) -> None:
+        usage = result.usage
+        if self.spent is None or usage is None:
+            return
+        cost = usage.cost
+        pricing = job.task.dataset.manifest.pricing
+        if cost is None and pricing:
+            cost = priced(usage_json(usage), pricing).get("cost")
+        self.spent(cost, (usage.input_tokens or 0) + (usage.output_tokens or 0))
+
+    def _count_late(self, job: AttemptJob, value: Any) -> None:
+        """An abandoned call ended: its answer (if any) cost money too."""
+        if value is not None:
+            self._count(job, as_result(value))
+
+    def _count_judges(self, record: AttemptRecord) -> None:
+        if self.spent is not None and record.judge_cost:
+            self.spent(record.judge_cost, 0)
 
 
 def _calls_agent(decision: Decision) -> bool:
@@ -242,6 +286,8 @@ class _Attempt:
         self.job = job
         self.environments = environments
         self.environment: Environment | None = None
+        self.wait = 0.0
+        """Seconds waited for the agent's limits before the call started."""
         task = job.task
         self.task = Task(
             id=task.id,
@@ -288,14 +334,15 @@ class _Attempt:
             status=status,
             verdicts=verdicts,
             result=result,
-            started_at=started,
-            duration=time.perf_counter() - t0,
+            started_at=started + self.wait,
+            duration=time.perf_counter() - t0 - self.wait,
             error=error_text(exc) if exc is not None else None,
             error_type=getattr(exc, "error_type", type(exc).__name__) if exc else None,
             phase=phase if exc is not None else None,
             regraded=self.job.decision.action == "regrade",
             task_input=task.spec.input,
             expected=task.spec.expected,
+            wait=self.wait,
         )
         pricing = task.dataset.manifest.pricing
         return with_prices(record, pricing) if pricing else record

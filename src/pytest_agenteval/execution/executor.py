@@ -9,7 +9,9 @@ Timeouts, and how hard they are:
 - command agents: the program's process group is killed (hard);
 - async agents: cancelled at the deadline; one that blocks the event loop is abandoned;
 - sync callables: run in a thread of their own when a timeout is set; at the deadline the
-  attempt ends, the thread is abandoned (Python cannot kill a thread) and the processes it
+  attempt ends, the thread is abandoned (Python cannot kill a thread; the AgentTimeout's
+  `running_on` tells who must wait for its real end: the agent's limit slot stays held and
+  its late answer's spend is counted) and the processes it
   started are killed: those whose parent is that thread (Linux keeps a child list per thread,
   so attempts side by side are told apart) and, in a serial run, any new child of the process.
   Under concurrency a process started by another thread the agent made is not known. One stuck
@@ -88,17 +90,21 @@ class SerialExecutor:
         return found[1]
 
     def _await(self, awaitable: Awaitable[Any], timeout: float | None) -> Any:
-        future = asyncio.run_coroutine_threadsafe(_within(awaitable, timeout), self._event_loop())
+        ends = _Ends()
+        coroutine = _within(awaitable, timeout, ends)
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._event_loop())
         try:
             return future.result(None if timeout is None else timeout + LOOP_GRACE)
         except TimeoutError:
             if future.done():
                 raise  # the agent's own TimeoutError
             future.cancel()
-            raise AgentTimeout(
+            timeout_error = AgentTimeout(
                 f"agent timed out after {timeout:g}s; it blocks the event loop, so later "
                 "async attempts of this process may time out too"
-            ) from None
+            )
+            timeout_error.running_on = ends.running_on  # type: ignore[attr-defined]
+            raise timeout_error from None
         except BaseException:
             future.cancel()
             raise
@@ -137,15 +143,19 @@ def _is_async(agent: Any) -> bool:
     )
 
 
-async def _within(awaitable: Awaitable[Any], timeout: float | None) -> Any:
+async def _within(awaitable: Awaitable[Any], timeout: float | None, ends: _Ends) -> Any:
     deadline = asyncio.timeout(timeout)
+    value = None
     try:
         async with deadline:
-            return await awaitable
+            value = await awaitable
+            return value
     except TimeoutError:
         if deadline.expired():
             raise AgentTimeout(f"agent timed out after {timeout:g}s") from None
         raise
+    finally:
+        ends.end(value)
 
 
 def _call_in_thread(agent: Agent, task: Task, timeout: float, any_new_child: bool = True) -> Any:
@@ -159,36 +169,78 @@ def _call_in_thread(agent: Agent, task: Task, timeout: float, any_new_child: boo
         if any_new_child:
             found |= child_pids() - before
         killed = sum(kill_tree(pid) for pid in found)
-        raise AgentTimeout(
+        timeout_error = AgentTimeout(
             f"agent timed out after {timeout:g}s (abandoned thread; {killed} child "
             f"process{'' if killed == 1 else 'es'} killed)"
-        ) from None
+        )
+        timeout_error.running_on = abandoned.running_on  # type: ignore[attr-defined]
+        raise timeout_error from None
+
+
+EndCallback = Callable[[Any], None]
+RunningOn = Callable[[EndCallback], None]
+"""Set on the AgentTimeout of a call abandoned at its deadline (as `running_on`): registers
+a callback that gets the call's value (None if it raised) when the call really ends."""
 
 
 class _Abandoned(TimeoutError):
     """A call in a thread overran its deadline; the thread runs on, abandoned."""
 
-    def __init__(self, message: str, native_id: int | None) -> None:
+    def __init__(self, message: str, native_id: int | None, running_on: RunningOn) -> None:
         super().__init__(message)
         self.native_id = native_id
         """The abandoned thread's id for the kernel (its children are listed under it)."""
+        self.running_on = running_on
+
+
+class _Ends:
+    """When a call ends, and what to do then."""
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self._lock = threading.Lock()
+        self._then: list[EndCallback] | None = []
+        """Callbacks for the end; None once it came."""
+
+    def end(self, value: Any) -> None:
+        with self._lock:
+            self.value = value
+            then, self._then = self._then or [], None
+        for callback in then:
+            _quietly(callback, value)
+
+    def running_on(self, callback: EndCallback) -> None:
+        """Call `callback` with the value when the call ends (now, if it has)."""
+        with self._lock:
+            if self._then is not None:
+                self._then.append(callback)
+                return
+        _quietly(callback, self.value)
+
+
+def _quietly(callback: EndCallback, value: Any) -> None:
+    with contextlib.suppress(Exception):
+        callback(value)
 
 
 def _in_thread(function: Callable[[], T], seconds: float) -> T:
     box: dict[str, Any] = {}
+    ends = _Ends()
 
     def target() -> None:
         try:
             box["value"] = function()
         except BaseException as exc:
             box["error"] = exc
+        finally:
+            ends.end(box.get("value"))
 
     thread = threading.Thread(target=target, daemon=True, name="agenteval-call")
     thread.start()
     thread.join(seconds)
     if thread.is_alive():
         message = f"took longer than {seconds:g}s (its thread is abandoned)"
-        raise _Abandoned(message, thread.native_id)
+        raise _Abandoned(message, thread.native_id, ends.running_on)
     if "error" in box:
         raise box["error"]
     return box["value"]  # type: ignore[no-any-return]

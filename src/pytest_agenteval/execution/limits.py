@@ -7,6 +7,14 @@ when the holder dies, so a killed worker never leaks a slot), then, under the ag
 waits until `min_interval` has passed since the last recorded start and records its own. Lock
 files, unlike a coordinator process, need no address in `workerinput` and survive any worker's
 death; they hold only for processes on this machine that see the run folder.
+
+A forked child (an agent's `ProcessPoolExecutor`) inherits the descriptors of the locks held,
+and a flock is released only when every copy is closed: a pool's long-lived worker would hold
+the slot forever. Children close their copies at once (`os.register_at_fork`), which leaves
+the parent's lock held.
+
+A slot is held until the call really ends: a sync agent abandoned at its deadline (its thread
+runs on, its HTTP request still at the provider) keeps its slot until its thread returns.
 """
 
 from __future__ import annotations
@@ -19,11 +27,38 @@ import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 SLOT_POLL = 0.005
 """Seconds between looks for a free slot."""
 _STAMP = struct.Struct("<d")
+
+HELD: set[int] = set()
+"""Descriptors of the locks this process holds (slots, pace, spend): not its children's."""
+
+
+def _close_held_in_child() -> None:
+    for fd in list(HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)  # this copy only: the parent's lock stays
+    HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_in_child)
+
+
+@contextlib.contextmanager
+def locked(path: Path, mode: int = fcntl.LOCK_EX) -> Iterator[int]:
+    """`path` opened and flock'd for the block (a copy a forked child gets is closed)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    HELD.add(fd)
+    try:
+        fcntl.flock(fd, mode)
+        yield fd
+    finally:
+        HELD.discard(fd)
+        os.close(fd)  # releases the lock
 
 
 @dataclass(frozen=True)
@@ -56,32 +91,41 @@ class LimitGate:
             if limits.min_interval:
                 self._pace(name, limits.min_interval)
             yield
+        except BaseException as exc:
+            running_on = getattr(exc, "running_on", None)  # a call abandoned at its deadline
+            if slot is not None and running_on is not None:
+                running_on(partial(_release, slot))  # the slot is its until it really ends
+                slot = None
+            raise
         finally:
             if slot is not None:
-                os.close(slot)  # releases the lock
+                _release(slot)
 
     def _slot(self, name: str, size: int) -> int:
-        paths = [self.folder / f"{name}.slot{i}" for i in range(size)]
+        """The first free of `size` slot files; each is made when first reached, so a look
+        costs the slots held (the calls in flight), however large `size` is."""
         while True:
-            for path in paths:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            for i in range(size):
+                fd = os.open(self.folder / f"{name}.slot{i}", os.O_RDWR | os.O_CREAT, 0o644)
+                HELD.add(fd)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    os.close(fd)
+                    _release(fd)
                     continue
                 return fd
             time.sleep(SLOT_POLL)
 
     def _pace(self, name: str, interval: float) -> None:
-        fd = os.open(self.folder / f"{name}.pace", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with locked(self.folder / f"{name}.pace") as fd:
             data = os.pread(fd, _STAMP.size, 0)
             last = _STAMP.unpack(data)[0] if len(data) == _STAMP.size else 0.0
             wait = last + interval - time.time()
             if wait > 0:
                 time.sleep(wait)
             os.pwrite(fd, _STAMP.pack(time.time()), 0)
-        finally:
-            os.close(fd)
+
+
+def _release(slot: int, *_: object) -> None:
+    HELD.discard(slot)
+    os.close(slot)  # releases the lock

@@ -63,9 +63,13 @@ class Recorder:
         self.failures: list[str] = []
         """Store or report writes that failed: each stops the session; the run is interrupted."""
         settings = runtime.settings
-        self.budget = Budget(settings.max_cost, settings.max_tokens)
+        stops = runtime.stops
+        capped = stops.budget if stops is not None else None
+        self.budget = capped or Budget(settings.max_cost, settings.max_tokens)
         for row in run.plan.rows.values():  # a resumed run's earlier sessions spent too
             self.budget.add(row.spend, row.input_tokens, row.output_tokens)
+        if capped is not None:  # answers of this session count from there, in every process
+            capped.ledger.reset(capped.cost, capped.tokens)
         self._check_budget()
         folder = None if self.dry else store.runs_dir / run.run_id / PROGRESS_FILE
         self.progress = Progress(run.run_id, folder)

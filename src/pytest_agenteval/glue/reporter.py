@@ -23,7 +23,7 @@ from ..reporting.summary import build_summary
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, count_actions
 from ..store.runs import Store
-from ..store.stops import Stop
+from ..store.stops import Budget, Stop
 from .items import AttemptItem
 from .recorder import Recorder
 from .runtime import Runtime
@@ -221,16 +221,11 @@ class Reporter:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
         stop = self._stop()
         if stop is not None and self.summary is not None and self.summary["status"] == stop.kind:
-            spent = ""
+            then = "--resume-suite runs them"
             if stop.kind == "budget":
-                budget = self.recorder.budget
-                spent = (
-                    f" (spent in all ${budget.cost:.2f}, {budget.tokens} tokens: attempts "
-                    "already started when the cap was reached finished)"
-                )
+                then = budget_line(self.recorder.budget)
             tr.write_line(
-                f"agenteval: stopped ({stop.reason}): attempts not started were skipped; "
-                f"--resume-suite runs them{spent}",
+                f"agenteval: stopped ({stop.reason}): attempts not started were skipped; {then}",
                 yellow=True,
                 bold=True,
             )
@@ -241,6 +236,25 @@ class Reporter:
 
     def pytest_unconfigure(self) -> None:
         self.store.close()
+
+
+def budget_line(budget: Budget) -> str:
+    """What the run spent, and how to go on: a cap is the run's whole budget, every session
+    of it counted, so a resume with the same cap starts nothing."""
+    cost, tokens = budget.totals()
+    raise_it = " or ".join(
+        flag
+        for flag, cap in (
+            ("--agenteval-max-cost", budget.max_cost),
+            ("--agenteval-max-tokens", budget.max_tokens),
+        )
+        if cap is not None
+    )
+    return (
+        f"spent in all ${cost:.2f}, {tokens} tokens (attempts already started when the cap "
+        "was reached finished). The cap is the run's whole budget, its earlier sessions "
+        f"included: --resume-suite runs the rest only with a higher {raise_it}"
+    )
 
 
 def plan_lines(decisions: dict[Key, Decision], run_id: str) -> list[str]:

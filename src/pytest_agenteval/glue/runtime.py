@@ -22,7 +22,7 @@ from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import CachedTask, SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
 from ..store.plan import Plan
-from ..store.stops import Stops
+from ..store.stops import Budget, Stops
 from .settings import Settings
 
 FIXTURE_NAME = "agenteval_agent"
@@ -68,6 +68,9 @@ class Runtime:
         starts, and hold the agents' limits there."""
         self.stops = stops
         self.runner.stopped = stops.reason
+        stops.cap(Budget(self.settings.max_cost, self.settings.max_tokens))
+        if stops.budget is not None:
+            self.runner.spent = stops.spent
         if stops.run_dir is not None:
             gate = LimitGate(stops.run_dir / "limits")
 

@@ -1,27 +1,38 @@
 """Suite-wide stops: cancel, spend cap, token cap, deadline, Ctrl-C.
 
-Every process of a run checks them where an attempt would *start* (never mid-attempt), so one
-stop halts all xdist workers on the machine. The authority is the run folder: `cancel` is
-written by `agenteval cancel` from another shell, `stop.json` by the controller when the run's
-spend or tokens reach a cap (only the controller sees every committed record); a deadline is
-an absolute time every process knows. A resumed run starts with both files removed.
+Every process of a run checks them where an agent call would *start* (never mid-call: after
+it got its limit slot), so one stop halts all xdist workers on the machine. The authority is
+the run folder: `cancel` is written by `agenteval cancel` from another shell, `stop.json` when
+the run's spend or tokens reach a cap; a deadline is an absolute time every process knows. A
+resumed run starts with both files removed.
+
+Spend is counted when an answer arrives, not when its item reports: every process adds the
+answer's cost and tokens to the run folder's `spend` file (under a lock) before the call gives
+up its limit slot, and every call reads that file as it starts. So a cap is passed by at most
+the calls already at the server when it was reached: `max_in_flight` of them for an agent with
+that limit, else the calls in flight of every process (plus the judges of those attempts).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import struct
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ..core.errors import StoreError
+from ..execution.limits import locked
 from .files import write_json
 
 CANCEL_FILE = "cancel"
 STOP_FILE = "stop.json"
+SPEND_FILE = "spend"
 CANCEL_SCHEMA = "agenteval.cancel/1"
 STOP_SCHEMA = "agenteval.stop/1"
 
@@ -63,6 +74,19 @@ class Stops:
         self._lock = threading.Lock()
         self._looked = 0.0
         self._files = (run_dir / CANCEL_FILE, run_dir / STOP_FILE) if run_dir else None
+        self.budget: Budget | None = None
+        """The run's caps, checked at every call's start (set by `cap`)."""
+
+    def cap(self, budget: Budget) -> None:
+        """Check `budget` before every agent call; its spend is kept in this run's folder."""
+        if budget.capped:
+            budget.ledger = Ledger(self.run_dir / SPEND_FILE if self.run_dir else None)
+            self.budget = budget
+
+    def spent(self, cost: float | None, tokens: int) -> None:
+        """An answer arrived: count what it cost (before its call gives up its limit slot)."""
+        if self.budget is not None and (cost or tokens):
+            self.budget.ledger.add(cost or 0.0, tokens)
 
     @property
     def stop(self) -> Stop | None:
@@ -70,8 +94,15 @@ class Stops:
 
     def reason(self) -> str | None:
         """Why no new attempt may start now, or None (called before each attempt starts)."""
-        found = self._stop or self._look()
+        found = self._stop or self._look() or self._over_budget()
         return found.reason if found else None
+
+    def _over_budget(self) -> Stop | None:
+        """The caps against every answer of the run so far (read each time: exact)."""
+        reason = self.budget.reached() if self.budget is not None else None
+        if reason is not None:
+            self.halt("budget", reason, publish=True)
+        return self._stop
 
     def halt(self, kind: StopKind, reason: str, *, publish: bool = False) -> None:
         """Stop starting attempts here; `publish` tells the run's other processes too."""
@@ -115,15 +146,68 @@ class Stops:
             self.halt(kind, str(data.get("reason", kind)))
 
 
+_SPENT = struct.Struct("<dq")
+
+
+class Ledger:
+    """The run's spend and tokens in a small file every process of the run adds to under an
+    exclusive `flock`; without a run folder, in this process only."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._here = (0.0, 0)
+        self._lock = threading.Lock()
+
+    def add(self, cost: float, tokens: int) -> tuple[float, int]:
+        """Add an answer's cost and tokens; returns the new totals."""
+        with self._locked() as fd:
+            spent, used = self._read(fd)
+            totals = (spent + cost, used + tokens)
+            self._write(fd, totals)
+        return totals
+
+    def reset(self, cost: float, tokens: int) -> None:
+        """Start from what the run's committed attempts spent (a session's start)."""
+        with self._locked() as fd:
+            self._write(fd, (cost, tokens))
+
+    def read(self) -> tuple[float, int]:
+        with self._locked() as fd:
+            return self._read(fd)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[int | None]:
+        with self._lock:
+            if self.path is None or not self.path.parent.is_dir():  # counted here
+                yield None
+            else:
+                with locked(self.path) as fd:
+                    yield fd
+
+    def _read(self, fd: int | None) -> tuple[float, int]:
+        if fd is None:
+            return self._here
+        data = os.pread(fd, _SPENT.size, 0)
+        return _SPENT.unpack(data) if len(data) == _SPENT.size else (0.0, 0)
+
+    def _write(self, fd: int | None, totals: tuple[float, int]) -> None:
+        if fd is None:
+            self._here = totals
+        else:
+            os.pwrite(fd, _SPENT.pack(*totals), 0)
+
+
 class Budget:
-    """The run's spend and tokens so far (every committed attempt, earlier sessions too),
-    against its caps."""
+    """The run's spend and tokens so far against its caps: in `cost` and `tokens`, what its
+    committed attempts spent (earlier sessions too); in `ledger`, once the run's stops check
+    it, every answer that arrived in any of its processes."""
 
     def __init__(self, max_cost: float | None, max_tokens: int | None) -> None:
         self.max_cost = max_cost
         self.max_tokens = max_tokens
         self.cost = 0.0
         self.tokens = 0
+        self.ledger = Ledger(None)
 
     @property
     def capped(self) -> bool:
@@ -133,10 +217,17 @@ class Budget:
         self.cost += cost or 0.0
         self.tokens += (input_tokens or 0) + (output_tokens or 0)
 
+    def totals(self) -> tuple[float, int]:
+        """The run's spend and tokens: every answer that arrived, at least what committed."""
+        answered, used = self.ledger.read()
+        return max(self.cost, answered), max(self.tokens, used)
+
     def reached(self) -> str | None:
-        """The stop's reason once a cap is reached, else None."""
-        if self.max_cost is not None and self.cost >= self.max_cost:
-            return f"spend cap reached: ${self.cost:.2f} of ${self.max_cost:.2f}"
-        if self.max_tokens is not None and self.tokens >= self.max_tokens:
-            return f"token cap reached: {self.tokens} of {self.max_tokens}"
+        """The stop's reason once a cap is reached (by committed spend or by answers that
+        arrived), else None."""
+        cost, tokens = self.totals()
+        if self.max_cost is not None and cost >= self.max_cost:
+            return f"spend cap reached: ${cost:.2f} of ${self.max_cost:.2f}"
+        if self.max_tokens is not None and tokens >= self.max_tokens:
+            return f"token cap reached: {tokens} of {self.max_tokens}"
         return None

@@ -1,0 +1,252 @@
+"""Money and time: a spend cap holds within the calls in flight at the server, limits hold for
+calls given up on and in forked children, costs are finite, and durations tell the call from
+the wait for a slot."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat_server import ChatServer
+from helpers import DatasetMaker, latest_record
+from pytest_agenteval.core.records import AttemptRecord
+from test_providers import KEY, KEY_ENV, openai_agent
+
+SLOW_GRADER = """
+
+
+def grade(output):
+    time.sleep(0.2)  # the main thread lags behind the calls in flight
+    return output == "ok"
+"""
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "n2"])
+def test_spend_past_the_cap_is_at_most_the_calls_in_flight_at_the_server(
+    pytester: pytest.Pytester, dataset: DatasetMaker, chat_server: ChatServer, workers: list[str]
+) -> None:
+    """With `max_in_flight: 4` at concurrency 16 and a main thread slower than the server, the
+    spend past `--agenteval-max-cost` is at most 4 calls' cost (the server counts the calls)."""
+    chat_server.reset(latency=0.1)
+    root = dataset(
+        {
+            f"t{i:02}.yaml": {"input": "<<ok>>", "graders": [{"python": "slow:grade"}]}
+            for i in range(24)
+        },
+        manifest={
+            "agent": openai_agent(chat_server),
+            "limits": {"max_in_flight": 4},
+            # 100 prompt tokens at $1000 per million: $0.10 a call
+            "pricing": {"served-model-1": {"input_per_mtok": 1000, "output_per_mtok": 0}},
+        },
+    )
+    (root / "slow.py").write_text(SLOW_GRADER)
+    cap, per_call = 0.35, 0.10
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "16", "--agenteval-max-cost", str(cap),
+        *workers,
+    )  # fmt: skip
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped", 0) > 0
+    spent = len(chat_server.requests) * per_call
+    assert spent >= cap
+    assert spent - cap <= 4 * per_call + 1e-9, f"{len(chat_server.requests)} calls"
+
+
+BAD_USAGE_AGENT = """
+import pathlib
+from pytest_agenteval import AgentResult, Usage
+
+USAGES = {
+    "nan": {"cost": float("nan")},
+    "inf": {"cost": float("inf")},
+    "negative": {"cost": -1.0},
+    "tokens": {"input_tokens": -5},
+}
+
+
+def run(task):
+    with pathlib.Path(__file__).with_name("calls.log").open("a") as log:
+        log.write(task.id + "\\n")
+    return AgentResult(output="ok", usage=Usage(**USAGES[task.id]))
+"""
+
+
+USAGE_CASES = ("nan", "inf", "negative", "tokens")
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_cost_that_is_not_a_finite_non_negative_number_is_refused(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A NaN, infinite or negative cost and a negative token count (from a Python agent or a
+    command agent's JSON) make the attempt an error naming the field; nothing written holds
+    NaN, and a resume with the same cap calls no agent again and finds no damage."""
+    command = {"command": [sys.executable, "{dataset}/cmd.py"], "output": "json", "stdin": "none"}
+    tasks: dict[str, str | dict[str, Any]] = {
+        f"{name}.yaml": {"input": "q", "expected": "ok"} for name in USAGE_CASES
+    }
+    tasks["json.yaml"] = {"input": "q", "expected": "ok", "agent": command}
+    root = dataset(tasks, manifest={"agent": "bad_usage:run"})
+    (root / "bad_usage.py").write_text(BAD_USAGE_AGENT)
+    (root / "cmd.py").write_text(
+        "import pathlib\n"
+        "pathlib.Path(__file__).with_name('calls.log').open('a').write('json\\n')\n"
+        'print(\'{"output": "ok", "usage": {"cost": NaN}}\')\n'
+    )
+    first = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-max-cost", "1")
+    first.assert_outcomes(errors=5)
+    out = first.stdout.str()
+    assert "usage.cost\n  Input should be a finite number" in out  # the command agent's NaN
+    assert out.count("Input should be a finite number") == 3
+    assert out.count("Input should be greater than or equal to 0") == 2
+    assert sorted(dataset.calls()) == sorted([*USAGE_CASES, "json"])
+    for path in (pytester.path / ".pytest_cache").rglob("*.json*"):
+        texts = path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]
+        for text in texts:
+            _strict_json(text)
+    again = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-max-cost", "1", "--resume-suite"
+    )
+    again.assert_outcomes(errors=5)
+    assert "damage" not in again.stdout.str()
+    assert len(dataset.calls()) == 5
+
+
+SPAN_AGENT = """
+import pathlib, time
+
+LOG = pathlib.Path(__file__).with_name("spans.log")
+
+
+def run(task):
+    with LOG.open("a") as log:
+        log.write(f"{time.time()} 1\\n")
+    time.sleep(1.5)
+    with LOG.open("a") as log:
+        log.write(f"{time.time()} -1\\n")
+    return "ok"
+"""
+
+
+def most_at_once(log: Path) -> int:
+    """The most calls that were running at once, from their start (+1) and end (-1) lines."""
+    events = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())
+    running = most = 0
+    for _, step in events:
+        running += int(step)
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.slow
+def test_a_call_given_up_at_its_timeout_keeps_its_limit_slot(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`max_in_flight: 2` with sync calls abandoned at a 0.3 s timeout that run on for 1.5 s:
+    the agent never runs more than 2 calls at once (a slot is held until its call ends)."""
+    root = dataset(
+        {f"t{i}.yaml": {"input": "q", "expected": "ok", "timeout": 0.3} for i in range(4)},
+        manifest={"agent": "spans:run", "limits": {"max_in_flight": 2}},
+    )
+    (root / "spans.py").write_text(SPAN_AGENT)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "4")
+    result.assert_outcomes(errors=4)
+    # Calls still running when the session ended never log their end: they count as running.
+    assert most_at_once(root / "spans.log") == 2
+
+
+POOL_AGENT = """
+import concurrent.futures, multiprocessing
+
+POOL = None
+
+
+def run(task):
+    global POOL
+    if POOL is None:  # its forked workers live on after this call
+        fork = multiprocessing.get_context("fork")
+        POOL = concurrent.futures.ProcessPoolExecutor(2, mp_context=fork)
+    return "ok" if POOL.submit(pow, 3, 2).result() == 9 else "no"
+"""
+
+
+def test_an_agent_with_a_forked_process_pool_does_not_keep_its_slot(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Under `max_in_flight: 1`, an agent whose `ProcessPoolExecutor` (fork) outlives its call
+    does not hold the slot through its children: the next call gets it (no hang)."""
+    root = dataset(
+        {f"t{i}.yaml": {"input": "q", "expected": "ok"} for i in range(3)},
+        manifest={"agent": "pool:run", "limits": {"max_in_flight": 1, "min_interval": 0.01}},
+    )
+    (root / "pool.py").write_text(POOL_AGENT)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", timeout=60)
+    result.assert_outcomes(passed=3)
+
+
+def test_a_huge_max_in_flight_costs_no_memory(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`max_in_flight: 10**12` runs its attempts in a process limited to 1 GiB of memory: slots
+    are made as they are reached, not all up front."""
+    dataset(
+        {
+            f"t{i}.yaml": {"input": "q", "expected": "ok", "metadata": {"answer": "ok"}}
+            for i in range(2)
+        },
+        manifest={"limits": {"max_in_flight": 10**12}},
+    )
+    gib = 1 << 30
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--agenteval", "ds", "-p", "no:xdist", "-q"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (gib, gib)),
+    )
+    assert "2 passed" in done.stdout, done.stdout + done.stderr
+
+
+def test_an_attempt_s_duration_is_its_call_and_the_wait_for_a_slot_is_apart(
+    pytester: pytest.Pytester, dataset: DatasetMaker, chat_server: ChatServer
+) -> None:
+    """With `max_in_flight: 1` at concurrency 4, each record's `started_at` and `duration` are
+    of its own call (calls one after another: no two overlap) and the time it waited for the
+    slot is its `wait`; a record without `wait` still reads."""
+    chat_server.reset(latency=0.2)
+    dataset(
+        {f"t{i}.yaml": {"input": "<<ok>>", "expected": "ok"} for i in range(4)},
+        manifest={"agent": openai_agent(chat_server), "limits": {"max_in_flight": 1}},
+    )
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "4")
+    result.assert_outcomes(passed=4)
+    records = sorted(
+        (latest_record(pytester.path, f"t{i}", 0) for i in range(4)),
+        key=lambda r: r["started_at"],
+    )
+    for before, after in itertools.pairwise(records):
+        assert after["started_at"] >= before["started_at"] + before["duration"] - 0.1
+    assert all(r.get("wait", 0) > 0 for r in records[1:])
+    old = {key: value for key, value in records[1].items() if key != "wait"}
+    assert AttemptRecord.from_json(old).wait == 0.0
