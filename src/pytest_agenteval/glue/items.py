@@ -317,7 +317,7 @@ class TaskHooks:
             if call.when == "setup" and report.failed and call.excinfo is not None:
                 report.longrepr = item.repr_failure(call.excinfo)
                 if isinstance(item, AttemptItem):
-                    report.when = item.error_when(call.excinfo.value)  # type: ignore[assignment]
+                    report.when = item.error_when(call.excinfo.value)
             if report.failed:
                 path, line, _ = item.reportinfo()
                 longrepr = as_crash_repr(report.longrepr, Path(path), (line or 0) + 1)
