@@ -10,9 +10,10 @@ import pytest
 from junitparser import xunit2
 
 from helpers import DatasetMaker, summary_of, task
+from pytest_agenteval.cli import main
 from pytest_agenteval.core.text import xml_safe
 from pytest_agenteval.reporting.reports import write_reports
-from pytest_agenteval.reporting.summary import Summary, build_summary
+from pytest_agenteval.reporting.summary import Summary, build_summary, narrowed_words
 from pytest_agenteval.store.runs import IndexRow, RunInfo
 
 KNOWN = {
@@ -291,3 +292,49 @@ def test_provider_agent_label_names_its_model() -> None:
     fingerprint = {"override": None, "manifest": {"ds": spec + " (version 3)"}, "version": None}
     assert _agent_label(fingerprint) == "openai:gpt-4o-mini (version 3)"
     assert _agent_label({"override": 'vibes:{"x": 1}', "manifest": {}}) == "vibes"
+
+
+def test_every_report_of_a_narrowed_run_says_by_what_and_how_much(
+    pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `-k` run says it is narrowed, by what and how many of the suite's attempts it holds in
+    the terminal, summary.json/md, JUnit, the GitHub step summary, HTML and a re-rendering."""
+    dataset({"one.yaml": task("ok"), "one_more.yaml": task("no"), "two.yaml": task("ok")})
+    steps = pytester.path / "steps.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(steps))
+    args = ["--agenteval", "ds", "--attempts", "2", "-k", "one", "--agenteval-html", "r.html"]
+    result = pytester.runpytest(*args, "--agenteval-run-id", "part")
+    result.assert_outcomes(passed=2, failed=2)
+    words = "narrowed by -k 'one' (4 of 6 attempts)"
+    result.stdout.fnmatch_lines([f"{words}: the metrics cover these attempts only"])
+    summary = summary_of(pytester, "part")
+    Summary.model_validate(summary)
+    assert (summary["status"], summary["narrowed"]) == ("complete", True)
+    assert summary["narrowed_by"] == "-k 'one' (4 of 6 attempts)"
+    run_dir = pytester.path / ".pytest_cache/agenteval/runs/part"
+    status_line = f"status **complete** · **{words}** · 2 tasks, 4 attempts"
+    assert status_line in (run_dir / "summary.md").read_text()
+    assert status_line in steps.read_text()
+    assert f'id="narrowed">{words}</p>' in (pytester.path / "r.html").read_text().replace(
+        "&#x27;", "'"
+    )
+    suite = next(iter(xunit2.JUnitXml.fromfile(str(run_dir / "junit.xml"))))
+    assert {p.name: p.value for p in suite.properties()}["narrowed"] == words
+    monkeypatch.chdir(pytester.path)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY")
+    assert main(["report", "part", "--out", "again"]) == 0
+    again = json.loads((pytester.path / "again/summary.json").read_text())
+    assert (again["narrowed"], again["narrowed_by"]) == (True, summary["narrowed_by"])
+    assert status_line in (pytester.path / "again/summary.md").read_text()
+    whole = pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "whole")
+    assert "narrowed by" not in whole.stdout.str()
+    assert summary_of(pytester, "whole")["narrowed"] is False
+
+
+def test_narrowed_words_name_the_shard_and_the_selection() -> None:
+    """A shard run says which shard it is, beside what else narrowed it; a whole run says
+    nothing."""
+    assert narrowed_words({"shard": "1/3"}) == "narrowed by shard 1/3"
+    both = {"shard": "2/3", "narrowed_by": "-m 'slow' (2 of 9 attempts)"}
+    assert narrowed_words(both) == "narrowed by -m 'slow' (2 of 9 attempts), shard 2/3"
+    assert narrowed_words({"narrowed_by": None, "shard": None}) is None
