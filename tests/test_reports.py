@@ -338,3 +338,25 @@ def test_narrowed_words_name_the_shard_and_the_selection() -> None:
     both = {"shard": "2/3", "narrowed_by": "-m 'slow' (2 of 9 attempts)"}
     assert narrowed_words(both) == "narrowed by -m 'slow' (2 of 9 attempts), shard 2/3"
     assert narrowed_words({"narrowed_by": None, "shard": None}) is None
+
+
+def test_a_rerendered_summary_equals_the_sessions(
+    pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`agenteval report RUN` writes the summary.json the session wrote, agents that could not
+    be built and the regression gate's verdict included (timing aside)."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(4)})
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "base")
+    tasks: dict[str, str | dict[str, Any]] = {f"t{i}.yaml": task("no") for i in range(4)}
+    dataset({**tasks, "lost.yaml": {**task("ok"), "agent": "nosuchmodule:run"}})
+    args = ["--agenteval", "ds", "--agenteval-baseline", "base", "--agenteval-run-id", "new"]
+    assert pytester.runpytest(*args).ret == 1
+    session = summary_of(pytester, "new")
+    assert session["agent_errors"][0]["attempts"] == 1 and session["regression"]["failed"]
+    monkeypatch.chdir(pytester.path)
+    assert main(["report", "new", "--out", "again"]) == 0
+    again = json.loads((pytester.path / "again/summary.json").read_text())
+    timing = {"finished_at"}
+    assert {k: v for k, v in again.items() if k not in timing} == {
+        k: v for k, v in session.items() if k not in timing
+    }

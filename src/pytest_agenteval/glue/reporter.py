@@ -111,6 +111,8 @@ class Reporter:
             "exitstatus": int(exitstatus),
             "counts": self._session_counts(),
             "load_errors": self.recorder.load_errors,
+            "agent_errors": self.summary["agent_errors"],
+            "regression": self.summary.get("regression"),
         }
         try:
             self.store.finish_run(self.run.run_id, status, session_entry)
