@@ -11,7 +11,9 @@ from junitparser import xunit2
 
 from helpers import DatasetMaker, summary_of, task
 from pytest_agenteval.cli import main
+from pytest_agenteval.core.errors import ReportError
 from pytest_agenteval.core.text import xml_safe
+from pytest_agenteval.reporting.finish import GateRule, finish_run
 from pytest_agenteval.reporting.reports import write_reports
 from pytest_agenteval.reporting.summary import Summary, build_summary, narrowed_words
 from pytest_agenteval.store.runs import IndexRow, RunInfo
@@ -360,3 +362,45 @@ def test_a_rerendered_summary_equals_the_sessions(
     assert {k: v for k, v in again.items() if k not in timing} == {
         k: v for k, v in session.items() if k not in timing
     }
+
+
+def test_finish_run_fails_the_gate_of_a_run_whose_reports_cannot_be_written(
+    tmp_path: Path,
+) -> None:
+    """The end shared by the session, `agenteval report` and `merge`: the files, the HTML
+    page, then the gate; a report folder that cannot be made leaves the run interrupted (the
+    gate fails it), the HTML page is still written, and the failure is handed back."""
+    rows = [
+        IndexRow(("ds", "t", i), "", "", "pass", 1.0, 0.25, None, None, None, (), "", None, "")
+        for i in range(2)
+    ]
+    run = RunInfo("r1", [{"name": "ds", "version": "1"}], {}, 0.0, 0.0, 2, 2, "complete", [])
+    summary = build_summary(run, rows, ks=None, session_counts={}, status="complete")
+    rule = GateRule(min_pass_rate=0.5, allow_errors=False)
+    good = finish_run(dict(summary), out_dir=tmp_path / "out", task_rule="any", rule=rule)
+    assert not good.failures and [p.name for p in good.written] == [
+        "summary.json",
+        "summary.md",
+        "junit.xml",
+    ]
+    assert good.gate is not None and good.gate.message == (
+        "gate met: pass@1 1.000 >= 0.5 (--agenteval-min-pass-rate)"
+    )
+    (tmp_path / "file").write_text("")
+    page = tmp_path / "page.html"
+
+    def write_page(summary: dict[str, Any]) -> Path:
+        page.write_text(summary["status"])
+        return page
+
+    bad = finish_run(
+        summary,
+        out_dir=tmp_path / "file/out",
+        task_rule="any",
+        html=write_page,
+        rule=rule,
+    )
+    assert isinstance(bad.failures[0], ReportError) and bad.written == [page]
+    assert summary["status"] == page.read_text() == "interrupted"
+    assert bad.gate is not None and bad.gate.message is not None
+    assert bad.gate.message.startswith("gate NOT met: the run is interrupted")
