@@ -65,20 +65,30 @@ def test_agent_exception_is_an_error_and_others_still_run(
     assert "<error" in xml and "<failure" not in xml
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+@pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)])
 def test_an_agent_error_is_headed_as_the_agents_not_setups(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:
     """An agent's crash (new or replayed, also from xdist workers) is an *error* headed
-    `ERROR at agent call of`, never `at setup of`, and a JUnit `<error>`."""
-    dataset({"boom.yaml": task(metadata={"raise": "kaboom"}), "fine.yaml": task("ok")})
+    `ERROR at agent call of`, a grader's `at grading of`, never `at setup of`, and a JUnit
+    `<error>`."""
+    root = dataset(
+        {
+            "boom.yaml": task(metadata={"raise": "kaboom"}),
+            "fine.yaml": task("ok"),
+            "judged.yaml": {**task("ok"), "graders": [{"python": "grade:broken"}]},
+        }
+    )
+    (root / "grade.py").write_text("def broken(output):\n    raise ValueError('no verdict')\n")
     for resume in ([], ["--resume-suite"]):
         args = ["--agenteval", "ds", "--junitxml=out.xml", "-rE", *workers, *resume]
-        result = pytester.runpytest_subprocess(*args)
-        result.assert_outcomes(passed=1, errors=1)
-        result.stdout.fnmatch_lines(
+        run = pytester.runpytest_subprocess if workers else pytester.runpytest
+        result = run(*args)
+        result.assert_outcomes(passed=1, errors=2)
+        result.stdout.fnmatch_lines_random(
             [
                 "*_ ERROR at agent call of agenteval: boom[[]attempt-0[]] _*",
+                "*_ ERROR at grading of agenteval: judged[[]attempt-0[]] _*",
                 "ERROR ds/boom.yaml::boom[[]attempt-0[]] - *RuntimeError: kaboom",
             ]
         )
@@ -88,6 +98,8 @@ def test_an_agent_error_is_headed_as_the_agents_not_setups(
         assert results["fine[attempt-0]"] == []
         [error] = results["boom[attempt-0]"]
         assert isinstance(error, Error) and error.message.endswith("RuntimeError: kaboom")
+        [error] = results["judged[attempt-0]"]
+        assert isinstance(error, Error) and error.message.endswith("ValueError: no verdict")
 
 
 def test_async_agent(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
