@@ -20,6 +20,7 @@ WORKERS = [
 """A test's two process layouts: one process (the default suite) and two xdist workers (slow:
 `.ci/run` runs it; the default suite keeps its own xdist tests in test_xdist.py)."""
 
+
 def default_sigint() -> None:
     """`preexec_fn` of a child a test sends Ctrl-C: a shell that ignores SIGINT (nohup, some CI
     runners) passes that on to every child, where Python then leaves it ignored."""

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from junitparser import Error, xunit2
 
 from helpers import DatasetMaker, default_sigint, task
 from pytest_agenteval.core.records import AttemptRecord
@@ -53,7 +54,7 @@ def test_agent_exception_is_an_error_and_others_still_run(
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
         [
-            "*ERROR at setup of agenteval: boom[[]attempt-0[]]*",
+            "*ERROR at agent call of agenteval: boom[[]attempt-0[]]*",
             "E * RuntimeError: kaboom",
             "ds/agent.py:*: RuntimeError",
         ]
@@ -62,6 +63,43 @@ def test_agent_exception_is_an_error_and_others_still_run(
     assert "pluggy" not in errors and "_pytest" not in errors and "pytest_agenteval" not in errors
     xml = (pytester.path / "out.xml").read_text()
     assert "<error" in xml and "<failure" not in xml
+
+
+@pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)])
+def test_an_agent_error_is_headed_as_the_agents_not_setups(
+    pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
+) -> None:
+    """An agent's crash (new or replayed, also from xdist workers) is an *error* headed
+    `ERROR at agent call of`, a grader's `at grading of`, never `at setup of`, and a JUnit
+    `<error>`."""
+    root = dataset(
+        {
+            "boom.yaml": task(metadata={"raise": "kaboom"}),
+            "fine.yaml": task("ok"),
+            "judged.yaml": {**task("ok"), "graders": [{"python": "grade:broken"}]},
+        }
+    )
+    (root / "grade.py").write_text("def broken(output):\n    raise ValueError('no verdict')\n")
+    for resume in ([], ["--resume-suite"]):
+        args = ["--agenteval", "ds", "--junitxml=out.xml", "-rE", *workers, *resume]
+        run = pytester.runpytest_subprocess if workers else pytester.runpytest
+        result = run(*args)
+        result.assert_outcomes(passed=1, errors=2)
+        result.stdout.fnmatch_lines_random(
+            [
+                "*_ ERROR at agent call of agenteval: boom[[]attempt-0[]] _*",
+                "*_ ERROR at grading of agenteval: judged[[]attempt-0[]] _*",
+                "ERROR ds/boom.yaml::boom[[]attempt-0[]] - *RuntimeError: kaboom",
+            ]
+        )
+        assert "at setup of" not in result.stdout.str()
+        suite = next(iter(xunit2.JUnitXml.fromfile(str(pytester.path / "out.xml"))))
+        results = {case.name: case.result for case in suite}
+        assert results["fine[attempt-0]"] == []
+        [error] = results["boom[attempt-0]"]
+        assert isinstance(error, Error) and error.message.endswith("RuntimeError: kaboom")
+        [error] = results["judged[attempt-0]"]
+        assert isinstance(error, Error) and error.message.endswith("ValueError: no verdict")
 
 
 def test_async_agent(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import DatasetMaker, summary_of, task
+from pytest_agenteval.cli import main
 from pytest_agenteval.reporting.gate import gate
 from pytest_agenteval.reporting.regression import regression_block, regression_lines
 
@@ -144,3 +145,37 @@ def test_a_baseline_sharing_no_task_says_nothing_was_compared() -> None:
         "regression gate against baseline base: passed, but nothing was compared: no task is "
         "in both runs (is the baseline a run of these datasets?)"
     )
+
+
+def test_agenteval_diff_gates_a_significant_fall_like_the_session(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`agenteval diff --max-regression X` exits 1 on the fall the session's gate fails (more
+    than X, significant at 95 %) and 0 on a tolerated or noisy one; without X it only reports."""
+    baseline(pytester, dataset, 12)
+    dataset({f"t{i}.yaml": task("no") for i in range(8)})
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "new").assert_outcomes(
+        passed=4, failed=8
+    )
+    dataset({f"t{i}.yaml": task("no" if i == 0 else "ok") for i in range(12)})
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "noise")
+    monkeypatch.chdir(pytester.path)
+    capsys.readouterr()
+    assert main(["diff", "base", "new"]) == 0
+    assert "gate" not in capsys.readouterr().out
+    assert main(["diff", "base", "new", "--max-regression", "0.1"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "gate NOT met: " + REASON.replace(
+        " against baseline base", ""
+    ).replace("--agenteval-max-regression 0", "--max-regression 0.1")
+    assert main(["diff", "base", "new", "--max-regression", "0.7"]) == 0
+    assert (
+        capsys.readouterr().out.splitlines()[-1]
+        == "gate met: no fall of more than --max-regression 0.7"
+    )
+    assert main(["diff", "base", "noise", "--max-regression", "0"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "gate met: the fall is more than --max-regression 0 but not significant at 95 %"

@@ -10,9 +10,12 @@ import pytest
 from junitparser import xunit2
 
 from helpers import WORKERS, DatasetMaker, summary_of, task
+from pytest_agenteval.cli import main
+from pytest_agenteval.core.errors import ReportError
 from pytest_agenteval.core.text import xml_safe
+from pytest_agenteval.reporting.finish import GateRule, finish_run
 from pytest_agenteval.reporting.reports import write_reports
-from pytest_agenteval.reporting.summary import Summary, build_summary
+from pytest_agenteval.reporting.summary import Summary, build_summary, narrowed_words
 from pytest_agenteval.store.runs import IndexRow, RunInfo
 
 KNOWN = {
@@ -292,3 +295,113 @@ def test_provider_agent_label_names_its_model() -> None:
     fingerprint = {"override": None, "manifest": {"ds": spec + " (version 3)"}, "version": None}
     assert _agent_label(fingerprint) == "openai:gpt-4o-mini (version 3)"
     assert _agent_label({"override": 'vibes:{"x": 1}', "manifest": {}}) == "vibes"
+
+
+def test_every_report_of_a_narrowed_run_says_by_what_and_how_much(
+    pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `-k` run says it is narrowed, by what and how many of the suite's attempts it holds in
+    the terminal, summary.json/md, JUnit, the GitHub step summary, HTML and a re-rendering."""
+    dataset({"one.yaml": task("ok"), "one_more.yaml": task("no"), "two.yaml": task("ok")})
+    steps = pytester.path / "steps.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(steps))
+    args = ["--agenteval", "ds", "--attempts", "2", "-k", "one", "--agenteval-html", "r.html"]
+    result = pytester.runpytest(*args, "--agenteval-run-id", "part")
+    result.assert_outcomes(passed=2, failed=2)
+    words = "narrowed by -k 'one' (4 of 6 attempts)"
+    result.stdout.fnmatch_lines([f"{words}: the metrics cover these attempts only"])
+    summary = summary_of(pytester, "part")
+    Summary.model_validate(summary)
+    assert (summary["status"], summary["narrowed"]) == ("complete", True)
+    assert summary["narrowed_by"] == "-k 'one' (4 of 6 attempts)"
+    run_dir = pytester.path / ".pytest_cache/agenteval/runs/part"
+    status_line = f"status **complete** · **{words}** · 2 tasks, 4 attempts"
+    assert status_line in (run_dir / "summary.md").read_text()
+    assert status_line in steps.read_text()
+    assert f'id="narrowed">{words}</p>' in (pytester.path / "r.html").read_text().replace(
+        "&#x27;", "'"
+    )
+    suite = next(iter(xunit2.JUnitXml.fromfile(str(run_dir / "junit.xml"))))
+    assert {p.name: p.value for p in suite.properties()}["narrowed"] == words
+    monkeypatch.chdir(pytester.path)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY")
+    assert main(["report", "part", "--out", "again"]) == 0
+    again = json.loads((pytester.path / "again/summary.json").read_text())
+    assert (again["narrowed"], again["narrowed_by"]) == (True, summary["narrowed_by"])
+    assert status_line in (pytester.path / "again/summary.md").read_text()
+    whole = pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "whole")
+    assert "narrowed by" not in whole.stdout.str()
+    assert summary_of(pytester, "whole")["narrowed"] is False
+
+
+def test_narrowed_words_name_the_shard_and_the_selection() -> None:
+    """A shard run says which shard it is, beside what else narrowed it; a whole run says
+    nothing."""
+    assert narrowed_words({"shard": "1/3"}) == "narrowed by shard 1/3"
+    both = {"shard": "2/3", "narrowed_by": "-m 'slow' (2 of 9 attempts)"}
+    assert narrowed_words(both) == "narrowed by -m 'slow' (2 of 9 attempts), shard 2/3"
+    assert narrowed_words({"narrowed_by": None, "shard": None}) is None
+
+
+def test_a_rerendered_summary_equals_the_sessions(
+    pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`agenteval report RUN` writes the summary.json the session wrote, agents that could not
+    be built and the regression gate's verdict included (timing aside)."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(4)})
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "base")
+    tasks: dict[str, str | dict[str, Any]] = {f"t{i}.yaml": task("no") for i in range(4)}
+    dataset({**tasks, "lost.yaml": {**task("ok"), "agent": "nosuchmodule:run"}})
+    args = ["--agenteval", "ds", "--agenteval-baseline", "base", "--agenteval-run-id", "new"]
+    assert pytester.runpytest(*args).ret == 1
+    session = summary_of(pytester, "new")
+    assert session["agent_errors"][0]["attempts"] == 1 and session["regression"]["failed"]
+    monkeypatch.chdir(pytester.path)
+    assert main(["report", "new", "--out", "again"]) == 0
+    again = json.loads((pytester.path / "again/summary.json").read_text())
+    timing = {"finished_at"}
+    assert {k: v for k, v in again.items() if k not in timing} == {
+        k: v for k, v in session.items() if k not in timing
+    }
+
+
+def test_finish_run_fails_the_gate_of_a_run_whose_reports_cannot_be_written(
+    tmp_path: Path,
+) -> None:
+    """The end shared by the session, `agenteval report` and `merge`: the files, the HTML
+    page, then the gate; a report folder that cannot be made leaves the run interrupted (the
+    gate fails it), the HTML page is still written, and the failure is handed back."""
+    rows = [
+        IndexRow(("ds", "t", i), "", "", "pass", 1.0, 0.25, None, None, None, (), "", None, "")
+        for i in range(2)
+    ]
+    run = RunInfo("r1", [{"name": "ds", "version": "1"}], {}, 0.0, 0.0, 2, 2, "complete", [])
+    summary = build_summary(run, rows, ks=None, session_counts={}, status="complete")
+    rule = GateRule(min_pass_rate=0.5, allow_errors=False)
+    good = finish_run(dict(summary), out_dir=tmp_path / "out", task_rule="any", rule=rule)
+    assert not good.failures and [p.name for p in good.written] == [
+        "summary.json",
+        "summary.md",
+        "junit.xml",
+    ]
+    assert good.gate is not None and good.gate.message == (
+        "gate met: pass@1 1.000 >= 0.5 (--agenteval-min-pass-rate)"
+    )
+    (tmp_path / "file").write_text("")
+    page = tmp_path / "page.html"
+
+    def write_page(summary: dict[str, Any]) -> Path:
+        page.write_text(summary["status"])
+        return page
+
+    bad = finish_run(
+        summary,
+        out_dir=tmp_path / "file/out",
+        task_rule="any",
+        html=write_page,
+        rule=rule,
+    )
+    assert isinstance(bad.failures[0], ReportError) and bad.written == [page]
+    assert summary["status"] == page.read_text() == "interrupted"
+    assert bad.gate is not None and bad.gate.message is not None
+    assert bad.gate.message.startswith("gate NOT met: the run is interrupted")

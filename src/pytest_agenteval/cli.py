@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .core import options
@@ -230,7 +230,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from .core.errors import ReportError
-    from .reporting.reports import write_reports
+    from .reporting.finish import finish_run
     from .reporting.runref import resolve_run, run_summary
 
     store = _open_store(args)
@@ -239,21 +239,23 @@ def _report(args: argparse.Namespace) -> int:
     run_id = resolve_run(store, args.run_id)
     summary = run_summary(store, run_id, args.pass_k)  # a run that is not there: RunRefError
     _print_damage(store)
-    if args.html:
+
+    def html_page(summary: dict[str, Any]) -> Path:
         from .reporting.html import attempt_details, write_html
 
-        known = len(store.problems)
-        print(write_html(summary, attempt_details(store, run_id), args.html))
-        for problem in store.problems[known:]:  # found while reading the full records
-            print(f"agenteval: store damage: {problem}", file=sys.stderr)
-        if args.out is None:
-            return 0
-    try:
-        written = write_reports(summary, args.out or store.runs_dir / run_id, args.task_rule)
-    except ReportError as exc:
-        hint = "" if args.out else "; write them elsewhere with --out DIR"
-        raise ReportError(f"{exc}{hint}") from None
-    for path in written:
+        return write_html(summary, attempt_details(store, run_id), args.html)
+
+    known = len(store.problems)
+    out_dir = args.out if args.html else args.out or store.runs_dir / run_id
+    html = html_page if args.html else None
+    finished = finish_run(summary, out_dir=out_dir, task_rule=args.task_rule, html=html)
+    for problem in store.problems[known:]:  # found while reading the full records
+        print(f"agenteval: store damage: {problem}", file=sys.stderr)
+    if finished.failures:
+        exc = finished.failures[0]
+        hint = "; write them elsewhere with --out DIR" if out_dir and not args.out else ""
+        raise ReportError(f"{exc}{hint}") if isinstance(exc, ReportError) else exc from None
+    for path in finished.written:
         print(path)
     return 0
 

@@ -28,6 +28,11 @@ from .failures import as_crash_repr, encodable, text_repr, user_traceback
 from .runtime import FIXTURE_NAME, RUNTIME, Runtime
 from .settings import dry_run
 
+ERROR_WHEN = {"agent": "agent call", "grading": "grading"}
+"""The report's `when` of an attempt that errored in its agent or a grader, by the record's
+phase: pytest's heading then reads `ERROR at agent call of ...`, not `at setup of` (the error
+is the attempt's, not its setup's); `pytest_report_teststatus` keeps it an *error*."""
+
 
 class AttemptFailed(Exception):
     """The attempt's output did not pass its graders (a wrong answer: a test failure)."""
@@ -200,6 +205,14 @@ class AttemptItem(AgentevalItem):
             return f"internal error in pytest-agenteval, please report it:\n{excinfo.getrepr()}"
         return user_traceback(excinfo)
 
+    def error_when(self, exc: BaseException) -> str:
+        """The `when` of the report of a setup that raised `exc`: where the attempt errored
+        (`agent call`, `grading`), or `setup` when it never began or the plugin failed."""
+        outcome = self.outcome
+        if outcome is None or not (exc is outcome.error or isinstance(exc, ReplayedError)):
+            return "setup"
+        return ERROR_WHEN.get(outcome.facts.phase or "", "setup")
+
     def _headline(self) -> str:
         return f"{self.task.id} [attempt {self.attempt}]"
 
@@ -330,6 +343,8 @@ class TaskHooks:
         if call.when != "teardown" and isinstance(item, AgentevalItem):
             if call.when == "setup" and report.failed and call.excinfo is not None:
                 report.longrepr = item.repr_failure(call.excinfo)
+                if isinstance(item, AttemptItem):
+                    report.when = item.error_when(call.excinfo.value)
             if report.failed:
                 path, line, _ = item.reportinfo()
                 longrepr = as_crash_repr(report.longrepr, Path(path), (line or 0) + 1)
@@ -337,6 +352,14 @@ class TaskHooks:
             if call.when == "call" or report.failed:
                 report.agenteval = item.report_extras()
         return report
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
+        """An attempt that errored in its agent or a grader is an *error* (pytest's own rule
+        counts only `setup` and `teardown` reports as errors)."""
+        if report.failed and report.when in ERROR_WHEN.values():
+            return "error", "E", "ERROR"
+        return None
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         runner = config.stash[RUNTIME].runner

@@ -195,7 +195,7 @@ class Recorder:
         else:
             self._attempt_reported(report, info)
         result = yield
-        if report.when == "setup" and report.failed:  # after --junitxml's plugin saw it
+        if report.failed:  # after --junitxml's plugin saw it (an error, not a failure)
             junit_error_message(self.config, report)
         # Every plugin has seen the record; the terminal reporter keeps reports all session long.
         report.agenteval = None  # type: ignore[attr-defined]

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..core.errors import ReportError, StoreError
+from ..core.errors import StoreError
 from ..core.model import Key
-from ..reporting.gate import gate
+from ..reporting.finish import GateRule, finish_run
 from ..reporting.html import attempt_details, write_html
 from ..reporting.regression import regression_block
-from ..reporting.reports import store_damage_lines, terminal_lines, write_reports
+from ..reporting.reports import store_damage_lines, terminal_lines
 from ..reporting.summary import build_summary
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, count_actions
@@ -96,14 +97,18 @@ class Reporter:
         out_dir = self.settings.report_dir
         if out_dir is None and not self.store.temporary:
             out_dir = self.store.runs_dir / self.run.run_id
-        if out_dir is not None:
-            try:
-                self.written = write_reports(self.summary, out_dir, self.settings.task_rule)
-            except ReportError as exc:
-                self.recorder.failed(exc)
-                status = self.summary["status"] = "interrupted"
-        if self.settings.html_file is not None:
-            self._write_html(self.settings.html_file)
+        finished = finish_run(
+            self.summary,
+            out_dir=out_dir,
+            task_rule=self.settings.task_rule,
+            html=self._html_writer(),
+            rule=GateRule(self.settings.min_pass_rate, self.settings.allow_errors),
+            exitstatus=int(exitstatus),
+            other_failures=self.recorder.other_failures,
+        )
+        for failure in finished.failures:
+            self.recorder.failed(failure)
+        self.written, status = finished.written, self.summary["status"]
         config = session.config
         config.hook.pytest_agenteval_summary(summary=self.summary, config=config)
         session_entry = {
@@ -111,32 +116,29 @@ class Reporter:
             "exitstatus": int(exitstatus),
             "counts": self._session_counts(),
             "load_errors": self.recorder.load_errors,
+            "agent_errors": self.summary["agent_errors"],
+            "regression": self.summary.get("regression"),
         }
         try:
             self.store.finish_run(self.run.run_id, status, session_entry)
         except StoreError as exc:
             self.recorder.failed(exc)
-        result = gate(
-            self.summary,
-            min_pass_rate=self.settings.min_pass_rate,
-            allow_errors=self.settings.allow_errors,
-            other_failures=self.recorder.other_failures,
-            exitstatus=int(exitstatus),
-        )
+        result = finished.gate
+        assert result is not None
         if result.exitstatus is not None:
             session.exitstatus = result.exitstatus
         self.gate_message = result.message
         if self.recorder.failures:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
 
-    def _write_html(self, path: Path) -> None:
-        """The HTML report, with every stored attempt's details read back from the store."""
-        assert self.summary is not None
-        try:
-            details = attempt_details(self.store, self.run.run_id, self.recorder.reused)
-            self.written.append(write_html(self.summary, details, path))
-        except (ReportError, StoreError) as exc:
-            self.recorder.failed(exc)
+    def _html_writer(self) -> Callable[[dict[str, Any]], Path] | None:
+        """What writes the HTML report (`--agenteval-html`), with every stored attempt's
+        details read back from the store; None when it is not asked for."""
+        path = self.settings.html_file
+        if path is None:
+            return None
+        store, run_id, reused = self.store, self.run.run_id, self.recorder.reused
+        return lambda summary: write_html(summary, attempt_details(store, run_id, reused), path)
 
     def _nothing_happened(self) -> bool:
         """A new run in which no attempt ran nor could even start (collection failed under

@@ -10,10 +10,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..core.options import rate
 from ..store.locate import cache_dir, find_rootdir
 from ..store.runs import Store
 from .diff import Diff, compare, diff_lines, task_rates
 from .export import WRITERS, attempt_row
+from .regression import diff_gate
 from .runref import load_summary, resolve_run, stored_run
 from .show import (
     ShowError,
@@ -113,6 +115,13 @@ def register(
         compared.add_argument(
             name, metavar=name.upper(), help="a run id, `latest`, a run folder or a summary.json"
         )
+    compared.add_argument(
+        "--max-regression",
+        type=rate,
+        metavar="X",
+        help="gate: exit 1 when pass@1 fell by more than X and the fall is significant at 95 %% "
+        "(as --agenteval-baseline's gate; 0: any significant fall)",
+    )
     cache_option(compared)
     compared.set_defaults(command=_diff)
 
@@ -140,5 +149,10 @@ def _diff(args: argparse.Namespace) -> int:
     """Runs named by id are looked up in the store, when there is one; files need none."""
     root = (args.cache_dir or cache_dir(args.rootdir or find_rootdir(Path.cwd()))) / "agenteval"
     store = Store(root) if (root / "runs").is_dir() else None
-    print("\n".join(diff_lines(diff(store, args.base, args.new, Path.cwd()))))
-    return 0
+    compared = diff(store, args.base, args.new, Path.cwd())
+    print("\n".join(diff_lines(compared)))
+    if args.max_regression is None:
+        return 0
+    failed, line = diff_gate(compared, args.max_regression)
+    print(line)
+    return 1 if failed else 0

@@ -24,6 +24,7 @@ from ..core.records import AttemptRecord
 from ..store.runs import Store
 from .metrics import INTERVAL_METHOD, MIN_TASKS, percentile
 from .reports import _atomic_write, fmt
+from .summary import narrowed_words
 from .svg import Bar, Series, histogram, interval_bars, line_plot, seconds
 
 TEXT_LIMIT = 2000
@@ -274,6 +275,7 @@ def _headline(summary: dict[str, Any]) -> str:
     if counts.get("load_error"):
         session.append(f"{counts['load_error']} load errors")
     fingerprint = _fingerprint(summary["agent"]["fingerprint"])
+    narrowed = narrowed_words(summary)
     return f"""<header>
 <h1>{escape(ds["name"])} <span class="muted">{escape(ds["version"])}</span></h1>
 <p class="meta">run <code id="run-id">{escape(summary["run_id"])}</code>
@@ -281,6 +283,7 @@ def _headline(summary: dict[str, Any]) -> str:
 agent <strong>{escape(summary["agent"]["label"])}</strong>
 · started {_when(summary["created_at"])} · finished {_when(summary["finished_at"])}
 {" · last session: " + escape(", ".join(session)) if session else ""}</p>
+{f'<p class="meta" id="narrowed">{escape(narrowed)}</p>' if narrowed else ""}
 <p class="meta fingerprint">agent fingerprint <code>{escape(fingerprint)}</code></p>
 <dl class="headline">
 {"".join(f"<div><dt>{escape(k)}</dt><dd>{v}</dd></div>" for k, v in cells)}

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ..store.merge import Merged, merge_runs
 from ..store.runs import Store
-from .gate import GateResult, gate
-from .reports import write_reports
+from .finish import GateRule, finish_run
+from .gate import GateResult
 from .runref import run_summary
 
 
@@ -34,18 +34,18 @@ def report_merged(
     store = Store(merged.store_root)
     try:
         summary = run_summary(store, merged.run_id, pass_k)
-        written = write_reports(summary, store.runs_dir / merged.run_id, task_rule)
+        finished = finish_run(
+            summary,
+            out_dir=store.runs_dir / merged.run_id,
+            task_rule=task_rule,
+            rule=GateRule(min_pass_rate, allow_errors, flag_prefix="--"),
+        )
     finally:
         store.close()
-    result = gate(
-        summary,
-        min_pass_rate=min_pass_rate,
-        allow_errors=allow_errors,
-        other_failures=0,
-        exitstatus=0,
-        flag_prefix="--",
-    )
-    return MergedReport(written, summary["status"], result)
+    if finished.failures:
+        raise finished.failures[0]
+    assert finished.gate is not None
+    return MergedReport(finished.written, summary["status"], finished.gate)
 
 
 def merge_command(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .diff import TaskChange, TaskKey, change_line, compare, task_rates
+from .diff import Change, Diff, TaskChange, TaskKey, change_line, compare, task_rates
 
 SHOWN = 10
 
@@ -21,7 +21,6 @@ def regression_block(
     """Compare the run's tasks with the baseline's; plain JSON types."""
     diff = compare(task_rates(baseline["tasks"]), task_rates(summary["tasks"]))
     change = diff.change
-    fell = change.change is not None and change.change < -max_regression
     return {
         "baseline": ref,
         "baseline_run_id": baseline.get("run_id"),
@@ -33,13 +32,38 @@ def regression_block(
         "ci95": list(change.interval) if change.interval else None,
         "method": change.method,
         "significant": change.significant,
-        "failed": fell and change.fell_significantly,
+        "failed": fell_beyond(change, max_regression),
         "summary": change_line(change),
         "regressed": [_changed(c) for c in diff.regressed],
         "improved": [_changed(c) for c in diff.improved],
         "only_in_new": [_task(k) for k in diff.appeared],
         "only_in_base": [_task(k) for k in diff.disappeared],
     }
+
+
+def fell_beyond(change: Change, max_regression: float) -> bool:
+    """The gate's rule: pass@1 fell by more than `max_regression` and the fall is significant
+    at 95 % (the interval's upper bound is below zero)."""
+    fell = change.change is not None and change.change < -max_regression
+    return fell and change.fell_significantly
+
+
+def diff_gate(diff: Diff, max_regression: float) -> tuple[bool, str]:
+    """`agenteval diff --max-regression X`: whether the new run fails the regression gate (the
+    session's `--agenteval-baseline` rule), and the line that says why."""
+    change, flag = diff.change, f"--max-regression {max_regression:g}"
+    if fell_beyond(change, max_regression):
+        assert change.change is not None and change.interval is not None
+        low, high = change.interval
+        return True, (
+            f"gate NOT met: pass@1 fell by {-change.change:.3f} (95 % interval {low:+.3f} to "
+            f"{high:+.3f}, {change.method}), more than {flag}"
+        )
+    if not change.shared:
+        return False, "gate met, but nothing was compared: no task is in both runs"
+    if change.change is not None and change.change < -max_regression:
+        return False, f"gate met: the fall is more than {flag} but not significant at 95 %"
+    return False, f"gate met: no fall of more than {flag}"
 
 
 def regression_problem(block: dict[str, Any] | None) -> str | None:

@@ -21,7 +21,7 @@ from ..store.problems import StoreProblem
 from .metrics import INTERVAL_METHOD, MIN_TASKS
 from .regression import regression_lines
 from .spend import spend_lines
-from .summary import task_passes
+from .summary import narrowed_words, task_passes
 
 LOWEST_SHOWN = 10
 
@@ -93,11 +93,13 @@ def render_markdown(summary: dict[str, Any], rule: str) -> str:
     """A readable report for humans and CI step summaries."""
     m, counts = summary["metrics"], summary["counts"]
     ds = summary["dataset"]
+    narrowed = narrowed_words(summary)
     lines = [
         f"# agenteval: {_md(ds['name'])} {_md(ds['version'])}",
         "",
         f"Run `{summary['run_id']}` · agent {_md(summary['agent']['label'])} · "
-        f"status **{summary['status']}** · {_plural(m['n_tasks'], 'task')}, "
+        f"status **{summary['status']}** · {f'**{_md(narrowed)}** · ' if narrowed else ''}"
+        f"{_plural(m['n_tasks'], 'task')}, "
         f"{_plural(summary['n_attempts'], 'attempt')}",
         "",
         "| k | pass@k | pass^k | tasks |",
@@ -307,7 +309,7 @@ def write_junit(summary: dict[str, Any], rule: str, out: TextIO) -> None:
 def _junit_document(summary: dict[str, Any], rule: str, kinds: list[str], time: float) -> str:
     """<testsuites> with the suite's statistics and properties, no testcases yet."""
     suite = xunit2.TestSuite("agenteval")
-    m = summary["metrics"]
+    m, narrowed = summary["metrics"], narrowed_words(summary)
     ci95 = m.get("pass_at_1_ci95")
     for name, value in (
         ("run_id", summary["run_id"]),
@@ -321,6 +323,7 @@ def _junit_document(summary: dict[str, Any], rule: str, kinds: list[str], time: 
         ("pass_at_1_stderr", m["pass_at_1_stderr"]),
         ("pass_at_1_ci95", json.dumps([shown(v) for v in ci95] if ci95 else None)),
         *((f"count_{k}", v) for k, v in summary["counts"].items()),
+        *((("narrowed", narrowed),) if narrowed else ()),
     ):
         suite.add_property(name, xml_safe(str(shown(value))))
     counts = (len(kinds), kinds.count("failure"), kinds.count("error"))
@@ -408,9 +411,11 @@ def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[st
     """The agenteval section at the end of a pytest run."""
     m, counts = summary["metrics"], summary["counts"]
     ds = summary["dataset"]
+    narrowed = narrowed_words(summary)
     lines = [
         f"run {summary['run_id']} ({summary['status']}) · dataset {ds['name']} {ds['version']} · "
         f"{_plural(m['n_tasks'], 'task')}, {_plural(summary['n_attempts'], 'attempt')}",
+        *([f"{narrowed}: the metrics cover these attempts only"] if narrowed else []),
         _counts_line(counts) + (f"; {counts.get('run', 0)} run now" if "run" in counts else ""),
         *_agent_error_lines(summary.get("agent_errors", [])),
     ]

@@ -47,8 +47,9 @@ def stored_run(store: Store, run_id: str) -> tuple[RunInfo, list[IndexRow]]:
 
 
 def run_summary(store: Store, run_id: str, ks: Sequence[int] | None = None) -> dict[str, Any]:
-    """A stored run's summary, computed from its records (its last session's counts and load
-    errors): what `agenteval report`, `show`, `diff` and `merge` show."""
+    """A stored run's summary, computed from its records and what its last session saw (its
+    counts, load errors, agents that could not be built, the regression gate's verdict): what
+    `agenteval report`, `show`, `diff` and `merge` show, equal to the session's summary."""
     info, rows = stored_run(store, run_id)
     last = info.sessions[-1] if info.sessions else {}
     summary = build_summary(
@@ -57,9 +58,12 @@ def run_summary(store: Store, run_id: str, ks: Sequence[int] | None = None) -> d
         ks=ks,
         session_counts=last.get("counts") or {},
         status=info.status,
+        agent_errors=last.get("agent_errors"),
         load_errors=last.get("load_errors"),
         store_problems=[p.as_dict() for p in store.problems],
     )
+    if last.get("regression"):
+        summary["regression"] = last["regression"]
     finished = last.get("finished_at")
     if info.status != "running" and isinstance(finished, (int, float)):
         summary["finished_at"] = float(finished)  # when the run ended, not this re-render

@@ -130,6 +130,12 @@ class Summary(BaseModel):
     status: str
     """complete; interrupted (a session ended early); or why a stop ended it: cancelled,
     budget (a spend or token cap), deadline."""
+    narrowed: bool = False
+    """Whether the run holds only part of its datasets' attempts (`-k`, `-m`, node ids or paths
+    inside a dataset, `--agenteval-shard`): its metrics cover that part only."""
+    narrowed_by: str | None = None
+    """What narrowed it and how many of the suite's attempts it holds, as run.json says, e.g.
+    `-k 'add' (6 of 39 attempts)`; null for a whole run or a shard alone (see `shard`)."""
     agent_errors: list[AgentErrorSummary] = []
     """Agents that could not be built; their attempts did not run and are not recorded."""
     n_attempts: int
@@ -190,6 +196,8 @@ def build_summary(
         "created_at": run.created_at,
         "finished_at": time.time(),
         "status": status,
+        "narrowed": bool(run.narrowed_by or run.shard),
+        "narrowed_by": run.narrowed_by,
         "agent_errors": agent_errors or [],
         "n_attempts": len(rows),
         "counts": {**tot.counts, **session_counts, "load_error": len(load_errors)},
@@ -209,6 +217,14 @@ def build_summary(
         "pricing": pricing_coverage(rows),
         **({"shard": run.shard} if run.shard else {}),
     }
+
+
+def narrowed_words(summary: dict[str, Any]) -> str | None:
+    """What a narrowed run holds, for every report: `narrowed by -k 'add' (6 of 39 attempts)`,
+    `narrowed by shard 1/3`; None for a run of every attempt of its datasets."""
+    shard = summary.get("shard")
+    parts = [part for part in (summary.get("narrowed_by"), shard and f"shard {shard}") if part]
+    return f"narrowed by {', '.join(parts)}" if parts else None
 
 
 def _dataset_label(datasets: list[dict[str, str]]) -> dict[str, str]:
