@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import product
@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 from ..core.model import RECORD_SCHEMA, Key
 from ..core.records import Detail, spend_sum
 from ..core.text import excerpt
-from .problems import StoreProblem
+from .problems import RUNS_AGAIN, StoreProblem
 
 STATUSES = frozenset({"pass", "fail", "error"})
 UNREADABLE_DETAILS = "(the stored details of this verdict are unreadable)"
@@ -156,6 +156,8 @@ class IndexRead:
     problems: list[StoreProblem] = field(default_factory=list)
     newest: tuple[Key, tuple[int, int]] | None = None
     """The last readable line's attempt and record place (its record ends records.jsonl)."""
+    damage: Damage | None = None
+    """The damaged lines, by attempt (None when there are none)."""
 
 
 def read_index(path: Path, *, for_plan: bool = True) -> IndexRead:
@@ -187,55 +189,72 @@ def _read(f: BinaryIO, path: Path, for_plan: bool) -> IndexRead:
     read = IndexRead()
     rows, offsets = read.rows, read.offsets
     reasons: dict[str, str] = {}
-    damage = _Damage(path)
+    damage = Damage(path)
     for number, raw in enumerate(f, 1):
         try:
             row, where = _parse(raw, reasons, for_plan)
         except _UNREADABLE:
-            key = damage.add(number, raw)
+            key = damage.add(number, raw, read.newest)
             if key is not None:
                 rows.pop(key, None)
                 offsets.pop(key, None)
             continue
         rows[row.key] = row
+        read.newest = (row.key, where)
         if for_plan:
             offsets[row.key] = where
-            read.newest = (row.key, where)
         if damage:
             damage.superseded(row.key)
-    read.problems = damage.problems()
+    if damage:
+        read.damage = damage
+        read.problems = damage.problems()
     return read
 
 
-class _Damage:
+class Damage:
     """Damaged lines of one index, by attempt (None: the line does not say which)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.lines: dict[Key | None, list[tuple[int, StoreProblem]]] = {}
+        self.lines: dict[Key | None, list[tuple[int, str]]] = {}
+        self.floors: dict[Key, int] = {}
+        """For each attempt whose newest line is damaged: where the records written after
+        that line begin (a record of the attempt before it is an older verdict)."""
 
     def __bool__(self) -> bool:
         return bool(self.lines)
 
-    def add(self, number: int, raw: bytes) -> Key | None:
-        """Note a line `_parse` refused (blank lines lose nothing); returns its attempt."""
+    def add(
+        self, number: int, raw: bytes, before: tuple[Key, tuple[int, int]] | None
+    ) -> Key | None:
+        """Note a line `_parse` refused (blank lines lose nothing); returns its attempt.
+        `before`: the newest readable line before it (its record precedes this line's)."""
         if raw.isspace():
             return None
         problem, key = explain(raw)
-        self.lines.setdefault(key, []).append(
-            (number, StoreProblem(f"{self.path}:{number}", problem))
-        )
+        self.lines.setdefault(key, []).append((number, problem))
+        if key is not None:
+            self.floors[key] = sum(before[1]) if before else 0
         return key
 
     def superseded(self, key: Key) -> None:
         """A newer readable line of the attempt makes its earlier damage harmless."""
-        self.lines.pop(key, None)
+        if self.lines.pop(key, None) is not None:
+            self.floors.pop(key, None)
 
-    def problems(self) -> list[StoreProblem]:
+    def problems(
+        self, reindexed: Container[Key | None] = (), effect: str = RUNS_AGAIN
+    ) -> list[StoreProblem]:
+        """The damaged lines in file order; those of attempts in `reindexed` with `effect`."""
         numbered = sorted(
-            (pair for pairs in self.lines.values() for pair in pairs), key=lambda p: p[0]
+            (number, problem, key) for key, lines in self.lines.items() for number, problem in lines
         )
-        return [problem for _, problem in numbered]
+        return [
+            StoreProblem(
+                f"{self.path}:{number}", problem, effect if key in reindexed else RUNS_AGAIN
+            )
+            for number, problem, key in numbered
+        ]
 
 
 def _parse(raw: bytes, reasons: dict[str, str], for_plan: bool) -> tuple[IndexRow, tuple[int, int]]:

@@ -1,8 +1,10 @@
 """`agenteval repair RUN`: rebuild a run's damaged or lost run.json from what the run stored.
 
 Repair never deletes anything: a damaged run.json is kept beside the new one, and damaged
-index or record lines stay where they are (readers skip them, report them, and their attempts
-run again). The rebuilt run.json says `interrupted`, so `--resume-suite` continues the run.
+index or record lines stay where they are. Attempts whose records are intact but whose index
+lines are damaged, lost or point elsewhere are re-indexed: their lines are appended to
+index.jsonl (the newest line of an attempt wins). The others are reported and run again.
+The rebuilt run.json says `interrupted`, so `--resume-suite` continues the run.
 """
 
 from __future__ import annotations
@@ -35,10 +37,13 @@ def repair_run(store: Store, run_id: str) -> Repair:
         raise StoreError(
             f"run {run_id} is being run by a pytest process right now; repair it later"
         )
-    rows, _ = store.index(run_id)
+    rows, _ = store.index(run_id, check=True)  # records.jsonl re-indexed where they disagree
     for row in rows:
         store.record(run_id, row.key)  # every full record read once: damage is noted
     repair = Repair()
+    saved = store.save_reindexed(run_id)
+    if saved:
+        repair.done.append(f"{saved} attempts re-indexed from records.jsonl (lines appended)")
     try:
         found = store.run(run_id)
     except RunFileError as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shutil
 import tempfile
@@ -35,8 +36,9 @@ from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
 from ..core.records import AttemptRecord, index_entry, placed, to_json_text
 from .files import RunFiles, has_attempts, line_number, locked, running_note, write_json
-from .index import IndexRow, read_index, row_of
+from .index import IndexRead, IndexRow, read_index, row_of
 from .problems import OUTPUT_LOST, RUN_SKIPPED, StoreProblem
+from .reindex import Reindexed, consistent, reindex
 
 __all__ = [
     "IndexRow",
@@ -113,6 +115,9 @@ class Store:
         self._open: dict[str, RunFiles] = {}
         self._offsets: dict[str, dict[Key, tuple[int, int]]] = {}
         self._held: dict[str, dict[Key, IndexRow]] = {}
+        self._reindexed: dict[str, tuple[int, list[str]]] = {}
+        """Index lines re-indexed from records.jsonl, not yet appended (and the index's size
+        when they were made)."""
         """Rows of the runs this session writes, kept as it commits (`hold`)."""
 
     @property
@@ -301,6 +306,7 @@ class Store:
             raise StoreError(f"run {run_id} is being run by another pytest process right now")
         self._open[run_id] = files
         self._update(run_id, status="running")
+        self.save_reindexed(run_id)
 
     def note_running(self, run_id: str, key: Key) -> None:
         """Name the attempt whose agent starts now; see RunInfo.died_running."""
@@ -418,43 +424,66 @@ class Store:
         return self.index(run_id, for_plan=False)[0]
 
     def index(
-        self, run_id: str, *, for_plan: bool = True
+        self, run_id: str, *, for_plan: bool = True, check: bool = False
     ) -> tuple[list[IndexRow], list[StoreProblem]]:
         """The newest readable line of every stored attempt; damaged lines apart (and in
-        `problems`): their attempts are left out, so they run again.
+        `problems`).
 
         Without `for_plan` the digests, replay data and record offsets are left out (metrics
-        need none of them). With it, the end of records.jsonl is checked too (cheaply).
+        need none of them). When the index and records.jsonl disagree (checked cheaply at the
+        end of records.jsonl; always with `check`), records.jsonl is re-indexed: attempts
+        whose records are intact keep their verdicts and outputs, the others run again.
         """
-        path = self.runs_dir / run_id / "index.jsonl"
-        try:
-            read = read_index(path, for_plan=for_plan)
-        except FileNotFoundError:
-            return [], []
-        except OSError as exc:
-            raise StoreError(os_failure("read", path, exc)) from None
+        read = self._read(run_id, for_plan, check)
         self._found(read.problems)
-        if for_plan:
+        if isinstance(read, Reindexed):
+            self._found(read.records_problems)
             self._offsets[run_id] = read.offsets
-            if read.newest is not None:
-                self._check_records_end(run_id, *read.newest, read.offsets)
+        elif for_plan:
+            self._offsets[run_id] = read.offsets
         return list(read.rows.values()), read.problems
 
-    def _check_records_end(
-        self, run_id: str, key: Key, where: tuple[int, int], offsets: dict[Key, tuple[int, int]]
-    ) -> None:
-        """Is records.jsonl as long as the index says, and is its newest record whole?"""
-        path = self.runs_dir / run_id / "records.jsonl"
-        size = path.stat().st_size if path.exists() else 0
-        if where[0] + where[1] <= size:
-            self._read_record(run_id, key, where)
-            return
-        lost = sum(1 for offset, length in offsets.values() if offset + length > size)
-        problem = (
-            f"the file ends at byte {size}, but the records of {lost} stored attempts lie "
-            "beyond it (it was cut short)"
-        )
-        self._found([StoreProblem(str(path), problem, OUTPUT_LOST)])
+    def _read(self, run_id: str, for_plan: bool, check: bool) -> IndexRead:
+        folder = self.runs_dir / run_id
+        path, records = folder / "index.jsonl", folder / "records.jsonl"
+        read = _read_index(path, for_plan)
+        with contextlib.ExitStack() as stack:
+            try:
+                opened: BinaryIO | None = stack.enter_context(records.open("rb"))
+            except FileNotFoundError:
+                opened = None
+            except OSError as exc:
+                raise StoreError(os_failure("read", records, exc)) from None
+            if not check and consistent(read, opened):
+                return read
+            if not for_plan:
+                read = _read_index(path, True)
+            fixed = reindex(read, path, records, opened)
+        if fixed.lines:
+            self._reindexed[run_id] = (_size(path), fixed.lines)
+        return fixed
+
+    def save_reindexed(self, run_id: str) -> int:
+        """Append the index lines the last read re-indexed from records.jsonl, so later reads
+        find those attempts without re-indexing; returns how many. Only while this session
+        holds the run (or nobody does), and only if index.jsonl did not change since."""
+        size, lines = self._reindexed.pop(run_id, (-1, []))
+        if not lines or _size(self.runs_dir / run_id / "index.jsonl") != size:
+            return 0
+        files = self._open.get(run_id)
+        if files is None:
+            files = RunFiles(self.runs_dir / run_id)
+            try:
+                if not files.lock():
+                    return 0
+                for line in lines:
+                    files.append_index(line)
+            finally:
+                files.close()
+        else:
+            for line in lines:
+                files.append_index(line)
+        return len(set(lines))  # the last may repeat to close the index
 
     def record(self, run_id: str, key: Key) -> AttemptRecord | None:
         """The full stored record of one attempt (None when missing or unreadable, which is
@@ -508,8 +537,29 @@ class Store:
 
 
 def _read_at(f: BinaryIO, where: tuple[int, int]) -> bytes:
-    f.seek(where[0])
-    return f.read(where[1])
+    """The bytes at `where`; none when they would lie past the file's end (a damaged length
+    must not make a read of a terabyte)."""
+    offset, length = where
+    if offset + length > os.fstat(f.fileno()).st_size:
+        return b""
+    f.seek(offset)
+    return f.read(length)
+
+
+def _read_index(path: Path, for_plan: bool) -> IndexRead:
+    try:
+        return read_index(path, for_plan=for_plan)
+    except FileNotFoundError:
+        return IndexRead()
+    except OSError as exc:
+        raise StoreError(os_failure("read", path, exc)) from None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
 
 
 _quoted = encode_basestring
