@@ -471,3 +471,39 @@ def test_repair_rebuilds_run_json_and_resume_continues(
     resumed.assert_outcomes(passed=1, failed=1)
     assert len(dataset.calls()) == 2, "nothing ran again"
     assert "reused" in resumed.stdout.str() and summary_of(pytester)["counts"]["reused"] == 2
+
+
+def lengthen_record(pytester: pytest.Pytester, run_id: str, task_id: str) -> None:
+    """Set the record length in `task_id`'s index line to a terabyte."""
+    index = pytester.path / f".pytest_cache/agenteval/runs/{run_id}/index.jsonl"
+    lines = [json.loads(raw) for raw in index.read_text().splitlines()]
+    for line in lines:
+        if line["task_id"] == task_id:
+            line["record"][1] = 10**12
+    index.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_a_record_length_past_the_end_reads_no_terabyte(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`"record": [offset, 10**12]` in one index line is store damage, not a MemoryError:
+    report --html, repair and a regrading resume find the record again by re-indexing."""
+    dataset({"a.yaml": task("the answer is ok"), "b.yaml": task("ok")})
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "big")
+    lengthen_record(pytester, "big", "a")
+    monkeypatch.chdir(pytester.path)
+    assert main(["report", "big", "--html", "report.html"]) == 0
+    assert "the answer is ok" in (pytester.path / "report.html").read_text()
+    assert "names the wrong place in records.jsonl for 1 attempts" in capsys.readouterr().err
+    assert main(["repair", "big"]) == 0
+    assert "1 attempts re-indexed from records.jsonl" in capsys.readouterr().out
+    lengthen_record(pytester, "big", "a")
+    calls = len(dataset.calls())
+    dataset({"a.yaml": {**task("the answer is ok"), "graders": ["contains"]}, "b.yaml": task("ok")})
+    result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
+    result.assert_outcomes(passed=2)
+    assert len(dataset.calls()) == calls and summary_of(pytester)["counts"]["regraded"] == 1
+    result.stdout.fnmatch_lines(["*index.jsonl: names the wrong place in records.jsonl*"])

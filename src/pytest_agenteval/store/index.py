@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 from ..core.model import RECORD_SCHEMA, Key
 from ..core.records import Detail, spend_sum
 from ..core.text import excerpt
+from .files import open_regular
 from .problems import RUNS_AGAIN, StoreProblem
 
 STATUSES = frozenset({"pass", "fail", "error"})
@@ -161,14 +162,15 @@ class IndexRead:
 
 
 def read_index(path: Path, *, for_plan: bool = True) -> IndexRead:
-    """Read index.jsonl; never raises for its content (only OSError for the file).
+    """Read index.jsonl; never raises for its content (only OSError for the file, also when
+    it is no regular file: a FIFO would block, /dev/zero never end).
 
     The newest line of an attempt wins, also when it is damaged: then the attempt is left out
     and runs again, never silently replaced by an older verdict. Without `for_plan` the
     digests, replay data and record offsets are left out (metrics need none of them). Equal
     reasons share one string: most attempts have one of a few.
     """
-    with path.open("rb") as f, _gc_paused():
+    with open_regular(path) as f, _gc_paused():
         return _read(f, path, for_plan)
 
 

@@ -33,6 +33,8 @@ class Reindexed(IndexRead):
     lines that would make index.jsonl say so (appended by the session that owns the run)."""
 
     lines: list[str] = field(default_factory=list)
+    attempts: int = 0
+    """How many attempts `lines` re-index (the last line may repeat one, to close the index)."""
     records_problems: list[StoreProblem] = field(default_factory=list)
     """Damage in records.jsonl: lines that are not records, a file cut short."""
 
@@ -86,7 +88,7 @@ def reindex(read: IndexRead, index: Path, records: Path, opened: BinaryIO | None
     fixed = Reindexed(dict(read.rows), dict(read.offsets))
     floors = read.damage.floors if read.damage else {}
     gone = read.damage.lines.keys() if read.damage else set()
-    lost_lines, taken = 0, ""
+    lost_lines, moved, taken = 0, 0, ""
     for key, (row, where, line) in sorted(found.items(), key=lambda item: item[1][1]):
         old = read.rows.get(key)
         if (old is None and key in gone and where[0] < floors.get(key, 0)) or (
@@ -97,6 +99,8 @@ def reindex(read: IndexRead, index: Path, records: Path, opened: BinaryIO | None
         if read.offsets.get(key) != where:
             fixed.lines.append(line)
             lost_lines += old is None and key not in gone
+            moved += old is not None
+    fixed.attempts = len(fixed.lines)
     if fixed.lines and fixed.lines[-1] != taken:
         fixed.lines.append(taken)  # the newest line names the last record, as a sound index's
     damage = read.damage
@@ -111,6 +115,14 @@ def reindex(read: IndexRead, index: Path, records: Path, opened: BinaryIO | None
                 str(index),
                 f"has no line for {lost_lines} attempts records.jsonl holds",
                 "re-indexed from their intact records: nothing runs again",
+            )
+        )
+    if moved:
+        fixed.problems.append(
+            StoreProblem(
+                str(index),
+                f"names the wrong place in records.jsonl for {moved} attempts",
+                "re-indexed from where their intact records are: nothing runs again",
             )
         )
     return fixed
