@@ -84,7 +84,8 @@ def reindex(read: IndexRead, index: Path, records: Path, opened: BinaryIO | None
     line names is that one or a newer one). An attempt whose newest index line is damaged
     takes only a record written after the line before it: never an older verdict.
     """
-    found, problems = _scan(opened, records) if opened is not None else ({}, [])
+    starts = {offset: key for key, (offset, _) in read.offsets.items()}
+    found, problems = _scan(opened, records, starts) if opened is not None else ({}, [])
     fixed = Reindexed(dict(read.rows), dict(read.offsets))
     floors = read.damage.floors if read.damage else {}
     gone = read.damage.lines.keys() if read.damage else set()
@@ -129,10 +130,11 @@ def reindex(read: IndexRead, index: Path, records: Path, opened: BinaryIO | None
 
 
 def _scan(
-    f: BinaryIO, path: Path
+    f: BinaryIO, path: Path, starts: dict[int, Key]
 ) -> tuple[dict[Key, tuple[IndexRow, tuple[int, int], str]], list[StoreProblem]]:
     """The newest intact record of each attempt (its row, place and index line), and the lines
-    of records.jsonl that are not records."""
+    of records.jsonl that are not records (named by the attempt whose index line points at
+    them, in `starts`, if any: its verdict still counts)."""
     found: dict[Key, tuple[IndexRow, tuple[int, int], str]] = {}
     problems: list[StoreProblem] = []
     reasons: dict[str, str] = {}
@@ -150,11 +152,15 @@ def _scan(
             else:
                 found[row.key] = (row, where, line)
         if problem and raw.endswith(b"\n"):  # an unended last line: see _beyond
-            problems.append(
-                StoreProblem(f"{path}:{number}", f"{problem}: {_shown(data)}", LOST_RECORD)
-            )
+            problems.append(_not_a_record(f"{path}:{number}", problem, data, starts.get(offset)))
         offset += len(raw)
     return found, problems
+
+
+def _not_a_record(where: str, problem: str, data: bytes, key: Key | None) -> StoreProblem:
+    if key is None:
+        return StoreProblem(where, f"{problem}: {_shown(data)}", LOST_RECORD)
+    return StoreProblem(where, f"the record of {key[1]} attempt {key[2]} is {problem}", OUTPUT_LOST)
 
 
 def _beyond(read: IndexRead, path: Path, size: int) -> list[StoreProblem]:
