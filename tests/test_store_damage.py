@@ -509,3 +509,36 @@ def test_a_record_length_past_the_end_reads_no_terabyte(
     result.assert_outcomes(passed=2)
     assert len(dataset.calls()) == calls and summary_of(pytester)["counts"]["regraded"] == 1
     result.stdout.fnmatch_lines(["*index.jsonl: names the wrong place in records.jsonl*"])
+
+
+def test_a_records_tail_cut_mid_record_then_appended_to(store: Store) -> None:
+    """records.jsonl cut inside its last record: that attempt's verdict counts and its output
+    is named lost; the next session appends after the torn line, and every other record (old
+    and new) is read back."""
+    path = store.runs_dir / "r1/records.jsonl"
+    store.close()
+    path.write_bytes(path.read_bytes()[:-40])
+    rerun = Store(store.root)
+    rows, _ = rerun.index("r1")
+    assert len(rows) == 3 and "the records of 1 stored attempts lie beyond" in str(rerun.problems)
+    rerun.claim_run("r1")
+    rerun.commit("r1", record("d", 0, "pass"))
+    fresh = Store(store.root)
+    found = {r.key[1] for r in fresh.records("r1")}
+    assert found == {"a", "b", "d"} and len(fresh.index("r1")[0]) == 4
+    assert "the record of c attempt 0 is not complete JSON" in str(fresh.problems)
+
+
+@pytest.mark.parametrize("which", [0, 2])
+def test_an_index_line_pointing_at_another_attempts_record(store: Store, which: int) -> None:
+    """An index line naming another attempt's record (an older line, or the newest): the
+    attempt's own record is found by re-indexing, never taken for another's."""
+    lines = index_lines(store)
+    lines[which]["record"] = lines[1]["record"]
+    write_index(store, [json.dumps(line).encode() for line in lines])
+    fresh = Store(store.root)
+    key = ("ds", "ac"[which // 2], 0)
+    found = fresh.record("r1", key)
+    assert found is not None and found.key == key
+    assert sorted(r.key[1] for r in fresh.records("r1")) == ["a", "b", "c"]
+    assert "names the wrong place in records.jsonl for 1 attempts" in str(fresh.problems)

@@ -468,7 +468,8 @@ class Store:
                 opened = None
             except OSError as exc:
                 raise StoreError(os_failure("read", records, exc)) from None
-            if not check and consistent(read, opened):
+            unsaved = run_id in self._reindexed  # re-indexed before: the index still misses it
+            if not (check or unsaved) and consistent(read, opened):
                 return read
             if not for_plan:
                 read = _read_index(path, True)
