@@ -31,6 +31,8 @@ from ..core.shards import Shard, parse_shard
 from .files import RunFiles, locked, open_regular, read_at, write_json
 from .index import IndexRead, read_index
 from .lifecycle import fingerprint_drift
+from .problems import RUNS_AGAIN
+from .reindex import reindex
 from .runs import RUN_SCHEMA, RunInfo, Store, dataset_key, parse_record
 
 MERGED_FROM = "merged_from"
@@ -382,9 +384,13 @@ def _stored(part: Part) -> Iterator[tuple[Key, bytes, AttemptRecord]]:
         return
     read = _read_index(index, for_plan=True)
     path = part.folder / "records.jsonl"
-    damage = [str(p) for p in read.problems]
+    damage: list[str] = []
     try:
         with open_regular(path) as f:
+            # Every record is read anyway: re-index, so an index that names wrong places (or
+            # lost lines) costs no attempt whose record is intact.
+            read = reindex(read, index, path, f)
+            damage += [str(p) for p in read.problems if p.effect == RUNS_AGAIN]
             for key, where in read.offsets.items():
                 data = read_at(f, where)
                 record, problem = parse_record(data, key)
@@ -393,6 +399,7 @@ def _stored(part: Part) -> Iterator[tuple[Key, bytes, AttemptRecord]]:
                 else:
                     yield key, data, record
     except FileNotFoundError:
+        damage += [str(p) for p in read.problems]
         if read.offsets:
             damage.append(f"{path} is missing")
     except OSError as exc:
