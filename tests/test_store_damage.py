@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -542,3 +545,23 @@ def test_an_index_line_pointing_at_another_attempts_record(store: Store, which: 
     assert found is not None and found.key == key
     assert sorted(r.key[1] for r in fresh.records("r1")) == ["a", "b", "c"]
     assert "names the wrong place in records.jsonl for 1 attempts" in str(fresh.problems)
+
+
+def test_repair_reads_no_fifo(tmp_path: Path) -> None:
+    """A summary.json that is a FIFO (reading it would block) does not hang `agenteval repair`:
+    run.json is rebuilt from the records."""
+    store = Store(tmp_path / "agenteval")
+    store.create_run("r1", DS, {"override": None})
+    store.commit("r1", record("a", 0, "pass"))
+    store.close()
+    folder = store.runs_dir / "r1"
+    (folder / "run.json").unlink()
+    os.mkfifo(folder / "summary.json")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_agenteval.cli", "repair", "r1", "--cache-dir", tmp_path],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard
+    )
+    assert done.returncode == 0, done.stderr
+    assert "run.json rebuilt from 1 stored attempts: dataset ds unknown" in done.stdout

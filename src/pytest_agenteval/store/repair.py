@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import StoreError, os_failure
-from .files import write_json
+from .files import RUN_JSON_LIMIT, open_regular, write_json
 from .index import IndexRow
 from .problems import StoreProblem
 from .runs import RUN_SCHEMA, RunFileError, Store, dataset_key
@@ -110,7 +110,8 @@ def _from_summary(path: Path) -> tuple[dict[str, str], dict[str, Any] | None, st
     """Dataset versions, the agent fingerprint and the shard from the run's last summary.json,
     if any (the shard keeps the repaired run the one its shard's --resume-suite continues)."""
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
+        with open_regular(path, RUN_JSON_LIMIT) as f:
+            summary = json.loads(f.read().decode("utf-8"))
         versions = {d["name"]: d["version"] for d in summary["datasets"]}
         agent = summary["agent"]["fingerprint"]
         shard = summary.get("shard")
@@ -135,7 +136,7 @@ def _agent_of_records(store: Store, run_id: str, rows: list[IndexRow]) -> dict[s
 def _first_started(path: Path) -> float:
     """When the run's first attempt started (its first record), else when the file was made."""
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:
             started = json.loads(f.readline()).get("started_at")
         if isinstance(started, int | float):
             return float(started)
