@@ -64,7 +64,7 @@ def _refuse_constant(name: str) -> float:
 
 
 _decode = json.JSONDecoder(parse_constant=_refuse_constant).decode
-_UNREADABLE = (ValueError, KeyError, TypeError, ArithmeticError, RecursionError)
+UNREADABLE_ERRORS = (ValueError, KeyError, TypeError, ArithmeticError, RecursionError)
 """What a damaged line can raise while it is read (a JSON error is a ValueError)."""
 
 
@@ -194,8 +194,8 @@ def _read(f: BinaryIO, path: Path, for_plan: bool) -> IndexRead:
     damage = Damage(path)
     for number, raw in enumerate(f, 1):
         try:
-            row, where = _parse(raw, reasons, for_plan)
-        except _UNREADABLE:
+            row, where = parse_line(raw, reasons, for_plan)
+        except UNREADABLE_ERRORS:
             key = damage.add(number, raw, read.newest)
             if key is not None:
                 rows.pop(key, None)
@@ -229,7 +229,7 @@ class Damage:
     def add(
         self, number: int, raw: bytes, before: tuple[Key, tuple[int, int]] | None
     ) -> Key | None:
-        """Note a line `_parse` refused (blank lines lose nothing); returns its attempt.
+        """Note a line `parse_line` refused (blank lines lose nothing); returns its attempt.
         `before`: the newest readable line before it (its record precedes this line's)."""
         if raw.isspace():
             return None
@@ -259,7 +259,9 @@ class Damage:
         ]
 
 
-def _parse(raw: bytes, reasons: dict[str, str], for_plan: bool) -> tuple[IndexRow, tuple[int, int]]:
+def parse_line(
+    raw: bytes, reasons: dict[str, str], for_plan: bool
+) -> tuple[IndexRow, tuple[int, int]]:
     """One line as a row and its record's place; any exception means the line is damaged."""
     line = _decode(raw.decode())
     values = _values(line)
@@ -325,7 +327,7 @@ def _is_location(record: list[Any]) -> bool:
 
 
 def explain(raw: bytes) -> tuple[str, Key | None]:
-    """What is wrong with a line `_parse` refused, and its attempt's key when that is readable."""
+    """What is wrong with a line `parse_line` refused, and its attempt's key when readable."""
     try:
         line = _decode(raw.rstrip(b"\r\n").decode())
     except RecursionError:

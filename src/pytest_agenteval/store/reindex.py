@@ -21,7 +21,7 @@ from typing import BinaryIO
 from ..core.model import RECORD_SCHEMA, Key
 from ..core.records import AttemptRecord, index_entry, placed, to_json_text
 from ..core.text import excerpt
-from .index import _UNREADABLE, IndexRead, IndexRow, _parse
+from .index import UNREADABLE_ERRORS, IndexRead, IndexRow, parse_line
 from .problems import OUTPUT_LOST, REINDEXED, StoreProblem
 
 LOST_RECORD = "what it held is lost; an attempt whose verdict index.jsonl keeps still counts"
@@ -146,8 +146,8 @@ def _scan(
         if record is not None:
             line = placed(to_json_text(index_entry(record)), offset, len(data))
             try:
-                row, where = _parse(line.encode(), reasons, True)
-            except _UNREADABLE:
+                row, where = parse_line(line.encode(), reasons, True)
+            except UNREADABLE_ERRORS:
                 problem = "a record that makes no valid index line"
             else:
                 found[row.key] = (row, where, line)
