@@ -565,3 +565,18 @@ def test_repair_reads_no_fifo(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "run.json rebuilt from 1 stored attempts: dataset ds unknown" in done.stdout
+
+
+def test_a_deleted_index_is_rebuilt_from_the_records(store: Store) -> None:
+    """index.jsonl deleted, records.jsonl intact: every attempt is re-indexed, and the next
+    session that takes the run writes the index again."""
+    (store.runs_dir / "r1/index.jsonl").unlink()
+    store.close()
+    rerun = Store(store.root)
+    rows, bad = rerun.index("r1")
+    assert sorted(r.key[1] for r in rows) == ["a", "b", "c"]
+    assert "has no line for 3 attempts records.jsonl holds" in bad[0].problem
+    rerun.claim_run("r1")
+    rerun.close()
+    fresh = Store(store.root)
+    assert len(fresh.index("r1")[0]) == 3 and not fresh.problems

@@ -597,6 +597,8 @@ def _size(path: Path) -> int:
         with open_regular(path) as f:
             end = f.seek(0, os.SEEK_END)
             return end + (end > 0 and os.pread(f.fileno(), 1, end - 1) != b"\n")
+    except FileNotFoundError:
+        return 0  # opening it for appending creates it empty
     except OSError:
         return -1
 
