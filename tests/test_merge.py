@@ -5,7 +5,11 @@ run; partial, overlapping or drifting shards are refused by name; merging is ide
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +185,101 @@ def test_merge_gates_on_the_pass_rate(
     assert "--agenteval-" not in printed
     assert merge(*caches, "--out", out, "--min-pass-rate", "0.5", "--allow-errors") == 0
     assert "gate met: pass@1 0.583 >= 0.5 (--min-pass-rate)" in capsys.readouterr().out
+
+
+def two_shards(pytester: pytest.Pytester, dataset: DatasetMaker) -> list[Path]:
+    """Shards 1/2 and 2/2 of a 4-task dataset, each in its own cache dir."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(4)})
+    caches = [pytester.path / f"shard{i}" for i in (1, 2)]
+    for i, cache in enumerate(caches, 1):
+        pytester.runpytest(
+            "--agenteval", "ds", "-p", "no:xdist", "--agenteval-shard", f"{i}/2",
+            "-o", f"cache_dir={cache}",
+        )  # fmt: skip
+    return caches
+
+
+def limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+
+def merge_in_child(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """`agenteval merge` in a child with 2 GiB of address space, and a hang guard."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_agenteval.cli", "merge", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit_memory,
+    )
+
+
+def run_folder(cache: Path) -> Path:
+    (folder,) = (cache / "agenteval/runs").iterdir()
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "character device"])
+def test_an_index_that_is_no_regular_file_is_named_not_read(
+    pytester: pytest.Pytester, dataset: DatasetMaker, kind: str
+) -> None:
+    """An index.jsonl that is a FIFO (reading it would block) or a link to /dev/zero (it
+    never ends) makes merge fail at once, saying which file is what."""
+    caches = two_shards(pytester, dataset)
+    index = run_folder(caches[1]) / "index.jsonl"
+    index.unlink()
+    if kind == "FIFO":
+        os.mkfifo(index)
+    else:
+        index.symlink_to("/dev/zero")
+    done = merge_in_child(*caches, "--out", pytester.path / "merged")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"cannot read {index}: [Errno 22] it is a {kind}, not a regular file" in done.stderr
+
+
+def test_a_record_length_past_the_end_is_no_memory_error_in_merge(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`"record": [offset, 10**12]` in a shard's index is never read: the record is found where
+    it lies, and the merge holds every attempt."""
+    caches = two_shards(pytester, dataset)
+    index = run_folder(caches[0]) / "index.jsonl"
+    lines = [json.loads(raw) for raw in index.read_text().splitlines()]
+    lines[0]["record"][1] = 10**12
+    index.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = merge_in_child(*caches, "--out", pytester.path / "merged")
+    assert done.returncode == 0, done.stderr
+    assert merged_summary(pytester.path / "merged")["n_attempts"] == 4
+
+
+def test_two_copies_of_one_shard_run_are_one_only_when_identical(
+    pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shard run given twice is taken once when the copies are byte-identical; copies that
+    differ are refused naming both, whichever is named first."""
+    caches = two_shards(pytester, dataset)
+    copy = pytester.path / "artifact" / run_folder(caches[0]).name
+    shutil.copytree(run_folder(caches[0]), copy)
+    out = pytester.path / "merged"
+    assert merge(caches[0], copy, caches[1], "--out", out) == 0
+    assert merged_summary(out)["n_attempts"] == 4
+    meta = json.loads((copy / "run.json").read_text())
+    (copy / "run.json").write_text(json.dumps({**meta, "status": "interrupted"}))
+    capsys.readouterr()
+    for order in ([caches[0], copy], [copy, caches[0]]):
+        assert merge(*order, caches[1], "--out", pytester.path / "again") == 1
+        err = capsys.readouterr().err
+        assert f"run {meta['run_id']} is given twice, and the copies differ in run.json" in err
+        assert str(copy) in err and str(run_folder(caches[0])) in err
+
+
+def test_a_shard_whose_index_was_cut_merges_from_its_records(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A shard's index.jsonl cut inside its first line: merge re-indexes its records.jsonl and
+    holds every attempt, instead of refusing a shard whose records are intact."""
+    caches = two_shards(pytester, dataset)
+    index = run_folder(caches[1]) / "index.jsonl"
+    index.write_bytes(index.read_bytes()[:20])
+    assert merge(*caches, "--out", pytester.path / "merged") == 0
+    assert merged_summary(pytester.path / "merged")["n_attempts"] == 4

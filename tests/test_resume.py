@@ -242,7 +242,8 @@ def test_rerun_replaces_selected_attempts_with_history(
 def test_corrupt_record_is_reported_and_rerun(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
-    """A garbled index line (a torn write after a power loss) is reported; that attempt reruns."""
+    """A garbled index line (a torn write after a power loss) is reported; the attempt is
+    re-indexed from its intact record, and reruns when its record is torn too."""
     dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
     pytester.runpytest("--agenteval", "ds")
     (index,) = (pytester.path / ".pytest_cache/agenteval/runs").glob("*/index.jsonl")
@@ -251,11 +252,20 @@ def test_corrupt_record_is_reported_and_rerun(
     result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
+        ["agenteval: store damage: *index.jsonl:2: not valid JSON*; re-indexed from its intact*"]
+    )
+    assert dataset.calls() == ["a 0", "b 0"]
+    assert len(index.read_bytes().splitlines()) == 3, "the torn line was ended, not extended"
+    records = index.with_name("records.jsonl")
+    index.write_bytes(lines[0] + lines[1][:40])
+    records.write_bytes(records.read_bytes()[: json.loads(lines[1])["record"][0] + 40])
+    result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
         ["agenteval: store damage: *index.jsonl:2: not valid JSON*; that attempt runs again"]
     )
     assert dataset.calls() == ["a 0", "b 0", "b 0"]
     assert len(stored(pytester.path)) == 2
-    assert len(index.read_bytes().splitlines()) == 3, "the torn line was ended, not extended"
 
 
 def test_unreadable_older_run_is_skipped_with_a_message(

@@ -15,6 +15,7 @@ import pytest
 from pytest_agenteval.core.errors import StoreError
 from pytest_agenteval.core.model import AgentResult
 from pytest_agenteval.core.records import AttemptRecord, new_record
+from pytest_agenteval.store.index import read_index
 from pytest_agenteval.store.plan import make_plan
 from pytest_agenteval.store.runs import Store
 
@@ -87,8 +88,9 @@ def test_unreadable_lines_are_reported_not_fatal(store: Store) -> None:
     index = store.runs_dir / "r1/index.jsonl"
     first, second = index.read_bytes().splitlines(keepends=True)
     index.write_bytes(first + b'{"not": "a record"}\n' + second[:30])
+    assert list(read_index(index).rows) == [("ds", "a", 0)]
     rows, bad = store.index("r1")
-    assert [r.key for r in rows] == [("ds", "a", 0)]
+    assert [r.key for r in rows] == [("ds", "a", 0), ("ds", "b", 0)], "b's record is intact"
     assert [b.where.rsplit(":", 1)[1] for b in bad] == ["2", "3"]
     assert "missing field 'schema'" in bad[0].problem
     assert "not valid JSON" in bad[1].problem

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,7 @@ from pytest_agenteval.cli import main
 from pytest_agenteval.core.errors import StoreError
 from pytest_agenteval.store.index import FIELDS, UNREADABLE_DETAILS, read_index
 from pytest_agenteval.store.plan import make_plan
-from pytest_agenteval.store.problems import OUTPUT_LOST, RUN_SKIPPED, RUNS_AGAIN
+from pytest_agenteval.store.problems import OUTPUT_LOST, REINDEXED, RUN_SKIPPED, RUNS_AGAIN
 from pytest_agenteval.store.runs import RunFileError, Store
 from test_store import record
 
@@ -80,20 +83,22 @@ def with_field(line: dict[str, Any], name: str, value: Any) -> bytes:
 def test_a_mistyped_index_line_is_left_out_and_named(
     store: Store, name: str, value: Any, expected: str
 ) -> None:
-    """A valid-JSON line with a wrong field: that attempt is left out (it runs again), and the
-    problem names the file, the line and the field."""
+    """A valid-JSON line with a wrong field: the reader leaves that attempt out and names the
+    file, the line and the field; the store re-indexes it from its intact record."""
     first, second, third = index_lines(store)
     write_index(
         store,
         [json.dumps(first).encode(), with_field(second, name, value), json.dumps(third).encode()],
     )
+    path = store.runs_dir / "r1/index.jsonl"
+    assert sorted(key[1] for key in read_index(path).rows) == ["a", "c"]
     rows, bad = store.index("r1")
-    assert sorted(r.key[1] for r in rows) == ["a", "c"]
+    assert sorted(r.key[1] for r in rows) == ["a", "b", "c"]
     (problem,) = bad
-    assert problem.where == f"{store.runs_dir / 'r1/index.jsonl'}:2"
-    assert expected in problem.problem and problem.effect == RUNS_AGAIN
+    assert problem.where == f"{path}:2"
+    assert expected in problem.problem and problem.effect == REINDEXED
     assert store.problems == [problem]
-    assert len(store.index("r1", for_plan=False)[0]) == 2, "metrics read the same rows"
+    assert len(store.index("r1", for_plan=False)[0]) == 3, "metrics read the same rows"
 
 
 def test_nan_and_infinity_are_not_numbers(store: Store) -> None:
@@ -102,7 +107,8 @@ def test_nan_and_infinity_are_not_numbers(store: Store) -> None:
     nan = second.replace(b'"score": 0.0', b'"score": NaN')
     inf = third.replace(b'"duration": 0.5', b'"duration": -Infinity')
     write_index(store, [first, nan, inf])
-    rows, bad = store.index("r1")
+    read = read_index(store.runs_dir / "r1/index.jsonl")
+    rows, bad = list(read.rows.values()), read.problems
     assert [r.key[1] for r in rows] == ["a"]
     assert ["NaN is not a number" in b.problem for b in bad] == [True, False]
     assert "-Infinity is not a number" in bad[1].problem
@@ -181,31 +187,38 @@ def test_the_index_reader_checks_every_field(name: str, value: Any) -> None:
 
 
 def test_a_damaged_newest_line_never_brings_back_an_older_verdict(store: Store) -> None:
-    """The newest line of an attempt wins even when damaged: the attempt runs again, instead of
-    silently reusing the verdict it replaced."""
+    """The newest line of an attempt wins even when damaged: its intact record is re-indexed,
+    and when that record is damaged too the attempt runs again, instead of silently reusing
+    the older verdict it replaced."""
     store.commit("r1", record("a", 0, "pass"), replaces=True)
     lines = index_lines(store)
     write_index(
         store,
         [json.dumps(line).encode() for line in lines[:3]] + [with_field(lines[3], "score", "x")],
     )
-    rows, bad = store.index("r1")
-    assert sorted(r.key[1] for r in rows) == ["b", "c"] and bad[0].where.endswith(":4")
+    rows, bad = Store(store.root).index("r1")
+    assert {r.key[1]: r.status for r in rows} == {"a": "pass", "b": "fail", "c": "fail"}
+    assert bad[0].where.endswith(":4") and bad[0].effect == REINDEXED
+    path = store.runs_dir / "r1/records.jsonl"
+    path.write_bytes(path.read_bytes()[: lines[3]["record"][0] + 10] + b"\n")
+    rows, bad = Store(store.root).index("r1")
+    assert sorted(r.key[1] for r in rows) == ["b", "c"] and bad[0].effect == RUNS_AGAIN
 
 
-def test_a_torn_line_is_forgotten_once_its_attempt_ran_again(store: Store) -> None:
-    """A torn last line names its attempt; the rerun's line supersedes it, so it stops being
-    reported forever after."""
+def test_a_torn_line_is_reindexed_and_forgotten_once_saved(store: Store) -> None:
+    """A torn last line names its attempt, whose intact record is re-indexed; the session that
+    takes the run next appends the re-indexed line, so it stops being reported after."""
     raw = (store.runs_dir / "r1/index.jsonl").read_bytes().splitlines()
     write_index(store, [*raw[:2], raw[2][:80]])
-    rows, bad = store.index("r1")
-    assert sorted(r.key[1] for r in rows) == ["a", "b"] and "not valid JSON" in bad[0].problem
     store.close()
     rerun = Store(store.root)
-    rerun.claim_run("r1")
-    rerun.commit("r1", record("c", 0, "pass"))
     rows, bad = rerun.index("r1")
-    assert sorted(r.key[1] for r in rows) == ["a", "b", "c"] and not bad
+    assert sorted(r.key[1] for r in rows) == ["a", "b", "c"] and "not valid JSON" in bad[0].problem
+    assert bad[0].effect == REINDEXED
+    rerun.claim_run("r1")
+    rerun.commit("r1", record("d", 0, "pass"))
+    rows, bad = Store(store.root).index("r1")
+    assert sorted(r.key[1] for r in rows) == ["a", "b", "c", "d"] and not bad
 
 
 def test_damaged_replay_details_replay_as_a_note(store: Store) -> None:
@@ -323,40 +336,111 @@ def mistype_score(pytester: pytest.Pytester, task_id: str) -> str:
 
 
 @pytest.mark.parametrize("workers", WORKERS)
-def test_a_mistyped_row_reruns_and_shows_even_with_q(
+def test_a_mistyped_row_is_reindexed_and_shows_even_with_q(
     pytester: pytest.Pytester,
     dataset: DatasetMaker,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     workers: list[str],
 ) -> None:
-    """`"score": "high"` in the index: report and resume go on without that attempt, which runs
-    again, and the damage is in the terminal summary under -q and in summary.json."""
+    """`"score": "high"` in the index: report and resume re-index that attempt from its intact
+    record (it does not run again), and the damage is in the terminal summary under -q and in
+    summary.json."""
     dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
     pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", "first", *workers)
     where = mistype_score(pytester, "b")
     monkeypatch.chdir(pytester.path)
     assert main(["report", "first", "--out", "again"]) == 0
     assert f"{Path(where).relative_to(pytester.path)}: at score" in capsys.readouterr().err
-    assert json.loads((pytester.path / "again/summary.json").read_text())["n_attempts"] == 1
+    assert json.loads((pytester.path / "again/summary.json").read_text())["n_attempts"] == 2
     result = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite", "-q", *workers)
     result.assert_outcomes(passed=2)
     assert "INTERNALERROR" not in result.stdout.str()
     result.stdout.fnmatch_lines(
         [
             f"store damage: {Path(where).relative_to(pytester.path)}: at score: expected a number "
-            'or null, got "high"; that attempt runs again'
+            f'or null, got "high"; {REINDEXED}'
         ]
     )
-    assert sorted(dataset.calls()) == ["a 0", "b 0", "b 0"]
+    assert sorted(dataset.calls()) == ["a 0", "b 0"]
     (problem,) = summary_of(pytester)["store_problems"]
     assert problem == {
         "where": where,
         "problem": 'at score: expected a number or null, got "high"',
-        "effect": RUNS_AGAIN,
+        "effect": REINDEXED,
     }
     markdown = (Path(where.rsplit(":", 1)[0]).parent / "summary.md").read_text()
     assert "**store damage**" in markdown and "at score" in markdown
+    again = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite", "-q", *workers)
+    again.assert_outcomes(passed=2)
+    assert "store damage" not in again.stdout.str(), "the resume saved the re-indexed line"
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_an_index_cut_mid_file_reruns_nothing_whose_record_is_intact(
+    pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
+) -> None:
+    """index.jsonl cut in the middle of a line: --resume-suite re-indexes records.jsonl and
+    calls the agent for none of the attempts whose records are intact."""
+    dataset({f"t{i}.yaml": task("ok" if i % 2 else "no") for i in range(6)})
+    pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", "cut", *workers)
+    index = pytester.path / ".pytest_cache/agenteval/runs/cut/index.jsonl"
+    data = index.read_bytes()
+    index.write_bytes(data[: data.index(b"\n") + 40])
+    resumed = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite", *workers)
+    resumed.assert_outcomes(passed=3, failed=3)
+    assert len(dataset.calls()) == 6, "the resume called the agent again"
+    resumed.stdout.fnmatch_lines([f"*index.jsonl:2: not valid JSON*{REINDEXED}"])
+    assert summary_of(pytester)["counts"]["reused"] == 6
+
+
+def test_garbage_inserted_in_records_loses_only_the_damaged_record(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """16 bytes inserted into one record: only its output is lost (its verdict in the index
+    still counts); every later record, no longer where the index says, is found again."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(5)})
+    pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", "ins")
+    records = pytester.path / ".pytest_cache/agenteval/runs/ins/records.jsonl"
+    data = records.read_bytes()
+    second = data.index(b"\n") + 1
+    records.write_bytes(data[: second + 50] + b"#" * 16 + data[second + 50 :])
+    resumed = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
+    resumed.assert_outcomes(passed=5)
+    assert len(dataset.calls()) == 5, "the resume called the agent again"
+    resumed.stdout.fnmatch_lines(
+        ["*records.jsonl:2: the record of t1 attempt 0 is not complete JSON*verdict*still counts"]
+    )
+    store = Store(records.parents[2])
+    assert [store.record("ins", ("ds", f"t{i}", 0)) is None for i in range(5)] == [
+        False,
+        True,
+        False,
+        False,
+        False,
+    ]
+
+
+def test_repair_reindexes_the_records(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`agenteval repair` on an index cut mid-file appends the re-indexed lines: later reads
+    see every attempt and no damage."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(4)})
+    pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", "rep")
+    run = pytester.path / ".pytest_cache/agenteval/runs/rep"
+    data = (run / "index.jsonl").read_bytes()
+    (run / "index.jsonl").write_bytes(data[: data.index(b"\n") + 1])
+    monkeypatch.chdir(pytester.path)
+    assert main(["repair", "rep"]) == 0
+    out = capsys.readouterr().out
+    assert "3 attempts re-indexed from records.jsonl" in out
+    fresh = Store(run.parent.parent)
+    rows, bad = fresh.index("rep")
+    assert len(rows) == 4 and not bad and not fresh.problems
 
 
 @pytest.mark.parametrize("how", ["garbage", "deleted"])
@@ -392,3 +476,107 @@ def test_repair_rebuilds_run_json_and_resume_continues(
     resumed.assert_outcomes(passed=1, failed=1)
     assert len(dataset.calls()) == 2, "nothing ran again"
     assert "reused" in resumed.stdout.str() and summary_of(pytester)["counts"]["reused"] == 2
+
+
+def lengthen_record(pytester: pytest.Pytester, run_id: str, task_id: str) -> None:
+    """Set the record length in `task_id`'s index line to a terabyte."""
+    index = pytester.path / f".pytest_cache/agenteval/runs/{run_id}/index.jsonl"
+    lines = [json.loads(raw) for raw in index.read_text().splitlines()]
+    for line in lines:
+        if line["task_id"] == task_id:
+            line["record"][1] = 10**12
+    index.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_a_record_length_past_the_end_reads_no_terabyte(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`"record": [offset, 10**12]` in one index line is store damage, not a MemoryError:
+    report --html, repair and a regrading resume find the record again by re-indexing."""
+    dataset({"a.yaml": task("the answer is ok"), "b.yaml": task("ok")})
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "big")
+    lengthen_record(pytester, "big", "a")
+    monkeypatch.chdir(pytester.path)
+    assert main(["report", "big", "--html", "report.html"]) == 0
+    assert "the answer is ok" in (pytester.path / "report.html").read_text()
+    assert "names the wrong place in records.jsonl for 1 attempts" in capsys.readouterr().err
+    assert main(["repair", "big"]) == 0
+    assert "1 attempts re-indexed from records.jsonl" in capsys.readouterr().out
+    lengthen_record(pytester, "big", "a")
+    calls = len(dataset.calls())
+    dataset({"a.yaml": {**task("the answer is ok"), "graders": ["contains"]}, "b.yaml": task("ok")})
+    result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
+    result.assert_outcomes(passed=2)
+    assert len(dataset.calls()) == calls and summary_of(pytester)["counts"]["regraded"] == 1
+    result.stdout.fnmatch_lines(["*index.jsonl: names the wrong place in records.jsonl*"])
+
+
+def test_a_records_tail_cut_mid_record_then_appended_to(store: Store) -> None:
+    """records.jsonl cut inside its last record: that attempt's verdict counts and its output
+    is named lost; the next session appends after the torn line, and every other record (old
+    and new) is read back."""
+    path = store.runs_dir / "r1/records.jsonl"
+    store.close()
+    path.write_bytes(path.read_bytes()[:-40])
+    rerun = Store(store.root)
+    rows, _ = rerun.index("r1")
+    assert len(rows) == 3 and "the records of 1 stored attempts lie beyond" in str(rerun.problems)
+    rerun.claim_run("r1")
+    rerun.commit("r1", record("d", 0, "pass"))
+    fresh = Store(store.root)
+    found = {r.key[1] for r in fresh.records("r1")}
+    assert found == {"a", "b", "d"} and len(fresh.index("r1")[0]) == 4
+    assert "the record of c attempt 0 is not complete JSON" in str(fresh.problems)
+
+
+@pytest.mark.parametrize("which", [0, 2])
+def test_an_index_line_pointing_at_another_attempts_record(store: Store, which: int) -> None:
+    """An index line naming another attempt's record (an older line, or the newest): the
+    attempt's own record is found by re-indexing, never taken for another's."""
+    lines = index_lines(store)
+    lines[which]["record"] = lines[1]["record"]
+    write_index(store, [json.dumps(line).encode() for line in lines])
+    fresh = Store(store.root)
+    key = ("ds", "ac"[which // 2], 0)
+    found = fresh.record("r1", key)
+    assert found is not None and found.key == key
+    assert sorted(r.key[1] for r in fresh.records("r1")) == ["a", "b", "c"]
+    assert "names the wrong place in records.jsonl for 1 attempts" in str(fresh.problems)
+
+
+def test_repair_reads_no_fifo(tmp_path: Path) -> None:
+    """A summary.json that is a FIFO (reading it would block) does not hang `agenteval repair`:
+    run.json is rebuilt from the records."""
+    store = Store(tmp_path / "agenteval")
+    store.create_run("r1", DS, {"override": None})
+    store.commit("r1", record("a", 0, "pass"))
+    store.close()
+    folder = store.runs_dir / "r1"
+    (folder / "run.json").unlink()
+    os.mkfifo(folder / "summary.json")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_agenteval.cli", "repair", "r1", "--cache-dir", tmp_path],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard
+    )
+    assert done.returncode == 0, done.stderr
+    assert "run.json rebuilt from 1 stored attempts: dataset ds unknown" in done.stdout
+
+
+def test_a_deleted_index_is_rebuilt_from_the_records(store: Store) -> None:
+    """index.jsonl deleted, records.jsonl intact: every attempt is re-indexed, and the next
+    session that takes the run writes the index again."""
+    (store.runs_dir / "r1/index.jsonl").unlink()
+    store.close()
+    rerun = Store(store.root)
+    rows, bad = rerun.index("r1")
+    assert sorted(r.key[1] for r in rows) == ["a", "b", "c"]
+    assert "has no line for 3 attempts records.jsonl holds" in bad[0].problem
+    rerun.claim_run("r1")
+    rerun.close()
+    fresh = Store(store.root)
+    assert len(fresh.index("r1")[0]) == 3 and not fresh.problems

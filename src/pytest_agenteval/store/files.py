@@ -6,11 +6,14 @@ and the errno; every file is created 0644 minus the umask, like pytest's cache.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import io
 import json
 import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..core.errors import StoreError, os_failure
 
@@ -141,6 +144,61 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise StoreError(os_failure("write", path, exc)) from None
+
+
+RUN_JSON_LIMIT = 64 * 2**20
+"""run.json is read whole: a bigger one (hundreds of times the largest ever written) is damage."""
+
+
+class NotRegularFile(OSError):
+    """A store file that is a FIFO, a device or a folder: reading it could block forever
+    (a FIFO) or never end (`/dev/zero`)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(errno.EINVAL, reason)
+
+
+def open_regular(path: Path, limit: int | None = None) -> io.BufferedReader:
+    """Open a store file for reading if it is a regular file (of at most `limit` bytes);
+    otherwise raise a NotRegularFile (an OSError) saying what it is. Opening does not block
+    on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise NotRegularFile(f"it is {_kind(status.st_mode)}, not a regular file")
+        if limit is not None and status.st_size > limit:
+            raise NotRegularFile(
+                f"it holds {status.st_size} bytes, more than {limit} (never written this big)"
+            )
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "no regular file"
+
+
+def read_at(f: BinaryIO, where: tuple[int, int]) -> bytes:
+    """The `(offset, length)` bytes of an open file; none when they would lie past its end (a
+    damaged length in the index must not make a read of a terabyte)."""
+    offset, length = where
+    if offset + length > os.fstat(f.fileno()).st_size:
+        return b""
+    f.seek(offset)
+    return f.read(length)
 
 
 def line_number(path: Path, offset: int) -> int | None:

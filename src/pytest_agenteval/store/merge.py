@@ -28,9 +28,11 @@ from ..core.errors import StoreError, os_failure
 from ..core.model import Key
 from ..core.records import AttemptRecord, index_entry, placed, to_json_text
 from ..core.shards import Shard, parse_shard
-from .files import RunFiles, locked, write_json
-from .index import read_index
+from .files import RunFiles, locked, open_regular, read_at, write_json
+from .index import IndexRead, read_index
 from .lifecycle import fingerprint_drift
+from .problems import RUNS_AGAIN
+from .reindex import reindex
 from .runs import RUN_SCHEMA, RunInfo, Store, dataset_key, parse_record
 
 MERGED_FROM = "merged_from"
@@ -130,10 +132,10 @@ def merge_runs(sources: Iterable[Path], out: Path, *, allow_drift: bool = False)
 def find_parts(source: Path) -> list[Part]:
     """The runs a source holds: itself if it is a run folder; else, in a store, the newest
     run of each shard (and merged runs)."""
-    if (source / "run.json").is_file():
+    if (source / "run.json").exists():
         return [_part(source, source)]
     for runs in (source / "agenteval" / "runs", source / "runs", source):
-        if runs.is_dir() and any((p / "run.json").is_file() for p in runs.iterdir()):
+        if runs.is_dir() and any((p / "run.json").exists() for p in runs.iterdir()):
             found = _newest_per_shard([_part(p, source) for p in _run_folders(runs)])
             if not found:
                 raise MergeError(f"{source}: holds no shard's run (made with --agenteval-shard)")
@@ -145,7 +147,7 @@ def find_parts(source: Path) -> list[Part]:
 
 def _run_folders(runs: Path) -> Iterator[Path]:
     for folder in sorted(runs.iterdir()):
-        if (folder / "run.json").is_file() and not folder.name.startswith("."):
+        if (folder / "run.json").exists() and not folder.name.startswith("."):
             yield folder
 
 
@@ -203,7 +205,8 @@ def check_parts(parts: list[Part], *, allow_drift: bool) -> list[ShardRun]:
     problems = [
         f"{p.folder} is not a shard's run (it was run without --agenteval-shard)" for p in unsharded
     ]
-    parts = [p for p in parts if p.shards]
+    parts, twice = _one_copy_each([p for p in parts if p.shards])
+    problems += twice
     if parts:
         problems += _drift(parts, allow_drift)
     by_index: dict[int, dict[str, tuple[ShardRun, Part]]] = {}
@@ -226,6 +229,47 @@ def check_parts(parts: list[Part], *, allow_drift: bool) -> list[ShardRun]:
     if problems:
         raise MergeError("cannot merge:\n" + "\n".join(f"  {p}" for p in problems))
     return [next(iter(runs.values()))[0] for _, runs in sorted(by_index.items())]
+
+
+def _one_copy_each(parts: list[Part]) -> tuple[list[Part], list[str]]:
+    """Two copies of one shard's run (an artifact given twice, or taken at two times): taken
+    as one when their files are byte-identical; otherwise refused, naming both, since which
+    copy's status and attempts count would depend on the order the sources were named."""
+    first: dict[str, Part] = {}
+    kept, problems = [], []
+    for part in parts:
+        if part.info.merged_from:  # the shard runs it holds are checked record by record
+            kept.append(part)
+            continue
+        seen = first.setdefault(part.info.run_id, part)
+        if seen is part:
+            kept.append(part)
+            continue
+        differ = [
+            name for name in RUN_FILES if _digest(seen.folder / name) != _digest(part.folder / name)
+        ]
+        if differ:
+            problems.append(
+                f"run {part.info.run_id} is given twice, and the copies differ in "
+                f"{', '.join(differ)}: {seen.folder} and {part.folder}; give the copy to merge "
+                "(the newest, if one was taken before its session ended)"
+            )
+    return kept, problems
+
+
+RUN_FILES = ("run.json", "index.jsonl", "records.jsonl")
+"""The files that make a run: two copies of a run are one when these are byte-identical."""
+
+
+def _digest(path: Path) -> bytes | None:
+    """The SHA-256 of a run file (None: there is none)."""
+    try:
+        with open_regular(path) as f:
+            return hashlib.file_digest(f, "sha256").digest()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(os_failure("read", path, exc)) from None
 
 
 def _drift(parts: list[Part], allow_drift: bool) -> list[str]:
@@ -283,8 +327,15 @@ def _overlaps(by_index: dict[int, dict[str, tuple[ShardRun, Part]]]) -> list[str
 def _task_ids(part: Part, shard: ShardRun) -> set[str]:
     """The tasks of `shard` whose attempts the part holds."""
     index = part.folder / "index.jsonl"
-    rows = read_index(index, for_plan=False).rows if index.exists() else {}
+    rows = _read_index(index, for_plan=False).rows if index.exists() else {}
     return {task for dataset, task, _ in rows if shard.shard.holds(dataset, task)}
+
+
+def _read_index(path: Path, *, for_plan: bool) -> IndexRead:
+    try:
+        return read_index(path, for_plan=for_plan)
+    except OSError as exc:
+        raise StoreError(os_failure("read", path, exc)) from None
 
 
 def _listed(names: set[str], most: int = 10) -> str:
@@ -331,20 +382,24 @@ def _stored(part: Part) -> Iterator[tuple[Key, bytes, AttemptRecord]]:
     index = part.folder / "index.jsonl"
     if not index.exists():  # a shard that held no task
         return
-    read = read_index(index, for_plan=True)
+    read = _read_index(index, for_plan=True)
     path = part.folder / "records.jsonl"
-    damage = [str(p) for p in read.problems]
+    damage: list[str] = []
     try:
-        with path.open("rb") as f:
-            for key, (offset, length) in read.offsets.items():
-                f.seek(offset)
-                data = f.read(length)
+        with open_regular(path) as f:
+            # Every record is read anyway: re-index, so an index that names wrong places (or
+            # lost lines) costs no attempt whose record is intact.
+            read = reindex(read, index, path, f)
+            damage += [str(p) for p in read.problems if p.effect == RUNS_AGAIN]
+            for key, where in read.offsets.items():
+                data = read_at(f, where)
                 record, problem = parse_record(data, key)
                 if record is None:
                     damage.append(f"{path}: {problem}")
                 else:
                     yield key, data, record
     except FileNotFoundError:
+        damage += [str(p) for p in read.problems]
         if read.offsets:
             damage.append(f"{path} is missing")
     except OSError as exc:

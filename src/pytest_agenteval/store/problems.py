@@ -13,6 +13,7 @@ from ..core.errors import display_path
 
 RUNS_AGAIN = "that attempt runs again"
 RUN_SKIPPED = "run skipped"
+REINDEXED = "re-indexed from its intact record in records.jsonl: nothing runs again"
 OUTPUT_LOST = "its output and transcript are lost; its verdict in index.jsonl still counts"
 
 

@@ -1,8 +1,10 @@
 """`agenteval repair RUN`: rebuild a run's damaged or lost run.json from what the run stored.
 
 Repair never deletes anything: a damaged run.json is kept beside the new one, and damaged
-index or record lines stay where they are (readers skip them, report them, and their attempts
-run again). The rebuilt run.json says `interrupted`, so `--resume-suite` continues the run.
+index or record lines stay where they are. Attempts whose records are intact but whose index
+lines are damaged, lost or point elsewhere are re-indexed: their lines are appended to
+index.jsonl (the newest line of an attempt wins). The others are reported and run again.
+The rebuilt run.json says `interrupted`, so `--resume-suite` continues the run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import StoreError, os_failure
-from .files import write_json
+from .files import RUN_JSON_LIMIT, open_regular, write_json
 from .index import IndexRow
 from .problems import StoreProblem
 from .runs import RUN_SCHEMA, RunFileError, Store, dataset_key
@@ -35,10 +37,13 @@ def repair_run(store: Store, run_id: str) -> Repair:
         raise StoreError(
             f"run {run_id} is being run by a pytest process right now; repair it later"
         )
-    rows, _ = store.index(run_id)
+    rows, _ = store.index(run_id, check=True)  # records.jsonl re-indexed where they disagree
     for row in rows:
         store.record(run_id, row.key)  # every full record read once: damage is noted
     repair = Repair()
+    saved = store.save_reindexed(run_id)
+    if saved:
+        repair.done.append(f"{saved} attempts re-indexed from records.jsonl (lines appended)")
     try:
         found = store.run(run_id)
     except RunFileError as exc:
@@ -105,7 +110,8 @@ def _from_summary(path: Path) -> tuple[dict[str, str], dict[str, Any] | None, st
     """Dataset versions, the agent fingerprint and the shard from the run's last summary.json,
     if any (the shard keeps the repaired run the one its shard's --resume-suite continues)."""
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
+        with open_regular(path, RUN_JSON_LIMIT) as f:
+            summary = json.loads(f.read().decode("utf-8"))
         versions = {d["name"]: d["version"] for d in summary["datasets"]}
         agent = summary["agent"]["fingerprint"]
         shard = summary.get("shard")
@@ -130,7 +136,7 @@ def _agent_of_records(store: Store, run_id: str, rows: list[IndexRow]) -> dict[s
 def _first_started(path: Path) -> float:
     """When the run's first attempt started (its first record), else when the file was made."""
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:
             started = json.loads(f.readline()).get("started_at")
         if isinstance(started, int | float):
             return float(started)

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -34,9 +36,20 @@ from typing import Any, BinaryIO
 from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
 from ..core.records import AttemptRecord, index_entry, placed, to_json_text
-from .files import RunFiles, has_attempts, line_number, locked, running_note, write_json
-from .index import IndexRow, read_index, row_of
+from .files import (
+    RUN_JSON_LIMIT,
+    RunFiles,
+    has_attempts,
+    line_number,
+    locked,
+    open_regular,
+    read_at,
+    running_note,
+    write_json,
+)
+from .index import IndexRead, IndexRow, read_index, row_of
 from .problems import OUTPUT_LOST, RUN_SKIPPED, StoreProblem
+from .reindex import Reindexed, consistent, reindex
 
 __all__ = [
     "IndexRow",
@@ -113,6 +126,11 @@ class Store:
         self._open: dict[str, RunFiles] = {}
         self._offsets: dict[str, dict[Key, tuple[int, int]]] = {}
         self._held: dict[str, dict[Key, IndexRow]] = {}
+        self._reindexed: dict[str, tuple[int, list[str], int]] = {}
+        """Index lines re-indexed from records.jsonl, not yet appended (with the index's size
+        when they were made, and how many attempts they re-index)."""
+        self._checked: set[str] = set()
+        """Runs whose records.jsonl this store has re-indexed (done at most once on a miss)."""
         """Rows of the runs this session writes, kept as it commits (`hold`)."""
 
     @property
@@ -301,6 +319,7 @@ class Store:
             raise StoreError(f"run {run_id} is being run by another pytest process right now")
         self._open[run_id] = files
         self._update(run_id, status="running")
+        self.save_reindexed(run_id)
 
     def note_running(self, run_id: str, key: Key) -> None:
         """Name the attempt whose agent starts now; see RunInfo.died_running."""
@@ -344,7 +363,8 @@ class Store:
     def _meta(self, run_id: str) -> dict[str, Any]:
         path = self.runs_dir / run_id / "run.json"
         try:
-            meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            with open_regular(path, RUN_JSON_LIMIT) as f:
+                meta: dict[str, Any] = json.loads(f.read().decode("utf-8"))
         except FileNotFoundError:
             raise RunFileError(path, "is missing, but the run has stored attempts") from None
         except OSError as exc:
@@ -418,43 +438,64 @@ class Store:
         return self.index(run_id, for_plan=False)[0]
 
     def index(
-        self, run_id: str, *, for_plan: bool = True
+        self, run_id: str, *, for_plan: bool = True, check: bool = False
     ) -> tuple[list[IndexRow], list[StoreProblem]]:
         """The newest readable line of every stored attempt; damaged lines apart (and in
-        `problems`): their attempts are left out, so they run again.
+        `problems`).
 
         Without `for_plan` the digests, replay data and record offsets are left out (metrics
-        need none of them). With it, the end of records.jsonl is checked too (cheaply).
+        need none of them). When the index and records.jsonl disagree (checked cheaply at the
+        end of records.jsonl; always with `check`), records.jsonl is re-indexed: attempts
+        whose records are intact keep their verdicts and outputs, the others run again.
         """
-        path = self.runs_dir / run_id / "index.jsonl"
-        try:
-            read = read_index(path, for_plan=for_plan)
-        except FileNotFoundError:
-            return [], []
-        except OSError as exc:
-            raise StoreError(os_failure("read", path, exc)) from None
+        read = self._read(run_id, for_plan, check)
         self._found(read.problems)
-        if for_plan:
+        if isinstance(read, Reindexed):
+            self._found(read.records_problems)
             self._offsets[run_id] = read.offsets
-            if read.newest is not None:
-                self._check_records_end(run_id, *read.newest, read.offsets)
+        elif for_plan:
+            self._offsets[run_id] = read.offsets
         return list(read.rows.values()), read.problems
 
-    def _check_records_end(
-        self, run_id: str, key: Key, where: tuple[int, int], offsets: dict[Key, tuple[int, int]]
-    ) -> None:
-        """Is records.jsonl as long as the index says, and is its newest record whole?"""
-        path = self.runs_dir / run_id / "records.jsonl"
-        size = path.stat().st_size if path.exists() else 0
-        if where[0] + where[1] <= size:
-            self._read_record(run_id, key, where)
-            return
-        lost = sum(1 for offset, length in offsets.values() if offset + length > size)
-        problem = (
-            f"the file ends at byte {size}, but the records of {lost} stored attempts lie "
-            "beyond it (it was cut short)"
-        )
-        self._found([StoreProblem(str(path), problem, OUTPUT_LOST)])
+    def _read(self, run_id: str, for_plan: bool, check: bool) -> IndexRead:
+        folder = self.runs_dir / run_id
+        path, records = folder / "index.jsonl", folder / "records.jsonl"
+        read = _read_index(path, for_plan)
+        with contextlib.ExitStack() as stack:
+            try:
+                opened: BinaryIO | None = stack.enter_context(open_regular(records))
+            except FileNotFoundError:
+                opened = None
+            except OSError as exc:
+                raise StoreError(os_failure("read", records, exc)) from None
+            unsaved = run_id in self._reindexed  # re-indexed before: the index still misses it
+            if not (check or unsaved) and consistent(read, opened):
+                return read
+            if not for_plan:
+                read = _read_index(path, True)
+            fixed = reindex(read, path, records, opened)
+        self._checked.add(run_id)
+        if fixed.lines:
+            self._reindexed[run_id] = (_size(path), fixed.lines, fixed.attempts)
+            if run_id in self._open:  # this session writes the run: say so in its index now
+                self.save_reindexed(run_id)
+        return fixed
+
+    def save_reindexed(self, run_id: str) -> int:
+        """Append the index lines the last read re-indexed from records.jsonl, so later reads
+        find those attempts without re-indexing; returns how many. Only while this session
+        holds the run (or nobody does), and only if index.jsonl did not change since."""
+        size, lines, attempts = self._reindexed.pop(run_id, (-1, [], 0))
+        if not lines:
+            return 0
+        files = self._open.get(run_id)
+        if files is not None:
+            return _append_lines(files, lines, size, attempts)
+        files = RunFiles(self.runs_dir / run_id)
+        try:
+            return _append_lines(files, lines, size, attempts) if files.lock() else 0
+        finally:
+            files.close()
 
     def record(self, run_id: str, key: Key) -> AttemptRecord | None:
         """The full stored record of one attempt (None when missing or unreadable, which is
@@ -462,24 +503,38 @@ class Store:
         if run_id not in self._offsets:
             self.index(run_id)
         where = self._offsets[run_id].get(key)
-        return None if where is None else self._read_record(run_id, key, where)
+        if where is None:
+            return None
+        checked = run_id in self._checked
+        record = self._read_record(run_id, key, where, report=checked)
+        if record is None and not checked:  # the index may point elsewhere: re-index once
+            self.index(run_id, check=True)
+            where = self._offsets[run_id].get(key)
+            record = None if where is None else self._read_record(run_id, key, where)
+        return record
 
     def _read_record(
-        self, run_id: str, key: Key, where: tuple[int, int], opened: BinaryIO | None = None
+        self,
+        run_id: str,
+        key: Key,
+        where: tuple[int, int],
+        opened: BinaryIO | None = None,
+        *,
+        report: bool = True,
     ) -> AttemptRecord | None:
         """The record at `where` in records.jsonl (read from `opened` when given)."""
         try:
             if opened is None:
-                with self._records_path(run_id).open("rb") as f:
-                    data = _read_at(f, where)
+                with open_regular(self._records_path(run_id)) as f:
+                    data = read_at(f, where)
             else:
-                data = _read_at(opened, where)
+                data = read_at(opened, where)
         except FileNotFoundError:
             data = b""
         except OSError as exc:
             raise StoreError(os_failure("read", self._records_path(run_id), exc)) from None
         record, problem = parse_record(data, key)
-        if problem:
+        if problem and report:
             path = self._records_path(run_id)
             line = line_number(path, where[0])
             self._found(
@@ -491,25 +546,61 @@ class Store:
         return self.runs_dir / run_id / "records.jsonl"
 
     def records(self, run_id: str) -> Iterator[AttemptRecord]:
-        """Every stored attempt's full record (the newest of each)."""
+        """Every stored attempt's full record (the newest of each); those not where the index
+        says are looked for once more after re-indexing records.jsonl."""
         rows, _ = self.index(run_id)
         offsets = self._offsets[run_id]
+        checked = run_id in self._checked
+        missed = []
         with contextlib.ExitStack() as stack:
             opened = None
             with contextlib.suppress(FileNotFoundError):  # open once, not once per record
-                opened = stack.enter_context(self._records_path(run_id).open("rb"))
+                opened = stack.enter_context(open_regular(self._records_path(run_id)))
             for row in rows:
                 where = offsets.get(row.key)
                 record = (
-                    None if where is None else self._read_record(run_id, row.key, where, opened)
+                    None
+                    if where is None
+                    else self._read_record(run_id, row.key, where, opened, report=checked)
                 )
                 if record is not None:
                     yield record
+                elif where is not None:
+                    missed.append(row.key)
+        if missed and not checked:
+            self.index(run_id, check=True)
+            yield from filter(None, map(partial(self.record, run_id), missed))
 
 
-def _read_at(f: BinaryIO, where: tuple[int, int]) -> bytes:
-    f.seek(where[0])
-    return f.read(where[1])
+def _read_index(path: Path, for_plan: bool) -> IndexRead:
+    try:
+        return read_index(path, for_plan=for_plan)
+    except FileNotFoundError:
+        return IndexRead()
+    except OSError as exc:
+        raise StoreError(os_failure("read", path, exc)) from None
+
+
+def _append_lines(files: RunFiles, lines: list[str], size: int, attempts: int) -> int:
+    """Append re-indexed lines if the index is as it was read (`size`, once its torn last
+    line, if any, is ended as opening it for appending does); returns `attempts` or 0."""
+    if _size(files.folder / "index.jsonl") != size:
+        return 0
+    for line in lines:
+        files.append_index(line)
+    return attempts
+
+
+def _size(path: Path) -> int:
+    """The size of an index once opened for appending (a torn last line gets its end)."""
+    try:
+        with open_regular(path) as f:
+            end = f.seek(0, os.SEEK_END)
+            return end + (end > 0 and os.pread(f.fileno(), 1, end - 1) != b"\n")
+    except FileNotFoundError:
+        return 0  # opening it for appending creates it empty
+    except OSError:
+        return -1
 
 
 _quoted = encode_basestring
