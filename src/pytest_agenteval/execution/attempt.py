@@ -32,6 +32,7 @@ from ..store.runs import IndexRow
 from .agents import Agent
 from .concurrent import Ahead, NotStarted, Stopped
 from .executor import SerialExecutor, call_with_deadline
+from .exits import agent_call
 from .graders import GradeContext, as_verdict
 from .workspaces import Workspaces
 
@@ -95,8 +96,9 @@ class AttemptRunner:
     fingerprint: dict[str, Any]
     passthrough: tuple[type[BaseException], ...] = ()
     """Exceptions that are not the attempt's to record (they stop the session)."""
-    note_running: Callable[[Key], None] | None = None
-    """Told which attempt's agent starts, where the store can keep it (one write per call)."""
+    note_running: Callable[[Key, bool], None] | None = None
+    """Told which attempt's agent call starts (True) and ends (False), where the store can
+    keep it (one write each)."""
     stopped: Stopped | None = None
     """Why no new attempt may start now (cancel, spend cap, deadline), or None."""
     ahead: Ahead | None = None
@@ -122,7 +124,7 @@ class AttemptRunner:
                 payload["context"] = context = _Attempt(job, self.workspaces)
                 if job.task.workspace_dir is not None:
                     context.task.workspace  # noqa: B018 - the template is there before the agent
-                result = self.executor.call_agent(agent, context.task, job.task.timeout)
+                result = self._call_agent(agent, context)
             if waiting:
                 payload["graded"] = grade_waiting(job.task, context.task, result, waiting)
             return result
@@ -212,18 +214,29 @@ class AttemptRunner:
 
     def _call(self, agent: Agent, context: _Attempt) -> AgentResult:
         job = context.job
-        if self.note_running is not None:
-            self.note_running(job.key)
         held = self.limits(job) if self.limits is not None else None
         try:
             if held is None:  # no limits: no context manager on the per-attempt path
-                return self.executor.call_agent(agent, context.task, job.task.timeout)
+                return self._call_agent(agent, context)
             with held:
                 self._check_stop()  # a stop that came while waiting for the limits
-                return self.executor.call_agent(agent, context.task, job.task.timeout)
+                return self._call_agent(agent, context)
         finally:
             if self.executor.runs_elsewhere:
                 context.adopt_workspace()
+
+    def _call_agent(self, agent: Agent, context: _Attempt) -> AgentResult:
+        """The agent call itself, noted while it runs (a process that dies is blamed on the
+        calls it had in flight) and marked as an agent's (its `os._exit` is its error)."""
+        key, note = context.job.key, self.note_running
+        if note is not None:
+            note(key, True)
+        try:
+            with agent_call():
+                return self.executor.call_agent(agent, context.task, context.job.task.timeout)
+        finally:
+            if note is not None:
+                note(key, False)
 
 
 def _calls_agent(decision: Decision) -> bool:

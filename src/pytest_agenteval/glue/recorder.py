@@ -17,16 +17,26 @@ import pytest
 
 from ..core.errors import ReportError, StoreError, display_path
 from ..core.model import Key
-from ..core.records import AttemptRecord, junit_properties, parse_item_name, unship
+from ..core.records import (
+    UNATTRIBUTED_CRASH,
+    AttemptRecord,
+    junit_properties,
+    parse_item_name,
+    unship,
+)
 from ..execution.attempt import interrupted_record
+from ..execution.exits import guarded_exits
 from ..sources.dataset import TaskDef, load_task_file
 from ..sources.discovery import arg_path
 from ..store.index import IndexRow, row_of
+from ..store.inflight import inflight_path, read_in_flight
 from ..store.lifecycle import OpenRun, narrowing
+from ..store.plan import CRASH_LIMIT
 from ..store.progress import PROGRESS_FILE, Progress
 from ..store.runs import Store
 from ..store.stops import Budget
 from .collect import LoadErrorItem, load_error_label
+from .concurrency import concurrency_of
 from .failures import junit_error_message
 from .items import AttemptItem
 from .runtime import Runtime
@@ -72,6 +82,15 @@ class Recorder:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        """Alone, agents run in this process: an `os._exit` there must not end the session as
+        a success (xdist workers that die are crashes the controller records)."""
+        if self._distributed:
+            return (yield)
+        with guarded_exits():
+            return (yield)
 
     def failed(self, exc: StoreError | ReportError) -> None:
         """A store or report write failed (disk full, read-only): stop cleanly and say where
@@ -295,9 +314,11 @@ class Recorder:
         if reason is not None and stops is not None and stops.stop is None:
             stops.halt("budget", reason, publish=True)
 
-    def crashed(self, nodeid: str, report: pytest.TestReport) -> None:
+    def crashed(self, nodeid: str, report: pytest.TestReport, worker: str | None = None) -> None:
         """A worker died running `nodeid`: an interruption, recorded as an error a resume runs
-        again; unless the attempt was only replaying its stored verdict, which stays."""
+        again; unless the attempt was only replaying its stored verdict, which stays. A crash
+        while other agent calls of the worker were in flight is not provably the attempt's:
+        it does not count towards CRASH_LIMIT."""
         parsed = parse_item_name(nodeid)
         dataset = self._dataset_of(nodeid)
         if parsed is None or dataset is None:
@@ -309,13 +330,42 @@ class Recorder:
             if decision.action == "reuse":
                 report.agenteval = {"action": "reuse", "key": list(key)}  # type: ignore[attr-defined]
                 return
-        message = (
-            f"{report.longrepr} (the process running the attempt died: os._exit, a signal or OOM)"
-        )
+        message, error_type = self._crash_message(str(report.longrepr), key, worker)
         fingerprint = self.runtime.runner.fingerprint
-        record = interrupted_record(task, key, fingerprint, message, "WorkerCrash")
+        record = interrupted_record(task, key, fingerprint, message, error_type)
         report.when = "setup"
         report.agenteval = {"action": "run", "record": record.to_text(), "crashed": True}  # type: ignore[attr-defined]
+
+    def _crash_message(self, died: str, key: Key, worker: str | None) -> tuple[str, str]:
+        """What the crash record of `key` says, and its error_type: its own crash, or one
+        that happened while other calls of the worker were in flight (or may have been)."""
+        others = self._in_flight_besides(key, worker)
+        if others == []:
+            own = "the process running the attempt died: os._exit, a signal or OOM"
+            return f"{died} ({own})", "WorkerCrash"
+        during = (
+            f"while the agent calls of {', '.join(map(_attempt_name, others))} were in flight too"
+            if others
+            else "while other agent calls may have been in flight (which is not known)"
+        )
+        return (
+            f"{died} {during}: any of them may have ended the process (os._exit, a signal or "
+            f"OOM), so this crash does not count towards the {CRASH_LIMIT} crashes in a row "
+            "that keep an attempt as an error",
+            UNATTRIBUTED_CRASH,
+        )
+
+    def _in_flight_besides(self, key: Key, worker: str | None) -> list[Key] | None:
+        """The other attempts whose agent calls were in flight when `worker` died (empty: the
+        crash is provably `key`'s); None when that is not known (the worker left no notes
+        and ran calls ahead)."""
+        notes = None
+        if worker is not None and not self.dry:
+            run_dir = self.store.runs_dir / self.run.run_id
+            notes = read_in_flight(inflight_path(run_dir, worker))
+        if notes is None:
+            return [] if concurrency_of(self.runtime) == 1 else None
+        return [noted for noted in notes if noted != key]
 
     def _vanished(self, report: pytest.TestReport) -> AttemptRecord:
         """The record of an attempt whose report came without one: the plugin failed around it."""
@@ -375,6 +425,10 @@ def _narrowing_hints(config: pytest.Config, runtime: Runtime) -> list[str]:
         if any(path != root and path.is_relative_to(root) for root in roots):
             hints.append(display_path(arg))
     return hints
+
+
+def _attempt_name(key: Key) -> str:
+    return f"{key[1]} [attempt {key[2]}]"
 
 
 def _key_of(entry: dict[str, Any]) -> Key:

@@ -16,6 +16,7 @@ from ..core.errors import StoreError
 from ..core.model import Key
 from ..core.records import plan_key
 from ..core.shards import parse_shard
+from ..store.inflight import InFlight, inflight_path
 from ..store.plan import Plan
 from ..store.stops import Stops
 from .recorder import Recorder
@@ -79,7 +80,8 @@ class XdistHooks:
         self.recorder.node_collected(list(ids))
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
-        self.recorder.crashed(crashitem, report)
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        self.recorder.crashed(crashitem, report, worker.id if worker is not None else None)
 
 
 def _regrades(runtime: Runtime) -> dict[str, Any]:
@@ -133,6 +135,10 @@ def worker_setup(config: pytest.Config) -> None:
         joined, unshared = worker_stops(stops, runtime.agenteval_dir)
         if unshared:
             config.workeroutput[UNSHARED] = unshared  # type: ignore[attr-defined]
+        else:  # the controller reads them when this worker dies
+            worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
+            notes = InFlight(inflight_path(Path(stops["run_dir"]), worker))
+            runtime.runner.note_running = notes.note
         runtime.join_run(joined)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core.errors import StoreError
 from ..core.model import Key
+from .inflight import clear_in_flight
 from .plan import Plan, make_plan
 from .runs import Store, dataset_key, new_run_id, unfinished
 from .stops import clear_stops
@@ -110,6 +111,7 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
         if not recorded and info.agent != request.fingerprint:
             store.set_agent(info.run_id, request.fingerprint)
         clear_stops(store.runs_dir / info.run_id)
+        clear_in_flight(store.runs_dir / info.run_id)
     died = unfinished(info.died_running, rows) if info.status == "interrupted" else None
     return OpenRun(info.run_id, True, plan, died, narrowed_by=info.narrowed_by)
 
