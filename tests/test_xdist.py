@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from junitparser import xunit2
 
-from helpers import DatasetMaker, comparable, stored, summary_of, task
+from helpers import DatasetMaker, comparable, latest_record, stored, summary_of, task
 
 MIXED = {
     **{f"ok{i}.yaml": task(metadata={"answers": ["ok", "no", "ok"]}, tags=["a"]) for i in range(5)},
@@ -213,3 +213,55 @@ def test_the_controller_refreezes_the_reports_it_keeps(
     (line,) = [line for line in result.outlines if "FROZEN" in line]
     before, after = map(int, line.split("FROZEN")[1].split())
     assert after > before
+
+
+NEIGHBOURS = """
+import os, pathlib, time
+
+HERE = pathlib.Path(__file__).parent
+
+
+def waits(task):
+    (HERE / "a.started").touch()
+    if (HERE / "crash.on").exists():
+        time.sleep(30)  # the neighbour ends the process first (a hang guard)
+    return "ok"
+
+
+def dies(task):
+    if (HERE / "crash.on").exists():
+        for _ in range(600):
+            if (HERE / "a.started").exists():
+                os._exit(1)
+            time.sleep(0.05)
+    return "ok"
+"""
+
+
+@pytest.mark.slow
+def test_a_crash_while_other_calls_are_in_flight_is_not_held_against_the_waiting_attempt(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A worker killed by one agent call while its main thread waits on another attempt's call
+    does not count towards that attempt's crash limit; the killer's own crashes do."""
+    # xdist sends a and b to one worker, c and d to the other.
+    root = dataset(
+        {
+            "a.yaml": {**task(), "agent": "neighbours:waits"},
+            "b.yaml": {**task(), "agent": "neighbours:dies"},
+            **{f"{name}.yaml": task("ok") for name in "cd"},
+        }
+    )
+    (root / "neighbours.py").write_text(NEIGHBOURS)
+    (root / "crash.on").touch()
+    args = ["--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "4"]
+    for resume in ([], ["--resume-suite"]):
+        result = pytester.runpytest_subprocess(*args, *resume)
+        result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running*a[[]attempt-0[]]*"])
+        assert stored(pytester.path)[:2] == [("a", 0, "error"), ("b", 0, "error")]
+        a_error = latest_record(pytester.path, "a", 0)["error"]
+        assert "while the agent calls of b [attempt 0] were in flight too" in a_error
+        assert "the process running the attempt died" in latest_record(pytester.path, "b", 0)["error"]
+    (root / "crash.on").unlink()
+    pytester.runpytest_subprocess(*args, "--resume-suite").assert_outcomes(passed=3, errors=1)
+    assert stored(pytester.path)[:2] == [("a", 0, "pass"), ("b", 0, "error")]
