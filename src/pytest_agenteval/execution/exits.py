@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 AGENT_THREADS = ("agenteval-attempt", "agenteval-call", "agenteval-event-loop")
 """Threads that only run agent calls (a pool's, a timed call's, the async agents' loop)."""
@@ -51,8 +50,9 @@ def agent_call() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def guarded_exits() -> Iterator[None]:
-    """Replace `os._exit` in this process (see the module's docstring) while in the block."""
+def guarded_exits(say: Callable[[str], None]) -> Iterator[None]:
+    """Replace `os._exit` in this process (see the module's docstring) while in the block;
+    `say` prints a line on the terminal, also while output is captured."""
     session = os.getpid()
 
     def guarded_exit(status: int) -> None:
@@ -64,11 +64,11 @@ def guarded_exits() -> Iterator[None]:
                 "must end its process runs as a command, or with --agenteval-isolate"
             )
         if status == 0:
-            sys.stderr.write(
-                "\nagenteval: os._exit(0) was called in the pytest process while the run was "
-                f"unfinished; exiting with status {UNFINISHED_STATUS}, not success\n"
-            )
-            sys.stderr.flush()
+            with contextlib.suppress(Exception):  # the exit must happen whatever
+                say(
+                    "agenteval: os._exit(0) was called in the pytest process while the run "
+                    f"was unfinished; exiting with status {UNFINISHED_STATUS}, not success"
+                )
             status = UNFINISHED_STATUS
         _real_exit(status)
 

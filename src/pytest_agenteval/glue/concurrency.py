@@ -114,7 +114,7 @@ class AheadHooks:
         if stops is None:
             return contextlib.nullcontext()
         grace = self.runtime.settings.interrupt_grace or INTERRUPT_GRACE
-        say: Callable[[str], None] = partial(_say, config)
+        say: Callable[[str], None] = partial(say_now, config)
         if config.pluginmanager.hasplugin("dsession"):
             return GentleInterrupt(stops, grace, say, grace + CONTROLLER_MARGIN, publish=True)
         if worker:
@@ -241,7 +241,7 @@ def _silent(line: str) -> None:
     """Say nothing (an xdist worker has no terminal)."""
 
 
-def _say(config: pytest.Config, line: str) -> None:
+def say_now(config: pytest.Config, line: str) -> None:
     """Print a line on the terminal now, also while an item's output is being captured."""
     capman = config.pluginmanager.getplugin("capturemanager")
     context = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from ..store.progress import PROGRESS_FILE, Progress
 from ..store.runs import Store
 from ..store.stops import Budget
 from .collect import LoadErrorItem, load_error_label
-from .concurrency import concurrency_of
+from .concurrency import concurrency_of, say_now
 from .failures import junit_error_message
 from .items import AttemptItem
 from .runtime import Runtime
@@ -89,7 +90,7 @@ class Recorder:
         a success (xdist workers that die are crashes the controller records)."""
         if self._distributed:
             return (yield)
-        with guarded_exits():
+        with guarded_exits(partial(say_now, self.config)):
             return (yield)
 
     def failed(self, exc: StoreError | ReportError) -> None:
