@@ -80,6 +80,7 @@ class Recorder:
         self._check_budget()
         folder = None if self.dry else store.runs_dir / run.run_id / PROGRESS_FILE
         self.progress = Progress(run.run_id, folder)
+        self.progress.write("starting", force=True)  # `agenteval status` sees this session
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
@@ -158,7 +159,7 @@ class Recorder:
         except StoreError as exc:
             self.failed(exc)
         self.progress.planned = len(self.planned_keys)
-        self.show_progress()
+        self.show_progress("running")
 
     def _whole(self, keys: list[Key], broken: set[tuple[str, str]]) -> set[Key]:
         """The attempts of the whole run but for the load errors this session collected. When
@@ -296,7 +297,7 @@ class Recorder:
             self._check_budget()
 
     def show_progress(self, status: str | None = None) -> None:
-        """Refresh progress.json (at most about once a second unless `status` is final)."""
+        """Refresh progress.json (at most about once a second unless `status` is given)."""
         progress, runtime = self.progress, self.runtime
         if status is None and not progress.due():
             return
@@ -307,7 +308,7 @@ class Recorder:
             stopping = runtime.stops is not None and runtime.stops.reason() is not None
             progress.write("stopping" if stopping else "running")
         else:
-            progress.write(status, final=True)
+            progress.write(status, force=True)
 
     def _check_budget(self) -> None:
         reason = self.budget.reached()

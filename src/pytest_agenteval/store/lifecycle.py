@@ -47,7 +47,7 @@ class OpenRun:
     died_running: str | None = None
     """The attempt whose agent was running when the run's last session died."""
     note: str = ""
-    """How the header describes a new run, when plain "new" would not say enough."""
+    """How the header describes the run, when plain "new" or "resuming" would not say enough."""
     narrowed_by: str | None = None
     """A resumed run's own narrowing (None: it covers its datasets whole)."""
     dropped: bool = False
@@ -74,6 +74,10 @@ def _create(store: Store, request: RunRequest, run_id: str, note: str = "") -> O
 def _resume(store: Store, request: RunRequest) -> OpenRun:
     names = dataset_key(request.datasets)
     run_id = request.run_id or store.latest_run(request.datasets, request.shard)
+    note = ""
+    if run_id is None:
+        run_id = _never_planned(store, request)
+        note = "resuming: its last session ended before planning, so all of it runs"
     info = store.run(run_id) if run_id else None
     if info is None and request.run_id:
         return _create(store, request, request.run_id, "new: nothing to resume yet")
@@ -113,7 +117,24 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
         clear_stops(store.runs_dir / info.run_id)
         clear_in_flight(store.runs_dir / info.run_id)
     died = unfinished(info.died_running, rows) if info.status == "interrupted" else None
-    return OpenRun(info.run_id, True, plan, died, narrowed_by=info.narrowed_by)
+    return OpenRun(info.run_id, True, plan, died, note, narrowed_by=info.narrowed_by)
+
+
+def _never_planned(store: Store, request: RunRequest) -> str | None:
+    """The newest run of these datasets whose sessions all died before planning (killed
+    while collecting): nothing planned, nothing recorded. `latest_run` never picks such a run
+    over one with work in it, but when there is no other, resuming it starts it over."""
+    names = dataset_key(request.datasets)
+    for info in store.runs():
+        if (
+            dataset_key(info.datasets) == names
+            and info.shard == request.shard
+            and info.planned == 0
+            and info.status == "interrupted"
+            and info.narrowed_by is None
+        ):
+            return info.run_id
+    return None
 
 
 def narrowing(selected: Collection[Key], whole: Collection[Key], how: Sequence[str]) -> str | None:
