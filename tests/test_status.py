@@ -126,6 +126,16 @@ def test_status_watch_follows_the_session_that_resumes_the_run(
     run_id = latest_run(pytester.path)
     (root / "gated.py").write_text(GATED)
     (root / "b.yaml").write_text(json.dumps({**task(), "agent": "gated:run"}))
+    pytester.makeconftest(  # the resume waits before collecting: it has planned nothing yet
+        """
+        import sys
+        sys.path.insert(0, "ds")
+        import gated
+
+        def pytest_collection(session):
+            gated.run(None)
+        """
+    )
     command = [sys.executable, "-m", "pytest", "--agenteval", "ds", "--resume-suite"]
     session = subprocess.Popen(command, cwd=pytester.path, stdout=subprocess.PIPE)
     try:
