@@ -266,3 +266,20 @@ def test_a_crash_while_other_calls_are_in_flight_is_not_held_against_the_waiting
     (root / "crash.on").unlink()
     pytester.runpytest_subprocess(*args, "--resume-suite").assert_outcomes(passed=3, errors=1)
     assert stored(pytester.path)[:2] == [("a", 0, "pass"), ("b", 0, "error")]
+
+
+def test_in_flight_notes_read_back_what_is_in_flight_now(tmp_path: Path) -> None:
+    """A worker's notes always read as the calls in flight at its last write, also after a
+    shorter note overwrote a longer one; notes that cannot be read are "not known"."""
+    from pytest_agenteval.store.inflight import InFlight, inflight_path, read_in_flight
+
+    path = inflight_path(tmp_path, "gw0")
+    notes = InFlight(path)
+    assert read_in_flight(path) == []
+    notes.note(("ds", "a-long-task-id", 0), True)
+    notes.note(("ds", "b", 1), True)
+    notes.note(("ds", "a-long-task-id", 0), False)
+    assert read_in_flight(path) == [("ds", "b", 1)]
+    path.write_text('[["ds", "b"')
+    assert read_in_flight(path) is None
+    assert read_in_flight(inflight_path(tmp_path, "gw9")) is None
