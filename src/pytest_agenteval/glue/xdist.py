@@ -19,6 +19,7 @@ from ..core.shards import parse_shard
 from ..store.inflight import InFlight, inflight_path
 from ..store.plan import Plan
 from ..store.stops import Stops
+from .concurrency import concurrency_of
 from .recorder import Recorder
 from .runtime import RUNTIME, Runtime
 
@@ -135,10 +136,10 @@ def worker_setup(config: pytest.Config) -> None:
         joined, unshared = worker_stops(stops, runtime.agenteval_dir)
         if unshared:
             config.workeroutput[UNSHARED] = unshared  # type: ignore[attr-defined]
-        else:  # the controller reads them when this worker dies
+        elif concurrency_of(runtime) > 1:  # else the item running is the one in flight
             worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
             notes = InFlight(inflight_path(Path(stops["run_dir"]), worker))
-            runtime.runner.note_running = notes.note
+            runtime.runner.note_running = notes.note  # read by the controller if it dies
         runtime.join_run(joined)
 
 
