@@ -346,12 +346,12 @@ class Recorder:
             own = "the process running the attempt died: os._exit, a signal or OOM"
             return f"{died} ({own})", "WorkerCrash"
         during = (
-            f"while the agent calls of {', '.join(map(_attempt_name, others))} were in flight too"
+            f"the agent calls of {', '.join(map(_attempt_name, others))} were in flight too"
             if others
-            else "while other agent calls may have been in flight (which is not known)"
+            else "other agent calls may have been in flight too (which is not known)"
         )
         return (
-            f"{died} {during}: any of them may have ended the process (os._exit, a signal or "
+            f"{died}; {during}: any of them may have ended the process (os._exit, a signal or "
             f"OOM), so this crash does not count towards the {CRASH_LIMIT} crashes in a row "
             "that keep an attempt as an error",
             UNATTRIBUTED_CRASH,
