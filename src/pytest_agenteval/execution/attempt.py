@@ -32,7 +32,7 @@ from ..store.runs import IndexRow
 from .agents import Agent
 from .concurrent import Ahead, NotStarted, Stopped
 from .executor import SerialExecutor, call_with_deadline
-from .exits import agent_call
+from .exits import in_agent_call
 from .graders import GradeContext, as_verdict
 from .workspaces import Workspaces
 
@@ -231,10 +231,11 @@ class AttemptRunner:
         key, note = context.job.key, self.note_running
         if note is not None:
             note(key, True)
+        was = in_agent_call(True)
         try:
-            with agent_call():
-                return self.executor.call_agent(agent, context.task, context.job.task.timeout)
+            return self.executor.call_agent(agent, context.task, context.job.task.timeout)
         finally:
+            in_agent_call(was)
             if note is not None:
                 note(key, False)
 

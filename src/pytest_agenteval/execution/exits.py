@@ -38,15 +38,12 @@ class AgentExited(BaseException):
     `except Exception` does not swallow it."""
 
 
-@contextlib.contextmanager
-def agent_call() -> Iterator[None]:
-    """Mark this thread as running an agent call, for as long as the call runs."""
-    before = getattr(_local, "agent", False)
-    _local.agent = True
-    try:
-        yield
-    finally:
-        _local.agent = before
+def in_agent_call(running: bool) -> bool:
+    """Mark this thread as running an agent call (or not any more); returns what it was
+    (a plain call, not a context manager: it is on every attempt's path)."""
+    before: bool = getattr(_local, "agent", False)
+    _local.agent = running
+    return before
 
 
 @contextlib.contextmanager
