@@ -7,15 +7,16 @@ An in-process Python agent that calls `os._exit(0)` would end the session at onc
 - called by an agent (in the thread of its call, or a thread that only runs agent calls), it
   raises `AgentExited` there instead: that attempt is an error, and the session goes on;
 - called by anything else in this process with status 0, the process still exits, but with
-  status 3 (pytest's internal error) and a line on stderr saying why;
+  status 3 (pytest's internal error) and a line on the terminal saying why;
 - called in another process (a forked child: multiprocessing ends its children with
   `os._exit`), it is the real one.
 
 Its limit: only calls through `os._exit` are seen. A reference taken before the guard was on
 (`from os import _exit`), `posix._exit`, C code calling `exit()`, and a thread the agent
 started itself (it is not an agent call's thread: status 0 becomes 3) are not turned into the
-attempt's error. `--agenteval-isolate` or `-n N` run agents in processes whose death is always
-an error of the attempt.
+attempt's error; an agent whose bare `except:` catches `AgentExited` goes on running.
+`--agenteval-isolate` or `-n N` run agents in processes whose death is always an error of the
+attempt.
 """
 
 from __future__ import annotations
