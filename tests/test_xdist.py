@@ -284,3 +284,20 @@ def test_in_flight_notes_read_back_what_is_in_flight_now(tmp_path: Path) -> None
     path.write_text('[["ds", "b"')
     assert read_in_flight(path) is None
     assert read_in_flight(inflight_path(tmp_path, "gw9")) is None
+
+
+def test_only_crashes_proven_the_attempts_own_count_towards_the_limit() -> None:
+    """A crash while other calls were in flight neither counts nor breaks the row of an
+    attempt's own crashes."""
+    from pytest_agenteval.core.records import UNATTRIBUTED_CRASH, crash_count
+    from pytest_agenteval.execution.attempt import interrupted_record
+
+    def crash(error_type: str) -> dict[str, object]:
+        return interrupted_record(None, ("ds", "a", 0), {}, "died", error_type).to_json()
+
+    own, other = crash("WorkerCrash"), crash(UNATTRIBUTED_CRASH)
+    latest = interrupted_record(None, ("ds", "a", 0), {}, "died", UNATTRIBUTED_CRASH)
+    assert crash_count(latest.with_previous((other, other))) == 0
+    assert crash_count(latest.with_previous((own, other))) == 1
+    mine = interrupted_record(None, ("ds", "a", 0), {}, "died", "WorkerCrash")
+    assert crash_count(mine.with_previous((other, own))) == 2
