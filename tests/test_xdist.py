@@ -223,17 +223,19 @@ HERE = pathlib.Path(__file__).parent
 
 def waits(task):
     (HERE / "a.started").touch()
-    if (HERE / "crash.on").exists():
-        time.sleep(30)  # the neighbour ends the process first (a hang guard)
+    for _ in range(60):  # alone, it answers after 3 s
+        if (HERE / "b.started").exists():
+            time.sleep(30)  # b, in flight beside it, ends the process first (a hang guard)
+        time.sleep(0.05)
     return "ok"
 
 
 def dies(task):
-    if (HERE / "crash.on").exists():
-        for _ in range(600):
-            if (HERE / "a.started").exists():
-                os._exit(1)
-            time.sleep(0.05)
+    (HERE / "b.started").touch()
+    for _ in range(600):
+        if (HERE / "a.started").exists():
+            os._exit(1)
+        time.sleep(0.05)
     return "ok"
 """
 
@@ -243,7 +245,8 @@ def test_a_crash_while_other_calls_are_in_flight_is_not_held_against_the_waiting
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
     """A worker killed by one agent call while its main thread waits on another attempt's call
-    does not count towards that attempt's crash limit; the killer's own crashes do."""
+    does not count towards that attempt's crash limit; the resume runs each call that was in
+    flight alone, so the killer's crash is proven its own and the other attempt passes."""
     # xdist sends a and b to one worker, c and d to the other.
     root = dataset(
         {
@@ -253,20 +256,21 @@ def test_a_crash_while_other_calls_are_in_flight_is_not_held_against_the_waiting
         }
     )
     (root / "neighbours.py").write_text(NEIGHBOURS)
-    (root / "crash.on").touch()
     args = ["--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "4"]
-    for resume in ([], ["--resume-suite"]):
-        result = pytester.runpytest_subprocess(*args, *resume)
-        result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running*a[[]attempt-0[]]*"])
-        assert stored(pytester.path)[:2] == [("a", 0, "error"), ("b", 0, "error")]
-        a_error = latest_record(pytester.path, "a", 0)["error"]
-        assert "; the agent calls of b [attempt 0] were in flight too: any of them" in a_error
-        assert "does not count towards the 2 crashes in a row" in a_error
-        b_error = latest_record(pytester.path, "b", 0)["error"]
-        assert "the process running the attempt died" in b_error
-    (root / "crash.on").unlink()
+    result = pytester.runpytest_subprocess(*args)
+    result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running*a[[]attempt-0[]]*"])
+    assert stored(pytester.path) == [("a", 0, "error"), ("b", 0, "error"), ("c", 0, "pass"), ("d", 0, "pass")]  # fmt: skip
+    a_error = latest_record(pytester.path, "a", 0)["error"]
+    assert "; the agent calls of b [attempt 0] were in flight too: any of them" in a_error
+    assert "does not count towards the 2 crashes in a row" in a_error
+    for marker in ("a.started", "b.started"):
+        (root / marker).unlink()
     pytester.runpytest_subprocess(*args, "--resume-suite").assert_outcomes(passed=3, errors=1)
     assert stored(pytester.path)[:2] == [("a", 0, "pass"), ("b", 0, "error")]
+    b_error = latest_record(pytester.path, "b", 0)["error"]
+    assert "the process running the attempt died" in b_error
+    plan = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-plan")
+    plan.stdout.no_fnmatch_line("*crashed*")
 
 
 def test_in_flight_notes_read_back_what_is_in_flight_now(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ class XdistHooks:
                 "fingerprint": self.runtime.runner.fingerprint,
                 "stops": _stops(self.runtime.stops),
                 "shard": str(self.runtime.shard) if self.runtime.shard else None,
+                "alone": sorted(map(list, self.recorder.run.alone)),
             }
         return self._shipment
 
@@ -129,6 +130,7 @@ def worker_setup(config: pytest.Config) -> None:
     except StoreError as exc:
         raise pytest.UsageError(str(exc)) from None
     runtime.runner.fingerprint = shipped["fingerprint"]
+    runtime.alone = {(ds, task, attempt) for ds, task, attempt in shipped.get("alone", ())}
     shard = shipped.get("shard")  # `auto` as the controller resolved it: a remote env may differ
     runtime.shard = parse_shard(shard) if shard else None  # type: ignore[assignment]
     stops = shipped.get("stops")

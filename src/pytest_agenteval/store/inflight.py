@@ -80,6 +80,15 @@ def read_in_flight(path: Path) -> list[Key] | None:
         return None
 
 
+def left_in_flight(run_dir: Path) -> set[Key]:
+    """The calls the run's earlier processes still had in flight when they ended: those of a
+    worker that died (a worker that ends cleanly leaves no call noted)."""
+    found: set[Key] = set()
+    for path in sorted((run_dir / INFLIGHT_DIR).glob("*.json")):
+        found.update(read_in_flight(path) or ())
+    return found
+
+
 def clear_in_flight(run_dir: Path) -> None:
     """Forget the notes of a run's earlier sessions (their processes are gone)."""
     shutil.rmtree(run_dir / INFLIGHT_DIR, ignore_errors=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.errors import StoreError
 from ..core.model import Key
-from .inflight import clear_in_flight
+from .inflight import clear_in_flight, left_in_flight
 from .plan import Plan, make_plan
 from .runs import Store, dataset_key, new_run_id, unfinished
 from .stops import clear_stops
@@ -50,6 +50,9 @@ class OpenRun:
     """How the header describes the run, when plain "new" or "resuming" would not say enough."""
     narrowed_by: str | None = None
     """A resumed run's own narrowing (None: it covers its datasets whole)."""
+    alone: set[Key] = field(default_factory=set)
+    """Attempts whose agent call was in flight when a worker of the last session died: they
+    run with no other call in flight, so a crash is provably theirs (see store/inflight.py)."""
     dropped: bool = False
     """The session selected nothing, so its new run was removed again."""
 
@@ -109,6 +112,7 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
         )
     plan = make_plan(rows, rerun_errors=request.rerun_errors, rerun_all=request.rerun_all)
     plan.fetch = lambda key: store.record(info.run_id, key)
+    alone = left_in_flight(store.runs_dir / info.run_id)
     if not request.dry:
         store.claim_run(info.run_id)
         store.hold(info.run_id, rows)
@@ -117,7 +121,7 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
         clear_stops(store.runs_dir / info.run_id)
         clear_in_flight(store.runs_dir / info.run_id)
     died = unfinished(info.died_running, rows) if info.status == "interrupted" else None
-    return OpenRun(info.run_id, True, plan, died, note, narrowed_by=info.narrowed_by)
+    return OpenRun(info.run_id, True, plan, died, note, info.narrowed_by, alone)
 
 
 def _never_planned(store: Store, request: RunRequest) -> str | None:
