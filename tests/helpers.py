@@ -46,6 +46,8 @@ def run(task):
         raise RuntimeError(meta["raise"])
     if "exit" in meta:
         os._exit(meta["exit"])
+    if "signal" in meta:
+        os.kill(os.getpid(), meta["signal"])
     answers = meta.get("answers")
     if answers:
         return str(answers[task.attempt % len(answers)])

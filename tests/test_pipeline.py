@@ -230,6 +230,20 @@ def raises(task):
     raise ValueError("from the child")
 
 
+def exits_from_its_thread(task):
+    import threading
+
+    threading.Thread(target=os._exit, args=(0,)).start()
+    time.sleep(30)  # the thread ends the process first (a hang guard)
+
+
+def forks_a_pool(task):
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        return pool.apply(str, ("ok",))
+
+
 def answers(task):
     return "ok"
 """
@@ -268,15 +282,54 @@ def test_isolated_attempts_that_die_are_errors_and_the_session_goes_on(
     assert record == [("raises", 0, "error")]
 
 
+@pytest.mark.parametrize("concurrency", ["1", "3"])
+def test_os_exit_in_an_in_process_agent_errors_its_attempt_and_never_passes(
+    pytester: pytest.Pytester, dataset: DatasetMaker, concurrency: str
+) -> None:
+    """os._exit(0) by an in-process agent (alone, timed, or in flight beside others) is that
+    attempt's error: the session goes on, writes its summary and exits 1, never 0; a forked
+    pool's children still exit for real."""
+    root = dataset(
+        {
+            "exits.yaml": {**task("ok"), "agent": "dying:exits"},
+            "exits_timed.yaml": {**task("ok"), "agent": "dying:exits", "timeout": 5},
+            "pool.yaml": {**task("ok"), "agent": "dying:forks_a_pool", "timeout": 20},
+            "zz_ok.yaml": task("ok"),
+        }
+    )
+    (root / "dying.py").write_text(DYING)
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", concurrency
+    )
+    assert result.ret == 1
+    result.assert_outcomes(passed=2, errors=2)
+    result.stdout.fnmatch_lines(
+        ["*AgentExited: the agent called os._exit(0) in the pytest process*"]
+    )
+    assert summary_of(pytester)["status"] == "complete"
+
+
+def test_os_exit_0_from_a_thread_of_the_agent_ends_the_session_as_a_failure(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """os._exit(0) where no agent call can take it as its error still ends the process, but
+    with status 3 and a line saying why: an unfinished run never reads as success."""
+    root = dataset({"exits.yaml": {**task("ok"), "agent": "dying:exits_from_its_thread"}})
+    (root / "dying.py").write_text(DYING)
+    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    assert result.ret == 3
+    result.stderr.fnmatch_lines(["agenteval: os._exit(0) was called in the pytest process*"])
+
+
 def test_a_solo_session_that_dies_names_the_attempt_it_was_running(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
-    """os._exit in a solo run: `agenteval runs` and the next --resume-suite name the attempt
-    whose agent was running, and the resume finishes the run (with --agenteval-isolate the
-    deadly attempt is one error)."""
-    dataset({"a_ok.yaml": task("ok"), "b_dies.yaml": task(metadata={"exit": 0})})
+    """A solo run killed by its agent: `agenteval runs` and the next --resume-suite name the
+    attempt whose agent was running, and the resume finishes the run (with
+    --agenteval-isolate the deadly attempt is one error)."""
+    dataset({"a_ok.yaml": task("ok"), "b_dies.yaml": task(metadata={"signal": 9})})
     died = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", "r1")
-    assert died.ret == 0 and "agenteval" not in died.stdout.str().split("collected")[-1]
+    assert died.ret != 0 and "agenteval" not in died.stdout.str().split("collected")[-1]
     listing = pytester.run(sys.executable, "-m", "pytest_agenteval.cli", "runs")
     listing.stdout.fnmatch_lines(["r1 * interrupted (died running b_dies [[]attempt 0[]] of ds)"])
     resumed = pytester.runpytest_subprocess(

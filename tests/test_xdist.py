@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from junitparser import xunit2
 
-from helpers import DatasetMaker, comparable, stored, summary_of, task
+from helpers import DatasetMaker, comparable, latest_record, stored, summary_of, task
 
 MIXED = {
     **{f"ok{i}.yaml": task(metadata={"answers": ["ok", "no", "ok"]}, tags=["a"]) for i in range(5)},
@@ -213,3 +213,95 @@ def test_the_controller_refreezes_the_reports_it_keeps(
     (line,) = [line for line in result.outlines if "FROZEN" in line]
     before, after = map(int, line.split("FROZEN")[1].split())
     assert after > before
+
+
+NEIGHBOURS = """
+import os, pathlib, time
+
+HERE = pathlib.Path(__file__).parent
+
+
+def waits(task):
+    (HERE / "a.started").touch()
+    for _ in range(60):  # alone, it answers after 3 s
+        if (HERE / "b.started").exists():
+            time.sleep(30)  # b, in flight beside it, ends the process first (a hang guard)
+        time.sleep(0.05)
+    return "ok"
+
+
+def dies(task):
+    (HERE / "b.started").touch()
+    for _ in range(600):
+        if (HERE / "a.started").exists():
+            os._exit(1)
+        time.sleep(0.05)
+    return "ok"
+"""
+
+
+@pytest.mark.slow
+def test_a_crash_while_other_calls_are_in_flight_is_not_held_against_the_waiting_attempt(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A worker killed by one agent call while its main thread waits on another attempt's call
+    does not count towards that attempt's crash limit; the resume runs each call that was in
+    flight alone, so the killer's crash is proven its own and the other attempt passes."""
+    # xdist sends a and b to one worker, c and d to the other.
+    root = dataset(
+        {
+            "a.yaml": {**task(), "agent": "neighbours:waits"},
+            "b.yaml": {**task(), "agent": "neighbours:dies"},
+            **{f"{name}.yaml": task("ok") for name in "cd"},
+        }
+    )
+    (root / "neighbours.py").write_text(NEIGHBOURS)
+    args = ["--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "4"]
+    result = pytester.runpytest_subprocess(*args)
+    result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running*a[[]attempt-0[]]*"])
+    assert stored(pytester.path) == [("a", 0, "error"), ("b", 0, "error"), ("c", 0, "pass"), ("d", 0, "pass")]  # fmt: skip
+    a_error = latest_record(pytester.path, "a", 0)["error"]
+    assert "; the agent calls of b [attempt 0] were in flight too: any of them" in a_error
+    assert "does not count towards the 2 crashes in a row" in a_error
+    for marker in ("a.started", "b.started"):
+        (root / marker).unlink()
+    pytester.runpytest_subprocess(*args, "--resume-suite").assert_outcomes(passed=3, errors=1)
+    assert stored(pytester.path)[:2] == [("a", 0, "pass"), ("b", 0, "error")]
+    b_error = latest_record(pytester.path, "b", 0)["error"]
+    assert "the process running the attempt died" in b_error
+    plan = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-plan")
+    plan.stdout.no_fnmatch_line("*crashed*")
+
+
+def test_in_flight_notes_read_back_what_is_in_flight_now(tmp_path: Path) -> None:
+    """A worker's notes always read as the calls in flight at its last write, also after a
+    shorter note overwrote a longer one; notes that cannot be read are "not known"."""
+    from pytest_agenteval.store.inflight import InFlight, inflight_path, read_in_flight
+
+    path = inflight_path(tmp_path, "gw0")
+    notes = InFlight(path)
+    assert read_in_flight(path) == []
+    notes.note(("ds", "a-long-task-id", 0), True)
+    notes.note(("ds", "b", 1), True)
+    notes.note(("ds", "a-long-task-id", 0), False)
+    assert read_in_flight(path) == [("ds", "b", 1)]
+    path.write_text('[["ds", "b"')
+    assert read_in_flight(path) is None
+    assert read_in_flight(inflight_path(tmp_path, "gw9")) is None
+
+
+def test_only_crashes_proven_the_attempts_own_count_towards_the_limit() -> None:
+    """A crash while other calls were in flight neither counts nor breaks the row of an
+    attempt's own crashes."""
+    from pytest_agenteval.core.records import UNATTRIBUTED_CRASH, crash_count
+    from pytest_agenteval.execution.attempt import interrupted_record
+
+    def crash(error_type: str) -> dict[str, object]:
+        return interrupted_record(None, ("ds", "a", 0), {}, "died", error_type).to_json()
+
+    own, other = crash("WorkerCrash"), crash(UNATTRIBUTED_CRASH)
+    latest = interrupted_record(None, ("ds", "a", 0), {}, "died", UNATTRIBUTED_CRASH)
+    assert crash_count(latest.with_previous((other, other))) == 0
+    assert crash_count(latest.with_previous((own, other))) == 1
+    mine = interrupted_record(None, ("ds", "a", 0), {}, "died", "WorkerCrash")
+    assert crash_count(mine.with_previous((other, own))) == 2

@@ -220,6 +220,8 @@ def _runs(args: argparse.Namespace) -> int:
         narrowed = f", narrowed by {run.narrowed_by}" if run.narrowed_by else ""
         narrowed += f", shard {run.shard}" if run.shard else ""
         narrowed += f", merged from {len(run.merged_from)} shards" if run.merged_from else ""
+        if run.status == "interrupted" and not run.planned:
+            narrowed += " (died before planning; --resume-suite starts it over)"
         print(
             f"{run.run_id:10} {names:24} {started:19} {run.done:>6}/{run.planned:<6}  "
             f"{run.status}{narrowed}"
@@ -317,8 +319,6 @@ def _chosen_run(store: Store, given: str | None, default: list[str], none: str) 
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .store.progress import progress_lines, read_progress
-
     store = _open_store(args)
     if store is None:
         return 1
@@ -327,21 +327,62 @@ def _status(args: argparse.Namespace) -> int:
     if run_id is None:
         return 1
     while True:
-        data = read_progress(store.runs_dir / run_id)
-        if data is None:
-            print(f"agenteval: run {run_id} has no progress.json yet", file=sys.stderr)
-            return 1
-        info = store.run(run_id)
-        if data["status"] in ("running", "stopping") and info and info.status != "running":
-            data["status"] = info.status  # its session died without a last word
-        print("\n".join(progress_lines(data)), flush=True)
-        if not args.watch or data["status"] not in ("running", "stopping"):
-            return 0
+        lines, live, readable = _status_lines(store, run_id)
+        print("\n".join(lines), file=sys.stdout if readable else sys.stderr, flush=True)
+        if not args.watch or not live:
+            return 0 if readable else 1
         try:
             time.sleep(1.0)
         except KeyboardInterrupt:
             return 0
         print()
+
+
+def _status_lines(store: Store, run_id: str) -> tuple[list[str], bool, bool]:
+    """What `agenteval status` prints of a run now, whether a session of it is live (or
+    starting: `--watch` goes on), and whether its progress.json was readable."""
+    from .core.errors import StoreError
+    from .store.progress import LIVE, progress_lines, read_progress, writer_alive
+
+    locked = store.running(run_id)
+    try:
+        data = read_progress(store.runs_dir / run_id)
+    except StoreError as exc:
+        return [f"agenteval: {exc}", _holds(store, run_id)], locked, False
+    if data is None:
+        if locked:
+            return [f"run {run_id}: a session is starting (no progress.json yet)"], True, True
+        none = f"agenteval: run {run_id} has no progress.json: no session of it got to planning"
+        return [none, _holds(store, run_id)], False, False
+    alive = writer_alive(data)
+    last = f"{data['status']} · {data['done']}/{data['planned']} done"
+    starting = f"run {run_id}: a new session is starting; the last one"
+    if data["status"] not in LIVE:
+        if locked and alive is not True:  # the writer is done: the lock is a new session's
+            return [f"{starting} ended {last}"], True, True
+        return progress_lines(data), False, True
+    if locked and alive is not False:
+        return progress_lines(data), True, True
+    if locked:
+        return [f"{starting} died at {last}"], True, True
+    info = store.run(run_id)
+    data["status"] = info.status if info else "interrupted"
+    pid = (data.get("session") or {}).get("pid", "?")
+    stale = f"stale: the session that wrote this (pid {pid}) is gone; {_holds(store, run_id)}"
+    return [*progress_lines(data), stale], False, True
+
+
+def _holds(store: Store, run_id: str) -> str:
+    """What the run's store holds, for when its progress.json cannot say."""
+    from .core.errors import StoreError
+
+    try:
+        info = store.run(run_id, count=True)
+    except StoreError as exc:
+        return f"its records cannot be counted: {exc}"
+    if info is None:
+        return "its run.json cannot be read (`agenteval repair`)"
+    return f"the run holds {info.done} of {info.planned} planned attempts ({info.status})"
 
 
 def _merge(args: argparse.Namespace) -> int:

@@ -409,13 +409,20 @@ def placed(entry: str, offset: int, length: int) -> str:
     return f'{entry[:-1]}, "record": [{offset}, {length}]}}'
 
 
+UNATTRIBUTED_CRASH = "WorkerCrashUnattributed"
+"""error_type of a crash that is not provably the attempt's own: other agent calls of the
+process were in flight when it died."""
+
+
 def crash_count(record: AttemptRecord) -> int:
-    """How many times in a row this attempt's process died, this record included."""
-    count = 1
-    for old in record.previous:
+    """How many times in a row this attempt's process died running it, this record included.
+    A crash that is not provably its own neither counts nor breaks the row."""
+    chain = ({"phase": record.phase, "error_type": record.error_type}, *record.previous)
+    count = 0
+    for old in chain:
         if old.get("phase") != "crash":
             break
-        count += 1
+        count += old.get("error_type") != UNATTRIBUTED_CRASH
     return count
 
 

@@ -33,6 +33,7 @@ from .agents import Agent, as_result
 from .concurrent import Ahead, NotStarted, Stopped
 from .environment import Environment, Environments, host_folder
 from .executor import SerialExecutor, call_with_deadline
+from .exits import in_agent_call
 from .graders import GradeContext, as_verdict
 
 DEFAULT_GRADER_TIMEOUT = 60.0
@@ -95,8 +96,9 @@ class AttemptRunner:
     fingerprint: dict[str, Any]
     passthrough: tuple[type[BaseException], ...] = ()
     """Exceptions that are not the attempt's to record (they stop the session)."""
-    note_running: Callable[[Key], None] | None = None
-    """Told which attempt's agent starts, where the store can keep it (one write per call)."""
+    note_running: Callable[[Key, bool], None] | None = None
+    """Told which attempt's agent call starts (True) and ends (False), where the store can
+    keep it (one write each)."""
     stopped: Stopped | None = None
     """Why no new attempt may start now (cancel, spend cap, deadline), or None."""
     ahead: Ahead | None = None
@@ -126,7 +128,7 @@ class AttemptRunner:
                 context.wait = wait
                 if job.task.workspace_dir is not None:
                     context.task.environment  # noqa: B018 - the template is there before the agent
-                result = self._answer(agent, context.task, job)
+                result = self._answer(agent, context)
             if waiting:
                 payload["graded"] = grade_waiting(job.task, context.task, result, waiting)
             return result
@@ -222,30 +224,29 @@ class AttemptRunner:
 
     def _call(self, agent: Agent, context: _Attempt) -> AgentResult:
         job = context.job
-        if self.note_running is not None:
-            self.note_running(job.key)
         if self.executor.runs_elsewhere:
             self.environments.ready()  # a forked agent must find, not make, what they share
         held = self.limits(job) if self.limits is not None else None
         try:
             if held is None:  # no limits: no context manager on the per-attempt path
-                return self._answer(agent, context.task, job)
+                return self._answer(agent, context)
             asked = time.perf_counter()
             with held:
                 context.wait = time.perf_counter() - asked
                 self._check_stop()  # a stop that came while waiting for the limits
-                return self._answer(agent, context.task, job)
+                return self._answer(agent, context)
         finally:
             if self.executor.runs_elsewhere:
                 context.adopt_environment()
 
-    def _answer(self, agent: Agent, task: Task, job: AttemptJob) -> AgentResult:
+    def _answer(self, agent: Agent, context: _Attempt) -> AgentResult:
         """The agent's answer, its spend counted the moment it arrives (before the call gives
         up its limit slot); a call abandoned at its deadline is counted when it really ends."""
+        job = context.job
         if self.spent is None:
-            return self.executor.call_agent(agent, task, job.task.timeout)
+            return self._call_agent(agent, context)
         try:
-            result = self.executor.call_agent(agent, task, job.task.timeout)
+            result = self._call_agent(agent, context)
         except AgentTimeout as exc:
             running_on = getattr(exc, "running_on", None)
             if running_on is not None:
@@ -272,6 +273,20 @@ class AttemptRunner:
     def _count_judges(self, record: AttemptRecord) -> None:
         if self.spent is not None and record.judge_cost:
             self.spent(record.judge_cost, 0)
+
+    def _call_agent(self, agent: Agent, context: _Attempt) -> AgentResult:
+        """The agent call itself, noted while it runs (a process that dies is blamed on the
+        calls it had in flight) and marked as an agent's (its `os._exit` is its error)."""
+        key, note = context.job.key, self.note_running
+        if note is not None:
+            note(key, True)
+        was = in_agent_call(True)
+        try:
+            return self.executor.call_agent(agent, context.task, context.job.task.timeout)
+        finally:
+            in_agent_call(was)
+            if note is not None:
+                note(key, False)
 
 
 def _calls_agent(decision: Decision) -> bool:

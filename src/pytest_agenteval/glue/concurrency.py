@@ -114,7 +114,7 @@ class AheadHooks:
         if stops is None:
             return contextlib.nullcontext()
         grace = self.runtime.settings.interrupt_grace or INTERRUPT_GRACE
-        say: Callable[[str], None] = partial(_say, config)
+        say: Callable[[str], None] = partial(say_now, config)
         if config.pluginmanager.hasplugin("dsession"):
             return GentleInterrupt(stops, grace, say, grace + CONTROLLER_MARGIN, publish=True)
         if worker:
@@ -140,7 +140,7 @@ class AheadHooks:
         if self.upcoming is not None:
             self._top_up()
         if self.queue is not None:
-            self._schedule([item, *self._worker_items(item.session)])
+            self._schedule(self._until_alone([item, *self._worker_items(item.session)]))
 
     def _worker_items(self, session: pytest.Session) -> list[pytest.Item]:
         """The items sent to this worker that follow the current one."""
@@ -151,6 +151,18 @@ class AheadHooks:
         if isinstance(following, int):
             indices.insert(0, following)
         return [session.items[i] for i in indices]
+
+    def _until_alone(self, items: list[pytest.Item]) -> list[pytest.Item]:
+        """The items whose calls may be in flight together: those before the first attempt
+        that must run alone (its call was in flight when a worker died), and none while it
+        runs. It is never scheduled: it runs at its turn, when no other call is in flight, so
+        a crash then is provably its own."""
+        alone = self.runtime.alone
+        if alone:
+            for i, item in enumerate(items):
+                if isinstance(item, AttemptItem) and item.key in alone:
+                    return items[:i]
+        return items
 
     def _top_up(self) -> None:
         """Schedule the next items until `lookahead` calls wait for their turn: scheduling all
@@ -241,7 +253,7 @@ def _silent(line: str) -> None:
     """Say nothing (an xdist worker has no terminal)."""
 
 
-def _say(config: pytest.Config, line: str) -> None:
+def say_now(config: pytest.Config, line: str) -> None:
     """Print a line on the terminal now, also while an item's output is being captured."""
     capman = config.pluginmanager.getplugin("capturemanager")
     context = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()

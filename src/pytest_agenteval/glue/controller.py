@@ -92,10 +92,13 @@ def read_baseline(settings: Settings, store: Store) -> dict[str, Any] | None:
         raise pytest.UsageError(f"--agenteval-baseline {settings.baseline}: {exc}") from None
 
 
-def _note_running(store: Store, run_id: str, attempt: Key) -> None:
-    """Best effort: a store that cannot take the note fails loudly at the next commit."""
-    with contextlib.suppress(StoreError):
-        store.note_running(run_id, attempt)
+def _note_running(store: Store, run_id: str, attempt: Key, running: bool) -> None:
+    """Name the attempt whose agent call starts in the lock file (it stays there: a record
+    tells a finished one). Best effort: a store that cannot take the note fails loudly at
+    the next commit."""
+    if running:
+        with contextlib.suppress(StoreError):
+            store.note_running(run_id, attempt)
 
 
 def agenteval_dir(config: pytest.Config) -> Path | None:

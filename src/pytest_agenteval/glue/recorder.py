@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +18,26 @@ import pytest
 
 from ..core.errors import ReportError, StoreError, display_path
 from ..core.model import Key
-from ..core.records import AttemptRecord, junit_properties, parse_item_name, unship
+from ..core.records import (
+    UNATTRIBUTED_CRASH,
+    AttemptRecord,
+    junit_properties,
+    parse_item_name,
+    unship,
+)
 from ..execution.attempt import interrupted_record
+from ..execution.exits import guarded_exits
 from ..sources.dataset import TaskDef, load_task_file
 from ..sources.discovery import arg_path
 from ..store.index import IndexRow, row_of
+from ..store.inflight import inflight_path, read_in_flight
 from ..store.lifecycle import OpenRun, narrowing
+from ..store.plan import CRASH_LIMIT
 from ..store.progress import PROGRESS_FILE, Progress
 from ..store.runs import Store
 from ..store.stops import Budget
 from .collect import LoadErrorItem, load_error_label
+from .concurrency import concurrency_of, say_now
 from .failures import junit_error_message
 from .items import AttemptItem
 from .runtime import Runtime
@@ -73,9 +84,19 @@ class Recorder:
         self._check_budget()
         folder = None if self.dry else store.runs_dir / run.run_id / PROGRESS_FILE
         self.progress = Progress(run.run_id, folder)
+        self.progress.write("starting", force=True)  # `agenteval status` sees this session
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        """Alone, agents run in this process: an `os._exit` there must not end the session as
+        a success (xdist workers that die are crashes the controller records)."""
+        if self._distributed:
+            return (yield)
+        with guarded_exits(partial(say_now, self.config)):
+            return (yield)
 
     def failed(self, exc: StoreError | ReportError) -> None:
         """A store or report write failed (disk full, read-only): stop cleanly and say where
@@ -142,7 +163,7 @@ class Recorder:
         except StoreError as exc:
             self.failed(exc)
         self.progress.planned = len(self.planned_keys)
-        self.show_progress()
+        self.show_progress("running")
 
     def _whole(self, keys: list[Key], broken: set[tuple[str, str]]) -> set[Key]:
         """The attempts of the whole run but for the load errors this session collected. When
@@ -280,7 +301,7 @@ class Recorder:
             self._check_budget()
 
     def show_progress(self, status: str | None = None) -> None:
-        """Refresh progress.json (at most about once a second unless `status` is final)."""
+        """Refresh progress.json (at most about once a second unless `status` is given)."""
         progress, runtime = self.progress, self.runtime
         if status is None and not progress.due():
             return
@@ -291,7 +312,7 @@ class Recorder:
             stopping = runtime.stops is not None and runtime.stops.reason() is not None
             progress.write("stopping" if stopping else "running")
         else:
-            progress.write(status, final=True)
+            progress.write(status, force=True)
 
     def _check_budget(self) -> None:
         reason = self.budget.reached()
@@ -299,9 +320,11 @@ class Recorder:
         if reason is not None and stops is not None and stops.stop is None:
             stops.halt("budget", reason, publish=True)
 
-    def crashed(self, nodeid: str, report: pytest.TestReport) -> None:
+    def crashed(self, nodeid: str, report: pytest.TestReport, worker: str | None = None) -> None:
         """A worker died running `nodeid`: an interruption, recorded as an error a resume runs
-        again; unless the attempt was only replaying its stored verdict, which stays."""
+        again; unless the attempt was only replaying its stored verdict, which stays. A crash
+        while other agent calls of the worker were in flight is not provably the attempt's:
+        it does not count towards CRASH_LIMIT."""
         parsed = parse_item_name(nodeid)
         dataset = self._dataset_of(nodeid)
         if parsed is None or dataset is None:
@@ -313,13 +336,42 @@ class Recorder:
             if decision.action == "reuse":
                 report.agenteval = {"action": "reuse", "key": list(key)}  # type: ignore[attr-defined]
                 return
-        message = (
-            f"{report.longrepr} (the process running the attempt died: os._exit, a signal or OOM)"
-        )
+        message, error_type = self._crash_message(str(report.longrepr), key, worker)
         fingerprint = self.runtime.runner.fingerprint
-        record = interrupted_record(task, key, fingerprint, message, "WorkerCrash")
+        record = interrupted_record(task, key, fingerprint, message, error_type)
         report.when = "setup"
         report.agenteval = {"action": "run", "record": record.to_text(), "crashed": True}  # type: ignore[attr-defined]
+
+    def _crash_message(self, died: str, key: Key, worker: str | None) -> tuple[str, str]:
+        """What the crash record of `key` says, and its error_type: its own crash, or one
+        that happened while other calls of the worker were in flight (or may have been)."""
+        others = self._in_flight_besides(key, worker)
+        if others == []:
+            own = "the process running the attempt died: os._exit, a signal or OOM"
+            return f"{died} ({own})", "WorkerCrash"
+        during = (
+            f"the agent calls of {', '.join(map(_attempt_name, others))} were in flight too"
+            if others
+            else "other agent calls may have been in flight too (which is not known)"
+        )
+        return (
+            f"{died}; {during}: any of them may have ended the process (os._exit, a signal or "
+            f"OOM), so this crash does not count towards the {CRASH_LIMIT} crashes in a row "
+            "that keep an attempt as an error",
+            UNATTRIBUTED_CRASH,
+        )
+
+    def _in_flight_besides(self, key: Key, worker: str | None) -> list[Key] | None:
+        """The other attempts whose agent calls were in flight when `worker` died (empty: the
+        crash is provably `key`'s); None when that is not known (the worker left no notes
+        and ran calls ahead)."""
+        notes = None
+        if worker is not None and not self.dry:
+            run_dir = self.store.runs_dir / self.run.run_id
+            notes = read_in_flight(inflight_path(run_dir, worker))
+        if notes is None:
+            return [] if concurrency_of(self.runtime) == 1 else None
+        return [noted for noted in notes if noted != key]
 
     def _vanished(self, report: pytest.TestReport) -> AttemptRecord:
         """The record of an attempt whose report came without one: the plugin failed around it."""
@@ -379,6 +431,10 @@ def _narrowing_hints(config: pytest.Config, runtime: Runtime) -> list[str]:
         if any(path != root and path.is_relative_to(root) for root in roots):
             hints.append(display_path(arg))
     return hints
+
+
+def _attempt_name(key: Key) -> str:
+    return f"{key[1]} [attempt {key[2]}]"
 
 
 def _key_of(entry: dict[str, Any]) -> Key:

@@ -55,7 +55,7 @@ class Reporter:
         self.dry_plan: dict[Key, Decision] = {}
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        state = "resuming" if self.run.resumed else self.run.note or "new"
+        state = self.run.note or ("resuming" if self.run.resumed else "new")
         shard = f" · shard {self.runtime.shard}" if self.runtime.shard else ""
         lines = [
             f"agenteval: run {self.run.run_id} ({state}){shard} · store {self.store.describe()}"

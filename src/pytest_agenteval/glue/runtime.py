@@ -45,6 +45,9 @@ class Runtime:
     """The run's stops (cancel, caps, deadline), once the run is known."""
     shard: Shard | None = None
     """The shard this process collects (the settings', or what the controller shipped)."""
+    alone: set[Key] = field(default_factory=set)
+    """Attempts whose agent call was in flight when a worker of the run died: each runs with
+    no other call in flight, so a crash is provably its own (shipped to xdist workers)."""
     last_made: tuple[str, AttemptRecord, dict[str, Any], dict[str, Any]] | None = None
     """The JSON text the report of this process's last new record carries, the record, its
     JSON and its index entry: a lone process's recorder commits it without parsing again."""

@@ -16,8 +16,10 @@ from ..core.errors import StoreError
 from ..core.model import Key
 from ..core.records import plan_key
 from ..core.shards import parse_shard
+from ..store.inflight import InFlight, inflight_path
 from ..store.plan import Plan
 from ..store.stops import Stops
+from .concurrency import concurrency_of
 from .recorder import Recorder
 from .runtime import RUNTIME, Runtime
 
@@ -52,6 +54,7 @@ class XdistHooks:
                 "fingerprint": self.runtime.runner.fingerprint,
                 "stops": _stops(self.runtime.stops),
                 "shard": str(self.runtime.shard) if self.runtime.shard else None,
+                "alone": sorted(map(list, self.recorder.run.alone)),
             }
         return self._shipment
 
@@ -79,7 +82,8 @@ class XdistHooks:
         self.recorder.node_collected(list(ids))
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
-        self.recorder.crashed(crashitem, report)
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        self.recorder.crashed(crashitem, report, worker.id if worker is not None else None)
 
 
 def _regrades(runtime: Runtime) -> dict[str, Any]:
@@ -126,6 +130,7 @@ def worker_setup(config: pytest.Config) -> None:
     except StoreError as exc:
         raise pytest.UsageError(str(exc)) from None
     runtime.runner.fingerprint = shipped["fingerprint"]
+    runtime.alone = {(ds, task, attempt) for ds, task, attempt in shipped.get("alone", ())}
     shard = shipped.get("shard")  # `auto` as the controller resolved it: a remote env may differ
     runtime.shard = parse_shard(shard) if shard else None  # type: ignore[assignment]
     stops = shipped.get("stops")
@@ -133,6 +138,10 @@ def worker_setup(config: pytest.Config) -> None:
         joined, unshared = worker_stops(stops, runtime.agenteval_dir)
         if unshared:
             config.workeroutput[UNSHARED] = unshared  # type: ignore[attr-defined]
+        elif concurrency_of(runtime) > 1:  # else the item running is the one in flight
+            worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
+            notes = InFlight(inflight_path(Path(stops["run_dir"]), worker))
+            runtime.runner.note_running = notes.note  # read by the controller if it dies
         runtime.join_run(joined)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core.errors import StoreError
 from ..core.model import Key
+from .inflight import clear_in_flight, left_in_flight
 from .plan import Plan, make_plan
 from .runs import Store, dataset_key, new_run_id, unfinished
 from .stops import clear_stops
@@ -46,9 +47,12 @@ class OpenRun:
     died_running: str | None = None
     """The attempt whose agent was running when the run's last session died."""
     note: str = ""
-    """How the header describes a new run, when plain "new" would not say enough."""
+    """How the header describes the run, when plain "new" or "resuming" would not say enough."""
     narrowed_by: str | None = None
     """A resumed run's own narrowing (None: it covers its datasets whole)."""
+    alone: set[Key] = field(default_factory=set)
+    """Attempts whose agent call was in flight when a worker of the last session died: they
+    run with no other call in flight, so a crash is provably theirs (see store/inflight.py)."""
     dropped: bool = False
     """The session selected nothing, so its new run was removed again."""
 
@@ -73,6 +77,10 @@ def _create(store: Store, request: RunRequest, run_id: str, note: str = "") -> O
 def _resume(store: Store, request: RunRequest) -> OpenRun:
     names = dataset_key(request.datasets)
     run_id = request.run_id or store.latest_run(request.datasets, request.shard)
+    note = ""
+    if run_id is None:
+        run_id = _never_planned(store, request)
+        note = "resuming: its last session ended before planning, so all of it runs"
     info = store.run(run_id) if run_id else None
     if info is None and request.run_id:
         return _create(store, request, request.run_id, "new: nothing to resume yet")
@@ -104,14 +112,33 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
         )
     plan = make_plan(rows, rerun_errors=request.rerun_errors, rerun_all=request.rerun_all)
     plan.fetch = lambda key: store.record(info.run_id, key)
+    alone = left_in_flight(store.runs_dir / info.run_id)
     if not request.dry:
         store.claim_run(info.run_id)
         store.hold(info.run_id, rows)
         if not recorded and info.agent != request.fingerprint:
             store.set_agent(info.run_id, request.fingerprint)
         clear_stops(store.runs_dir / info.run_id)
+        clear_in_flight(store.runs_dir / info.run_id)
     died = unfinished(info.died_running, rows) if info.status == "interrupted" else None
-    return OpenRun(info.run_id, True, plan, died, narrowed_by=info.narrowed_by)
+    return OpenRun(info.run_id, True, plan, died, note, info.narrowed_by, alone)
+
+
+def _never_planned(store: Store, request: RunRequest) -> str | None:
+    """The newest run of these datasets whose sessions all died before planning (killed
+    while collecting): nothing planned, nothing recorded. `latest_run` never picks such a run
+    over one with work in it, but when there is no other, resuming it starts it over."""
+    names = dataset_key(request.datasets)
+    for info in store.runs():
+        if (
+            dataset_key(info.datasets) == names
+            and info.shard == request.shard
+            and info.planned == 0
+            and info.status == "interrupted"
+            and info.narrowed_by is None
+        ):
+            return info.run_id
+    return None
 
 
 def narrowing(selected: Collection[Key], whole: Collection[Key], how: Sequence[str]) -> str | None:

@@ -1,14 +1,18 @@
 """Live progress of a run, for people who are not watching the terminal: `progress.json`.
 
-Written by the controller (or the lone process) into the run folder, replaced atomically, at
-most about once a second and once at the end. It is a view, not a source of truth: summaries
-and records stay the only source of metrics.
+Written by the controller (or the lone process) into the run folder, replaced atomically: once
+as the session starts (`starting`), at most about once a second while it runs, and once at the
+end. It names the session that wrote it (pid, host, start), so `agenteval status` tells a live
+session's progress from what a session that is gone left behind. It is a view, not a source of
+truth: summaries and records stay the only source of metrics.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -56,9 +60,10 @@ class Progress:
             "schema": PROGRESS_SCHEMA,
             "run_id": self.run_id,
             "status": status,
+            "session": {"pid": os.getpid(), "host": _HOST, "started_at": self.started},
             "planned": self.planned,
             "done": done,
-            **{name: c[name] for name in ("pass", "fail", "error", "skipped", "reused")},
+            **{name: c[name] for name in COUNTS},
             "in_flight": self.in_flight,
             "tokens": self.tokens,
             "cost": round(self.cost, 6),
@@ -71,30 +76,76 @@ class Progress:
         """Whether a write now would happen (the last was a second ago or more)."""
         return self.path is not None and time.monotonic() - self._written >= EVERY
 
-    def write(self, status: str, *, final: bool = False) -> None:
-        """Replace progress.json, unless it was written less than a second ago (`final`
+    def write(self, status: str, *, force: bool = False) -> None:
+        """Replace progress.json, unless it was written less than a second ago (`force`
         always writes). A write that fails is skipped: progress is a view, never a cause to
         stop the run."""
-        if self.path is None or not (final or self.due()):
+        if self.path is None or not (force or self.due()):
             return
         self._written = time.monotonic()
         with contextlib.suppress(StoreError):
             write_json(self.path, self.as_json(status))
 
 
+COUNTS = ("pass", "fail", "error", "skipped", "reused")
+LIVE = ("starting", "running", "stopping")
+"""Statuses a session writes while it runs (any other is its last word)."""
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "run_id": str,
+    "status": str,
+    "planned": int,
+    "done": int,
+    **dict.fromkeys(COUNTS, int),
+    "tokens": int,
+    "cost": (int, float),
+    "elapsed": (int, float),
+}
+_HOST = socket.gethostname()
+
+
 def read_progress(run_dir: Path) -> dict[str, Any] | None:
-    """A run's progress.json, or None when it has none (or a newer major version)."""
+    """A run's progress.json, or None when it has none; StoreError when it cannot be used
+    (damaged, a field missing, or of a newer version), naming the file and what is wrong."""
+    path = run_dir / PROGRESS_FILE
     try:
-        data = json.loads((run_dir / PROGRESS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: cannot be read ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != PROGRESS_SCHEMA:
-        return None
+        found = data.get("schema") if isinstance(data, dict) else None
+        raise StoreError(f"{path}: not an {PROGRESS_SCHEMA} file (schema {found!r})")
+    for name, kind in _FIELDS.items():
+        value = data.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            problem = "is missing" if name not in data else f"is {value!r}"
+            raise StoreError(f"{path}: field {name!r} {problem}")
     return data
+
+
+def writer_alive(data: dict[str, Any]) -> bool | None:
+    """Whether the session that wrote `data` still runs; None: not known (another host, or
+    written by a version that did not name its session)."""
+    session = data.get("session")
+    if not isinstance(session, dict) or session.get("host") != _HOST:
+        return None
+    pid = session.get("pid")
+    if type(pid) is not int or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, as another user's process
+        return True
+    return True
 
 
 def progress_lines(data: dict[str, Any]) -> list[str]:
     """progress.json for people: what `agenteval status` prints."""
+    if data["status"] == "starting":
+        return [f"run {data['run_id']}: a session is starting (collecting and planning)"]
     eta = f", about {data['eta']:.0f}s left" if data.get("eta") is not None else ""
     flight = f", {data['in_flight']} in flight" if data.get("in_flight") is not None else ""
     return [

@@ -285,11 +285,18 @@ class Store:
         )
 
     def runs(self) -> list[RunInfo]:
-        """Every readable run, most recently used first, with counts (damage in `problems`)."""
-        found = [
-            self.run(run_id, count=True) for run_id, meta in self._scan() if isinstance(meta, dict)
-        ]
+        """Every readable run, most recently used first, with counts (damage in `problems`:
+        a run whose index cannot be read at all is left out and named there)."""
+        found = [self._counted(run_id) for run_id, meta in self._scan() if isinstance(meta, dict)]
         return sorted((r for r in found if r), key=lambda r: r.updated_at, reverse=True)
+
+    def _counted(self, run_id: str) -> RunInfo | None:
+        try:
+            return self.run(run_id, count=True)
+        except StoreError as exc:
+            where, problem = _split(exc, self.runs_dir / run_id / "index.jsonl")
+            self._found([StoreProblem(where, problem, RUN_SKIPPED)])
+            return None
 
     def resolve(self, prefix: str) -> str:
         """The run whose id is `prefix`, or the only one starting with it (as git finds commits)."""

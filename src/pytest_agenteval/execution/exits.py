@@ -1,0 +1,83 @@
+"""`os._exit` in the pytest process while it runs attempts: never a silent success.
+
+An in-process Python agent that calls `os._exit(0)` would end the session at once with status
+0 and no summary, and CI would read the unfinished run as green. While `guarded_exits()` is on,
+`os._exit` in this process is replaced:
+
+- called by an agent (in the thread of its call, or a thread that only runs agent calls), it
+  raises `AgentExited` there instead: that attempt is an error, and the session goes on;
+- called by anything else in this process with status 0, the process still exits, but with
+  status 3 (pytest's internal error) and a line on the terminal saying why;
+- called in another process (a forked child: multiprocessing ends its children with
+  `os._exit`), it is the real one.
+
+Its limit: only calls through `os._exit` are seen. A reference taken before the guard was on
+(`from os import _exit`), `posix._exit`, C code calling `exit()`, and a thread the agent
+started itself (it is not an agent call's thread: status 0 becomes 3) are not turned into the
+attempt's error; an agent whose bare `except:` catches `AgentExited` goes on running.
+`--agenteval-isolate` or `-n N` run agents in processes whose death is always an error of the
+attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator
+
+AGENT_THREADS = ("agenteval-attempt", "agenteval-call", "agenteval-event-loop")
+"""Threads that only run agent calls (a pool's, a timed call's, the async agents' loop)."""
+UNFINISHED_STATUS = 3
+
+_real_exit = os._exit
+_local = threading.local()
+
+
+class AgentExited(BaseException):
+    """An agent called `os._exit` in the pytest process. A BaseException, so an agent's own
+    `except Exception` does not swallow it."""
+
+
+def in_agent_call(running: bool) -> bool:
+    """Mark this thread as running an agent call (or not any more); returns what it was
+    (a plain call, not a context manager: it is on every attempt's path)."""
+    before: bool = getattr(_local, "agent", False)
+    _local.agent = running
+    return before
+
+
+@contextlib.contextmanager
+def guarded_exits(say: Callable[[str], None]) -> Iterator[None]:
+    """Replace `os._exit` in this process (see the module's docstring) while in the block;
+    `say` prints a line on the terminal, also while output is captured."""
+    session = os.getpid()
+
+    def guarded_exit(status: int) -> None:
+        if os.getpid() != session:
+            _real_exit(status)
+        if _in_agent():
+            raise AgentExited(
+                f"the agent called os._exit({status}) in the pytest process; an agent that "
+                "must end its process runs as a command, or with --agenteval-isolate"
+            )
+        if status == 0:
+            with contextlib.suppress(Exception):  # the exit must happen whatever
+                say(
+                    "agenteval: os._exit(0) was called in the pytest process while the run "
+                    f"was unfinished; exiting with status {UNFINISHED_STATUS}, not success"
+                )
+            status = UNFINISHED_STATUS
+        _real_exit(status)
+
+    os._exit = guarded_exit  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os._exit = _real_exit
+
+
+def _in_agent() -> bool:
+    if getattr(_local, "agent", False):
+        return True
+    return threading.current_thread().name.startswith(AGENT_THREADS)

@@ -1,0 +1,159 @@
+"""`agenteval status` and `agenteval runs` say what is true of a run: damaged, stale, or a
+session that is only starting; a run killed before planning can be resumed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import DatasetMaker, latest_run, run_ids, stored, task
+from pytest_agenteval.store.files import locked
+
+GATED = """
+import pathlib, time
+
+GO = pathlib.Path(__file__).with_name("go")
+
+
+def run(task):
+    for _ in range(1200):  # a hang guard
+        if GO.exists():
+            return "ok"
+        time.sleep(0.05)
+    return "never let through"
+"""
+
+
+def cli(pytester: pytest.Pytester, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_agenteval.cli", *args],
+        cwd=pytester.path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def run_dir(pytester: pytest.Pytester, run_id: str) -> Path:
+    return pytester.path / ".pytest_cache/agenteval/runs" / run_id
+
+
+def test_status_of_a_progress_json_without_a_field_says_so(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A progress.json without `status` is named with what is wrong, beside what the run holds,
+    not a traceback."""
+    dataset({"a.yaml": task("ok")})
+    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=1)
+    path = run_dir(pytester, latest_run(pytester.path)) / "progress.json"
+    data = json.loads(path.read_text())
+    del data["status"]
+    path.write_text(json.dumps(data))
+    shown = cli(pytester, "status")
+    assert shown.returncode == 1
+    assert "progress.json: field 'status' is missing" in shown.stderr
+    assert "the run holds 1 of 1 planned attempts (complete)" in shown.stderr
+    assert "Traceback" not in shown.stderr
+
+
+def test_status_after_kill_9_says_the_progress_is_stale(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """After the session is killed, status says its progress is stale (the session that wrote
+    it is gone) and what the run holds."""
+    dataset({"a.yaml": task("ok"), "b.yaml": task(metadata={"signal": 9})})
+    assert pytester.runpytest_subprocess("--agenteval", "ds").ret != 0
+    shown = cli(pytester, "status")
+    assert shown.returncode == 0, shown.stderr
+    assert ": interrupted · " in shown.stdout
+    assert "stale: the session that wrote this (pid " in shown.stdout
+    assert "is gone; the run holds 1 of 2 planned attempts (interrupted)" in shown.stdout
+
+
+def test_runs_lists_the_others_when_one_index_is_unreadable(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`agenteval runs` lists every readable run and names the one whose index it cannot read."""
+    dataset({"a.yaml": task("ok")})
+    for name in ("good", "bad"):
+        pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", name)
+    index = run_dir(pytester, "bad") / "index.jsonl"
+    index.unlink()
+    index.mkdir()  # read as a file, it fails even for root
+    shown = cli(pytester, "runs")
+    assert shown.returncode == 0
+    assert "good " in shown.stdout and "bad " not in shown.stdout
+    assert "runs/bad/index.jsonl: cannot read" in shown.stderr and "run skipped" in shown.stderr
+
+
+def test_a_run_killed_before_planning_is_resumed_from_the_start(
+    pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session killed while collecting leaves a run `agenteval runs` says died before
+    planning; --resume-suite continues that run and runs all of it."""
+    dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
+    pytester.makeconftest(
+        """
+        import os, signal
+
+        def pytest_collection(session):
+            if os.environ.get("DIE_COLLECTING"):
+                os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    monkeypatch.setenv("DIE_COLLECTING", "1")
+    assert pytester.runpytest_subprocess("--agenteval", "ds").ret != 0
+    monkeypatch.delenv("DIE_COLLECTING")
+    (killed,) = run_ids(pytester.path)
+    listing = cli(pytester, "runs").stdout
+    assert "0/0       interrupted (died before planning; --resume-suite starts it over)" in listing
+    resumed = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
+    resumed.assert_outcomes(passed=2)
+    resumed.stdout.fnmatch_lines([f"agenteval: run {killed} (resuming: its last session ended*"])
+    assert run_ids(pytester.path) == [killed]
+    assert stored(pytester.path) == [("a", 0, "pass"), ("b", 0, "pass")]
+
+
+def test_status_watch_follows_the_session_that_resumes_the_run(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`status --watch` started as a resume begins does not stop at the last session's final
+    state: it says a session is starting and follows it to its end."""
+    root = dataset({"a.yaml": task("ok")})
+    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=1)
+    run_id = latest_run(pytester.path)
+    (root / "gated.py").write_text(GATED)
+    (root / "b.yaml").write_text(json.dumps({**task(), "agent": "gated:run"}))
+    pytester.makeconftest(  # the resume waits before collecting: it has planned nothing yet
+        """
+        import sys
+        sys.path.insert(0, "ds")
+        import gated
+
+        def pytest_collection(session):
+            gated.run(None)
+        """
+    )
+    command = [sys.executable, "-m", "pytest", "--agenteval", "ds", "--resume-suite"]
+    session = subprocess.Popen(command, cwd=pytester.path, stdout=subprocess.PIPE)
+    try:
+        for _ in range(1200):  # until the resume holds the run (a hang guard)
+            if locked(run_dir(pytester, run_id)):
+                break
+            time.sleep(0.05)
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "pytest_agenteval.cli", "status", "--watch"],
+            cwd=pytester.path, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert watch.stdout is not None
+        first = watch.stdout.readline()
+        (root / "go").touch()
+        rest, _ = watch.communicate(timeout=60)
+    finally:
+        (root / "go").touch()
+        session.communicate(timeout=60)
+    assert watch.returncode == 0
+    assert "session is starting" in first or ": running · " in first, first
+    assert f"run {run_id}: complete · 2/2 done" in rest
