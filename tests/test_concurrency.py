@@ -220,6 +220,7 @@ def _starts_apart(calls: list[Any]) -> float:
     return min(b - a for a, b in pairwise(starts))
 
 
+@pytest.mark.slow
 def test_manifest_limits_hold_across_xdist_workers(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
@@ -239,6 +240,7 @@ def test_manifest_limits_hold_across_xdist_workers(
     assert _starts_apart(calls) >= 0.05 - 0.005  # the agent stamps its start a little later
 
 
+@pytest.mark.slow
 def test_task_agent_limits_and_command_line_twins(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
@@ -295,6 +297,7 @@ def test_collect_only_starts_no_attempt(pytester: pytest.Pytester, dataset: Data
     assert dataset.calls() == []
 
 
+@pytest.mark.slow
 def test_exitfirst_loses_at_most_what_was_in_flight(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
@@ -370,6 +373,7 @@ def run(task):
 """
 
 
+@pytest.mark.slow
 def test_timed_out_sync_agent_loses_its_children_not_its_neighbours(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:

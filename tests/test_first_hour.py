@@ -167,6 +167,7 @@ def test_missing_command_program_names_the_task_line(
     )
 
 
+@pytest.mark.slow
 def test_a_bad_agent_under_xdist_is_reported_once(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:

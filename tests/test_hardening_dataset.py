@@ -404,6 +404,7 @@ def test_template_detection_reads_tasks_not_text(
 # 6. Where workspaces live
 
 
+@pytest.mark.slow
 def test_workspaces_live_in_pytest_basetemp(
     pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:

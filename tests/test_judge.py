@@ -94,6 +94,7 @@ def test_judge_verdicts_and_what_the_record_keeps(
     )
 
 
+@pytest.mark.slow
 def test_a_changed_rubric_regrades_stored_outputs_without_calling_the_agent(
     pytester: pytest.Pytester, dataset: DatasetMaker, chat_server: ChatServer
 ) -> None:

@@ -95,6 +95,7 @@ def _strict_json(text: str) -> object:
     return json.loads(text, parse_constant=refuse)
 
 
+@pytest.mark.slow
 def test_a_cost_that_is_not_a_finite_non_negative_number_is_refused(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:

@@ -25,6 +25,7 @@ def _key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)
 
 
+@pytest.mark.slow
 def test_the_api_key_never_reaches_a_file_or_the_terminal(
     pytester: pytest.Pytester,
     dataset: DatasetMaker,

@@ -132,6 +132,7 @@ def test_refusals_are_not_retried_and_say_what_to_check(
     )
 
 
+@pytest.mark.slow
 def test_malformed_replies_and_slow_replies_are_errors(
     pytester: pytest.Pytester, dataset: DatasetMaker, chat_server: ChatServer
 ) -> None:

@@ -62,14 +62,10 @@ def reference_summary(pytester: pytest.Pytester, *args: str) -> dict:
     return json.loads((pytester.path / "ref/summary.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("how", "workers"),
-    [
-        ("kill", []),
-        pytest.param("kill", ["-n", "2"], marks=pytest.mark.slow),
-        ("sigint", []),
-        pytest.param("sigint", ["-n", "2"], marks=pytest.mark.slow),
-    ],
+    [("kill", []), ("kill", ["-n", "2"]), ("sigint", []), ("sigint", ["-n", "2"])],
 )
 def test_interrupted_run_resumes_without_redoing_work(
     pytester: pytest.Pytester, dataset: DatasetMaker, how: str, workers: list[str]
@@ -363,6 +359,7 @@ def test_plan_is_printed_and_nothing_starts(
     assert len(dataset.calls()) == 4
 
 
+@pytest.mark.slow
 def test_cache_clear_keeps_runs(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """--cache-clear clears pytest's own cache, never stored runs (also under -n 2)."""
     dataset({f"t{i}.yaml": task("ok") for i in range(6)})

@@ -30,6 +30,7 @@ def run_ids(root: Path) -> set[str]:
     return {p.name for p in runs.iterdir()} if runs.is_dir() else set()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", WORKERS)
 def test_narrowed_sessions_never_take_the_full_runs_place(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
@@ -85,6 +86,7 @@ def test_every_narrowing_marks_the_run(
     assert len(dataset.calls()) == calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", WORKERS)
 def test_k_inside_a_resume_runs_only_selected_missing_attempts(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
@@ -160,6 +162,7 @@ BROKEN = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", WORKERS)
 def test_broken_task_files_fail_ci(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
@@ -236,6 +239,7 @@ def test_latest_run_skips_narrowed_and_empty_runs(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", WORKERS)
 def test_a_task_with_a_bad_grader_is_not_part_of_the_whole_run(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]

@@ -334,6 +334,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(task_files)
 def test_generated_task_files_pass_loader_and_schema(scratch: Path, data: Any) -> None:

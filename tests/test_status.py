@@ -116,6 +116,7 @@ def test_a_run_killed_before_planning_is_resumed_from_the_start(
     assert stored(pytester.path) == [("a", 0, "pass"), ("b", 0, "pass")]
 
 
+@pytest.mark.slow
 def test_status_watch_follows_the_session_that_resumes_the_run(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:

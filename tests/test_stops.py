@@ -47,6 +47,7 @@ def run_json(pytester: pytest.Pytester, run_id: str) -> dict[str, object]:
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("cap", "reason"),
     [
@@ -91,6 +92,7 @@ def test_cap_skips_the_rest_and_a_resume_finishes(
     assert Counter(dataset.calls()).most_common(1)[0][1] == 1
 
 
+@pytest.mark.slow
 def test_cap_holds_across_xdist_workers(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """Under -n 2 with attempts in flight, the controller's cap stops every worker: overshoot is
     bounded by what was in flight, nothing runs twice, every attempt is recorded or skipped."""
@@ -165,6 +167,7 @@ def _wait_for_records(pytester: pytest.Pytester, at_least: int) -> None:
     raise AssertionError("the run stored too few records in 60s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", WORKERS)
 def test_cancel_from_another_shell(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
@@ -196,6 +199,7 @@ def test_cancel_from_another_shell(
     assert len(dataset.calls()) - calls_before == 40 - recorded
 
 
+@pytest.mark.slow
 def test_ctrl_c_lets_attempts_in_flight_finish(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
@@ -216,6 +220,7 @@ def test_ctrl_c_lets_attempts_in_flight_finish(
     assert sorted(Counter(dataset.calls()).values()) == [1] * 30
 
 
+@pytest.mark.slow
 def test_kill_9_with_attempts_in_flight(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """kill -9 with attempts in flight loses only those; what was recorded is complete, and
     the resume runs only the attempts without a record."""
@@ -232,6 +237,7 @@ def test_kill_9_with_attempts_in_flight(pytester: pytest.Pytester, dataset: Data
     assert len(dataset.calls()) - calls_before == 30 - len(before)
 
 
+@pytest.mark.slow
 def test_progress_json_is_always_parseable_and_ends_final(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:

@@ -335,6 +335,7 @@ def mistype_score(pytester: pytest.Pytester, task_id: str) -> str:
     return f"{index}:{number}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", WORKERS)
 def test_a_mistyped_row_is_reindexed_and_shows_even_with_q(
     pytester: pytest.Pytester,
@@ -376,6 +377,7 @@ def test_a_mistyped_row_is_reindexed_and_shows_even_with_q(
     assert "store damage" not in again.stdout.str(), "the resume saved the re-indexed line"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", WORKERS)
 def test_an_index_cut_mid_file_reruns_nothing_whose_record_is_intact(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]

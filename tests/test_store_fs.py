@@ -95,6 +95,7 @@ def test_a_full_disk_stops_the_session_and_keeps_what_was_committed(
     assert len(list(store.records(info.run_id))) == len(rows) and not store.problems
 
 
+@pytest.mark.slow
 def test_a_read_only_store_is_one_line_and_still_listed(
     pytester: pytest.Pytester,
     dataset: DatasetMaker,

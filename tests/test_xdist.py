@@ -40,6 +40,7 @@ def test_parallel_summary_equals_single_process(
     assert len(stored(pytester.path)) == 30
 
 
+@pytest.mark.slow
 def test_worker_death_is_an_error_and_the_run_goes_on(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
@@ -67,6 +68,7 @@ def test_worker_death_is_an_error_and_the_run_goes_on(
     assert message.startswith("worker 'gw") and "crashed while running" in message
 
 
+@pytest.mark.slow
 def test_stop_early_then_resume(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """-x under xdist: finished attempts are committed, the run is marked interrupted, and
     --resume-suite completes it without redoing them."""
@@ -89,6 +91,7 @@ def test_stop_early_then_resume(pytester: pytest.Pytester, dataset: DatasetMaker
     assert summary_of(pytester)["status"] == "complete"
 
 
+@pytest.mark.slow
 def test_regrade_under_xdist_ships_records_to_workers(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
@@ -161,6 +164,7 @@ def test_a_worker_that_does_not_see_the_run_folder_keeps_its_stops_local(tmp_pat
     assert stops.reason() is None and not elsewhere.exists()
 
 
+@pytest.mark.slow
 def test_worker_without_the_run_folder_is_named_in_the_terminal(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
@@ -185,6 +189,7 @@ def test_worker_without_the_run_folder_is_named_in_the_terminal(
     assert len(stored(pytester.path)) == 4
 
 
+@pytest.mark.slow
 def test_the_controller_refreezes_the_reports_it_keeps(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
