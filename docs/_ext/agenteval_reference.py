@@ -185,7 +185,7 @@ def _cell(text: str) -> str:
 
 # -- what has no documentation --------------------------------------------------------------
 
-SCHEMA_KINDS = ("task", "manifest", "record", "summary")
+SCHEMA_KINDS = ("task", "manifest", "record", "summary", "progress")
 
 
 def missing_docs() -> list[str]:

@@ -183,8 +183,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     schema.add_argument(
         "kind",
-        choices=["task", "manifest", "record", "summary"],
-        help="task files and manifests as users write them; records and summary.json as written",
+        choices=["task", "manifest", "record", "summary", "progress"],
+        help="task files and manifests as users write them; records, summary.json and "
+        "progress.json as written",
     )
     schema.set_defaults(command=_schema)
     return parser
@@ -433,6 +434,10 @@ def _schema(args: argparse.Namespace) -> int:
         defs = schema.pop("$defs", {})
         describe(schema, defs, AttemptRecord)
         schema = schemas.finish({**schema, "title": "pytest-agenteval attempt record"}, defs)
+    elif args.kind == "progress":
+        from .store.progress import ProgressFile
+
+        schema = schemas.model_schema(ProgressFile, "pytest-agenteval progress.json")
     else:
         from .reporting.summary import Summary
 

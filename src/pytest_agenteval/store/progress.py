@@ -17,15 +17,71 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import StoreError
 from .files import write_json
 
 PROGRESS_FILE = "progress.json"
-PROGRESS_SCHEMA = "agenteval.progress/1"
+PROGRESS_SCHEMA: Final = "agenteval.progress/1"
 EVERY = 1.0
 """Seconds between two writes while the run goes on."""
+
+
+class SessionInfo(BaseModel):
+    """The session that wrote the file."""
+
+    pid: int
+    """Its process id on `host`."""
+    host: str
+    """The machine it runs on."""
+    started_at: float
+    """When it started (epoch seconds)."""
+
+
+class ProgressFile(BaseModel):
+    """progress.json (`agenteval.progress/1`): what a run's current (or last) session has done.
+    Written and read through this one definition; a field that does not fit is damage."""
+
+    model_config = ConfigDict(strict=True, populate_by_name=True)
+
+    schema_: Literal["agenteval.progress/1"] = Field(PROGRESS_SCHEMA, alias="schema")
+    """The format and its major version."""
+    run_id: str
+    """The run's id."""
+    status: str
+    """`starting`, `running` or `stopping` while a session runs; then its last word
+    (`complete`, `interrupted`, or why a stop ended it)."""
+    session: SessionInfo | None = None
+    """The session that wrote it (absent in files of older versions)."""
+    planned: int
+    """Attempts the session planned."""
+    done: int
+    """Attempts finished (passed, failed or errored), reused ones included."""
+    pass_: int = Field(alias="pass")
+    """Attempts that passed."""
+    fail: int
+    """Attempts that failed (a wrong answer)."""
+    error: int
+    """Attempts that ended in an error."""
+    skipped: int
+    """Attempts skipped (a stop, or Ctrl-C's grace ran out)."""
+    reused: int
+    """Finished attempts replayed from the store (also counted in their status)."""
+    in_flight: int | None = None
+    """Agent calls running now, under concurrency."""
+    tokens: int
+    """Tokens the session's attempts used."""
+    cost: float
+    """What the session's attempts cost (agent + judge)."""
+    elapsed: float
+    """Seconds since the session started."""
+    eta: float | None = None
+    """Seconds left, estimated from the pace so far, while running."""
+    updated_at: float | None = None
+    """When this was written (epoch seconds)."""
 
 
 @dataclass
@@ -56,7 +112,7 @@ class Progress:
         ran = done - c["reused"]
         left = max(self.planned - done - c["skipped"], 0)
         eta = left * elapsed / ran if ran and status == "running" else None
-        return {
+        data = {
             "schema": PROGRESS_SCHEMA,
             "run_id": self.run_id,
             "status": status,
@@ -71,6 +127,8 @@ class Progress:
             "eta": None if eta is None else round(eta, 1),
             "updated_at": time.time(),
         }
+        written = ProgressFile.model_validate(data)  # what is written is what the reader takes
+        return written.model_dump(by_alias=True)
 
     def due(self) -> bool:
         """Whether a write now would happen (the last was a second ago or more)."""
@@ -90,16 +148,6 @@ class Progress:
 COUNTS = ("pass", "fail", "error", "skipped", "reused")
 LIVE = ("starting", "running", "stopping")
 """Statuses a session writes while it runs (any other is its last word)."""
-_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "run_id": str,
-    "status": str,
-    "planned": int,
-    "done": int,
-    **dict.fromkeys(COUNTS, int),
-    "tokens": int,
-    "cost": (int, float),
-    "elapsed": (int, float),
-}
 _HOST = socket.gethostname()
 
 
@@ -116,11 +164,13 @@ def read_progress(run_dir: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("schema") != PROGRESS_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else None
         raise StoreError(f"{path}: not an {PROGRESS_SCHEMA} file (schema {found!r})")
-    for name, kind in _FIELDS.items():
-        value = data.get(name)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            problem = "is missing" if name not in data else f"is {value!r}"
-            raise StoreError(f"{path}: field {name!r} {problem}")
+    try:
+        ProgressFile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = first["loc"][0]
+        problem = "is missing" if first["type"] == "missing" else f"is {data.get(name)!r}"
+        raise StoreError(f"{path}: field {name!r} {problem}") from None
     return data
 
 
