@@ -106,3 +106,11 @@ def test_site_pages_render_with_content_and_no_console_errors(site: Path, tmp_pa
     assert console == [] and "Your first dataset in five minutes" in dom
     dom, console = browser.dom(site / "reference" / "options.html")
     assert console == [] and "--agenteval-max-cost" in dom and "agenteval_html" in dom
+
+
+@pytest.mark.slow
+def test_site_never_turns_an_option_dash_into_a_typographic_dash(site: Path) -> None:
+    """Option names in prose (`like --agenteval-max-cost`) keep their two hyphens in the site."""
+    pages = [page.read_text() for page in site.rglob("*.html")]
+    assert any("--agenteval-max-cost" in page for page in pages)
+    assert [page for page in pages if re.search("[\u2013\u2014]agenteval-", page)] == []
