@@ -78,6 +78,10 @@ def test_tutorial_runs_as_written(tmp_path: Path) -> None:
         said[command] = done.stdout
     # What the page says each command shows.
     assert "6 passed, 3 failed" in said["pytest --agenteval my_evals"]
+    # The README's worked example shows this dataset's counts line as the terminal prints it.
+    readme = (ROOT / "README.md").read_text()
+    (counts,) = re.findall(r"^6 passed, 3 failed.*$", readme, re.M)
+    assert counts in said["pytest --agenteval my_evals"].splitlines()
     assert "I don't know" in said["agenteval show latest geo/hard/0"]
     assert "(9 reused); 0 run now" in said["pytest --agenteval my_evals --resume-suite"]
 
