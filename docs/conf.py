@@ -19,6 +19,8 @@ source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "README.md"]
 myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence", "deflist"]
+# Curly quotes and ellipses, but never "--" into a dash: option names are typed as written.
+smartquotes_action = "qe"
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

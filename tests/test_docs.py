@@ -78,6 +78,10 @@ def test_tutorial_runs_as_written(tmp_path: Path) -> None:
         said[command] = done.stdout
     # What the page says each command shows.
     assert "6 passed, 3 failed" in said["pytest --agenteval my_evals"]
+    # The README's worked example shows this dataset's counts line as the terminal prints it.
+    readme = (ROOT / "README.md").read_text()
+    (counts,) = re.findall(r"^6 passed, 3 failed.*$", readme, re.M)
+    assert counts in said["pytest --agenteval my_evals"].splitlines()
     assert "I don't know" in said["agenteval show latest geo/hard/0"]
     assert "(9 reused); 0 run now" in said["pytest --agenteval my_evals --resume-suite"]
 
@@ -106,3 +110,11 @@ def test_site_pages_render_with_content_and_no_console_errors(site: Path, tmp_pa
     assert console == [] and "Your first dataset in five minutes" in dom
     dom, console = browser.dom(site / "reference" / "options.html")
     assert console == [] and "--agenteval-max-cost" in dom and "agenteval_html" in dom
+
+
+@pytest.mark.slow
+def test_site_never_turns_an_option_dash_into_a_typographic_dash(site: Path) -> None:
+    """Option names in prose (`like --agenteval-max-cost`) keep their two hyphens in the site."""
+    pages = [page.read_text() for page in site.rglob("*.html")]
+    assert any("--agenteval-max-cost" in page for page in pages)
+    assert [page for page in pages if re.search("[\u2013\u2014]agenteval-", page)] == []

@@ -221,6 +221,20 @@ def test_validate_checks_agents_and_plugin_graders(
     assert not (pytester.path / ".pytest_cache").exists() and dataset.calls() == []
 
 
+def test_two_datasets_each_run_their_own_same_named_agent_module(
+    pytester: pytest.Pytester,
+) -> None:
+    """Two datasets whose manifests both say `agent:answer` (each its own agent.py) evaluate each
+    its own agent in one session (not the module of that name imported first)."""
+    for name in ("one", "two"):
+        root = pytester.mkdir(name)
+        (root / "agenteval.yaml").write_text(f"name: {name}\nversion: '1'\nagent: agent:answer\n")
+        (root / "agent.py").write_text(f"def answer(task):\n    return {name!r}\n")
+        (root / "t.yaml").write_text(f"input: hi\nexpected: {name}\n")
+    result = pytester.runpytest("--agenteval", "one", "--agenteval", "two")
+    result.assert_outcomes(passed=2)
+
+
 def test_unresolved_references_suggest_what_is_close(tmp_path: Path) -> None:
     """Module, file and function typos each get a did-you-mean; an import that fails inside
     the user's module says where."""

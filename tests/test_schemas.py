@@ -47,7 +47,7 @@ def doc_blocks() -> list[Any]:
     found = []
     for page in DOC_PAGES:
         text = page.read_text()
-        fence = r"^```(?:yaml|\{code-block\} yaml)\n(?::caption:.*\n)?(.*?)^```"
+        fence = r"^```(?:yaml|\{code-block\} yaml)\n(?::caption:[^\n]*\n)?(.*?)^```"
         for i, block in enumerate(re.findall(fence, text, re.S | re.M)):
             data = yaml.safe_load(block)
             where = f"{page.relative_to(ROOT).as_posix()}-{i}"

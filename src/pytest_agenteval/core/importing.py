@@ -75,7 +75,7 @@ def _import(name: str, base: Path) -> Any:
     if str(base) not in sys.path:
         sys.path.append(str(base))
     try:
-        return importlib.import_module(name)
+        module = importlib.import_module(name)
     except ModuleNotFoundError as exc:
         missing = exc.name or name
         if name == missing or name.startswith(missing + "."):
@@ -86,6 +86,17 @@ def _import(name: str, base: Path) -> Any:
         raise UnresolvedReference(_import_failure(name, exc)) from None
     except Exception as exc:
         raise UnresolvedReference(_import_failure(name, exc)) from None
+    own = base / f"{name}.py"
+    if "." not in name and own.is_file() and not _is_module_of(module, own):
+        # Another folder's module of this name came first (two datasets' `agent.py`): importing
+        # by name would silently give that one, so this folder's file is loaded by its path.
+        return _load_file(own.name, base)
+    return module
+
+
+def _is_module_of(module: Any, path: Path) -> bool:
+    file = getattr(module, "__file__", None)
+    return file is not None and Path(file).resolve() == path.resolve()
 
 
 def _load_file(where: str, base: Path) -> Any:
