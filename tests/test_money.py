@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from chat_server import ChatServer
-from helpers import DatasetMaker, latest_record
+from helpers import DatasetMaker, latest_record, task
 from pytest_agenteval.core.records import AttemptRecord
 from test_providers import KEY, KEY_ENV, openai_agent
 
@@ -251,3 +251,22 @@ def test_an_attempt_s_duration_is_its_call_and_the_wait_for_a_slot_is_apart(
     assert all(r.get("wait", 0) > 0 for r in records[1:])
     old = {key: value for key, value in records[1].items() if key != "wait"}
     assert AttemptRecord.from_json(old).wait == 0.0
+
+
+def test_a_cost_cap_says_at_once_when_an_attempt_reports_tokens_but_no_cost(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """An agent whose usage has no cost (a model missing from `pricing:`) cannot be counted by
+    --agenteval-max-cost: the terminal says so once, naming the model, while the run goes on."""
+    root = dataset({f"t{i}.yaml": task("ok") for i in range(3)}, manifest={"agent": "unpriced:run"})
+    (root / "unpriced.py").write_text(
+        "from pytest_agenteval import AgentResult, Usage\n"
+        "def run(task):\n"
+        "    usage = Usage(input_tokens=10, output_tokens=5, model='served-model-1')\n"
+        "    return AgentResult(output='ok', usage=usage)\n"
+    )
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-max-cost", "1")
+    result.assert_outcomes(passed=3)
+    warned = [line for line in result.stderr.lines if "cannot count" in line]
+    assert len(warned) == 1, result.stderr.str()
+    assert "model 'served-model-1' has no price in the manifest's pricing:" in warned[0]

@@ -71,6 +71,8 @@ class Recorder:
         self._distributed = config.pluginmanager.hasplugin("dsession") or bool(
             getattr(config.option, "numprocesses", None)
         )
+        self.unpriced_warned = False
+        """Whether the terminal was told that the spend cap cannot count some attempt."""
         self.failures: list[str] = []
         """Store or report writes that failed: each stops the session; the run is interrupted."""
         settings = runtime.settings
@@ -297,8 +299,27 @@ class Recorder:
             self.budget.add(row.judge_cost, None, None)
         else:
             self.budget.add(row.spend, row.input_tokens, row.output_tokens)
+            if row.cost is None and (row.input_tokens or row.output_tokens):
+                self._warn_unpriced(row)
         if self.budget.capped:
             self._check_budget()
+
+    def _warn_unpriced(self, row: IndexRow) -> None:
+        """A spend cap that cannot see an attempt's cost is said at once, not only at the end."""
+        if self.budget.max_cost is None or self.unpriced_warned:
+            return
+        self.unpriced_warned = True
+        model = (
+            f"model {row.model!r} has no price in the manifest's pricing:"
+            if row.model
+            else ("the agent reported tokens but no cost")
+        )
+        say_now(
+            self.config,
+            f"agenteval: WARNING: --agenteval-max-cost cannot count {_attempt_name(row.key)}: "
+            f"{model}; such attempts run uncounted (add the price, or cap tokens with "
+            "--agenteval-max-tokens)",
+        )
 
     def show_progress(self, status: str | None = None) -> None:
         """Refresh progress.json (at most about once a second unless `status` is given)."""
