@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _pytest._code.code import ExceptionInfo, TerminalRepr
 
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
@@ -25,6 +24,7 @@ from ..execution.environment import Environment, MakeEnvironment
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
 from ..sources.dataset import TaskDef
 from .failures import as_crash_repr, encodable, text_repr, user_traceback
+from .internals import TerminalRepr, fixture_defs, fixture_value, skip_at_item
 from .runtime import FIXTURE_NAME, RUNTIME, Runtime
 from .settings import dry_run
 
@@ -85,7 +85,7 @@ class AttemptItem(AgentevalItem):
             raise
         except NotStarted as stop:
             reason = f"not started: {stop.reason}"
-            raise pytest.skip.Exception(reason, _use_item_location=True) from None
+            raise skip_at_item(reason) from None
         if outcome.error is not None:
             raise outcome.error
         if outcome.reused and outcome.status == "error":
@@ -125,7 +125,7 @@ class AttemptItem(AgentevalItem):
     def _agent(self) -> tuple[Any, str]:
         """The agent of this attempt: the `agenteval_agent` fixture when it supplies it."""
         if self.uses_fixture():
-            return self._fixture_agent(), f"fixture:{FIXTURE_NAME}"
+            return fixture_value(self, FIXTURE_NAME), f"fixture:{FIXTURE_NAME}"
         return self.runtime.declared_agent(self.task)
 
     def uses_fixture(self) -> bool:
@@ -138,7 +138,7 @@ class AttemptItem(AgentevalItem):
         session-scoped fixture (a narrower fixture belongs to its item's setup)."""
         if self.runtime.settings.agent_override or self.task.spec.agent or not self._has_fixture():
             return self._agent()
-        defs = self.session._fixturemanager.getfixturedefs(FIXTURE_NAME, self) or ()
+        defs = fixture_defs(self, FIXTURE_NAME)
         made = defs[-1].cached_result if defs and defs[-1].scope == "session" else None
         if made is None or made[2] is not None:  # (value, cache key, exception info)
             raise LookupError("made at an item's setup: a session fixture's first, or each")
@@ -148,21 +148,8 @@ class AttemptItem(AgentevalItem):
         folders = self.runtime.fixture_folders
         found = folders.get(self.parent)
         if found is None:
-            fm = self.session._fixturemanager
-            found = folders[self.parent] = bool(fm.getfixturedefs(FIXTURE_NAME, self))
+            found = folders[self.parent] = bool(fixture_defs(self, FIXTURE_NAME))
         return found
-
-    def _fixture_agent(self) -> Any:
-        from _pytest.fixtures import TopRequest
-
-        if not hasattr(self, "_request"):
-            self.funcargs: dict[str, Any] = {}
-            self._fixtureinfo = self.session._fixturemanager.getfixtureinfo(
-                node=self, func=None, cls=None
-            )
-            self.fixturenames = self._fixtureinfo.names_closure
-            self._request = TopRequest(self, _ispytest=True)  # type: ignore[arg-type]
-        return self._request.getfixturevalue(FIXTURE_NAME)
 
     def report_extras(self) -> dict[str, Any] | str:
         """What the report carries to the controller: a new record shipped with its action and
@@ -186,7 +173,7 @@ class AttemptItem(AgentevalItem):
         return ship(outcome.decision.action, to_json_text(entry), text)
 
     def repr_failure(
-        self, excinfo: ExceptionInfo[BaseException], style: Any = None
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
     ) -> str | TerminalRepr:
         exc = excinfo.value
         if isinstance(exc, AttemptFailed | ReplayedError):
