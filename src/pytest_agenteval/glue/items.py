@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -25,6 +25,7 @@ from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_gr
 from ..sources.dataset import TaskDef
 from .failures import as_crash_repr, encodable, text_repr, user_traceback
 from .internals import TerminalRepr, fixture_defs, fixture_value, skip_at_item
+from .pluginhooks import first_answer
 from .runtime import FIXTURE_NAME, RUNTIME, Runtime
 from .settings import dry_run
 
@@ -249,12 +250,18 @@ class TaskHooks:
 
     @staticmethod
     def grader_maker(config: pytest.Config) -> Any:
-        """A grader factory asking `pytest_agenteval_make_grader`: plugins first, built-ins last."""
+        """A grader factory asking `pytest_agenteval_make_grader` at the dataset's folder:
+        plugins and the conftests there or above first, built-ins last."""
 
         def make(spec: GraderSpec, task: TaskSpec, root: Path) -> Any:
             try:
-                grader = config.hook.pytest_agenteval_make_grader(
-                    spec=spec, task=task, dataset_root=root
+                grader, source = first_answer(
+                    config,
+                    "pytest_agenteval_make_grader",
+                    root,
+                    spec=spec,
+                    task=task,
+                    dataset_root=root,
                 )
             except GraderSpecError:
                 raise
@@ -262,41 +269,61 @@ class TaskHooks:
                 raise GraderSpecError(str(exc)) from None
             if grader is None:
                 raise unknown_grader(spec.type, list(BUILTIN_GRADERS))
+            if not callable(getattr(grader, "grade", None)):
+                raise GraderSpecError(
+                    f"pytest_agenteval_make_grader returned {type(grader).__name__} for "
+                    f"{spec.type!r}, which has no grade(ctx) method (answered by {source})",
+                    hint="pytest_agenteval_make_grader returns an object with a grade(ctx) "
+                    "method (see pytest_agenteval.Grader), or None to let others try",
+                )
             return grader
 
         return make
 
     @staticmethod
     def agent_maker(config: pytest.Config) -> Any:
-        """An agent factory asking `pytest_agenteval_make_agent`: plugins first, built-ins last."""
+        """An agent factory asking `pytest_agenteval_make_agent` at the spec's folder: plugins
+        and the conftests there or above first, built-ins last."""
 
         def make(spec: AnyAgentSpec, root: Path) -> Agent:
-            agent: Agent | None = config.hook.pytest_agenteval_make_agent(
-                spec=spec, dataset_root=root
+            agent, source = first_answer(
+                config, "pytest_agenteval_make_agent", root, spec=spec, dataset_root=root
             )
             if agent is None:
                 raise unknown_agent_kind(getattr(spec, "type", "?"), list(BUILTIN_AGENT_KINDS))
-            return agent
+            if not callable(agent):
+                raise AgentUnavailable(
+                    f"pytest_agenteval_make_agent returned {type(agent).__name__}, which is "
+                    f"not callable (answered by {source})",
+                    hint="pytest_agenteval_make_agent returns a callable taking the Task "
+                    "(sync or async def), or None to let others try",
+                )
+            return cast(Agent, agent)
 
         return make
 
     @staticmethod
     def environment_maker(config: pytest.Config) -> MakeEnvironment:
-        """Plugins' environments for attempts (`pytest_agenteval_make_environment`)."""
+        """Plugins' environments for attempts (`pytest_agenteval_make_environment`), asked at
+        the dataset's folder."""
 
         def make(task: TaskDef, attempt: int) -> Environment | None:
-            made: object = config.hook.pytest_agenteval_make_environment(
+            root = task.dataset.root
+            made, source = first_answer(
+                config,
+                "pytest_agenteval_make_environment",
+                root,
                 task=task.spec,
                 key=(task.dataset.name, task.id, attempt),
                 template=task.workspace_dir,
-                dataset_root=task.dataset.root,
+                dataset_root=root,
                 config=config,
             )
             if made is None or isinstance(made, Environment):
                 return made
             raise AgentError(
                 f"pytest_agenteval_make_environment returned {type(made).__name__}, "
-                "not an Environment",
+                f"not an Environment (answered by {source})",
                 detail="return an object with what pytest_agenteval.Environment lists "
                 "(workdir, python, local_path, where, exec, read_file, write_file, "
                 "changed_files, teardown), or None",
