@@ -43,7 +43,7 @@ def check_conftest_paths(pytester: pytest.Pytester) -> None:
 def check_ends_with_session(pytester: pytest.Pytester) -> None:
     import _pytest.config as entry
 
-    for name in ("console_main", "_console_main", "main", "_main"):
+    for name in ("console_main", "main"):  # 9.1 adds `_console_main` and `_main` below them
         assert inspect.isfunction(getattr(entry, name)), name
     pytester.makeconftest(
         "from pytest_agenteval.glue.internals import ends_with_session\n"
@@ -110,8 +110,11 @@ def check_junit_error_element(pytester: pytest.Pytester) -> None:
 
     assert isinstance(xml_key, pytest.StashKey)
     assert params(LogXML.node_reporter)[1:] == ["report"]
+    import _pytest.junitxml
+
     assert internals.shorten_message("short") == "short"
-    assert len(internals.shorten_message("x" * 5000)) < 1000
+    cuts = hasattr(_pytest.junitxml, "shorten_message")  # pytest 9.2 and later
+    assert (len(internals.shorten_message("x" * 5000)) < 1000) == cuts
     pytester.makeconftest(
         """
         import pytest

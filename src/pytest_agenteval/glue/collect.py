@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -136,11 +137,13 @@ class DatasetDir(pytest.Directory):
         ):
             return False
         default = config.pluginmanager.get_plugin("main")  # pytest's own collection hooks
+        # pytest 9.0 wraps path hooks in a function (functools.wraps) that passes legacy paths
+        hook = inspect.unwrap(ihook.pytest_ignore_collect)
         return all(
             impl.plugin is default
             or isinstance(impl.plugin, CollectHooks)
             or getattr(impl.plugin, "ignores_folders_only", False)
-            for impl in ihook.pytest_ignore_collect.get_hookimpls()
+            for impl in hook.get_hookimpls()
         )
 
 

@@ -49,7 +49,7 @@ __all__ = [
     "worker_queue",
 ]
 
-CHECKED = {"pytest": ("9.1.1", "9.2.0"), "pytest-xdist": ("3.8.0",)}
+CHECKED = {"pytest": ("9.0.3", "9.1.1", "9.2.0"), "pytest-xdist": ("3.8.0",)}
 """The releases every internal below was checked against."""
 
 
@@ -129,11 +129,12 @@ def junit_error_element(config: pytest.Config, report: pytest.TestReport) -> Any
 
 
 def shorten_message(message: str) -> str:
-    """A JUnit message cut as pytest cuts its own (not exported)."""
-    from _pytest.junitxml import shorten_message as shorten
+    """A JUnit message cut as pytest cuts its own (not exported); whole, as pytest writes its
+    own, before pytest 9.2 (which began cutting them)."""
+    import _pytest.junitxml
 
-    shortened: str = shorten(message)
-    return shortened
+    shorten = getattr(_pytest.junitxml, "shorten_message", None)
+    return message if shorten is None else str(shorten(message))
 
 
 def uncaptured(config: pytest.Config) -> contextlib.AbstractContextManager[object]:

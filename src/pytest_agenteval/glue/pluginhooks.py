@@ -26,7 +26,7 @@ def hook_at(config: pytest.Config, name: str, path: Path) -> Any:
     Decided from where each conftest lies, not from which pytest loaded for `path` (pytest
     loads a folder's conftest only when it collects the folder: an xdist controller, which
     collects nothing, still sees the conftests above its datasets)."""
-    hook = getattr(config.hook, name)
+    hook = getattr(config.pluginmanager.hook, name)
     folder = resolved_folder(path)
     elsewhere = [
         impl.plugin
