@@ -197,11 +197,15 @@ def test_validate_checks_agents_and_plugin_graders(
     )
     pytester.makeconftest(
         """
+        class Length:
+            def grade(self, ctx):
+                return True
+
         def pytest_agenteval_make_grader(spec, task, dataset_root):
             if spec.type == "length":
                 if spec.options["at_least"] < 0:
                     raise ValueError("at_least must be >= 0")
-                return object()
+                return Length()
         """
     )
     assert main(["validate", str(root)]) == 1

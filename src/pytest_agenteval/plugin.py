@@ -363,5 +363,6 @@ def _basetemp(config: pytest.Config) -> Path | None:
     """pytest's basetemp for this session (made on first use; its retention policy applies).
 
     None with `-p no:tmpdir`. Looked up late: pytest's tmpdir plugin is configured after us."""
-    factory = getattr(config, "_tmp_path_factory", None)
-    return factory.getbasetemp() if factory is not None else None
+    from .glue.internals import basetemp
+
+    return basetemp(config)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any, ClassVar
 
 import pytest
-from _pytest._code.code import ExceptionInfo
 
 from ..core.errors import TaskFileError, display_path
 from ..core.records import item_name
@@ -27,6 +25,7 @@ from ..sources.discovery import (
 )
 from ..sources.speccache import SpecCache
 from ..sources.taskfile import LoadFailure
+from .internals import conftest_paths, ends_with_session
 from .items import AgentevalItem, AttemptItem
 from .runtime import RUNTIME
 
@@ -92,7 +91,7 @@ def _task_node_id(arg: str, base: Path, datasets: list[Dataset], specs: SpecCach
     return f"{path}::{name}"
 
 
-class DatasetDir(pytest.Dir):  # type: ignore[misc]  # pytest marks Dir final
+class DatasetDir(pytest.Directory):
     """A folder of a dataset whose task files' items are collected straight away.
 
     pytest's usual walk collects each file as its own collector, with a report and every
@@ -131,19 +130,20 @@ class DatasetDir(pytest.Dir):  # type: ignore[misc]  # pytest marks Dir final
         what is not a task file: `is_task_file` below, and ignore no file but folders of
         templates). Any doubt: ask about every file."""
         config = self.config
-        pathlist = getattr(config, "_getconftest_pathlist", None)
-        if pathlist is None or config.getoption("ignore") or config.getoption("ignore_glob"):
+        if config.getoption("ignore") or config.getoption("ignore_glob"):
             return False
-        if pathlist("collect_ignore", path=self.path) or pathlist(
-            "collect_ignore_glob", path=self.path
+        if conftest_paths(config, "collect_ignore", self.path) or conftest_paths(
+            config, "collect_ignore_glob", self.path
         ):
             return False
-        default = sys.modules.get("_pytest.main")
+        default = config.pluginmanager.get_plugin("main")  # pytest's own collection hooks
+        # pytest 9.0 wraps path hooks in a function (functools.wraps) that passes legacy paths
+        hook = inspect.unwrap(ihook.pytest_ignore_collect)
         return all(
             impl.plugin is default
             or isinstance(impl.plugin, CollectHooks)
             or getattr(impl.plugin, "ignores_folders_only", False)
-            for impl in ihook.pytest_ignore_collect.get_hookimpls()
+            for impl in hook.get_hookimpls()
         )
 
 
@@ -244,7 +244,7 @@ class LoadErrorItem(AgentevalItem):
     def runtest(self) -> None:  # pragma: no cover - setup always raises
         pass
 
-    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         return self.failure.render()
 
     def reportinfo(self) -> tuple[Path, int, str]:
@@ -310,7 +310,9 @@ class CollectHooks:
         return not dataset.is_task_file(collection_path) or None
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> pytest.Dir | None:
+    def pytest_collect_directory(
+        self, path: Path, parent: pytest.Collector
+    ) -> pytest.Directory | None:
         config = parent.config
         dataset = config.stash[RUNTIME].dataset_for(path)
         if dataset is not None and dataset.root in config.stash[CollectState.KEY].whole_roots:
@@ -350,7 +352,7 @@ class CollectHooks:
         (pytest run again in-process). A process that ends with it keeps the tree frozen: the
         GC pass over it at exit cost more than running the attempts did in xdist's workers
         (5 s of CPU at 30,000 attempts and `-n 4`), and frees nothing the exit does not."""
-        if self.froze and not _ends_with_session(config):
+        if self.froze and not (hasattr(config, "workerinput") or ends_with_session()):
             gc.unfreeze()
             self.froze = False
 
@@ -371,26 +373,6 @@ class CollectHooks:
         runtime.specs.save()
         for dataset in runtime.datasets:
             dataset.forget_reads()
-
-
-def _ends_with_session(config: pytest.Config) -> bool:
-    """Whether this process exits once the session ends: an xdist worker, or a session pytest's
-    command line started (`pytest`, `python -m pytest`), not `pytest.main()` called from code.
-    Unsure (pytest's entry points renamed): no."""
-    if hasattr(config, "workerinput"):
-        return True
-    import _pytest.config as entry
-
-    def codes(*names: str) -> set[Any]:
-        return {f.__code__ for f in (getattr(entry, n, None) for n in names) if f is not None}
-
-    consoles, mains = codes("_console_main", "console_main"), codes("_main", "main")
-    frame: FrameType | None = sys._getframe()
-    while frame is not None and frame.f_code not in mains:  # up to this session's main()
-        frame = frame.f_back
-    while frame is not None and frame.f_code in mains:  # main() calls _main()
-        frame = frame.f_back
-    return frame is not None and frame.f_code in consoles
 
 
 def split_by_shard(items: list[pytest.Item], shard: Shard) -> tuple[list[pytest.Item], list[Any]]:

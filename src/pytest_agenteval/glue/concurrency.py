@@ -31,6 +31,7 @@ import pytest
 
 from ..execution.concurrent import Ahead
 from ..store.stops import Stops
+from .internals import uncaptured, worker_queue
 from .items import AttemptItem
 from .runtime import Runtime
 
@@ -79,8 +80,8 @@ class AheadHooks:
             size, lambda: runner.stopped() if runner.stopped else None
         )
         runner.executor.concurrent = True
-        self.queue: Any = None
-        """The xdist worker's queue of item indices, when this process is a worker."""
+        self.queue: Callable[[], list[int]] | None = None
+        """On an xdist worker: the indices of the items sent to it after the one running."""
         self.seen: set[AttemptItem] = set()
         self.deferred: deque[AttemptItem] = deque()
         self.upcoming: Iterator[pytest.Item] | None = None
@@ -90,15 +91,13 @@ class AheadHooks:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         config = session.config
-        interactor = _worker_interactor(config)
+        self.queue = worker_queue(config)
         stopped_early = session.testsfailed and not config.option.continue_on_collection_errors
-        if interactor is not None:
-            self.queue = interactor
-        elif not (config.option.collectonly or stopped_early):
+        if self.queue is None and not (config.option.collectonly or stopped_early):
             self.upcoming = iter(session.items)
             self._top_up()
         try:
-            with self._gentle_interrupt(config, worker=interactor is not None):
+            with self._gentle_interrupt(config, worker=self.queue is not None):
                 return (yield)
         finally:
             self.ahead.close()
@@ -144,13 +143,8 @@ class AheadHooks:
 
     def _worker_items(self, session: pytest.Session) -> list[pytest.Item]:
         """The items sent to this worker that follow the current one."""
-        interactor = self.queue
-        with interactor.torun.lock() as queued:
-            indices = [i for i in queued if isinstance(i, int)]
-        following = interactor.nextitem_index
-        if isinstance(following, int):
-            indices.insert(0, following)
-        return [session.items[i] for i in indices]
+        assert self.queue is not None
+        return [session.items[i] for i in self.queue()]
 
     def _until_alone(self, items: list[pytest.Item]) -> list[pytest.Item]:
         """The items whose calls may be in flight together: those before the first attempt
@@ -255,18 +249,6 @@ def _silent(line: str) -> None:
 
 def say_now(config: pytest.Config, line: str) -> None:
     """Print a line on the terminal now, also while an item's output is being captured."""
-    capman = config.pluginmanager.getplugin("capturemanager")
-    context = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
-    with context:
+    with uncaptured(config):
         sys.stderr.write(f"\n{line}\n")
         sys.stderr.flush()
-
-
-def _worker_interactor(config: pytest.Config) -> Any:
-    """xdist's WorkerInteractor (it registers without a name), or None outside a worker."""
-    if not hasattr(config, "workerinput"):
-        return None
-    for plugin in config.pluginmanager.get_plugins():
-        if type(plugin).__name__ == "WorkerInteractor" and hasattr(plugin, "torun"):
-            return plugin
-    return None

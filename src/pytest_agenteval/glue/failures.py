@@ -9,17 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _pytest._code.code import (
-    ExceptionInfo,
+
+from ..core.text import clean_text, xml_safe
+from ..execution.attempt import internal_frame
+from .internals import (
     ExceptionRepr,
     ReprExceptionInfo,
     ReprFileLocation,
     ReprTracebackNative,
     TerminalRepr,
+    junit_error_element,
+    shorten_message,
 )
-
-from ..core.text import clean_text, xml_safe
-from ..execution.attempt import internal_frame
 
 
 def text_repr(text: str, message: str, path: Path, line: int) -> ReprExceptionInfo:
@@ -41,7 +42,7 @@ def as_crash_repr(longrepr: Any, path: Path, line: int) -> Any:
     return longrepr
 
 
-def encodable(longrepr: Any, excinfo: ExceptionInfo[BaseException] | None) -> Any:
+def encodable(longrepr: Any, excinfo: pytest.ExceptionInfo[BaseException] | None) -> Any:
     """The failure without lone surrogates (from an agent's exception or a grader's reason):
     neither the terminal nor xdist's channel to the controller can carry them."""
     if excinfo is None or clean_text(str(excinfo.value)) == str(excinfo.value):
@@ -52,14 +53,14 @@ def encodable(longrepr: Any, excinfo: ExceptionInfo[BaseException] | None) -> An
     return text_repr(str(longrepr), crash.message, Path(crash.path), crash.lineno)
 
 
-def user_traceback(excinfo: ExceptionInfo[BaseException]) -> TerminalRepr:
+def user_traceback(excinfo: pytest.ExceptionInfo[BaseException]) -> TerminalRepr:
     """The exception with the user's frames only (all of them when none is the user's)."""
     return excinfo.getrepr(
         style="long", funcargs=False, tbfilter=_user_frames, truncate_locals=True
     )
 
 
-def _user_frames(excinfo: ExceptionInfo[BaseException]) -> Any:
+def _user_frames(excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
     shown = excinfo.traceback.filter(lambda entry: not internal_frame(str(entry.path)))
     return shown or excinfo.traceback
 
@@ -70,14 +71,10 @@ def junit_error_message(config: pytest.Config, report: pytest.TestReport) -> Non
     or the first line of a worker crash's report).
 
     Called right after the junitxml plugin saw the report: it sets the message of the
-    `<error>` element it just added (pytest offers no hook for it)."""
-    from _pytest.junitxml import shorten_message, xml_key
-
-    xml = config.stash.get(xml_key, None)
-    if xml is None or report.longrepr is None:
+    `<error>` element it just added."""
+    element = junit_error_element(config, report) if report.longrepr is not None else None
+    if element is None:
         return
     crash = getattr(report.longrepr, "reprcrash", None)
     message = crash.message if crash is not None else str(report.longrepr).partition("\n")[0]
-    nodes = xml.node_reporter(report).nodes
-    if nodes and nodes[-1].tag == "error":
-        nodes[-1].set("message", xml_safe(shorten_message(clean_text(message))))
+    element.set("message", xml_safe(shorten_message(clean_text(message))))

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from _pytest._code.code import ExceptionInfo, TerminalRepr
 
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
@@ -25,6 +24,8 @@ from ..execution.environment import Environment, MakeEnvironment
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
 from ..sources.dataset import TaskDef
 from .failures import as_crash_repr, encodable, text_repr, user_traceback
+from .internals import TerminalRepr, fixture_defs, fixture_value, skip_at_item
+from .pluginhooks import first_answer
 from .runtime import FIXTURE_NAME, RUNTIME, Runtime
 from .settings import dry_run
 
@@ -85,7 +86,7 @@ class AttemptItem(AgentevalItem):
             raise
         except NotStarted as stop:
             reason = f"not started: {stop.reason}"
-            raise pytest.skip.Exception(reason, _use_item_location=True) from None
+            raise skip_at_item(reason) from None
         if outcome.error is not None:
             raise outcome.error
         if outcome.reused and outcome.status == "error":
@@ -125,7 +126,7 @@ class AttemptItem(AgentevalItem):
     def _agent(self) -> tuple[Any, str]:
         """The agent of this attempt: the `agenteval_agent` fixture when it supplies it."""
         if self.uses_fixture():
-            return self._fixture_agent(), f"fixture:{FIXTURE_NAME}"
+            return fixture_value(self, FIXTURE_NAME), f"fixture:{FIXTURE_NAME}"
         return self.runtime.declared_agent(self.task)
 
     def uses_fixture(self) -> bool:
@@ -138,7 +139,7 @@ class AttemptItem(AgentevalItem):
         session-scoped fixture (a narrower fixture belongs to its item's setup)."""
         if self.runtime.settings.agent_override or self.task.spec.agent or not self._has_fixture():
             return self._agent()
-        defs = self.session._fixturemanager.getfixturedefs(FIXTURE_NAME, self) or ()
+        defs = fixture_defs(self, FIXTURE_NAME)
         made = defs[-1].cached_result if defs and defs[-1].scope == "session" else None
         if made is None or made[2] is not None:  # (value, cache key, exception info)
             raise LookupError("made at an item's setup: a session fixture's first, or each")
@@ -148,21 +149,8 @@ class AttemptItem(AgentevalItem):
         folders = self.runtime.fixture_folders
         found = folders.get(self.parent)
         if found is None:
-            fm = self.session._fixturemanager
-            found = folders[self.parent] = bool(fm.getfixturedefs(FIXTURE_NAME, self))
+            found = folders[self.parent] = bool(fixture_defs(self, FIXTURE_NAME))
         return found
-
-    def _fixture_agent(self) -> Any:
-        from _pytest.fixtures import TopRequest
-
-        if not hasattr(self, "_request"):
-            self.funcargs: dict[str, Any] = {}
-            self._fixtureinfo = self.session._fixturemanager.getfixtureinfo(
-                node=self, func=None, cls=None
-            )
-            self.fixturenames = self._fixtureinfo.names_closure
-            self._request = TopRequest(self, _ispytest=True)  # type: ignore[arg-type]
-        return self._request.getfixturevalue(FIXTURE_NAME)
 
     def report_extras(self) -> dict[str, Any] | str:
         """What the report carries to the controller: a new record shipped with its action and
@@ -186,7 +174,7 @@ class AttemptItem(AgentevalItem):
         return ship(outcome.decision.action, to_json_text(entry), text)
 
     def repr_failure(
-        self, excinfo: ExceptionInfo[BaseException], style: Any = None
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
     ) -> str | TerminalRepr:
         exc = excinfo.value
         if isinstance(exc, AttemptFailed | ReplayedError):
@@ -262,12 +250,18 @@ class TaskHooks:
 
     @staticmethod
     def grader_maker(config: pytest.Config) -> Any:
-        """A grader factory asking `pytest_agenteval_make_grader`: plugins first, built-ins last."""
+        """A grader factory asking `pytest_agenteval_make_grader` at the dataset's folder:
+        plugins and the conftests there or above first, built-ins last."""
 
         def make(spec: GraderSpec, task: TaskSpec, root: Path) -> Any:
             try:
-                grader = config.hook.pytest_agenteval_make_grader(
-                    spec=spec, task=task, dataset_root=root
+                grader, source = first_answer(
+                    config,
+                    "pytest_agenteval_make_grader",
+                    root,
+                    spec=spec,
+                    task=task,
+                    dataset_root=root,
                 )
             except GraderSpecError:
                 raise
@@ -275,41 +269,61 @@ class TaskHooks:
                 raise GraderSpecError(str(exc)) from None
             if grader is None:
                 raise unknown_grader(spec.type, list(BUILTIN_GRADERS))
+            if not callable(getattr(grader, "grade", None)):
+                raise GraderSpecError(
+                    f"pytest_agenteval_make_grader returned {type(grader).__name__} for "
+                    f"{spec.type!r}, which has no grade(ctx) method (answered by {source})",
+                    hint="pytest_agenteval_make_grader returns an object with a grade(ctx) "
+                    "method (see pytest_agenteval.Grader), or None to let others try",
+                )
             return grader
 
         return make
 
     @staticmethod
     def agent_maker(config: pytest.Config) -> Any:
-        """An agent factory asking `pytest_agenteval_make_agent`: plugins first, built-ins last."""
+        """An agent factory asking `pytest_agenteval_make_agent` at the spec's folder: plugins
+        and the conftests there or above first, built-ins last."""
 
         def make(spec: AnyAgentSpec, root: Path) -> Agent:
-            agent: Agent | None = config.hook.pytest_agenteval_make_agent(
-                spec=spec, dataset_root=root
+            agent, source = first_answer(
+                config, "pytest_agenteval_make_agent", root, spec=spec, dataset_root=root
             )
             if agent is None:
                 raise unknown_agent_kind(getattr(spec, "type", "?"), list(BUILTIN_AGENT_KINDS))
-            return agent
+            if not callable(agent):
+                raise AgentUnavailable(
+                    f"pytest_agenteval_make_agent returned {type(agent).__name__}, which is "
+                    f"not callable (answered by {source})",
+                    hint="pytest_agenteval_make_agent returns a callable taking the Task "
+                    "(sync or async def), or None to let others try",
+                )
+            return cast(Agent, agent)
 
         return make
 
     @staticmethod
     def environment_maker(config: pytest.Config) -> MakeEnvironment:
-        """Plugins' environments for attempts (`pytest_agenteval_make_environment`)."""
+        """Plugins' environments for attempts (`pytest_agenteval_make_environment`), asked at
+        the dataset's folder."""
 
         def make(task: TaskDef, attempt: int) -> Environment | None:
-            made: object = config.hook.pytest_agenteval_make_environment(
+            root = task.dataset.root
+            made, source = first_answer(
+                config,
+                "pytest_agenteval_make_environment",
+                root,
                 task=task.spec,
                 key=(task.dataset.name, task.id, attempt),
                 template=task.workspace_dir,
-                dataset_root=task.dataset.root,
+                dataset_root=root,
                 config=config,
             )
             if made is None or isinstance(made, Environment):
                 return made
             raise AgentError(
                 f"pytest_agenteval_make_environment returned {type(made).__name__}, "
-                "not an Environment",
+                f"not an Environment (answered by {source})",
                 detail="return an object with what pytest_agenteval.Environment lists "
                 "(workdir, python, local_path, where, exec, read_file, write_file, "
                 "changed_files, teardown), or None",

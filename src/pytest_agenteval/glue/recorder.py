@@ -39,6 +39,7 @@ from ..store.stops import Budget
 from .collect import LoadErrorItem, load_error_label
 from .concurrency import concurrency_of, say_now
 from .failures import junit_error_message
+from .internals import stop_distributing
 from .items import AttemptItem
 from .runtime import Runtime
 from .settings import dry_run
@@ -108,9 +109,7 @@ class Recorder:
             self.failures.append(message)
         if self.session is not None:
             self.session.shouldstop = self.failures[0]
-        dsession = self.config.pluginmanager.getplugin("dsession")
-        if dsession is not None:  # xdist's controller loop checks its own flag
-            dsession.shouldstop = self.failures[0]
+        stop_distributing(self.config, self.failures[0])
 
     @pytest.hookimpl(tryfirst=True)  # before the spec cache is saved and emptied
     def pytest_collection_finish(self, session: pytest.Session) -> None:

@@ -5,7 +5,6 @@ Registered only when xdist is loaded (its hook specs exist only then).
 
 from __future__ import annotations
 
-import queue
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from ..store.inflight import InFlight, inflight_path
 from ..store.plan import Plan
 from ..store.stops import Stops
 from .concurrency import concurrency_of
+from .internals import queued_reports
 from .recorder import Recorder
 from .runtime import RUNTIME, Runtime
 
@@ -100,18 +100,9 @@ def _regrades(runtime: Runtime) -> dict[str, Any]:
 
 def _report_what_arrived(config: pytest.Config) -> None:
     """Hand the test reports waiting in xdist's queue to pytest, as xdist would have."""
-    dsession = config.pluginmanager.getplugin("dsession")
-    if dsession is None:
-        return
-    while True:
-        try:
-            event, kwargs = dsession.queue.get_nowait()
-        except queue.Empty:
-            return
-        if event == "testreport":
-            report = kwargs["rep"]
-            report.node = kwargs["node"]
-            config.hook.pytest_runtest_logreport(report=report)
+    for report, node in queued_reports(config):
+        report.node = node  # type: ignore[attr-defined]  # as xdist sets it
+        config.hook.pytest_runtest_logreport(report=report)
 
 
 def worker_setup(config: pytest.Config) -> None:

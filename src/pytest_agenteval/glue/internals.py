@@ -1,0 +1,196 @@
+"""The private parts of pytest and pytest-xdist the plugin relies on, each behind one function.
+
+Everything else goes through their public API. Each use here has no public route (the
+docstring says why); `CHECKED` names the releases they were checked against, and
+tests/test_internals.py checks each one still exists with the shape used here, so a release
+that breaks one fails one named test instead of a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+# Failure representations: `ExceptionInfo.getrepr()` returns them and reports carry them
+# across xdist, but pytest exports none of them; a failure with its own crash message (the
+# short test summary's and JUnit's) can only be built from them.
+from _pytest._code.code import (
+    ExceptionRepr,
+    ReprExceptionInfo,
+    ReprFileLocation,
+    ReprTracebackNative,
+    TerminalRepr,
+)
+
+__all__ = [
+    "CHECKED",
+    "ExceptionRepr",
+    "ReprExceptionInfo",
+    "ReprFileLocation",
+    "ReprTracebackNative",
+    "TerminalRepr",
+    "basetemp",
+    "conftest_paths",
+    "ends_with_session",
+    "fixture_defs",
+    "fixture_value",
+    "junit_error_element",
+    "queued_reports",
+    "shorten_message",
+    "skip_at_item",
+    "stop_distributing",
+    "uncaptured",
+    "worker_queue",
+]
+
+CHECKED = {"pytest": ("9.0.3", "9.1.1", "9.2.0"), "pytest-xdist": ("3.8.0",)}
+"""The releases every internal below was checked against."""
+
+
+def conftest_paths(config: pytest.Config, name: str, path: Path) -> list[Path] | None:
+    """A conftest list such as `collect_ignore` as it applies at `path` (None: no conftest
+    there sets it). pytest reads these only inside its own `pytest_ignore_collect`."""
+    found: list[Path] | None = config._getconftest_pathlist(name, path=path)
+    return found
+
+
+def ends_with_session() -> bool:
+    """Whether this session was started by pytest's command line (`pytest`, `python -m
+    pytest`), not by `pytest.main()` called from code, so the process exits when it ends.
+    pytest says neither; the call stack does: `console_main` calls `main`, which calls the
+    private `_main`. Unsure (pytest's entry points renamed): False."""
+    import _pytest.config as entry
+
+    def codes(*names: str) -> set[Any]:
+        return {f.__code__ for f in (getattr(entry, n, None) for n in names) if f is not None}
+
+    consoles, mains = codes("_console_main", "console_main"), codes("_main", "main")
+    frame: FrameType | None = sys._getframe()
+    while frame is not None and frame.f_code not in mains:  # up to this session's main()
+        frame = frame.f_back
+    while frame is not None and frame.f_code in mains:  # main() calls _main()
+        frame = frame.f_back
+    return frame is not None and frame.f_code in consoles
+
+
+def fixture_defs(item: pytest.Item, name: str) -> tuple[pytest.FixtureDef[Any], ...]:
+    """The definitions of fixture `name` visible from `item`, innermost last. pytest offers
+    fixtures only to test functions (`request`), not to the items of other plugins."""
+    manager = item.session._fixturemanager
+    return tuple(manager.getfixturedefs(name, item) or ())
+
+
+def fixture_value(item: pytest.Item, name: str) -> Any:
+    """Fixture `name` made for `item` (set up with it, torn down at its teardown), as for a
+    test function; pytest's `FixtureRequest` cannot be made for another plugin's items."""
+    from _pytest.fixtures import TopRequest
+
+    request = getattr(item, "_request", None)
+    if request is None:
+        info = item.session._fixturemanager.getfixtureinfo(node=item, func=None, cls=None)
+        item.funcargs = {}  # type: ignore[attr-defined]  # what TopRequest fills
+        item._fixtureinfo = info  # type: ignore[attr-defined]
+        item.fixturenames = info.names_closure  # type: ignore[attr-defined]
+        request = item._request = TopRequest(item, _ispytest=True)  # type: ignore[arg-type,attr-defined]
+    return request.getfixturevalue(name)
+
+
+def basetemp(config: pytest.Config) -> Path | None:
+    """pytest's basetemp for this session (made on first use; its retention policy applies),
+    or None with `-p no:tmpdir`. Only the `tmp_path_factory` fixture exposes it, and
+    workspaces are made outside any fixture."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    return factory.getbasetemp() if factory is not None else None
+
+
+def skip_at_item(reason: str) -> BaseException:
+    """A skip reported at the item's own location (its task's line), not at the plugin's line
+    that raised it; `pytest.skip()` has no public way to say so."""
+    return pytest.skip.Exception(reason, _use_item_location=True)
+
+
+def junit_error_element(config: pytest.Config, report: pytest.TestReport) -> Any:
+    """The `<error>` element --junitxml just wrote for `report` (None: there is none), to set
+    its message (pytest's reads `failed on setup with "..."`): pytest offers no hook for it,
+    so this reaches into its LogXML object."""
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return None
+    nodes = xml.node_reporter(report).nodes
+    return nodes[-1] if nodes and nodes[-1].tag == "error" else None
+
+
+def shorten_message(message: str) -> str:
+    """A JUnit message cut as pytest cuts its own (not exported); whole, as pytest writes its
+    own, before pytest 9.2 (which began cutting them)."""
+    import _pytest.junitxml
+
+    shorten = getattr(_pytest.junitxml, "shorten_message", None)
+    return message if shorten is None else str(shorten(message))
+
+
+def uncaptured(config: pytest.Config) -> contextlib.AbstractContextManager[object]:
+    """Output goes to the terminal now, also while an item's output is being captured. The
+    public route (`capsys.disabled()`) is a fixture's; this is the capture plugin's own."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        return contextlib.nullcontext()
+    disabled: contextlib.AbstractContextManager[object] = capman.global_and_fixture_disabled()
+    return disabled
+
+
+def stop_distributing(config: pytest.Config, reason: str) -> None:
+    """Make xdist's controller stop handing out items (its loop checks its own flag, not the
+    session's `shouldstop`); nothing when xdist does not distribute."""
+    dsession = config.pluginmanager.getplugin("dsession")
+    if dsession is not None:
+        dsession.shouldstop = reason
+
+
+def worker_queue(config: pytest.Config) -> Callable[[], list[int]] | None:
+    """On an xdist worker, a function giving the indices of the items the controller sent it
+    that follow the one running, in order (None elsewhere). xdist says nothing about them:
+    they are its WorkerInteractor's (registered without a name) `nextitem_index` and
+    `torun` queue."""
+    if not hasattr(config, "workerinput"):
+        return None
+    for plugin in config.pluginmanager.get_plugins():
+        if type(plugin).__name__ == "WorkerInteractor" and hasattr(plugin, "torun"):
+            interactor = plugin
+            break
+    else:
+        return None
+
+    def following() -> list[int]:
+        with interactor.torun.lock() as queued:
+            indices = [i for i in queued if isinstance(i, int)]
+        upcoming = interactor.nextitem_index
+        return [upcoming, *indices] if isinstance(upcoming, int) else indices
+
+    return following
+
+
+def queued_reports(config: pytest.Config) -> list[tuple[pytest.TestReport, Any]]:
+    """Take the test reports xdist's controller received but had not handed to pytest yet,
+    with the worker each came from: on Ctrl-C xdist drops its queue of events (`DSession.
+    queue`, not public), and with them finished attempts."""
+    import queue
+
+    dsession = config.pluginmanager.getplugin("dsession")
+    found: list[tuple[pytest.TestReport, Any]] = []
+    while dsession is not None:
+        try:
+            event, kwargs = dsession.queue.get_nowait()
+        except queue.Empty:
+            break
+        if event == "testreport":
+            found.append((kwargs["rep"], kwargs["node"]))
+    return found
