@@ -173,6 +173,7 @@ def test_digest_tracks_grading_apart_from_what_the_agent_sees(root: Path) -> Non
         ("tags", ["t"], False),
         ("description", "d", False),
         ("budget", {"max_tokens": 100}, False),
+        ("sandbox", {"docker": {"image": "img:1"}}, True),
     ],
 )
 def test_every_field_is_in_the_digest(
@@ -193,6 +194,7 @@ def test_every_field_is_in_the_digest(
         "description",
         "workspace",
         "budget",
+        "sandbox",
     }
     assert covered == set(TaskSpec.model_fields), "a new TaskSpec field must join the digests"
     base = {"id": "t", "input": "x", "expected": "1"}
