@@ -81,6 +81,24 @@ def _containers(name: str) -> list[str]:
     return listed.stdout.split()
 
 
+def _built() -> set[str]:
+    """The images built from `build:` folders: tag and id."""
+    listed = subprocess.run(
+        [
+            "docker",
+            "images",
+            "--filter",
+            "reference=agenteval-build",
+            "--format",
+            "{{.Tag}} {{.ID}}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(listed.stdout.split("\n"))
+
+
 def _sandboxed(image: str, **fields: object) -> dict[str, object]:
     return {"docker": {"image": image}, **fields}
 
@@ -199,9 +217,8 @@ def test_command_agent_and_grader_share_one_container_and_leave_none(
     )
     (root / "ws").mkdir()
     (root / "ws/seed.txt").write_text("seed")
-    before = set(_containers("agenteval-"))
     pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1, failed=1)
-    assert set(_containers("agenteval-")) <= before
+    assert _containers(f"agenteval-{os.getpid()}-ds--") == []  # the run was in this process
     assert latest_record(pytester.path, "a", 0)["status"] == "pass"
 
 
@@ -262,3 +279,44 @@ def test_the_next_session_removes_the_containers_of_a_dead_one(image: str, tmp_p
         check=True,
     )
     assert name not in labelled.stdout.split()
+
+
+@pytest.mark.slow
+def test_a_build_folder_is_built_once_tagged_by_its_digest_and_a_failed_build_says_so(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """A `build:` folder becomes an image tagged by the folder's content digest, which later
+    runs reuse; a Dockerfile that does not build makes that task's attempts `sandbox build`
+    errors with the build log's tail, and the other tasks run."""
+    command = ["sh", "-c", "cat /etc/made-by-build"]
+    root = dataset(
+        {
+            "good.yaml": {
+                "input": "x",
+                "expected": "built",
+                "sandbox": {"docker": {"build": "img"}},
+            },
+            "bad.yaml": {"input": "x", "expected": "x", "sandbox": {"docker": {"build": "broken"}}},
+        },
+        manifest={"agent": {"command": command}},
+    )
+    (root / "img").mkdir()
+    shutil.copy(str(shutil.which("busybox")), root / "img/busybox")
+    (root / "img/Dockerfile").write_text(
+        "FROM scratch\nCOPY busybox /bin/busybox\n"
+        'RUN ["/bin/busybox", "--install", "-s", "/bin"]\n'
+        'RUN ["/bin/sh", "-c", "echo -n built > /etc/made-by-build"]\n'
+    )
+    (root / "broken").mkdir()
+    (root / "broken/Dockerfile").write_text('FROM scratch\nRUN ["/bin/no-such-program"]\n')
+    first = pytester.runpytest("--agenteval", "ds")
+    first.assert_outcomes(passed=1, errors=1)
+    first.stdout.fnmatch_lines(["*sandbox build: building the image of*broken failed*"])
+    built = _built()
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1, errors=1)
+    assert _built() == built, "the same folder is the same image: not built again"
+    (root / "img/Dockerfile").write_text(
+        (root / "img/Dockerfile").read_text() + f"# {time.time_ns()}\n"
+    )
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1, errors=1)
+    assert built < _built(), "a changed folder is a new digest, so a new image"

@@ -18,6 +18,7 @@ from pydantic import (
     PositiveInt,
     Tag,
     field_validator,
+    model_validator,
 )
 
 from .llm import JudgeSettings, ModelPrice
@@ -180,17 +181,26 @@ def normalize_grader(raw: Any) -> Any:
 
 
 class DockerImage(UserModel):
-    """A Docker image the sandbox starts from."""
+    """A Docker image the sandbox starts from: a named one, or one built from a folder."""
 
-    image: str = Field(min_length=1)
+    image: str | None = Field(default=None, min_length=1)
     """The image's name (`python:3.12-slim`, `my-eval:1`): used when present, else pulled."""
+    build: str | None = Field(default=None, min_length=1)
+    """A folder with a Dockerfile, relative to the dataset root: built once per content
+    digest of the folder and tagged by it (`agenteval-build:<digest>`)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DockerImage:
+        if (self.image is None) == (self.build is None):
+            raise ValueError("name exactly one of `image: NAME` or `build: DIR`")
+        return self
 
 
 class SandboxSpec(UserModel):
     """Run each attempt's command agent and command graders in a fresh Docker container."""
 
     docker: DockerImage
-    """The image: `{image: NAME}`."""
+    """The image: `{image: NAME}` or `{build: DIR}`."""
     workdir: str = Field(default="/workspace", pattern=r"^/")
     """The container's working directory (`{workspace}`), holding a copy of the task's
     workspace template."""

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from ..core.errors import AgentError
-from ..core.model import Key, SandboxSpec
+from ..core.model import DockerImage, Key, SandboxSpec
 from ..sources.templates import template_entries
 from .environment import ChangedFile
 from .process import Finished, run_program
@@ -42,6 +42,11 @@ KEPT_SUFFIX = "-kept"
 NAME_AND_SESSION = '{{.Names}}\t{{.Label "agenteval.session"}}'
 """`docker ps --format` of a container's name and session label."""
 PULL_TIMEOUT = 300.0
+BUILD_TIMEOUT = 1800.0
+BUILD_LOG_LINES = 20
+"""Lines of a failed build's log an attempt's error shows."""
+BUILT = "agenteval-build"
+"""Repository of images built from `build:` folders, tagged by the folder's content digest."""
 DOCKER_TIMEOUT = 120.0
 """Seconds a docker command other than an attempt's program may take."""
 
@@ -139,29 +144,35 @@ def remove_orphans() -> list[str]:
 
 
 class Images:
-    """Images made sure of once per process: present, or pulled; a failure is said once and
-    then given to every attempt of the image."""
+    """Images made sure of once per process: present, pulled, or built from a folder (tagged
+    by its content digest, so later runs and other workers find it built). A failure is said
+    once and then given to every attempt of the image."""
 
     def __init__(self) -> None:
-        self._known: dict[str, SandboxUnavailable | None] = {}
+        self._known: dict[str, str | SandboxUnavailable] = {}
         self._lock = threading.Lock()
         self._orphans_checked = False
 
-    def ensure(self, image: str) -> None:
+    def ensure(self, docker: DockerImage, build: tuple[Path, str] | None = None) -> str:
+        """The name of the image to start from, pulled or built first when needed; raises
+        SandboxUnavailable."""
+        key = docker.image if build is None else f"{BUILT}:{build[1]}"
+        assert key is not None
         with self._lock:
             if not self._orphans_checked:
                 remove_orphans()
                 self._orphans_checked = True
-            if image not in self._known:
-                self._known[image] = self._find(image)
-            failure = self._known[image]
-        if failure is not None:
-            raise failure
+            if key not in self._known:
+                self._known[key] = self._find(key) if build is None else _build(key, build[0])
+            found = self._known[key]
+        if isinstance(found, SandboxUnavailable):
+            raise found
+        return found
 
     @staticmethod
-    def _find(image: str) -> SandboxUnavailable | None:
-        if docker(["image", "inspect", "--format", "{{.Id}}", image]).returncode == 0:
-            return None
+    def _find(image: str) -> str | SandboxUnavailable:
+        if _present(image):
+            return image
         try:
             pulled = subprocess.run(
                 ["docker", "pull", "--quiet", image], capture_output=True, timeout=PULL_TIMEOUT
@@ -170,13 +181,43 @@ class Images:
             why = f"the pull gave no answer in {PULL_TIMEOUT:g}s"
         else:
             if pulled.returncode == 0:
-                return None
+                return image
             why = pulled.stderr.decode(errors="replace").strip()
         return SandboxUnavailable(
             f"sandbox build: the image {image!r} is not present and cannot be pulled",
             detail=f"build or load it (`docker build -t {image} DIR`, `docker load`), "
             f"or name one `docker images` lists: {why}",
         )
+
+
+def _present(image: str) -> bool:
+    return docker(["image", "inspect", "--format", "{{.Id}}", image]).returncode == 0
+
+
+def _build(tag: str, folder: Path) -> str | SandboxUnavailable:
+    """Build `folder` as `tag` unless an image of that tag (that content) exists."""
+    if _present(tag):
+        return tag
+    if not (folder / "Dockerfile").is_file():
+        return SandboxUnavailable(
+            f"sandbox build: no Dockerfile in {folder}",
+            detail="`build:` names a folder holding a Dockerfile, relative to the dataset root",
+        )
+    try:
+        done = subprocess.run(
+            ["docker", "build", "--tag", tag, str(folder)],
+            capture_output=True,
+            timeout=BUILD_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        return SandboxUnavailable(f"sandbox build: {folder} took over {BUILD_TIMEOUT:g}s")
+    if done.returncode == 0:
+        return tag
+    log = (done.stdout + done.stderr).decode(errors="replace").strip().splitlines()
+    return SandboxUnavailable(
+        f"sandbox build: building the image of {folder} failed (exit status {done.returncode})",
+        detail="\n".join(log[-BUILD_LOG_LINES:]),
+    )
 
 
 class DockerEnvironment:
@@ -188,15 +229,18 @@ class DockerEnvironment:
         name: str,
         template: Path | None,
         images: Images,
+        build: tuple[Path, str] | None = None,
         keep_failed: bool = False,
     ) -> None:
+        """A started container of `spec`'s image (built from `build`, the folder and its
+        digest, when it has one) holding a copy of `template`."""
         self.spec = spec
         self.name = name
         self.template = template
         self.keep_failed = keep_failed
         self._dead: str | None = None
-        images.ensure(spec.docker.image)
-        _checked(self._create_argv(), f"creating the container from {spec.docker.image!r}")
+        image = images.ensure(spec.docker, build)
+        _checked(self._create_argv(image), f"creating the container from {image!r}")
         try:
             _checked(
                 ["cp", "--archive", "-", f"{name}:/"],
@@ -218,7 +262,7 @@ class DockerEnvironment:
         made.keep_failed, made._dead = keep_failed, None
         return made
 
-    def _create_argv(self) -> list[str]:
+    def _create_argv(self, image: str) -> list[str]:
         spec = self.spec
         argv = ["create", "--name", self.name, "--label", f"{LABEL}={session_label()}"]
         argv += ["--network", spec.network, "--memory", spec.memory, "--memory-swap", spec.memory]
@@ -230,7 +274,7 @@ class DockerEnvironment:
             argv += ["--user", spec.user]
         for key, value in spec.env.items():
             argv += ["--env", f"{key}={value}"]
-        return [*argv, "--entrypoint", "sleep", spec.docker.image, "infinity"]
+        return [*argv, "--entrypoint", "sleep", image, "infinity"]
 
     def _workspace_tar(self) -> bytes:
         """The template as a tar below `workdir`, owned by the sandbox's numeric user."""

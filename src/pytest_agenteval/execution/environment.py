@@ -127,7 +127,9 @@ class Environments:
             if self._images is None:
                 self._images = Images()
             name = container_name(_key(task, attempt), self._session)
-            return DockerEnvironment(task.sandbox, name, task.workspace_dir, self._images)
+            return DockerEnvironment(
+                task.sandbox, name, task.workspace_dir, self._images, task.sandbox_build
+            )
         return self.workspaces.create(_key(task, attempt), task.workspace_dir)
 
     def ready(self) -> None:

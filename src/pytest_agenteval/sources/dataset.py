@@ -302,8 +302,22 @@ class TaskDef:
                 "workspace": self._workspace_digest,
                 # only when set, so the digests of tasks written before it stay the same
                 **({"sandbox": self.sandbox.model_dump(mode="json")} if self.sandbox else {}),
+                **({"sandbox_build": self.sandbox_build[1]} if self.sandbox_build else {}),
             }
         )
+
+    @cached_property
+    def sandbox_build(self) -> tuple[Path, str] | None:
+        """The folder a sandbox's `build:` image is made from, and its content digest (the
+        image's tag): a changed Dockerfile is a changed task. None without a `build:`."""
+        build = self.sandbox.docker.build if self.sandbox else None
+        if build is None:
+            return None
+        folder = (self.dataset.root / build).resolve()
+        try:
+            return folder, template_digest(self.dataset.template(folder))
+        except (TemplateError, OSError):
+            return folder, "unreadable"  # the build says why, as the attempt's error
 
     @property
     def sandbox(self) -> SandboxSpec | None:
