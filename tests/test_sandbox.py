@@ -129,6 +129,24 @@ def test_a_sandbox_runs_programs_reads_writes_and_lists_changes(
         environment.read_file("../etc/passwd")
 
 
+def test_a_numeric_user_runs_the_programs_and_owns_the_workspace(
+    image: str, tmp_path: Path
+) -> None:
+    """With `user: "1000:1000"` programs run as that user and the workspace copy is theirs,
+    so the agent can write into it."""
+    (tmp_path / "seed.txt").write_text("seed")
+    spec = SandboxSpec(docker=DockerImage(image=image), user="1000:1000")
+    images = Images()
+    sandbox = DockerEnvironment(spec, f"agenteval-test-user-{os.getpid()}", tmp_path, images)
+    try:
+        done = sandbox.exec(["sh", "-c", "id -u; stat -c %u seed.txt; echo x > new.txt"])
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["1000", "1000"]
+    finally:
+        sandbox.teardown(keep=False)
+        images.wait()
+
+
 def test_the_network_is_off_inside(environment: DockerEnvironment) -> None:
     """With the default `network: none` the container is made without a network and has
     loopback only, so a connection to another address fails."""

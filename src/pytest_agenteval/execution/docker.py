@@ -25,6 +25,7 @@ import socket
 import subprocess
 import tarfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -63,7 +64,7 @@ def docker(
     """Run the docker CLI (`args` after `docker`); a missing CLI or daemon is a clear error."""
     try:
         done = subprocess.run(
-            ["docker", *args], input=input, capture_output=True, timeout=DOCKER_TIMEOUT
+            ["docker", *args], input=input, capture_output=True, timeout=DOCKER_TIMEOUT, env=_env()
         )
     except FileNotFoundError:
         raise SandboxUnavailable(
@@ -77,6 +78,12 @@ def docker(
             "then run again: " + done.stderr.decode(errors="replace").strip(),
         )
     return done
+
+
+def _env() -> dict[str, str]:
+    """An explicit copy of the variables: attempts in flight start docker from pool threads
+    while pytest's main thread rewrites the C environment (see `run_program`)."""
+    return os.environ.copy()
 
 
 def _checked(args: Sequence[str], what: str, *, input: bytes | None = None) -> bytes:
@@ -152,6 +159,25 @@ class Images:
         self._known: dict[str, str | SandboxUnavailable] = {}
         self._lock = threading.Lock()
         self._orphans_checked = False
+        self._removing: list[subprocess.Popen[bytes]] = []
+
+    def remove_later(self, name: str) -> None:
+        """Start removing a container without waiting for it (`wait` does, at the end)."""
+        removal = subprocess.Popen(
+            ["docker", "rm", "-f", name],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=_env(),
+        )
+        with self._lock:
+            self._removing = [r for r in self._removing if r.poll() is None] + [removal]
+
+    def wait(self) -> None:
+        """Wait until the containers being removed are gone."""
+        with self._lock:
+            removing, self._removing = self._removing, []
+        for removal in removing:
+            removal.wait()
 
     def ensure(self, docker: DockerImage, build: tuple[Path, str] | None = None) -> str:
         """The name of the image to start from, pulled or built first when needed; raises
@@ -175,7 +201,10 @@ class Images:
             return image
         try:
             pulled = subprocess.run(
-                ["docker", "pull", "--quiet", image], capture_output=True, timeout=PULL_TIMEOUT
+                ["docker", "pull", "--quiet", image],
+                capture_output=True,
+                timeout=PULL_TIMEOUT,
+                env=_env(),
             )
         except subprocess.TimeoutExpired:
             why = f"the pull gave no answer in {PULL_TIMEOUT:g}s"
@@ -208,6 +237,7 @@ def _build(tag: str, folder: Path) -> str | SandboxUnavailable:
             ["docker", "build", "--tag", tag, str(folder)],
             capture_output=True,
             timeout=BUILD_TIMEOUT,
+            env=_env(),
         )
     except subprocess.TimeoutExpired:
         return SandboxUnavailable(f"sandbox build: {folder} took over {BUILD_TIMEOUT:g}s")
@@ -240,14 +270,14 @@ class DockerEnvironment:
         self.keep_failed = keep_failed
         self._dead: str | None = None
         image = images.ensure(spec.docker, build)
-        _checked(self._create_argv(image), f"creating the container from {image!r}")
+        self._images: Images | None = images
+        _checked(self._run_argv(image), f"starting a container of {image!r}")
         try:
             _checked(
                 ["cp", "--archive", "-", f"{name}:/"],
                 "copying the workspace in",
                 input=self._workspace_tar(),
             )
-            _checked(["start", name], "starting the container")
         except BaseException:
             docker(["rm", "-f", name])
             raise
@@ -259,19 +289,19 @@ class DockerEnvironment:
         """The environment of a container that exists already."""
         made = cls.__new__(cls)
         made.spec, made.name, made.template = spec, name, template
-        made.keep_failed, made._dead = keep_failed, None
+        made.keep_failed, made._dead, made._images = keep_failed, None, None
         return made
 
-    def _create_argv(self, image: str) -> list[str]:
+    def _run_argv(self, image: str) -> list[str]:
+        """`docker run` of a container that waits (`sleep infinity`) for programs to exec;
+        the workspace is copied in before any runs."""
         spec = self.spec
-        argv = ["create", "--name", self.name, "--label", f"{LABEL}={session_label()}"]
+        argv = ["run", "--detach", "--name", self.name, "--label", f"{LABEL}={session_label()}"]
         argv += ["--network", spec.network, "--memory", spec.memory, "--memory-swap", spec.memory]
         argv += ["--pids-limit", str(spec.pids_limit), "--workdir", spec.workdir]
         argv += ["--security-opt", "no-new-privileges", "--init"]
         if spec.cpus is not None:
             argv += ["--cpus", f"{spec.cpus:g}"]
-        if spec.user is not None:
-            argv += ["--user", spec.user]
         for key, value in spec.env.items():
             argv += ["--env", f"{key}={value}"]
         return [*argv, "--entrypoint", "sleep", image, "infinity"]
@@ -317,6 +347,8 @@ class DockerEnvironment:
         if self._dead is not None:
             raise OSError(f"the sandbox {self.name} is gone: {self._dead}")
         command = ["docker", "exec", "--workdir", self.spec.workdir]
+        if self.spec.user is not None:  # the container's own user stays the image's: `cp` needs it
+            command += ["--user", self.spec.user]
         if input is not None:
             command.append("--interactive")
         for key, value in (env or {}).items():
@@ -355,6 +387,7 @@ class DockerEnvironment:
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             info = tarfile.TarInfo(str(target).lstrip("/"))
             info.size, info.mode, info.uid, info.gid = len(data), 0o644, uid, gid
+            info.mtime = int(time.time())
             tar.addfile(info, io.BytesIO(data))
         done = docker(["cp", "--archive", "-", f"{self.name}:/"], input=buffer.getvalue())
         if done.returncode != 0:
@@ -399,8 +432,10 @@ class DockerEnvironment:
             docker(["kill", self.name])
             docker(["rename", self.name, self.name + KEPT_SUFFIX])
             self.name += KEPT_SUFFIX
-            return
-        docker(["rm", "-f", self.name])
+        elif self._images is not None:
+            self._images.remove_later(self.name)
+        else:
+            docker(["rm", "-f", self.name])
 
     def _inside(self, path: str) -> str:
         """`path` as an absolute path below `workdir`; one that leads out of it is refused."""
@@ -427,13 +462,14 @@ def _owner(user: str | None) -> tuple[int, int]:
 
 def _add(tar: tarfile.TarFile, name: str, source: Path | None, uid: int, gid: int) -> None:
     info = tarfile.TarInfo(name)
-    info.uid, info.gid = uid, gid
+    info.uid, info.gid, info.mtime = uid, gid, int(time.time())
     if source is None:
         info.type, info.mode = tarfile.DIRTYPE, 0o755
         tar.addfile(info)
         return
     data = source.read_bytes()
-    info.size, info.mode = len(data), source.stat().st_mode & 0o777
+    stat = source.stat()
+    info.size, info.mode, info.mtime = len(data), stat.st_mode & 0o777, int(stat.st_mtime)
     tar.addfile(info, io.BytesIO(data))
 
 

@@ -142,7 +142,9 @@ class Environments:
         return self.workspaces.existing(_key(task, attempt), task.workspace_dir)
 
     def close(self) -> None:
-        """The session is over."""
+        """The session is over: the sandboxes being removed are gone."""
+        if self._images is not None:
+            self._images.wait()
         self.workspaces.close()
 
 
