@@ -240,6 +240,36 @@ def test_command_agent_and_grader_share_one_container_and_leave_none(
     assert latest_record(pytester.path, "a", 0)["status"] == "pass"
 
 
+def test_a_python_agent_and_grader_act_inside_the_container(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """A Python agent runs programs and writes files in its attempt's container through
+    `task.environment`, a python grader reads them there, and `task.workspace` says that
+    the files are not on this machine."""
+    root = dataset(
+        {"a.yaml": {"input": "x", "graders": [{"python": "checks:made"}]}},
+        manifest={"agent": "agent:run", "defaults": {"sandbox": _sandboxed(image)}},
+    )
+    (root / "agent.py").write_text(
+        "def run(task):\n"
+        "    box = task.environment\n"
+        "    box.write_file('in.txt', b'hello')\n"
+        "    done = box.exec(['sh', '-c', 'tr a-z A-Z < in.txt > out.txt; hostname'])\n"
+        "    assert done.returncode == 0, done.stderr\n"
+        "    try:\n"
+        "        task.workspace\n"
+        "    except Exception as exc:\n"
+        "        return str(exc)\n"
+        "    return 'a host folder'\n"
+    )
+    (root / "checks.py").write_text(
+        "def made(output, environment):\n"
+        "    assert 'not on this machine' in output, output\n"
+        "    return environment.read_file('out.txt') == b'HELLO'\n"
+    )
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+
+
 def test_a_missing_image_errors_each_attempt_and_the_others_run(
     pytester: pytest.Pytester, dataset: DatasetMaker, image: str
 ) -> None:

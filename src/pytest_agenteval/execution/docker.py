@@ -38,8 +38,6 @@ from .workspaces import folder_name
 
 LABEL = "agenteval.session"
 """Label on every container: the session that made it, `host/pid/start time`."""
-KEPT_SUFFIX = "-kept"
-"""Name suffix of a container kept for a person to look at (never removed as an orphan)."""
 NAME_AND_SESSION = '{{.Names}}\t{{.Label "agenteval.session"}}'
 """`docker ps --format` of a container's name and session label."""
 PULL_TIMEOUT = 300.0
@@ -127,7 +125,7 @@ def session_alive(label: str) -> bool:
 
 
 def remove_orphans() -> list[str]:
-    """Remove the containers of this host's sessions that are gone (kept ones stay); their
+    """Remove the containers of this host's sessions that are gone; their
     names."""
     listed = _checked(
         [
@@ -143,7 +141,7 @@ def remove_orphans() -> list[str]:
     gone = []
     for line in listed.decode().splitlines():
         name, _, label = line.partition("\t")
-        if name and not name.endswith(KEPT_SUFFIX) and not session_alive(label):
+        if name and not session_alive(label):
             gone.append(name)
     if gone:
         docker(["rm", "-f", *gone])
@@ -260,14 +258,12 @@ class DockerEnvironment:
         template: Path | None,
         images: Images,
         build: tuple[Path, str] | None = None,
-        keep_failed: bool = False,
     ) -> None:
         """A started container of `spec`'s image (built from `build`, the folder and its
         digest, when it has one) holding a copy of `template`."""
         self.spec = spec
         self.name = name
         self.template = template
-        self.keep_failed = keep_failed
         self._dead: str | None = None
         image = images.ensure(spec.docker, build)
         self._images: Images | None = images
@@ -283,13 +279,11 @@ class DockerEnvironment:
             raise
 
     @classmethod
-    def existing(
-        cls, spec: SandboxSpec, name: str, template: Path | None, keep_failed: bool = False
-    ) -> DockerEnvironment:
+    def existing(cls, spec: SandboxSpec, name: str, template: Path | None) -> DockerEnvironment:
         """The environment of a container that exists already."""
         made = cls.__new__(cls)
         made.spec, made.name, made.template = spec, name, template
-        made.keep_failed, made._dead, made._images = keep_failed, None, None
+        made._dead, made._images = None, None
         return made
 
     def _run_argv(self, image: str) -> list[str]:
@@ -333,7 +327,7 @@ class DockerEnvironment:
 
     @property
     def where(self) -> str:
-        return f"docker container {self.name}"
+        return f"docker container {self.name} (removed when the attempt ends)"
 
     def exec(
         self,
@@ -426,13 +420,9 @@ class DockerEnvironment:
         return found
 
     def teardown(self, keep: bool) -> None:
-        """Remove the container; a failed attempt's is stopped and kept (renamed `-kept`)
-        when the sandbox keeps failed ones."""
-        if keep and self.keep_failed:
-            docker(["kill", self.name])
-            docker(["rename", self.name, self.name + KEPT_SUFFIX])
-            self.name += KEPT_SUFFIX
-        elif self._images is not None:
+        """Remove the container, whatever the outcome (`keep` is for local folders: a
+        container's files are not kept yet)."""
+        if self._images is not None:
             self._images.remove_later(self.name)
         else:
             docker(["rm", "-f", self.name])
