@@ -368,3 +368,24 @@ def test_a_build_folder_is_built_once_tagged_by_its_digest_and_a_failed_build_sa
     )
     pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1, errors=1)
     assert built < _built(), "a changed folder is a new digest, so a new image"
+
+
+@pytest.mark.slow
+def test_sandboxes_under_xdist_workers_with_concurrency(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """Two xdist workers with two attempts in flight each run every attempt in a container
+    of its own, and leave none behind."""
+    tasks = {f"xdist{i}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(4)}
+    dataset(
+        tasks,
+        manifest={
+            "agent": {"command": ["sh", "-c", 'echo -n "$0" > mine && cat mine', "{input}"]},
+            "defaults": {"sandbox": _sandboxed(image)},
+        },
+    )
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "2", "--attempts", "2"
+    )
+    result.assert_outcomes(passed=8)
+    assert _containers("-ds--xdist") == []
