@@ -268,6 +268,8 @@ class DockerEnvironment:
         image = images.ensure(spec.docker, build)
         self._images: Images | None = images
         _checked(self._run_argv(image), f"starting a container of {image!r}")
+        if template is None and _owner(spec.user) == (0, 0):
+            return  # `docker run --workdir` made the empty folder, and it is root's
         try:
             _checked(
                 ["cp", "--archive", "-", f"{name}:/"],
