@@ -108,7 +108,8 @@ def test_a_sandbox_runs_programs_reads_writes_and_lists_changes(
 ) -> None:
     """A sandbox holds a copy of the template at its workdir; programs run there with stdin
     and variables; files are read and written below it; changes are listed against the
-    template; a path out of the workdir is refused."""
+    template; a path out of the workdir is refused; a program that is not there cannot
+    start."""
     assert isinstance(environment, Environment) and environment.local_path is None
     done = environment.exec(
         ["sh", "-c", 'pwd; cat; echo "$WHO"; rm gone.txt; echo 2 > src/calc.txt'],
@@ -127,6 +128,8 @@ def test_a_sandbox_runs_programs_reads_writes_and_lists_changes(
     ]
     with pytest.raises(PermissionError):
         environment.read_file("../etc/passwd")
+    with pytest.raises(OSError, match="no-such-program"):
+        environment.exec(["no-such-program"])
 
 
 def test_a_numeric_user_runs_the_programs_and_owns_the_workspace(

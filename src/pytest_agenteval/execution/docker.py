@@ -355,8 +355,8 @@ class DockerEnvironment:
         if done.timed_out:
             self._dead = f"killed at the timeout of {timeout:g}s"
             docker(["kill", self.name])
-        elif done.returncode in (126, 127) and "executable file not found" in done.stderr:
-            raise OSError(done.stderr.strip())
+        elif done.returncode in (126, 127) and "exec failed" in done.stdout + done.stderr:
+            raise OSError((done.stdout + done.stderr).strip())  # docker says it on stdout
         elif done.returncode == 137 and self._oom_killed():
             return Finished(137, done.stdout, done.stderr + "\n(sandbox: out of memory)", False)
         return done
