@@ -8,6 +8,7 @@ the median wall time and the added seconds per attempt.
 
     python bench/sandbox.py              # 40 attempts, concurrency 1 and 4, median of 3
     python bench/sandbox.py --quick      # 10 attempts, one repeat
+    python bench/sandbox.py --attempts 200 --concurrency 8 --repeats 1   # the issue's size
 """
 
 from __future__ import annotations
@@ -72,8 +73,12 @@ def run(folder: Path, concurrency: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--attempts", type=int, help="attempts per run (default 40)")
+    parser.add_argument("--repeats", type=int, help="runs per side, the median kept (default 3)")
+    parser.add_argument("--concurrency", type=int, action="append", help="default: 1 and 4")
     args = parser.parse_args()
     attempts, repeats = (10, 1) if args.quick else (40, 3)
+    attempts, repeats = args.attempts or attempts, args.repeats or repeats
     with tempfile.TemporaryDirectory(prefix="agenteval-bench-sandbox-") as tmp:
         root = Path(tmp)
         build_image(root)
@@ -81,7 +86,7 @@ def main() -> None:
         print(f"{attempts} attempts (command agent + command grader), median of {repeats}")
         print("| concurrency | host s | sandbox s | added s/attempt |")
         print("|---|---|---|---|")
-        for concurrency in (1, 4):
+        for concurrency in args.concurrency or [1, 4]:
             walls: dict[Path, list[float]] = {host: [], boxed: []}
             for _ in range(repeats):
                 for folder in (host, boxed):
