@@ -267,10 +267,10 @@ class DockerEnvironment:
         self._dead: str | None = None
         image = images.ensure(spec.docker, build)
         self._images: Images | None = images
-        _checked(self._run_argv(image), f"starting a container of {image!r}")
-        if template is None and _owner(spec.user) == (0, 0):
-            return  # `docker run --workdir` made the empty folder, and it is root's
         try:
+            _checked(self._run_argv(image), f"starting a container of {image!r}")
+            if template is None and _owner(spec.user) == (0, 0):
+                return  # `docker run --workdir` made the empty folder, and it is root's
             _checked(
                 ["cp", "--archive", "-", f"{name}:/"],
                 "copying the workspace in",
@@ -308,9 +308,7 @@ class DockerEnvironment:
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             root = self.spec.workdir.strip("/")
-            parts = PurePosixPath(root).parts
-            for depth in range(1, len(parts) + 1):
-                _add(tar, "/".join(parts[:depth]), None, uid, gid)
+            _add(tar, root, None, uid, gid)
             for rel, source in template_entries(self.template) if self.template else []:
                 _add(tar, f"{root}/{rel}", source, uid, gid)
         return buffer.getvalue()
