@@ -273,6 +273,25 @@ def test_a_python_agent_and_grader_act_inside_the_container(
     pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
 
 
+def test_an_interrupted_session_removes_the_containers_it_made(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """Ctrl-C in the middle of an attempt (its container made, its outcome never known)
+    still leaves no container of the session once the session ends."""
+    dataset(
+        {"a.yaml": {"input": "x", "expected": "x"}},
+        manifest={"agent": "agent:run", "defaults": {"sandbox": _sandboxed(image)}},
+    )
+    (pytester.path / "ds/agent.py").write_text(
+        "def run(task):\n"
+        "    task.environment.write_file('started', b'')\n"
+        "    raise KeyboardInterrupt\n"
+    )
+    result = pytester.runpytest("--agenteval", "ds", no_reraise_ctrlc=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert _containers(f"agenteval-{os.getpid()}-ds--") == []  # the run was in this process
+
+
 def test_a_missing_image_errors_each_attempt_and_the_others_run(
     pytester: pytest.Pytester, dataset: DatasetMaker, image: str
 ) -> None:

@@ -158,6 +158,13 @@ class Images:
         self._lock = threading.Lock()
         self._orphans_checked = False
         self._removing: list[subprocess.Popen[bytes]] = []
+        self.alive: set[str] = set()
+        """Containers of this process not torn down yet (an interrupted attempt's)."""
+
+    def started(self, name: str) -> None:
+        """A container of this process is being made (removed at `close` unless torn down)."""
+        with self._lock:
+            self.alive.add(name)
 
     def remove_later(self, name: str) -> None:
         """Start removing a container without waiting for it (`wait` does, at the end)."""
@@ -169,6 +176,16 @@ class Images:
         )
         with self._lock:
             self._removing = [r for r in self._removing if r.poll() is None] + [removal]
+            self.alive.discard(name)
+
+    def close(self) -> None:
+        """The session is over: remove the containers no attempt tore down (Ctrl-C, a stop)
+        and wait until every removal is done."""
+        with self._lock:
+            left, self.alive = sorted(self.alive), set()
+        if left:
+            docker(["rm", "-f", *left])
+        self.wait()
 
     def wait(self) -> None:
         """Wait until the containers being removed are gone."""
@@ -267,6 +284,7 @@ class DockerEnvironment:
         self._dead: str | None = None
         image = images.ensure(spec.docker, build)
         self._images: Images | None = images
+        images.started(name)
         try:
             _checked(self._run_argv(image), f"starting a container of {image!r}")
             if template is None and _owner(spec.user) == (0, 0):
@@ -277,7 +295,7 @@ class DockerEnvironment:
                 input=self._workspace_tar(),
             )
         except BaseException:
-            docker(["rm", "-f", name])
+            images.remove_later(name)
             raise
 
     @classmethod

@@ -144,7 +144,7 @@ class Environments:
     def close(self) -> None:
         """The session is over: the sandboxes being removed are gone."""
         if self._images is not None:
-            self._images.wait()
+            self._images.close()
         self.workspaces.close()
 
 
