@@ -173,6 +173,7 @@ def test_digest_tracks_grading_apart_from_what_the_agent_sees(root: Path) -> Non
         ("tags", ["t"], False),
         ("description", "d", False),
         ("budget", {"max_tokens": 100}, False),
+        ("sandbox", {"docker": {"image": "img:1"}}, True),
     ],
 )
 def test_every_field_is_in_the_digest(
@@ -193,6 +194,7 @@ def test_every_field_is_in_the_digest(
         "description",
         "workspace",
         "budget",
+        "sandbox",
     }
     assert covered == set(TaskSpec.model_fields), "a new TaskSpec field must join the digests"
     base = {"id": "t", "input": "x", "expected": "1"}
@@ -260,3 +262,24 @@ def test_any_yaml_shape_loads_or_fails_cleanly(root: Path, value: object) -> Non
             assert result.render().startswith(str(path))
         else:
             json.dumps(result.spec.model_dump(mode="json"))
+
+
+def test_a_sandbox_build_folder_is_in_the_run_digest(root: Path) -> None:
+    """A changed file in a sandbox's `build:` folder changes what the agent sees (run_digest),
+    so a resume runs those attempts again; a task without a sandbox keeps its digests."""
+    (root / "img").mkdir()
+    (root / "img/Dockerfile").write_text("FROM scratch\n")
+    text = "input: x\nexpected: x\nsandbox: {docker: {build: img}}\n"
+    (before,) = load(root, "t.yaml", text)
+    assert isinstance(before, TaskDef)
+    digest = before.run_digest  # computed now, before the change
+    (root / "img/Dockerfile").write_text("FROM scratch\nENV A=1\n")
+    (after,) = load(root, "t.yaml", text)
+    (plain,) = load(root, "t.yaml", "input: x\nexpected: x\n")
+    (image,) = load(root, "t.yaml", "input: x\nexpected: x\nsandbox: {docker: {image: a}}\n")
+    assert isinstance(before, TaskDef) and isinstance(after, TaskDef)
+    assert isinstance(plain, TaskDef) and isinstance(image, TaskDef)
+    assert digest != after.run_digest
+    assert before.sandbox_build is not None and before.sandbox_build[0] == root / "img"
+    assert plain.sandbox_build is None and image.sandbox_build is None
+    assert len({plain.run_digest, image.run_digest, before.run_digest}) == 3

@@ -18,6 +18,7 @@ from pydantic import (
     PositiveInt,
     Tag,
     field_validator,
+    model_validator,
 )
 
 from .llm import JudgeSettings, ModelPrice
@@ -179,6 +180,44 @@ def normalize_grader(raw: Any) -> Any:
     return raw
 
 
+class DockerImage(UserModel):
+    """A Docker image the sandbox starts from: a named one, or one built from a folder."""
+
+    image: str | None = Field(default=None, min_length=1)
+    """The image's name (`python:3.12-slim`, `my-eval:1`): used when present, else pulled."""
+    build: str | None = Field(default=None, min_length=1)
+    """A folder with a Dockerfile, relative to the dataset root: built once per content
+    digest of the folder and tagged by it (`agenteval-build:<digest>`)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DockerImage:
+        if (self.image is None) == (self.build is None):
+            raise ValueError("name exactly one of `image: NAME` or `build: DIR`")
+        return self
+
+
+class SandboxSpec(UserModel):
+    """Run each attempt's command agent and command graders in a fresh Docker container."""
+
+    docker: DockerImage
+    """The image: `{image: NAME}` or `{build: DIR}`."""
+    workdir: str = Field(default="/workspace", pattern=r"^/")
+    """The container's working directory (`{workspace}`), holding a copy of the task's
+    workspace template."""
+    network: Literal["none", "bridge", "host"] = "none"
+    """The container's network: `none` (default) has no interface but loopback."""
+    cpus: PositiveFloat | None = None
+    """CPUs the container may use (`docker --cpus`); default unbounded."""
+    memory: str = Field(default="1g", pattern=r"^[0-9]+[bkmgBKMG]?$")
+    """Memory the container may use, swap included (`512m`, `2g`); default `1g`."""
+    pids_limit: PositiveInt = 256
+    """Processes the container may run at once."""
+    user: str | None = None
+    """`uid[:gid]` or a name the image knows to run programs as (default: the image's)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables set in the container."""
+
+
 def _graders_before(value: Any) -> Any:
     return [normalize_grader(g) for g in value] if isinstance(value, list) else value
 
@@ -198,6 +237,8 @@ class Defaults(UserModel):
     """Graders for tasks that name none."""
     budget: Budget | None = None
     """What each attempt may use (tokens, cost); a task's own `budget:` limits replace these."""
+    sandbox: SandboxSpec | None = None
+    """The Docker sandbox of every task that names none (default: none, the local machine)."""
 
     _graders = field_validator("graders", mode="before")(_graders_before)
 
@@ -265,6 +306,9 @@ class TaskSpec(UserModel):
     budget: Budget | None = None
     """What each attempt may use (`max_tokens`, `max_cost`; default: the manifest's); usage
     over it makes the attempt an `over_budget` error."""
+    sandbox: SandboxSpec | None = None
+    """A Docker container per attempt for its command agent and command graders (default:
+    the manifest's `defaults.sandbox`, else none)."""
 
     _agent = field_validator("agent", mode="before")(_agent_shorthand)
     _graders = field_validator("graders", mode="before")(_graders_before)

@@ -28,6 +28,7 @@ from .process import Finished, run_program
 if TYPE_CHECKING:
     from ..core.model import Task
     from ..sources.dataset import TaskDef
+    from .docker import Images
     from .workspaces import Workspaces
 
 Change = Literal["added", "modified", "deleted"]
@@ -106,18 +107,29 @@ MakeEnvironment = Callable[["TaskDef", int], "Environment | None"]
 
 
 class Environments:
-    """The one factory of attempts' environments: a plugin's, else a local folder. (Here a
-    task's `sandbox:` will choose a container.)"""
+    """The one factory of attempts' environments: a plugin's, else a Docker container when
+    the task has a `sandbox:`, else a local folder."""
 
     def __init__(self, workspaces: Workspaces, plugins: MakeEnvironment | None = None) -> None:
         self.workspaces = workspaces
         self._plugins = plugins
+        self._session = os.getpid()  # a forked agent's container is named for its session
+        self._images: Images | None = None
 
     def create(self, task: TaskDef, attempt: int) -> Environment:
         """A fresh environment for one attempt, holding a copy of the task's template."""
         made = self._plugins(task, attempt) if self._plugins is not None else None
         if made is not None:
             return made
+        if task.sandbox is not None:
+            from .docker import DockerEnvironment, Images, container_name
+
+            if self._images is None:
+                self._images = Images()
+            name = container_name(_key(task, attempt), self._session)
+            return DockerEnvironment(
+                task.sandbox, name, task.workspace_dir, self._images, task.sandbox_build
+            )
         return self.workspaces.create(_key(task, attempt), task.workspace_dir)
 
     def ready(self) -> None:
@@ -130,7 +142,9 @@ class Environments:
         return self.workspaces.existing(_key(task, attempt), task.workspace_dir)
 
     def close(self) -> None:
-        """The session is over."""
+        """The session is over: the sandboxes being removed are gone."""
+        if self._images is not None:
+            self._images.close()
         self.workspaces.close()
 
 

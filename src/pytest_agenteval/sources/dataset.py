@@ -22,7 +22,14 @@ from ..core.errors import (
     TaskFileErrors,
     TemplateError,
 )
-from ..core.model import Budget, GraderSpec, Manifest, TaskSpec, effective_budget
+from ..core.model import (
+    Budget,
+    GraderSpec,
+    Manifest,
+    SandboxSpec,
+    TaskSpec,
+    effective_budget,
+)
 from ..core.text import excerpt
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
 from .sourced import one_failure_per_problem
@@ -293,13 +300,38 @@ class TaskDef:
                 if spec.agent
                 else None,
                 "workspace": self._workspace_digest,
+                # only when set, so the digests of tasks written before it stay the same
+                **({"sandbox": self.sandbox.model_dump(mode="json")} if self.sandbox else {}),
+                **({"sandbox_build": self.sandbox_build[1]} if self.sandbox_build else {}),
             }
         )
+
+    @cached_property
+    def sandbox_build(self) -> tuple[Path, str] | None:
+        """The folder a sandbox's `build:` image is made from, and its content digest (the
+        image's tag): a changed Dockerfile is a changed task. None without a `build:`."""
+        build = self.sandbox.docker.build if self.sandbox else None
+        if build is None:
+            return None
+        folder = (self.dataset.root / build).resolve()
+        try:
+            return folder, template_digest(self.dataset.template(folder))
+        except (TemplateError, OSError):
+            return folder, "unreadable"  # the build says why, as the attempt's error
+
+    @property
+    def sandbox(self) -> SandboxSpec | None:
+        """The task's Docker sandbox, else the manifest's default, else None (the host)."""
+        return self.spec.sandbox or self.dataset.manifest.defaults.sandbox
 
     @property
     def regradable(self) -> bool:
         """Whether a recorded output can be judged again without the agent's workspace."""
-        return self.workspace_dir is None and all(g.type != "command" for g in self.grader_specs)
+        return (
+            self.workspace_dir is None
+            and self.sandbox is None
+            and all(g.type != "command" for g in self.grader_specs)
+        )
 
     @cached_property
     def workspace_dir(self) -> Path | None:

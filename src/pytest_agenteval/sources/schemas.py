@@ -119,7 +119,17 @@ def _user_defs() -> dict[str, Schema]:
         defs["Defaults"]["properties"]["graders"], _graders_or_null()
     )
     _grader_defs(defs)
+    _docker_image(defs)
     return defs
+
+
+def _docker_image(defs: dict[str, Schema]) -> None:
+    """A sandbox's image: exactly one of `image: NAME` and `build: DIR`, each a string."""
+    image = defs["DockerImage"]
+    for prop in image["properties"].values():
+        prop.pop("default", None)
+        prop["type"] = "string"
+    image["oneOf"] = [{"required": ["image"]}, {"required": ["build"]}]
 
 
 def _task_schema(task: Schema) -> Schema:
