@@ -28,6 +28,7 @@ from .summary import (
     Summary,
     TaskSummary,
     Totals,
+    gc_paused,
     narrowed_words,
     task_passes,
 )
@@ -61,7 +62,8 @@ def write_reports(summary: Summary, out_dir: Path, rule: str) -> list[Path]:
 
 def write_json(summary: Summary, out: TextIO) -> None:
     """Indented at the top, one line per task: readable, fast (C encoder), written as it goes."""
-    data = summary.to_json()
+    with gc_paused():  # a dict per task and attempt, no cycle: see `build_summary`
+        data = summary.to_json()
     tasks = data.pop("tasks")
     text = json.dumps({**data, "tasks": []}, indent=1, ensure_ascii=False)
     before, _, after = text.rpartition('"tasks": []')  # the last key
