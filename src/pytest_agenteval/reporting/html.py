@@ -389,7 +389,7 @@ def _problems(summary: Summary) -> str:
     for error in summary.agent_errors:
         items.append(("agent error", f"{error.attempts} attempts not run", error.message))
     for load in summary.load_errors:
-        items.append(("load error", load.get("label") or load["path"], load["message"]))
+        items.append(("load error", load.name, load.message))
     for damage in summary.store_problems:
         items.append(("store damage", damage.where, f"{damage.problem}; {damage.effect}"))
     if not items:

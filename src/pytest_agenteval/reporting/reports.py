@@ -23,6 +23,7 @@ from .regression import regression_lines
 from .spend import spend_lines
 from .summary import (
     AgentErrorSummary,
+    LoadErrorSummary,
     Metrics,
     StoreProblemSummary,
     Summary,
@@ -143,7 +144,7 @@ def render_markdown(summary: Summary, rule: str) -> str:
     if broken:
         heading = f"**{_plural(len(broken), 'task')} could not be loaded** (not evaluated):"
         lines += ["", heading, ""]
-        lines += [f"- {_md(_label(e))}: {_md(excerpt(e['message'], 300))}" for e in broken]
+        lines += [f"- {_md(e.name)}: {_md(excerpt(e.message, 300))}" for e in broken]
     for damage in summary.store_problems:
         lines.append(
             f"\n**store damage** `{_md(damage.where)}`: {_md(damage.problem)}; {_md(damage.effect)}"
@@ -290,11 +291,6 @@ def _first_line(text: str) -> str:
     return text.partition("\n")[0]
 
 
-def _label(error: dict[str, str]) -> str:
-    """A load error's task: its id, or its file when no id could be read."""
-    return error.get("label") or error["path"]
-
-
 # --- JUnit (one testcase per task) -------------------------------------------------------------
 
 
@@ -385,14 +381,14 @@ def _task_case(
     )
 
 
-def _load_error_case(error: dict[str, str], dataset: str) -> str:
+def _load_error_case(error: LoadErrorSummary, dataset: str) -> str:
     """A task that could not be loaded: an <error> testcase named after it, whose message is
     the `file:line: at field: problem` line, so CI counts a broken task file as an error."""
-    message = error["message"]
+    message = error.message
     element = ET.Element("error", message=xml_safe(_first_line(message)), type="load error")
     element.text = xml_safe(message)
-    name = quoteattr(xml_safe(_label(error)))
-    classname = quoteattr(xml_safe(error.get("dataset") or dataset))
+    name = quoteattr(xml_safe(error.name))
+    classname = quoteattr(xml_safe(error.dataset or dataset))
     return (
         f'<testcase name={name} classname={classname} time="0.000">'
         f"{ET.tostring(element, encoding='unicode')}</testcase>"
@@ -443,7 +439,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
     if broken:
         lines.append(f"{_plural(len(broken), 'task')} could not be loaded (not evaluated):")
         shown_errors = broken if verbose else broken[:LOWEST_SHOWN]
-        lines += [f"  {_label(e)}: {_first_line(e['message'])}" for e in shown_errors]
+        lines += [f"  {e.name}: {_first_line(e.message)}" for e in shown_errors]
         if len(broken) > len(shown_errors):
             lines.append(f"  ... {len(broken) - len(shown_errors)} more (-v shows all)")
     usage = _usage_line(summary.totals)

@@ -98,6 +98,24 @@ class Metrics(_Frozen):
     statistics explanation in the docs); null below 3 tasks."""
 
 
+class LoadErrorSummary(_Frozen):
+    """A task (or task file) that could not be loaded: not evaluated, and it fails the gate."""
+
+    dataset: str = ""
+    """The dataset the file is in."""
+    label: str = ""
+    """The task's id, or its file when no id could be read."""
+    path: str
+    """The task file."""
+    message: str
+    """`file:line: at field: problem`, and a `Hint:` line when something is close."""
+
+    @property
+    def name(self) -> str:
+        """What reports call the task: its id, else its file."""
+        return self.label or self.path
+
+
 class StoreProblemSummary(_Frozen):
     """Damage found in the run store; the summary was made without what it hides."""
 
@@ -261,8 +279,8 @@ class Summary(_Frozen):
     """The same metrics per tag, over the tasks that have it."""
     tasks: list[TaskSummary]
     """Each task's counts, pass@k and attempts, lowest pass rate first."""
-    load_errors: list[dict[str, str]] = []
-    """Tasks that could not be loaded: dataset, label (task id or file), path, message."""
+    load_errors: list[LoadErrorSummary] = []
+    """Tasks that could not be loaded."""
     store_problems: list[StoreProblemSummary] = []
     """Damage in the run store found while the run was resumed or summarized."""
     pricing: PricingSummary | None = None
