@@ -114,4 +114,4 @@ def test_the_summary_is_frozen() -> None:
     """Every report reads the same summary: its fields cannot be set."""
     summary = Summary.model_validate_json((EXPECTED / "ex1" / "summary.json").read_bytes())
     with pytest.raises(ValueError, match="frozen"):
-        summary.tasks[0].n = 0  # type: ignore[misc]
+        summary.tasks[0].n = 0
