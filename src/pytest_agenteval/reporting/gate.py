@@ -41,7 +41,7 @@ def gate(
     if min_pass_rate is None:
         if fall:
             return GateResult(keep, "gate NOT met: " + fall)
-        only_errors = exitstatus == FAILED and not summary.counts["fail"] and not problems
+        only_errors = exitstatus == FAILED and not summary.counts.fail and not problems
         return GateResult(OK if allow_errors and only_errors else None)
     rate = summary.metrics.pass_at_k.get("1") or 0.0
     if rate < min_pass_rate:
@@ -70,7 +70,7 @@ def _problems(
     loads = len(summary.load_errors)
     if loads:
         problems.append(f"{loads} task(s) could not be loaded")
-    errors = summary.counts["error"]
+    errors = summary.counts.error
     if errors and not allow_errors:
         problems.append(f"{errors} attempt(s) errored ({flag_prefix}allow-errors accepts them)")
     if other_failures:

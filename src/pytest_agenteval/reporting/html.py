@@ -265,15 +265,16 @@ def _headline(summary: Summary) -> str:
         ("pass@1", _pass_at_1(m)),
         ("tasks", f"{m.n_tasks}{_not_loaded(summary)}"),
         ("attempts", f"{summary.n_attempts}"),
-        ("passed / failed / errors", f"{counts['pass']} / {counts['fail']} / {counts['error']}"),
-        *([("over budget", str(counts["over_budget"]))] if counts.get("over_budget") else []),
+        ("passed / failed / errors", f"{counts.passed} / {counts.fail} / {counts.error}"),
+        *([("over budget", str(counts.over_budget))] if counts.over_budget else []),
         ("tokens in / out", f"{_int(tot.input_tokens)} / {_int(tot.output_tokens)}"),
         ("cost", "n/a" if tot.cost is None else f"{tot.cost:.4f}"),
         ("duration p50 / p95", f"{_sec(tot.duration_p50)} / {_sec(tot.duration_p95)}"),
     ]
-    session = [f"{counts[k]} {k}" for k in ("run", "reused", "regraded") if counts.get(k)]
-    if counts.get("load_error"):
-        session.append(f"{counts['load_error']} load errors")
+    done = (("run", counts.run), ("reused", counts.reused), ("regraded", counts.regraded))
+    session = [f"{n} {what}" for what, n in done if n]
+    if counts.load_error:
+        session.append(f"{counts.load_error} load errors")
     fingerprint = _fingerprint(summary.agent.fingerprint)
     narrowed = narrowed_words(summary)
     return f"""<header>

@@ -23,6 +23,7 @@ from .regression import regression_lines
 from .spend import spend_lines
 from .summary import (
     AgentErrorSummary,
+    Counts,
     LoadErrorSummary,
     Metrics,
     StoreProblemSummary,
@@ -273,13 +274,14 @@ def _pass_rate(task: TaskSummary) -> tuple[float, str]:
     return (task.c / task.n if task.n else 0.0, task.task_id)
 
 
-def _counts_line(counts: dict[str, int]) -> str:
-    text = f"{counts['pass']} passed, {counts['fail']} failed, {_plural(counts['error'], 'error')}"
-    if counts.get("over_budget"):
-        text += f" ({counts['over_budget']} over budget)"
-    if counts.get("load_error"):
-        text += f", {_plural(counts['load_error'], 'load error')}"
-    extra = [f"{counts[k]} {k}" for k in ("reused", "regraded") if counts.get(k)]
+def _counts_line(counts: Counts) -> str:
+    text = f"{counts.passed} passed, {counts.fail} failed, {_plural(counts.error, 'error')}"
+    if counts.over_budget:
+        text += f" ({counts.over_budget} over budget)"
+    if counts.load_error:
+        text += f", {_plural(counts.load_error, 'load error')}"
+    done = (("reused", counts.reused), ("regraded", counts.regraded))
+    extra = [f"{n} {what}" for what, n in done if n]
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -327,7 +329,7 @@ def _junit_document(summary: Summary, rule: str, kinds: list[str], time: float) 
         ("pass_power_k", json.dumps(rounded_values(m.pass_power_k))),
         ("pass_at_1_stderr", m.pass_at_1_stderr),
         ("pass_at_1_ci95", json.dumps([shown(v) for v in ci95] if ci95 else None)),
-        *((f"count_{k}", v) for k, v in summary.counts.items()),
+        *((f"count_{k}", v) for k, v in summary.counts.model_dump(by_alias=True).items()),
         *((("narrowed", narrowed),) if narrowed else ()),
     ):
         suite.add_property(name, xml_safe(str(shown(value))))
@@ -421,7 +423,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
         f"run {summary.run_id} ({summary.status}) · dataset {ds.name} {ds.version} · "
         f"{_plural(m.n_tasks, 'task')}, {_plural(summary.n_attempts, 'attempt')}",
         *([f"{narrowed}: the metrics cover these attempts only"] if narrowed else []),
-        _counts_line(counts) + (f"; {counts.get('run', 0)} run now" if "run" in counts else ""),
+        _counts_line(counts) + (f"; {counts.run} run now" if counts.run is not None else ""),
         *_agent_error_lines(summary.agent_errors),
     ]
     if m.pass_at_k:

@@ -10,7 +10,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from ..store.index import IndexRow
 from ..store.runs import RunInfo
@@ -159,6 +165,35 @@ class AgentSummary(_Frozen):
     declared `version`."""
 
 
+class Counts(_Frozen):
+    """Attempts by outcome over the run, and what the last session did; a session count is
+    absent (null here) when the last session did not say."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="allow")
+
+    passed: int = Field(alias="pass")
+    """Attempts that passed."""
+    fail: int
+    """Attempts that failed."""
+    error: int
+    """Attempts that ended in an error."""
+    over_budget: int = 0
+    """The errors whose agent used more than the task's `budget:` allows."""
+    reused: int | None = None
+    """Attempts the last session reused as they were recorded."""
+    regraded: int | None = None
+    """Attempts the last session graded again without calling the agent."""
+    run: int | None = None
+    """Attempts the last session ran."""
+    load_error: int | None = None
+    """Tasks (or task files) that could not be loaded in the last session."""
+
+    @model_serializer(mode="wrap")
+    def _present(self, handler: SerializerFunctionWrapHandler) -> dict[str, int]:
+        """summary.json leaves out the session counts the last session did not give."""
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
 class Totals(_Frozen):
     """Sums and percentiles over the run's attempts; null when no attempt reported the value."""
 
@@ -267,7 +302,7 @@ class Summary(_Frozen):
     """Agents that could not be built; their attempts did not run and are not recorded."""
     n_attempts: int
     """Attempts recorded in the run."""
-    counts: dict[str, int]
+    counts: Counts
     """pass / fail / error over the run, and over_budget: the errors whose agent used more than
     the task's `budget:` allows; reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
