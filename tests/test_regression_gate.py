@@ -2,18 +2,47 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from helpers import DatasetMaker, summary_of, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.reporting.gate import gate
 from pytest_agenteval.reporting.regression import regression_block, regression_lines
+from pytest_agenteval.reporting.summary import Summary
 
 RUNS = ".pytest_cache/agenteval/runs"
 REASON = (
     "pass@1 fell by 0.667 against baseline base (95 % interval -0.917 to -0.417, paired "
     "bootstrap over tasks), more than --agenteval-max-regression 0"
 )
+
+
+def made(tasks: list[tuple[str, str, int, int]], **top: Any) -> Summary:
+    """A summary holding these (dataset, task id, n, c) tasks, and `top`'s fields."""
+    return Summary.model_validate(
+        {
+            "run_id": "base",
+            "dataset": {"name": "ds", "version": "1"},
+            "datasets": [{"name": "ds", "version": "1"}],
+            "agent": {"label": "a", "fingerprint": {}},
+            "created_at": 0.0,
+            "finished_at": 0.0,
+            "status": "complete",
+            "n_attempts": sum(n for _, _, n, _ in tasks),
+            "counts": {"pass": 0, "fail": 0, "error": 0},
+            "metrics": {"pass_at_k": {}, "pass_power_k": {}, "tasks_per_k": {}, "n_tasks": 0},
+            "totals": {},
+            "tags": {},
+            "tasks": [
+                {"dataset": d, "task_id": t, "tags": [], "n": n, "c": c, "errors": 0}
+                | {"pass_at_k": {}, "pass_power_k": {}, "attempts": []}
+                for d, t, n, c in tasks
+            ],
+            **top,
+        }
+    )
 
 
 def baseline(pytester: pytest.Pytester, dataset: DatasetMaker, n: int) -> None:
@@ -119,15 +148,14 @@ def test_bad_baseline_is_a_usage_error(pytester: pytest.Pytester, dataset: Datas
 
 def test_both_gates_apply() -> None:
     """A pass rate that meets --agenteval-min-pass-rate does not hide a significant fall."""
-    base = {"tasks": [{"dataset": "ds", "task_id": f"t{i}", "n": 1, "c": 1} for i in range(10)]}
-    tasks = [{"dataset": "ds", "task_id": f"t{i}", "n": 1, "c": int(i >= 6)} for i in range(10)]
-    summary = {
-        "status": "complete",
-        "counts": {"pass": 4, "fail": 6, "error": 0},
-        "metrics": {"pass_at_k": {"1": 0.4}},
-        "tasks": tasks,
-    }
-    summary["regression"] = regression_block(summary, base, "base", 0.1)
+    base = made([("ds", f"t{i}", 1, 1) for i in range(10)])
+    summary = made(
+        [("ds", f"t{i}", 1, int(i >= 6)) for i in range(10)],
+        counts={"pass": 4, "fail": 6, "error": 0},
+        metrics={"pass_at_k": {"1": 0.4}, "pass_power_k": {}, "tasks_per_k": {}, "n_tasks": 10},
+    )
+    block = regression_block(summary, base, "base", 0.1)
+    summary = summary.model_copy(update={"regression": block})
     result = gate(summary, min_pass_rate=0.3, allow_errors=False, other_failures=0, exitstatus=1)
     assert result.exitstatus == 1 and result.message is not None
     assert result.message.startswith("gate NOT met: pass@1 fell by 0.600 against baseline base")
@@ -137,10 +165,10 @@ def test_both_gates_apply() -> None:
 def test_a_baseline_sharing_no_task_says_nothing_was_compared() -> None:
     """A baseline of another dataset (or with renamed tasks) cannot fail the gate; the verdict
     says that nothing was compared instead of a bare `passed`."""
-    base = {"tasks": [{"dataset": "other", "task_id": "t0", "n": 1, "c": 1}]}
-    summary = {"tasks": [{"dataset": "ds", "task_id": "t0", "n": 1, "c": 0}]}
+    base = made([("other", "t0", 1, 1)])
+    summary = made([("ds", "t0", 1, 0)])
     block = regression_block(summary, base, "base", 0.0)
-    assert not block["failed"] and block["shared_tasks"] == 0
+    assert not block.failed and block.shared_tasks == 0
     assert regression_lines(block, verbose=False)[0] == (
         "regression gate against baseline base: passed, but nothing was compared: no task is "
         "in both runs (is the baseline a run of these datasets?)"

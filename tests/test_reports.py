@@ -337,10 +337,13 @@ def test_every_report_of_a_narrowed_run_says_by_what_and_how_much(
 def test_narrowed_words_name_the_shard_and_the_selection() -> None:
     """A shard run says which shard it is, beside what else narrowed it; a whole run says
     nothing."""
-    assert narrowed_words({"shard": "1/3"}) == "narrowed by shard 1/3"
-    both = {"shard": "2/3", "narrowed_by": "-m 'slow' (2 of 9 attempts)"}
+    run = RunInfo("r1", [{"name": "ds", "version": "1"}], {}, 0.0, 0.0, 0, 0, "complete", [])
+    whole = build_summary(run, [], ks=None, session_counts={}, status="complete")
+    shard = whole.model_copy(update={"shard": "1/3"})
+    assert narrowed_words(shard) == "narrowed by shard 1/3"
+    both = whole.model_copy(update={"shard": "2/3", "narrowed_by": "-m 'slow' (2 of 9 attempts)"})
     assert narrowed_words(both) == "narrowed by -m 'slow' (2 of 9 attempts), shard 2/3"
-    assert narrowed_words({"narrowed_by": None, "shard": None}) is None
+    assert narrowed_words(whole) is None
 
 
 def test_a_rerendered_summary_equals_the_sessions(
@@ -378,7 +381,7 @@ def test_finish_run_fails_the_gate_of_a_run_whose_reports_cannot_be_written(
     run = RunInfo("r1", [{"name": "ds", "version": "1"}], {}, 0.0, 0.0, 2, 2, "complete", [])
     summary = build_summary(run, rows, ks=None, session_counts={}, status="complete")
     rule = GateRule(min_pass_rate=0.5, allow_errors=False)
-    good = finish_run(dict(summary), out_dir=tmp_path / "out", task_rule="any", rule=rule)
+    good = finish_run(summary, out_dir=tmp_path / "out", task_rule="any", rule=rule)
     assert not good.failures and [p.name for p in good.written] == [
         "summary.json",
         "summary.md",
@@ -390,8 +393,8 @@ def test_finish_run_fails_the_gate_of_a_run_whose_reports_cannot_be_written(
     (tmp_path / "file").write_text("")
     page = tmp_path / "page.html"
 
-    def write_page(summary: dict[str, Any]) -> Path:
-        page.write_text(summary["status"])
+    def write_page(summary: Summary) -> Path:
+        page.write_text(summary.status)
         return page
 
     bad = finish_run(
@@ -402,6 +405,7 @@ def test_finish_run_fails_the_gate_of_a_run_whose_reports_cannot_be_written(
         rule=rule,
     )
     assert isinstance(bad.failures[0], ReportError) and bad.written == [page]
-    assert summary["status"] == page.read_text() == "interrupted"
+    assert bad.summary.status == page.read_text() == "interrupted"
+    assert summary.status == "complete"  # the summary given is frozen: a new one says it
     assert bad.gate is not None and bad.gate.message is not None
     assert bad.gate.message.startswith("gate NOT met: the run is interrupted")

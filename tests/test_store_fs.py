@@ -10,14 +10,13 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from helpers import WORKERS, DatasetMaker, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.reporting.reports import write_reports
-from pytest_agenteval.reporting.summary import build_summary
+from pytest_agenteval.reporting.summary import Summary, build_summary
 from pytest_agenteval.store.runs import IndexRow, RunInfo, Store
 from test_store import record
 
@@ -152,7 +151,7 @@ def test_an_unwritable_report_folder_interrupts_the_run(
     assert '"status": "interrupted"' in (store.runs_dir / info.run_id / "run.json").read_text()
 
 
-def sample_summary() -> dict[str, Any]:
+def sample_summary() -> Summary:
     row = IndexRow(("ds", "t", 0), "", "", "pass", 1.0, 0.1, None, None, None, (), "ok", None, "")
     run = RunInfo("r1", [{"name": "ds", "version": "1"}], {}, 0.0, 0.0, 1, 1, "complete", [])
     return build_summary(run, [row], ks=None, session_counts={}, status="complete")

@@ -12,13 +12,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .core import options
 from .core.errors import AgentevalError
 
 if TYPE_CHECKING:
+    from .reporting.summary import Summary
     from .store.runs import Store
 
 SIGPIPE_EXIT = 141
@@ -243,7 +244,7 @@ def _report(args: argparse.Namespace) -> int:
     summary = run_summary(store, run_id, args.pass_k)  # a run that is not there: RunRefError
     _print_damage(store)
 
-    def html_page(summary: dict[str, Any]) -> Path:
+    def html_page(summary: Summary) -> Path:
         from .reporting.html import attempt_details, write_html
 
         return write_html(summary, attempt_details(store, run_id), args.html)

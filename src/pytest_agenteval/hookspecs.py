@@ -9,6 +9,7 @@ import pytest
 
 if TYPE_CHECKING:
     from .core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
+    from .reporting.summary import Summary
 
 
 @pytest.hookspec(firstresult=True)
@@ -54,6 +55,11 @@ def pytest_agenteval_record_committed(record: dict[str, Any], config: pytest.Con
     """An attempt record was committed to the run store (controller only)."""
 
 
-def pytest_agenteval_summary(summary: dict[str, Any], config: pytest.Config) -> None:
-    """The run summary (summary.json as a dict, to read, not to change) is ready (controller
-    only, at session end)."""
+def pytest_agenteval_summary(summary: Summary, config: pytest.Config) -> None:
+    """The run summary is ready (controller only, at session end).
+
+    `summary` is the frozen `pytest_agenteval.reporting.summary.Summary` that summary.json is
+    written from: read its attributes (`summary.metrics.pass_at_k["1"]`, `summary.tasks`);
+    setting one raises a pydantic `ValidationError`. `summary.model_dump(by_alias=True)`
+    gives summary.json's content as a plain dict: what this hook received before (see the
+    changelog)."""

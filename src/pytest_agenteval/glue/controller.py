@@ -9,7 +9,6 @@ import contextlib
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,6 +16,7 @@ from ..core import options
 from ..core.errors import StoreError
 from ..core.model import Key
 from ..reporting.runref import RunRefError, load_summary
+from ..reporting.summary import Summary
 from ..store.lifecycle import RunRequest, open_run
 from ..store.locate import resolve_cache_dir
 from ..store.runs import Store
@@ -73,7 +73,7 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
         config.pluginmanager.register(XdistHooks(runtime, recorder), "agenteval-xdist")
 
 
-def read_baseline(settings: Settings, store: Store) -> dict[str, Any] | None:
+def read_baseline(settings: Settings, store: Store) -> Summary | None:
     """The regression gate's baseline summary; a baseline that cannot be had is a usage
     error now, not a traceback at the session's end."""
     if settings.baseline is None:

@@ -20,7 +20,7 @@ from ..reporting.finish import GateRule, finish_run
 from ..reporting.html import attempt_details, write_html
 from ..reporting.regression import regression_block
 from ..reporting.reports import store_damage_lines, terminal_lines
-from ..reporting.summary import build_summary
+from ..reporting.summary import Summary, build_summary
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, count_actions
 from ..store.runs import Store
@@ -39,7 +39,7 @@ class Reporter:
         store: Store,
         run: OpenRun,
         recorder: Recorder,
-        baseline: dict[str, Any] | None = None,
+        baseline: Summary | None = None,
     ):
         self.runtime = runtime
         self.baseline = baseline
@@ -49,7 +49,7 @@ class Reporter:
         self.run = run
         self.recorder = recorder
         self.dry = recorder.dry
-        self.summary: dict[str, Any] | None = None
+        self.summary: Summary | None = None
         self.written: list[Path] = []
         self.gate_message: str | None = None
         self.dry_plan: dict[Key, Decision] = {}
@@ -108,7 +108,8 @@ class Reporter:
         )
         for failure in finished.failures:
             self.recorder.failed(failure)
-        self.written, status = finished.written, self.summary["status"]
+        self.summary = finished.summary
+        self.written, status = finished.written, finished.summary.status
         config = session.config
         config.hook.pytest_agenteval_summary(summary=self.summary, config=config)
         session_entry = {
@@ -116,8 +117,8 @@ class Reporter:
             "exitstatus": int(exitstatus),
             "counts": self._session_counts(),
             "load_errors": self.recorder.load_errors,
-            "agent_errors": self.summary["agent_errors"],
-            "regression": self.summary.get("regression"),
+            "agent_errors": [e.model_dump() for e in self.summary.agent_errors],
+            "regression": self.summary.regression and self.summary.regression.model_dump(),
         }
         try:
             self.store.finish_run(self.run.run_id, status, session_entry)
@@ -131,7 +132,7 @@ class Reporter:
         if self.recorder.failures:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
 
-    def _html_writer(self) -> Callable[[dict[str, Any]], Path] | None:
+    def _html_writer(self) -> Callable[[Summary], Path] | None:
         """What writes the HTML report (`--agenteval-html`), with every stored attempt's
         details read back from the store; None when it is not asked for."""
         path = self.settings.html_file
@@ -193,12 +194,13 @@ class Reporter:
             store_problems=[p.as_dict() for p in self.store.problems],
         )
         if self.baseline is not None and self.settings.baseline is not None:
-            self.summary["regression"] = regression_block(
+            block = regression_block(
                 self.summary,
                 self.baseline,
                 self.settings.baseline,
                 self.settings.max_regression or 0.0,
             )
+            self.summary = self.summary.model_copy(update={"regression": block})
         return status
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -208,7 +210,7 @@ class Reporter:
                 tr.write_sep("=", "agenteval plan")
                 for line in plan_lines(self.dry_plan, self.run.run_id):
                     tr.write_line(line)
-                for line in store_damage_lines([p.as_dict() for p in self.store.problems]):
+                for line in store_damage_lines(self.store.problems):
                     tr.write_line(line)
             return
         if self.run.dropped:
@@ -222,7 +224,7 @@ class Reporter:
         if self.written:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
         stop = self._stop()
-        if stop is not None and self.summary is not None and self.summary["status"] == stop.kind:
+        if stop is not None and self.summary is not None and self.summary.status == stop.kind:
             then = "--resume-suite runs them"
             if stop.kind == "budget":
                 then = budget_line(self.recorder.budget)

@@ -62,7 +62,7 @@ def diff(store: Store | None, base: str, new: str, cwd: Path) -> Diff:
     """Compare two runs (run ids, run folders or summary.json files)."""
     before = load_summary(base, store, cwd)
     after = load_summary(new, store, cwd)
-    return compare(task_rates(before["tasks"]), task_rates(after["tasks"]))
+    return compare(task_rates(before.tasks), task_rates(after.tasks))
 
 
 @contextlib.contextmanager

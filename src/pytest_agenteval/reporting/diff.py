@@ -16,9 +16,9 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from .metrics import INTERVAL_METHOD, mean_interval, rate_variance
+from .summary import TaskSummary
 
 RESAMPLES = 10_000
 SEED = 20_260_101
@@ -96,9 +96,9 @@ class Diff:
     unchanged: int = 0
 
 
-def task_rates(tasks: Iterable[Mapping[str, Any]]) -> dict[TaskKey, TaskRate]:
+def task_rates(tasks: Iterable[TaskSummary]) -> dict[TaskKey, TaskRate]:
     """(dataset, task id) → counts, from summary.json's `tasks` entries."""
-    return {(t["dataset"], t["task_id"]): TaskRate(int(t["n"]), int(t["c"])) for t in tasks}
+    return {(t.dataset, t.task_id): TaskRate(t.n, t.c) for t in tasks}
 
 
 def compare(

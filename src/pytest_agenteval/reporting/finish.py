@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..core.errors import ReportError, StoreError
 from .gate import GateResult, gate
 from .reports import write_reports
+from .summary import Summary
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class GateRule:
 class Finished:
     """What ending the run wrote and decided."""
 
+    summary: Summary
+    """The summary as it ended: `interrupted` when a report could not be written."""
     written: list[Path] = field(default_factory=list)
     failures: list[ReportError | StoreError] = field(default_factory=list)
     """Reports that could not be written (what was written stays); the caller says why."""
@@ -35,11 +37,11 @@ class Finished:
 
 
 def finish_run(
-    summary: dict[str, Any],
+    summary: Summary,
     *,
     out_dir: Path | None,
     task_rule: str,
-    html: Callable[[dict[str, Any]], Path] | None = None,
+    html: Callable[[Summary], Path] | None = None,
     rule: GateRule | None = None,
     exitstatus: int = 0,
     other_failures: int = 0,
@@ -56,14 +58,14 @@ def finish_run(
             written += write_reports(summary, out_dir, task_rule)
         except ReportError as exc:
             failures.append(exc)
-            summary["status"] = "interrupted"
+            summary = summary.model_copy(update={"status": "interrupted"})
     if html is not None:
         try:
             written.append(html(summary))
         except (ReportError, StoreError) as exc:
             failures.append(exc)
     if rule is None:
-        return Finished(written, failures)
+        return Finished(summary, written, failures)
     result = gate(
         summary,
         min_pass_rate=rule.min_pass_rate,
@@ -72,4 +74,4 @@ def finish_run(
         exitstatus=exitstatus,
         flag_prefix=rule.flag_prefix,
     )
-    return Finished(written, failures, result)
+    return Finished(summary, written, failures, result)

@@ -7,9 +7,9 @@ loaded, or (unless allowed) an attempt that errored fails it, whatever pass@1 sa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from .regression import regression_problem
+from .summary import Summary
 
 OK, FAILED = 0, 1
 
@@ -22,7 +22,7 @@ class GateResult:
 
 
 def gate(
-    summary: dict[str, Any],
+    summary: Summary,
     *,
     min_pass_rate: float | None,
     allow_errors: bool,
@@ -36,14 +36,14 @@ def gate(
     `flag_prefix` names the options in the message as the caller spells them (`agenteval
     merge` takes `--allow-errors` and `--min-pass-rate`)."""
     problems = _problems(summary, allow_errors, other_failures, flag_prefix)
-    fall = regression_problem(summary.get("regression"))
+    fall = regression_problem(summary.regression)
     keep = None if exitstatus not in (OK, FAILED) else FAILED
     if min_pass_rate is None:
         if fall:
             return GateResult(keep, "gate NOT met: " + fall)
-        only_errors = exitstatus == FAILED and not summary["counts"]["fail"] and not problems
+        only_errors = exitstatus == FAILED and not summary.counts.fail and not problems
         return GateResult(OK if allow_errors and only_errors else None)
-    rate = summary["metrics"]["pass_at_k"].get("1") or 0.0
+    rate = summary.metrics.pass_at_k.get("1") or 0.0
     if rate < min_pass_rate:
         problems.insert(0, f"pass@1 {rate:.3f} is below {min_pass_rate:g}")
     elif problems or fall:
@@ -57,20 +57,20 @@ def gate(
 
 
 def _problems(
-    summary: dict[str, Any], allow_errors: bool, other_failures: int, flag_prefix: str
+    summary: Summary, allow_errors: bool, other_failures: int, flag_prefix: str
 ) -> list[str]:
     problems = []
-    if summary["status"] != "complete":
-        status = summary["status"]
+    if summary.status != "complete":
+        status = summary.status
         state = status if status in ("interrupted", "cancelled") else f"stopped ({status})"
         problems.append(f"the run is {state}: not every planned attempt finished")
-    not_run = sum(e["attempts"] for e in summary.get("agent_errors") or ())
+    not_run = sum(e.attempts for e in summary.agent_errors)
     if not_run:
         problems.append(f"{not_run} attempt(s) not run: their agent cannot be built")
-    loads = len(summary.get("load_errors") or ())
+    loads = len(summary.load_errors)
     if loads:
         problems.append(f"{loads} task(s) could not be loaded")
-    errors = summary["counts"]["error"]
+    errors = summary.counts.error
     if errors and not allow_errors:
         problems.append(f"{errors} attempt(s) errored ({flag_prefix}allow-errors accepts them)")
     if other_failures:

@@ -24,7 +24,7 @@ from ..core.records import AttemptRecord
 from ..store.runs import Store
 from .metrics import INTERVAL_METHOD, MIN_TASKS, percentile
 from .reports import _atomic_write, fmt
-from .summary import narrowed_words
+from .summary import Metrics, Summary, TaskSummary, narrowed_words
 from .svg import Bar, Series, histogram, interval_bars, line_plot, seconds
 
 TEXT_LIMIT = 2000
@@ -137,7 +137,7 @@ def _clip(text: str | None) -> tuple[str | None, int]:
     return (text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT]), len(text)
 
 
-def write_html(summary: dict[str, Any], details: Details, path: Path) -> Path:
+def write_html(summary: Summary, details: Details, path: Path) -> Path:
     """Write the report atomically; a file that cannot be written raises ReportError."""
     page = render_html(summary, details)
     if not path.parent.exists():  # a file in its place fails the write: "Not a directory"
@@ -148,17 +148,17 @@ def write_html(summary: dict[str, Any], details: Details, path: Path) -> Path:
     return _atomic_write(path, lambda f: f.write(page))
 
 
-def render_html(summary: dict[str, Any], details: Details) -> str:
+def render_html(summary: Summary, details: Details) -> str:
     """The whole page as text."""
-    ds = summary["dataset"]
-    title = f"agenteval {ds['name']} {ds['version']} · run {summary['run_id']}"
+    ds = summary.dataset
+    title = f"agenteval {ds.name} {ds.version} · run {summary.run_id}"
     k = _largest_k(summary)
     data = {
         "k": k,
-        "run": summary["run_id"],
-        "multi": len(summary["datasets"]) > 1,
-        "tasks": [_task_view(task, details, k) for task in summary["tasks"]],
-        "tags": sorted(summary["tags"]),
+        "run": summary.run_id,
+        "multi": len(summary.datasets) > 1,
+        "tasks": [_task_view(task, details, k) for task in summary.tasks],
+        "tags": sorted(summary.tags),
     }
     body = "\n".join(
         [
@@ -220,36 +220,36 @@ style-src 'unsafe-inline'; script-src '{script_hash}'">
 """
 
 
-def _largest_k(summary: dict[str, Any]) -> int:
-    return max((int(k) for k in summary["metrics"]["pass_at_k"]), default=1)
+def _largest_k(summary: Summary) -> int:
+    return max((int(k) for k in summary.metrics.pass_at_k), default=1)
 
 
-def _task_view(task: dict[str, Any], details: Details, k: int) -> dict[str, Any]:
+def _task_view(task: TaskSummary, details: Details, k: int) -> dict[str, Any]:
     """A table row: the summary's numbers (pass@k at the suite's largest k: None for a task
     with fewer attempts), cost and p50 duration from the records, and the attempts (the
     summary's short form where a full record could not be read)."""
-    attempts = details.get((task["dataset"], task["task_id"]), [])
+    attempts = details.get((task.dataset, task.task_id), [])
     read = {a["i"] for a in attempts}
     attempts = attempts + [
-        {"i": a["index"], "s": a["status"], "d": a["duration"], "r": a["reason"], "lost": True}
-        for a in task["attempts"]
-        if a["index"] not in read
+        {"i": a.index, "s": a.status, "d": a.duration, "r": a.reason, "lost": True}
+        for a in task.attempts
+        if a.index not in read
     ]
     costs = [a["c"] for a in attempts if a.get("c") is not None]  # agent + judges
-    reasons = {a["index"]: a["reason"] for a in task["attempts"]}
+    reasons = {a.index: a.reason for a in task.attempts}
     for attempt in attempts:
         attempt.setdefault("r", reasons.get(attempt["i"], ""))
     return {
-        "id": task["task_id"],
-        "ds": task["dataset"],
-        "tags": task["tags"],
-        "n": task["n"],
-        "c": task["c"],
-        "e": task["errors"],
-        "p1": task["pass_at_k"].get("1"),
-        "pk": task["pass_at_k"].get(str(k)),
+        "id": task.task_id,
+        "ds": task.dataset,
+        "tags": task.tags,
+        "n": task.n,
+        "c": task.c,
+        "e": task.errors,
+        "p1": task.pass_at_k.get("1"),
+        "pk": task.pass_at_k.get(str(k)),
         "cost": sum(costs) if costs else None,
-        "p50": percentile(sorted(a["duration"] for a in task["attempts"]), 50),
+        "p50": percentile(sorted(a.duration for a in task.attempts), 50),
         "a": sorted(attempts, key=lambda a: a["i"]),
     }
 
@@ -257,31 +257,32 @@ def _task_view(task: dict[str, Any], details: Details, k: int) -> dict[str, Any]
 # --- headline ------------------------------------------------------------------------------------
 
 
-def _headline(summary: dict[str, Any]) -> str:
-    m, counts, tot = summary["metrics"], summary["counts"], summary["totals"]
-    ds = summary["dataset"]
-    status = summary["status"]
+def _headline(summary: Summary) -> str:
+    m, counts, tot = summary.metrics, summary.counts, summary.totals
+    ds = summary.dataset
+    status = summary.status
     cells = [
         ("pass@1", _pass_at_1(m)),
-        ("tasks", f"{m['n_tasks']}{_not_loaded(summary)}"),
-        ("attempts", f"{summary['n_attempts']}"),
-        ("passed / failed / errors", f"{counts['pass']} / {counts['fail']} / {counts['error']}"),
-        *([("over budget", str(counts["over_budget"]))] if counts.get("over_budget") else []),
-        ("tokens in / out", f"{_int(tot['input_tokens'])} / {_int(tot['output_tokens'])}"),
-        ("cost", "n/a" if tot["cost"] is None else f"{tot['cost']:.4f}"),
-        ("duration p50 / p95", f"{_sec(tot['duration_p50'])} / {_sec(tot['duration_p95'])}"),
+        ("tasks", f"{m.n_tasks}{_not_loaded(summary)}"),
+        ("attempts", f"{summary.n_attempts}"),
+        ("passed / failed / errors", f"{counts.passed} / {counts.fail} / {counts.error}"),
+        *([("over budget", str(counts.over_budget))] if counts.over_budget else []),
+        ("tokens in / out", f"{_int(tot.input_tokens)} / {_int(tot.output_tokens)}"),
+        ("cost", "n/a" if tot.cost is None else f"{tot.cost:.4f}"),
+        ("duration p50 / p95", f"{_sec(tot.duration_p50)} / {_sec(tot.duration_p95)}"),
     ]
-    session = [f"{counts[k]} {k}" for k in ("run", "reused", "regraded") if counts.get(k)]
-    if counts.get("load_error"):
-        session.append(f"{counts['load_error']} load errors")
-    fingerprint = _fingerprint(summary["agent"]["fingerprint"])
+    done = (("run", counts.run), ("reused", counts.reused), ("regraded", counts.regraded))
+    session = [f"{n} {what}" for what, n in done if n]
+    if counts.load_error:
+        session.append(f"{counts.load_error} load errors")
+    fingerprint = _fingerprint(summary.agent.fingerprint)
     narrowed = narrowed_words(summary)
     return f"""<header>
-<h1>{escape(ds["name"])} <span class="muted">{escape(ds["version"])}</span></h1>
-<p class="meta">run <code id="run-id">{escape(summary["run_id"])}</code>
+<h1>{escape(ds.name)} <span class="muted">{escape(ds.version)}</span></h1>
+<p class="meta">run <code id="run-id">{escape(summary.run_id)}</code>
 <span class="badge status-{escape(status)}" id="run-status">{escape(status)}</span>
-agent <strong>{escape(summary["agent"]["label"])}</strong>
-· started {_when(summary["created_at"])} · finished {_when(summary["finished_at"])}
+agent <strong>{escape(summary.agent.label)}</strong>
+· started {_when(summary.created_at)} · finished {_when(summary.finished_at)}
 {" · last session: " + escape(", ".join(session)) if session else ""}</p>
 {f'<p class="meta" id="narrowed">{escape(narrowed)}</p>' if narrowed else ""}
 <p class="meta fingerprint">agent fingerprint <code>{escape(fingerprint)}</code></p>
@@ -291,9 +292,9 @@ agent <strong>{escape(summary["agent"]["label"])}</strong>
 </header>"""
 
 
-def _not_loaded(summary: dict[str, Any]) -> str:
+def _not_loaded(summary: Summary) -> str:
     """Beside the task count: how many tasks could not be loaded (not in pass@1)."""
-    broken = len(summary.get("load_errors") or ())
+    broken = len(summary.load_errors)
     return f' <span class="not-loaded">+ {broken} not loaded</span>' if broken else ""
 
 
@@ -310,18 +311,18 @@ def _fingerprint(fingerprint: dict[str, Any]) -> str:
     return " · ".join(parts) or "none"
 
 
-def _pass_at_1(m: dict[str, Any]) -> str:
-    value = f'<span class="big" id="pass-at-1">{fmt(m["pass_at_k"].get("1"))}</span>'
-    tasks = m["tasks_per_k"].get("1", 0)
-    if m["pass_at_k"].get("1") is None:
+def _pass_at_1(m: Metrics) -> str:
+    value = f'<span class="big" id="pass-at-1">{fmt(m.pass_at_k.get("1"))}</span>'
+    tasks = m.tasks_per_k.get("1", 0)
+    if m.pass_at_k.get("1") is None:
         return value
-    if not m.get("pass_at_1_ci95"):
+    if not m.pass_at_1_ci95:
         return f'{value}<span class="ci">95% CI n/a<br>fewer than {MIN_TASKS} tasks</span>'
-    low, high = m["pass_at_1_ci95"]
+    low, high = m.pass_at_1_ci95
     return (
         f'{value}<span class="ci" title="{INTERVAL_METHOD}: mean ± t x standard error of the '
         f"per-task pass@1 across {tasks} tasks (standard error "
-        f'{fmt(m["pass_at_1_stderr"])})">95% CI {fmt(low)}-{fmt(high)}'
+        f'{fmt(m.pass_at_1_stderr)})">95% CI {fmt(low)}-{fmt(high)}'
         f"<br>mean ± t·SE over {tasks} tasks</span>"
     )
 
@@ -341,27 +342,27 @@ def _when(stamp: float) -> str:
 # --- plots -----------------------------------------------------------------------------------
 
 
-def _plots(summary: dict[str, Any]) -> str:
-    m = summary["metrics"]
-    ks = [int(k) for k in m["pass_at_k"]]
-    per_k = [f"{m['tasks_per_k'].get(str(k), 0)} tasks" for k in ks]
+def _plots(summary: Summary) -> str:
+    m = summary.metrics
+    ks = [int(k) for k in m.pass_at_k]
+    per_k = [f"{m.tasks_per_k.get(str(k), 0)} tasks" for k in ks]
     over_k = line_plot(
         "pass@k and pass^k",
         ks,
         [
-            Series("pass@k", [m["pass_at_k"][str(k)] for k in ks]),
-            Series("pass^k", [m["pass_power_k"][str(k)] for k in ks]),
+            Series("pass@k", [m.pass_at_k[str(k)] for k in ks]),
+            Series("pass^k", [m.pass_power_k[str(k)] for k in ks]),
         ],
         per_k,
         "k (tasks behind each k)",
         "mean over tasks",
     )
-    tags = sorted(summary["tags"].items(), key=lambda item: (-item[1]["n_tasks"], item[0]))
+    tags = sorted(summary.tags.items(), key=lambda item: (-item[1].n_tasks, item[0]))
     bars = [_tag_bar(tag, g) for tag, g in tags[:MAX_TAG_BARS]]
     title = "pass@1 by tag, 95% CI" + (
         f" ({MAX_TAG_BARS} largest of {len(tags)})" if len(tags) > MAX_TAG_BARS else ""
     )
-    durations = [a["duration"] for t in summary["tasks"] for a in t["attempts"]]
+    durations = [a.duration for t in summary.tasks for a in t.attempts]
     return (
         '<section class="plots">\n'
         + "\n".join(
@@ -376,22 +377,22 @@ def _plots(summary: dict[str, Any]) -> str:
     )
 
 
-def _tag_bar(tag: str, group: dict[str, Any]) -> Bar:
-    low, high = group.get("pass_at_1_ci95") or (None, None)
-    return Bar(tag, group["pass_at_k"].get("1"), low, high, f"{group['n_tasks']} tasks")
+def _tag_bar(tag: str, group: Metrics) -> Bar:
+    low, high = group.pass_at_1_ci95 or (None, None)
+    return Bar(tag, group.pass_at_k.get("1"), low, high, f"{group.n_tasks} tasks")
 
 
 # --- problems and the table --------------------------------------------------------------------
 
 
-def _problems(summary: dict[str, Any]) -> str:
+def _problems(summary: Summary) -> str:
     items = []
-    for error in summary.get("agent_errors", []):
-        items.append(("agent error", f"{error['attempts']} attempts not run", error["message"]))
-    for error in summary["load_errors"]:
-        items.append(("load error", error.get("label") or error["path"], error["message"]))
-    for damage in summary.get("store_problems", []):
-        items.append(("store damage", damage["where"], f"{damage['problem']}; {damage['effect']}"))
+    for error in summary.agent_errors:
+        items.append(("agent error", f"{error.attempts} attempts not run", error.message))
+    for load in summary.load_errors:
+        items.append(("load error", load.name, load.message))
+    for damage in summary.store_problems:
+        items.append(("store damage", damage.where, f"{damage.problem}; {damage.effect}"))
     if not items:
         return ""
     rows = "\n".join(

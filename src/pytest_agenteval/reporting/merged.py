@@ -45,7 +45,7 @@ def report_merged(
     if finished.failures:
         raise finished.failures[0]
     assert finished.gate is not None
-    return MergedReport(finished.written, summary["status"], finished.gate)
+    return MergedReport(finished.written, finished.summary.status, finished.gate)
 
 
 def merge_command(args: argparse.Namespace) -> int:

@@ -8,37 +8,38 @@ is not failed by chance. Tasks on one side only are listed, never silently dropp
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from .diff import Change, Diff, TaskChange, TaskKey, change_line, compare, task_rates
+from .summary import RegressionSummary, Summary, TaskMove, TaskRef
 
 SHOWN = 10
 
 
 def regression_block(
-    summary: dict[str, Any], baseline: dict[str, Any], ref: str, max_regression: float
-) -> dict[str, Any]:
-    """Compare the run's tasks with the baseline's; plain JSON types."""
-    diff = compare(task_rates(baseline["tasks"]), task_rates(summary["tasks"]))
+    summary: Summary, baseline: Summary, ref: str, max_regression: float
+) -> RegressionSummary:
+    """Compare the run's tasks with the baseline's."""
+    diff = compare(task_rates(baseline.tasks), task_rates(summary.tasks))
     change = diff.change
-    return {
-        "baseline": ref,
-        "baseline_run_id": baseline.get("run_id"),
-        "max_regression": max_regression,
-        "shared_tasks": change.shared,
-        "base_pass_at_1": change.base,
-        "new_pass_at_1": change.new,
-        "change": change.change,
-        "ci95": list(change.interval) if change.interval else None,
-        "method": change.method,
-        "significant": change.significant,
-        "failed": fell_beyond(change, max_regression),
-        "summary": change_line(change),
-        "regressed": [_changed(c) for c in diff.regressed],
-        "improved": [_changed(c) for c in diff.improved],
-        "only_in_new": [_task(k) for k in diff.appeared],
-        "only_in_base": [_task(k) for k in diff.disappeared],
-    }
+    return RegressionSummary(
+        baseline=ref,
+        baseline_run_id=baseline.run_id,
+        max_regression=max_regression,
+        shared_tasks=change.shared,
+        base_pass_at_1=change.base,
+        new_pass_at_1=change.new,
+        change=change.change,
+        ci95=list(change.interval) if change.interval else None,
+        method=change.method,
+        significant=change.significant,
+        failed=fell_beyond(change, max_regression),
+        summary=change_line(change),
+        regressed=[_changed(c) for c in diff.regressed],
+        improved=[_changed(c) for c in diff.improved],
+        only_in_new=[_task(k) for k in diff.appeared],
+        only_in_base=[_task(k) for k in diff.disappeared],
+    )
 
 
 def fell_beyond(change: Change, max_regression: float) -> bool:
@@ -66,46 +67,46 @@ def diff_gate(diff: Diff, max_regression: float) -> tuple[bool, str]:
     return False, f"gate met: no fall of more than {flag}"
 
 
-def regression_problem(block: dict[str, Any] | None) -> str | None:
+def regression_problem(block: RegressionSummary | None) -> str | None:
     """Why the gate fails the run, or None."""
-    if not block or not block["failed"]:
+    if not block or not block.failed or block.ci95 is None or block.change is None:
         return None
-    low, high = block["ci95"]
+    low, high = block.ci95
     return (
-        f"pass@1 fell by {-block['change']:.3f} against baseline {_label(block)} "
-        f"(95 % interval {low:+.3f} to {high:+.3f}, {block['method']}), more than "
-        f"--agenteval-max-regression {block['max_regression']:g}"
+        f"pass@1 fell by {-block.change:.3f} against baseline {_label(block)} "
+        f"(95 % interval {low:+.3f} to {high:+.3f}, {block.method}), more than "
+        f"--agenteval-max-regression {block.max_regression:g}"
     )
 
 
-def regression_lines(block: dict[str, Any], verbose: bool) -> list[str]:
+def regression_lines(block: RegressionSummary, verbose: bool) -> list[str]:
     """The comparison for the terminal and summary.md: verdict, change, tasks that moved."""
-    if block["failed"]:
+    if block.failed:
         verdict = (
-            f"FAILED: a fall of more than {block['max_regression']:g} "
+            f"FAILED: a fall of more than {block.max_regression:g} "
             "(--agenteval-max-regression), significant at 95 %"
         )
-    elif not block["shared_tasks"]:
+    elif not block.shared_tasks:
         verdict = (
             "passed, but nothing was compared: no task is in both runs "
             "(is the baseline a run of these datasets?)"
         )
-    elif block["change"] is not None and block["change"] < -block["max_regression"]:
+    elif block.change is not None and block.change < -block.max_regression:
         verdict = "passed: the fall is not significant at 95 % (it may be noise)"
     else:
-        verdict = f"passed: no fall of more than {block['max_regression']:g}"
-    lines = [f"regression gate against baseline {_label(block)}: {verdict}", block["summary"]]
-    for title, key in (
-        ("regressed", "regressed"),
-        ("improved", "improved"),
-        ("only in this run (not compared)", "only_in_new"),
-        ("only in the baseline (not compared)", "only_in_base"),
+        verdict = f"passed: no fall of more than {block.max_regression:g}"
+    lines = [f"regression gate against baseline {_label(block)}: {verdict}", block.summary]
+    for title, entries in (
+        ("regressed", block.regressed),
+        ("improved", block.improved),
+        ("only in this run (not compared)", block.only_in_new),
+        ("only in the baseline (not compared)", block.only_in_base),
     ):
-        lines += _listed(title, block[key], verbose)
+        lines += _listed(title, entries, verbose)
     return lines
 
 
-def _listed(title: str, entries: list[dict[str, Any]], verbose: bool) -> list[str]:
+def _listed(title: str, entries: Sequence[TaskRef], verbose: bool) -> list[str]:
     if not entries:
         return []
     shown = entries if verbose else entries[:SHOWN]
@@ -115,21 +116,26 @@ def _listed(title: str, entries: list[dict[str, Any]], verbose: bool) -> list[st
     return [f"{title}: {len(entries)}", *rows, *tail]
 
 
-def _entry(entry: dict[str, Any]) -> str:
-    name = f"{entry['dataset']}::{entry['task_id']}"
-    return f"{name}: {entry['base']} → {entry['new']}" if "base" in entry else name
+def _entry(entry: TaskRef) -> str:
+    name = f"{entry.dataset}::{entry.task_id}"
+    return f"{name}: {entry.base} → {entry.new}" if isinstance(entry, TaskMove) else name
 
 
-def _changed(change: TaskChange) -> dict[str, Any]:
+def _changed(change: TaskChange) -> TaskMove:
     base, new = change.base, change.new
-    return {**_task(change.key), "base": f"{base.c}/{base.n}", "new": f"{new.c}/{new.n}"}
+    return TaskMove(
+        dataset=change.key[0],
+        task_id=change.key[1],
+        base=f"{base.c}/{base.n}",
+        new=f"{new.c}/{new.n}",
+    )
 
 
-def _task(key: TaskKey) -> dict[str, str]:
-    return {"dataset": key[0], "task_id": key[1]}
+def _task(key: TaskKey) -> TaskRef:
+    return TaskRef(dataset=key[0], task_id=key[1])
 
 
-def _label(block: dict[str, Any]) -> str:
-    run_id = block.get("baseline_run_id")
-    ref = block["baseline"]
+def _label(block: RegressionSummary) -> str:
+    run_id = block.baseline_run_id
+    ref = block.baseline
     return ref if not run_id or run_id == ref else f"{ref} (run {run_id})"

@@ -7,7 +7,7 @@ import json
 import os
 import secrets
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 from xml.sax.saxutils import quoteattr
@@ -21,12 +21,24 @@ from ..store.problems import StoreProblem
 from .metrics import INTERVAL_METHOD, MIN_TASKS
 from .regression import regression_lines
 from .spend import spend_lines
-from .summary import narrowed_words, task_passes
+from .summary import (
+    AgentErrorSummary,
+    Counts,
+    LoadErrorSummary,
+    Metrics,
+    StoreProblemSummary,
+    Summary,
+    TaskSummary,
+    Totals,
+    gc_paused,
+    narrowed_words,
+    task_passes,
+)
 
 LOWEST_SHOWN = 10
 
 
-def write_reports(summary: dict[str, Any], out_dir: Path, rule: str) -> list[Path]:
+def write_reports(summary: Summary, out_dir: Path, rule: str) -> list[Path]:
     """Write summary.json, summary.md and junit.xml atomically; returns their paths.
 
     A file that cannot be written raises ReportError naming it and the errno."""
@@ -50,15 +62,17 @@ def write_reports(summary: dict[str, Any], out_dir: Path, rule: str) -> list[Pat
     return paths
 
 
-def write_json(summary: dict[str, Any], out: TextIO) -> None:
+def write_json(summary: Summary, out: TextIO) -> None:
     """Indented at the top, one line per task: readable, fast (C encoder), written as it goes."""
-    head = {k: v for k, v in summary.items() if k != "tasks"}
-    text = json.dumps({**head, "tasks": []}, indent=1, ensure_ascii=False)
+    with gc_paused():  # a dict per task and attempt, no cycle: see `build_summary`
+        data = summary.to_json()
+    tasks = data.pop("tasks")
+    text = json.dumps({**data, "tasks": []}, indent=1, ensure_ascii=False)
     before, _, after = text.rpartition('"tasks": []')  # the last key
     out.write(before + '"tasks": [')
-    for index, task in enumerate(summary["tasks"]):
+    for index, task in enumerate(tasks):
         out.write(("\n  " if index == 0 else ",\n  ") + json.dumps(task, ensure_ascii=False))
-    out.write(("\n ]" if summary["tasks"] else "]") + after + "\n")
+    out.write(("\n ]" if tasks else "]") + after + "\n")
 
 
 def _atomic_write(path: Path, write: Callable[[Any], Any]) -> Path:
@@ -89,90 +103,87 @@ def fmt(value: float | None, digits: int = 3) -> str:
 # --- Markdown --------------------------------------------------------------------------------
 
 
-def render_markdown(summary: dict[str, Any], rule: str) -> str:
+def render_markdown(summary: Summary, rule: str) -> str:
     """A readable report for humans and CI step summaries."""
-    m, counts = summary["metrics"], summary["counts"]
-    ds = summary["dataset"]
+    m, counts = summary.metrics, summary.counts
+    ds = summary.dataset
     narrowed = narrowed_words(summary)
     lines = [
-        f"# agenteval: {_md(ds['name'])} {_md(ds['version'])}",
+        f"# agenteval: {_md(ds.name)} {_md(ds.version)}",
         "",
-        f"Run `{summary['run_id']}` · agent {_md(summary['agent']['label'])} · "
-        f"status **{summary['status']}** · {f'**{_md(narrowed)}** · ' if narrowed else ''}"
-        f"{_plural(m['n_tasks'], 'task')}, "
-        f"{_plural(summary['n_attempts'], 'attempt')}",
+        f"Run `{summary.run_id}` · agent {_md(summary.agent.label)} · "
+        f"status **{summary.status}** · {f'**{_md(narrowed)}** · ' if narrowed else ''}"
+        f"{_plural(m.n_tasks, 'task')}, "
+        f"{_plural(summary.n_attempts, 'attempt')}",
         "",
         "| k | pass@k | pass^k | tasks |",
         "|---|---|---|---|",
     ]
-    for k, value in m["pass_at_k"].items():
-        lines.append(
-            f"| {k} | {fmt(value)} | {fmt(m['pass_power_k'][k])} | {m['tasks_per_k'][k]} |"
-        )
+    for k, value in m.pass_at_k.items():
+        lines.append(f"| {k} | {fmt(value)} | {fmt(m.pass_power_k[k])} | {m.tasks_per_k[k]} |")
     lines += [_uneven_note(m)] if _uneven(m) else []
     lines += ["", _counts_line(counts), ""]
-    spent = [line for line in (_usage_line(summary["totals"]),) if line] + spend_lines(summary)
+    spent = [line for line in (_usage_line(summary.totals),) if line] + spend_lines(summary)
     lines += [*(f"- {_md(line)}" for line in spent), ""] if spent else []
-    if m["pass_at_k"].get("1") is not None:
+    if m.pass_at_k.get("1") is not None:
         lines += [_interval(m), ""]
-    lines += _markdown_tags(summary["tags"])
-    if summary.get("regression"):
-        gate_lines = regression_lines(summary["regression"], verbose=True)
+    lines += _markdown_tags(summary.tags)
+    if summary.regression:
+        gate_lines = regression_lines(summary.regression, verbose=True)
         lines += [f"**{_md(gate_lines[0])}**", "", *(f"    {line}" for line in gate_lines[1:]), ""]
-    lines += [f"**agent error**: {_md(e['message'])}" for e in summary.get("agent_errors", [])]
+    lines += [f"**agent error**: {_md(e.message)}" for e in summary.agent_errors]
     lines += ["| task | passed | errors | pass@1 | rule | reason |", "|---|---|---|---|---|---|"]
-    for task in sorted(summary["tasks"], key=_pass_rate):
+    for task in sorted(summary.tasks, key=_pass_rate):
         ok = "ok" if task_passes(task, rule) else "**FAIL**"
-        reasons = [a["reason"] for a in task["attempts"] if a["status"] != "pass"]
+        reasons = [a.reason for a in task.attempts if a.status != "pass"]
         reason = _md(excerpt(reasons[0], 120)) if reasons else ""
         lines.append(
-            f"| {_md(task['task_id'])} | {task['c']}/{task['n']} | {task['errors']} | "
-            f"{fmt(task['pass_at_k'].get('1'))} | {ok} | {reason} |"
+            f"| {_md(task.task_id)} | {task.c}/{task.n} | {task.errors} | "
+            f"{fmt(task.pass_at_k.get('1'))} | {ok} | {reason} |"
         )
-    broken = summary["load_errors"]
+    broken = summary.load_errors
     if broken:
         heading = f"**{_plural(len(broken), 'task')} could not be loaded** (not evaluated):"
         lines += ["", heading, ""]
-        lines += [f"- {_md(_label(e))}: {_md(excerpt(e['message'], 300))}" for e in broken]
-    for damage in summary.get("store_problems", []):
+        lines += [f"- {_md(e.name)}: {_md(excerpt(e.message, 300))}" for e in broken]
+    for damage in summary.store_problems:
         lines.append(
-            f"\n**store damage** `{_md(damage['where'])}`: {_md(damage['problem'])}; "
-            f"{_md(damage['effect'])}"
+            f"\n**store damage** `{_md(damage.where)}`: {_md(damage.problem)}; {_md(damage.effect)}"
         )
     return "\n".join(lines) + "\n"
 
 
-def _interval(m: dict[str, Any]) -> str:
+def _interval(m: Metrics) -> str:
     """The uncertainty of pass@1, labelled with what it is (`metrics.mean_interval`), and the
     standard error it comes from (a `±` alone reads as the interval's half-width); "n/a"
     below MIN_TASKS tasks rather than a false certainty."""
-    tasks = m["tasks_per_k"].get("1", 0)
-    head = f"pass@1 {fmt(m['pass_at_k'].get('1'))}, 95% CI"
-    if not m.get("pass_at_1_ci95"):
+    tasks = m.tasks_per_k.get("1", 0)
+    head = f"pass@1 {fmt(m.pass_at_k.get('1'))}, 95% CI"
+    if not m.pass_at_1_ci95:
         return f"{head} n/a (fewer than {MIN_TASKS} tasks)"
-    low, high = m["pass_at_1_ci95"]
+    low, high = m.pass_at_1_ci95
     return (
         f"{head} {fmt(low)}-{fmt(high)} by {INTERVAL_METHOD} "
-        f"(standard error {fmt(m['pass_at_1_stderr'])} across {tasks} tasks)"
+        f"(standard error {fmt(m.pass_at_1_stderr)} across {tasks} tasks)"
     )
 
 
-def _uneven(m: dict[str, Any]) -> bool:
+def _uneven(m: Metrics) -> bool:
     """Whether some k rests on fewer tasks than others (tasks with fewer attempts)."""
-    return len(set(m["tasks_per_k"].values())) > 1
+    return len(set(m.tasks_per_k.values())) > 1
 
 
-def _uneven_note(m: dict[str, Any]) -> str:
+def _uneven_note(m: Metrics) -> str:
     return (
         "pass@k and pass^k at each k are means over the tasks with at least k attempts "
-        f"(tasks per k: {', '.join(f'{k}: {n}' for k, n in m['tasks_per_k'].items())}), "
+        f"(tasks per k: {', '.join(f'{k}: {n}' for k, n in m.tasks_per_k.items())}), "
         "so values at different k may rest on different tasks."
     )
 
 
-def _tasks_per_k(m: dict[str, Any]) -> str:
+def _tasks_per_k(m: Metrics) -> str:
     """How many tasks each k rests on, compactly."""
-    per_k = list(m["tasks_per_k"].values())
+    per_k = list(m.tasks_per_k.values())
     if not per_k:
         return ""
     if not _uneven(m):
@@ -180,38 +191,38 @@ def _tasks_per_k(m: dict[str, Any]) -> str:
     return f"  (over {', '.join(str(n) for n in per_k)} tasks: those with >= k attempts)"
 
 
-def _usage_line(totals: dict[str, Any]) -> str:
+def _usage_line(totals: Totals) -> str:
     """Tokens of the run, or "" when no agent reported them (cost: `spend_lines`)."""
-    if totals.get("input_tokens") is None and totals.get("output_tokens") is None:
+    if totals.input_tokens is None and totals.output_tokens is None:
         return ""
-    return f"tokens {totals['input_tokens'] or 0} in / {totals['output_tokens'] or 0} out"
+    return f"tokens {totals.input_tokens or 0} in / {totals.output_tokens or 0} out"
 
 
-def _tags_top_k(tags: dict[str, Any]) -> int | None:
+def _tags_top_k(tags: dict[str, Metrics]) -> int | None:
     """The largest k above 1 with a value in some tag: the pass@k a tag table shows."""
-    ks = [int(k) for g in tags.values() for k, v in g["pass_at_k"].items() if v is not None]
+    ks = [int(k) for g in tags.values() for k, v in g.pass_at_k.items() if v is not None]
     top = max(ks, default=1)
     return top if top > 1 else None
 
 
-def _tag_rows(tags: dict[str, Any], top: int | None) -> list[tuple[str, str, str, str, str]]:
+def _tag_rows(tags: dict[str, Metrics], top: int | None) -> list[tuple[str, str, str, str, str]]:
     """(tag, tasks, pass@1, its 95% CI, pass@top) per tag."""
     rows = []
     for tag, g in tags.items():
-        ci = g["pass_at_1_ci95"]
+        ci = g.pass_at_1_ci95
         rows.append(
             (
                 tag,
-                str(g["n_tasks"]),
-                fmt(g["pass_at_k"].get("1")),
+                str(g.n_tasks),
+                fmt(g.pass_at_k.get("1")),
                 f"{fmt(ci[0])}-{fmt(ci[1])}" if ci else "n/a",
-                fmt(g["pass_at_k"].get(str(top))) if top else "",
+                fmt(g.pass_at_k.get(str(top))) if top else "",
             )
         )
     return rows
 
 
-def _markdown_tags(tags: dict[str, Any]) -> list[str]:
+def _markdown_tags(tags: dict[str, Metrics]) -> list[str]:
     if not tags:
         return []
     top = _tags_top_k(tags)
@@ -224,7 +235,7 @@ def _markdown_tags(tags: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _terminal_tags(tags: dict[str, Any], verbose: bool) -> list[str]:
+def _terminal_tags(tags: dict[str, Metrics], verbose: bool) -> list[str]:
     """The per-tag table, compact: capped at LOWEST_SHOWN rows unless verbose."""
     if not tags:
         return []
@@ -241,17 +252,17 @@ def _terminal_tags(tags: dict[str, Any], verbose: bool) -> list[str]:
     return ["by tag:", *lines]
 
 
-def _agent_error_lines(errors: list[dict[str, Any]]) -> list[str]:
+def _agent_error_lines(errors: list[AgentErrorSummary]) -> list[str]:
     """Agents that could not be built, each once, with the attempts that did not start."""
     if not errors:
         return []
-    total = sum(e["attempts"] for e in errors)
+    total = sum(e.attempts for e in errors)
     lines = [
         f"{total} attempt(s) not run: their agent cannot be built; nothing was recorded for "
         "them, so --resume-suite runs them once it is fixed:"
     ]
     for error in errors:
-        lines += [f"  {line}" for line in error["message"].splitlines()]
+        lines += [f"  {line}" for line in error.message.splitlines()]
     return lines
 
 
@@ -259,17 +270,18 @@ def _md(text: str) -> str:
     return xml_safe(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
-def _pass_rate(task: dict[str, Any]) -> tuple[float, str]:
-    return (task["c"] / task["n"] if task["n"] else 0.0, task["task_id"])
+def _pass_rate(task: TaskSummary) -> tuple[float, str]:
+    return (task.c / task.n if task.n else 0.0, task.task_id)
 
 
-def _counts_line(counts: dict[str, int]) -> str:
-    text = f"{counts['pass']} passed, {counts['fail']} failed, {_plural(counts['error'], 'error')}"
-    if counts.get("over_budget"):
-        text += f" ({counts['over_budget']} over budget)"
-    if counts.get("load_error"):
-        text += f", {_plural(counts['load_error'], 'load error')}"
-    extra = [f"{counts[k]} {k}" for k in ("reused", "regraded") if counts.get(k)]
+def _counts_line(counts: Counts) -> str:
+    text = f"{counts.passed} passed, {counts.fail} failed, {_plural(counts.error, 'error')}"
+    if counts.over_budget:
+        text += f" ({counts.over_budget} over budget)"
+    if counts.load_error:
+        text += f", {_plural(counts.load_error, 'load error')}"
+    done = (("reused", counts.reused), ("regraded", counts.regraded))
+    extra = [f"{n} {what}" for what, n in done if n]
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -281,20 +293,15 @@ def _first_line(text: str) -> str:
     return text.partition("\n")[0]
 
 
-def _label(error: dict[str, str]) -> str:
-    """A load error's task: its id, or its file when no id could be read."""
-    return error.get("label") or error["path"]
-
-
 # --- JUnit (one testcase per task) -------------------------------------------------------------
 
 
-def write_junit(summary: dict[str, Any], rule: str, out: TextIO) -> None:
+def write_junit(summary: Summary, rule: str, out: TextIO) -> None:
     """Per-task JUnit XML: the document and suite built with junitparser, then the testcases
     streamed one at a time (a whole tree of 10,000 tasks held 25 MiB and serialized slower)."""
-    tasks, broken = summary["tasks"], summary["load_errors"]
+    tasks, broken = summary.tasks, summary.load_errors
     kinds = [_task_kind(task, rule) for task in tasks]
-    durations = [sum(a["duration"] for a in task["attempts"]) for task in tasks]
+    durations = [sum(a.duration for a in task.attempts) for task in tasks]
     document = _junit_document(summary, rule, kinds + ["error"] * len(broken), sum(durations))
     head, tail = document.rsplit("</testsuite>", 1)
     out.write("<?xml version='1.0' encoding='utf-8'?>\n" + head)
@@ -302,27 +309,27 @@ def write_junit(summary: dict[str, Any], rule: str, out: TextIO) -> None:
     for task, kind, duration in zip(tasks, kinds, durations, strict=True):
         out.write(_task_case(task, rule, kind, duration, properties))
     for error in broken:
-        out.write(_load_error_case(error, summary["dataset"]["name"]))
+        out.write(_load_error_case(error, summary.dataset.name))
     out.write("</testsuite>" + tail + "\n")
 
 
-def _junit_document(summary: dict[str, Any], rule: str, kinds: list[str], time: float) -> str:
+def _junit_document(summary: Summary, rule: str, kinds: list[str], time: float) -> str:
     """<testsuites> with the suite's statistics and properties, no testcases yet."""
     suite = xunit2.TestSuite("agenteval")
-    m, narrowed = summary["metrics"], narrowed_words(summary)
-    ci95 = m.get("pass_at_1_ci95")
+    m, narrowed = summary.metrics, narrowed_words(summary)
+    ci95 = m.pass_at_1_ci95
     for name, value in (
-        ("run_id", summary["run_id"]),
-        ("dataset", summary["dataset"]["name"]),
-        ("status", summary["status"]),
+        ("run_id", summary.run_id),
+        ("dataset", summary.dataset.name),
+        ("status", summary.status),
         ("task_rule", rule),
-        ("n_tasks", m["n_tasks"]),
-        ("pass_at_1", m["pass_at_k"].get("1")),
-        ("pass_at_k", json.dumps(rounded_values(m["pass_at_k"]))),
-        ("pass_power_k", json.dumps(rounded_values(m["pass_power_k"]))),
-        ("pass_at_1_stderr", m["pass_at_1_stderr"]),
+        ("n_tasks", m.n_tasks),
+        ("pass_at_1", m.pass_at_k.get("1")),
+        ("pass_at_k", json.dumps(rounded_values(m.pass_at_k))),
+        ("pass_power_k", json.dumps(rounded_values(m.pass_power_k))),
+        ("pass_at_1_stderr", m.pass_at_1_stderr),
         ("pass_at_1_ci95", json.dumps([shown(v) for v in ci95] if ci95 else None)),
-        *((f"count_{k}", v) for k, v in summary["counts"].items()),
+        *((f"count_{k}", v) for k, v in summary.counts.model_dump(by_alias=True).items()),
         *((("narrowed", narrowed),) if narrowed else ()),
     ):
         suite.add_property(name, xml_safe(str(shown(value))))
@@ -336,16 +343,16 @@ def _junit_document(summary: dict[str, Any], rule: str, kinds: list[str], time: 
     return xml.tostring().decode()
 
 
-def _task_kind(task: dict[str, Any], rule: str) -> str:
+def _task_kind(task: TaskSummary, rule: str) -> str:
     """The task's JUnit result: "" when it meets the rule, else "failure" or "error"."""
     if task_passes(task, rule):
         return ""
-    errored = all(a["status"] == "error" for a in task["attempts"] if a["status"] != "pass")
+    errored = all(a.status == "error" for a in task.attempts if a.status != "pass")
     return "error" if errored else "failure"
 
 
 def _task_case(
-    task: dict[str, Any],
+    task: TaskSummary,
     rule: str,
     kind: str,
     duration: float,
@@ -357,7 +364,7 @@ def _task_case(
     built and serialized once (`properties` memoizes them), and only failing tasks need an
     element of their own: per-case trees made writing junit.xml the slowest report.
     """
-    key = (task["n"], task["c"], task["errors"])
+    key = (task.n, task.c, task.errors)
     props = properties.get(key)
     if props is None:
         props = properties[key] = ET.tostring(_properties(task), encoding="unicode")
@@ -365,40 +372,40 @@ def _task_case(
     if kind:
         n, c = key[:2]
         element = ET.Element(kind, message=f"{c}/{n} attempts passed; task rule {rule!r} not met")
-        bad = [a for a in task["attempts"] if a["status"] != "pass"]
-        lines = [f"attempt {a['index']} {a['status']}: {excerpt(a['reason'], 500)}" for a in bad]
+        bad = [a for a in task.attempts if a.status != "pass"]
+        lines = [f"attempt {a.index} {a.status}: {excerpt(a.reason, 500)}" for a in bad]
         element.text = xml_safe("\n".join(lines))
         result = ET.tostring(element, encoding="unicode")
-    name, classname = quoteattr(xml_safe(task["task_id"])), quoteattr(xml_safe(task["dataset"]))
+    name, classname = quoteattr(xml_safe(task.task_id)), quoteattr(xml_safe(task.dataset))
     return (
         f'<testcase name={name} classname={classname} time="{duration:.3f}">'
         f"{props}{result}</testcase>"
     )
 
 
-def _load_error_case(error: dict[str, str], dataset: str) -> str:
+def _load_error_case(error: LoadErrorSummary, dataset: str) -> str:
     """A task that could not be loaded: an <error> testcase named after it, whose message is
     the `file:line: at field: problem` line, so CI counts a broken task file as an error."""
-    message = error["message"]
+    message = error.message
     element = ET.Element("error", message=xml_safe(_first_line(message)), type="load error")
     element.text = xml_safe(message)
-    name = quoteattr(xml_safe(_label(error)))
-    classname = quoteattr(xml_safe(error.get("dataset") or dataset))
+    name = quoteattr(xml_safe(error.name))
+    classname = quoteattr(xml_safe(error.dataset or dataset))
     return (
         f'<testcase name={name} classname={classname} time="0.000">'
         f"{ET.tostring(element, encoding='unicode')}</testcase>"
     )
 
 
-def _properties(task: dict[str, Any]) -> ET.Element:
+def _properties(task: TaskSummary) -> ET.Element:
     element = ET.Element("properties")
     for name, value in (
-        ("n", task["n"]),
-        ("c", task["c"]),
-        ("errors", task["errors"]),
-        ("pass_at_1", task["pass_at_k"].get("1")),
-        ("pass_at_k", json.dumps(rounded_values(task["pass_at_k"]))),
-        ("pass_power_k", json.dumps(rounded_values(task["pass_power_k"]))),
+        ("n", task.n),
+        ("c", task.c),
+        ("errors", task.errors),
+        ("pass_at_1", task.pass_at_k.get("1")),
+        ("pass_at_k", json.dumps(rounded_values(task.pass_at_k))),
+        ("pass_power_k", json.dumps(rounded_values(task.pass_power_k))),
     ):
         ET.SubElement(element, "property", name=name, value=str(shown(value)))
     return element
@@ -407,57 +414,62 @@ def _properties(task: dict[str, Any]) -> ET.Element:
 # --- terminal ----------------------------------------------------------------------------------
 
 
-def terminal_lines(summary: dict[str, Any], verbose: bool, rule: str) -> list[str]:
+def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
     """The agenteval section at the end of a pytest run."""
-    m, counts = summary["metrics"], summary["counts"]
-    ds = summary["dataset"]
+    m, counts = summary.metrics, summary.counts
+    ds = summary.dataset
     narrowed = narrowed_words(summary)
     lines = [
-        f"run {summary['run_id']} ({summary['status']}) · dataset {ds['name']} {ds['version']} · "
-        f"{_plural(m['n_tasks'], 'task')}, {_plural(summary['n_attempts'], 'attempt')}",
+        f"run {summary.run_id} ({summary.status}) · dataset {ds.name} {ds.version} · "
+        f"{_plural(m.n_tasks, 'task')}, {_plural(summary.n_attempts, 'attempt')}",
         *([f"{narrowed}: the metrics cover these attempts only"] if narrowed else []),
-        _counts_line(counts) + (f"; {counts.get('run', 0)} run now" if "run" in counts else ""),
-        *_agent_error_lines(summary.get("agent_errors", [])),
+        _counts_line(counts) + (f"; {counts.run} run now" if counts.run is not None else ""),
+        *_agent_error_lines(summary.agent_errors),
     ]
-    if m["pass_at_k"]:
+    if m.pass_at_k:
         lines += [
             "pass@k "
-            + "  ".join(f"@{k} {fmt(v)}" for k, v in m["pass_at_k"].items())
+            + "  ".join(f"@{k} {fmt(v)}" for k, v in m.pass_at_k.items())
             + _tasks_per_k(m),
-            "pass^k " + "  ".join(f"^{k} {fmt(v)}" for k, v in m["pass_power_k"].items()),
+            "pass^k " + "  ".join(f"^{k} {fmt(v)}" for k, v in m.pass_power_k.items()),
         ]
     else:
         lines.append("pass@k n/a: no attempt recorded")
-    if m["pass_at_k"].get("1") is not None:
+    if m.pass_at_k.get("1") is not None:
         lines.append(_interval(m))
-    broken = summary["load_errors"]
+    broken = summary.load_errors
     if broken:
         lines.append(f"{_plural(len(broken), 'task')} could not be loaded (not evaluated):")
         shown_errors = broken if verbose else broken[:LOWEST_SHOWN]
-        lines += [f"  {_label(e)}: {_first_line(e['message'])}" for e in shown_errors]
+        lines += [f"  {e.name}: {_first_line(e.message)}" for e in shown_errors]
         if len(broken) > len(shown_errors):
             lines.append(f"  ... {len(broken) - len(shown_errors)} more (-v shows all)")
-    tot = summary["totals"]
-    if tot["input_tokens"] is not None or tot["output_tokens"] is not None:
-        lines.append(f"tokens {tot['input_tokens'] or 0} in / {tot['output_tokens'] or 0} out")
+    usage = _usage_line(summary.totals)
+    lines += [usage] if usage else []
     lines += spend_lines(summary)
-    lines += _terminal_tags(summary["tags"], verbose)
-    if summary.get("regression"):
-        lines += regression_lines(summary["regression"], verbose)
-    tasks = sorted(summary["tasks"], key=_pass_rate)
-    shown = tasks if verbose else [t for t in tasks if t["c"] < t["n"]][:LOWEST_SHOWN]
+    lines += _terminal_tags(summary.tags, verbose)
+    if summary.regression:
+        lines += regression_lines(summary.regression, verbose)
+    tasks = sorted(summary.tasks, key=_pass_rate)
+    shown = tasks if verbose else [t for t in tasks if t.c < t.n][:LOWEST_SHOWN]
     if shown:
         lines.append("tasks, lowest pass rate first:" if not verbose else "tasks:")
         for t in shown:
             mark = "" if task_passes(t, rule) else "  ✗ rule " + rule
-            errors = f" ({t['errors']} errors)" if t["errors"] else ""
-            lines.append(f"  {t['c']}/{t['n']}  {t['task_id']}{errors}{mark}")
-        hidden = len([t for t in tasks if t["c"] < t["n"]]) - len(shown)
+            errors = f" ({t.errors} errors)" if t.errors else ""
+            lines.append(f"  {t.c}/{t.n}  {t.task_id}{errors}{mark}")
+        hidden = len([t for t in tasks if t.c < t.n]) - len(shown)
         if hidden > 0 and not verbose:
             lines.append(f"  ... {hidden} more below 100% (-v shows all tasks)")
-    return lines + store_damage_lines(summary.get("store_problems", []))
+    return lines + store_damage_lines(summary.store_problems)
 
 
-def store_damage_lines(problems: list[dict[str, str]]) -> list[str]:
+def store_damage_lines(problems: Sequence[StoreProblemSummary | StoreProblem]) -> list[str]:
     """One line per piece of store damage: where, what is wrong, what happens."""
-    return [f"store damage: {StoreProblem(**p).render()}" for p in problems]
+    return [f"store damage: {_problem(p).render()}" for p in problems]
+
+
+def _problem(problem: StoreProblemSummary | StoreProblem) -> StoreProblem:
+    if isinstance(problem, StoreProblem):
+        return problem
+    return StoreProblem(problem.where, problem.problem, problem.effect)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+from pydantic import ValidationError
 
 from ..core.errors import AgentevalError, StoreError, display_path
 from ..store.index import IndexRow
 from ..store.runs import RunInfo, Store
-from .summary import SUMMARY_SCHEMA, build_summary
+from .summary import SUMMARY_SCHEMA, RegressionSummary, Summary, build_summary
 
 LATEST = "latest"
 
@@ -46,7 +47,7 @@ def stored_run(store: Store, run_id: str) -> tuple[RunInfo, list[IndexRow]]:
     return info, rows
 
 
-def run_summary(store: Store, run_id: str, ks: Sequence[int] | None = None) -> dict[str, Any]:
+def run_summary(store: Store, run_id: str, ks: Sequence[int] | None = None) -> Summary:
     """A stored run's summary, computed from its records and what its last session saw (its
     counts, load errors, agents that could not be built, the regression gate's verdict): what
     `agenteval report`, `show`, `diff` and `merge` show, equal to the session's summary."""
@@ -62,15 +63,25 @@ def run_summary(store: Store, run_id: str, ks: Sequence[int] | None = None) -> d
         load_errors=last.get("load_errors"),
         store_problems=[p.as_dict() for p in store.problems],
     )
+    ended: dict[str, object] = {}
     if last.get("regression"):
-        summary["regression"] = last["regression"]
+        ended["regression"] = _regression(last["regression"], store, run_id)
     finished = last.get("finished_at")
     if info.status != "running" and isinstance(finished, (int, float)):
-        summary["finished_at"] = float(finished)  # when the run ended, not this re-render
-    return summary
+        ended["finished_at"] = float(finished)  # when the run ended, not this re-render
+    return summary.model_copy(update=ended) if ended else summary
 
 
-def load_summary(ref: str, store: Store | None, base: Path) -> dict[str, Any]:
+def _regression(block: object, store: Store, run_id: str) -> RegressionSummary:
+    """The regression gate's verdict the run's last session stored in run.json."""
+    try:
+        return RegressionSummary.model_validate(block)
+    except ValidationError as exc:
+        where = display_path(store.runs_dir / run_id / "run.json")
+        raise RunRefError(f"{where}: at sessions[-1].regression: {_first_problem(exc)}") from None
+
+
+def load_summary(ref: str, store: Store | None, base: Path) -> Summary:
     """The summary `ref` names: a summary.json file, a folder holding a run (its records) or a
     summary.json, else a run id of `store` (or `latest`)."""
     path = base / ref
@@ -90,8 +101,9 @@ def load_summary(ref: str, store: Store | None, base: Path) -> dict[str, Any]:
         raise RunRefError(f"{exc}; and {ref!r} is {what}") from None
 
 
-def read_summary_file(path: Path) -> dict[str, Any]:
-    """A summary.json, checked enough to compare by: its schema and its tasks' counts."""
+def read_summary_file(path: Path) -> Summary:
+    """A summary.json as the model; a damaged or foreign file is a RunRefError naming the
+    first field that is wrong."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -104,13 +116,18 @@ def read_summary_file(path: Path) -> dict[str, Any]:
             f"{display_path(path)} is not an {SUMMARY_SCHEMA} summary (schema {found!r}); "
             "name a summary.json, a run folder or a run id"
         )
-    tasks = data.get("tasks")
-    fields = ("dataset", "task_id", "n", "c")
-    if not isinstance(tasks, list) or not all(
-        isinstance(t, dict) and all(f in t for f in fields) for t in tasks
-    ):
+    try:
+        return Summary.model_validate(data)
+    except ValidationError as exc:
         raise RunRefError(
-            f"{display_path(path)}: at tasks: each task needs {', '.join(fields)}; "
+            f"{display_path(path)}: {_first_problem(exc)}; "
             "write the summary again with `agenteval report RUN_ID`"
-        )
-    return data
+        ) from None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """`at tasks[3].n: Field required`: the first field pydantic found wrong, and how."""
+    error = exc.errors()[0]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"at {where.lstrip('.') or 'top'}: {error['msg']}{more}"

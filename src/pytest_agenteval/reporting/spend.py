@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.records import spend_sum
 from ..store.index import IndexRow
+
+if TYPE_CHECKING:
+    from .summary import Summary
 
 NO_MODEL = "(no model named)"
 
@@ -34,17 +37,17 @@ def pricing_coverage(rows: Sequence[IndexRow]) -> dict[str, Any]:
     }
 
 
-def spend_lines(summary: dict[str, Any]) -> list[str]:
+def spend_lines(summary: Summary) -> list[str]:
     """The cost lines of the terminal section and summary.md (none when nothing cost)."""
-    tot, pricing = summary["totals"], summary.get("pricing")
+    tot, pricing = summary.totals, summary.pricing
     lines = []
-    if tot["cost"] is not None:
-        judge = tot.get("judge_cost")
-        split = f" (agent {tot.get('agent_cost') or 0:.4f}, judge {judge:.4f})" if judge else ""
-        lines.append(f"cost {tot['cost']:.4f}{split}")
-    if pricing and pricing["with_usage"]:
-        line = f"pricing coverage {pricing['priced']}/{pricing['with_usage']} attempts with usage"
-        if pricing["unpriced_models"]:
-            line += "; no price for: " + ", ".join(pricing["unpriced_models"])
+    if tot.cost is not None:
+        judge = tot.judge_cost
+        split = f" (agent {tot.agent_cost or 0:.4f}, judge {judge:.4f})" if judge else ""
+        lines.append(f"cost {tot.cost:.4f}{split}")
+    if pricing and pricing.with_usage:
+        line = f"pricing coverage {pricing.priced}/{pricing.with_usage} attempts with usage"
+        if pricing.unpriced_models:
+            line += "; no price for: " + ", ".join(pricing.unpriced_models)
         lines.append(line)
     return lines

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from ..store.index import IndexRow
 from ..store.runs import RunInfo
@@ -26,7 +34,15 @@ from .spend import pricing_coverage, spend_totals
 SUMMARY_SCHEMA: Literal["agenteval.summary/1"] = "agenteval.summary/1"
 
 
-class AttemptSummary(BaseModel):
+class _Frozen(BaseModel):
+    """A part of the summary: read-only once built, so every report sees the same numbers."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+
+class AttemptSummary(_Frozen):
+    """One recorded attempt of a task, in short."""
+
     index: int
     """The attempt's index, from 0."""
     status: Literal["pass", "fail", "error"]
@@ -37,7 +53,9 @@ class AttemptSummary(BaseModel):
     """Why it failed or errored, in a few words; empty for a pass."""
 
 
-class TaskSummary(BaseModel):
+class TaskSummary(_Frozen):
+    """One task: its counts, estimates and attempts."""
+
     dataset: str
     """The dataset's name."""
     task_id: str
@@ -58,7 +76,7 @@ class TaskSummary(BaseModel):
     """Each recorded attempt of the task, by index."""
 
 
-class AgentErrorSummary(BaseModel):
+class AgentErrorSummary(_Frozen):
     """An agent that could not be built: its attempts did not start and are not recorded."""
 
     message: str
@@ -67,7 +85,9 @@ class AgentErrorSummary(BaseModel):
     """How many attempts of the last session did not start because of it."""
 
 
-class Metrics(BaseModel):
+class Metrics(_Frozen):
+    """pass@k and pass^k over a group of tasks (the run, or the tasks of one tag)."""
+
     pass_at_k: dict[str, float | None]
     """Mean over tasks with at least k attempts; keys are k as strings."""
     pass_power_k: dict[str, float | None]
@@ -84,7 +104,25 @@ class Metrics(BaseModel):
     statistics explanation in the docs); null below 3 tasks."""
 
 
-class StoreProblemSummary(BaseModel):
+class LoadErrorSummary(_Frozen):
+    """A task (or task file) that could not be loaded: not evaluated, and it fails the gate."""
+
+    dataset: str = ""
+    """The dataset the file is in."""
+    label: str = ""
+    """The task's id, or its file when no id could be read."""
+    path: str
+    """The task file."""
+    message: str
+    """`file:line: at field: problem`, and a `Hint:` line when something is close."""
+
+    @property
+    def name(self) -> str:
+        """What reports call the task: its id, else its file."""
+        return self.label or self.path
+
+
+class StoreProblemSummary(_Frozen):
     """Damage found in the run store; the summary was made without what it hides."""
 
     where: str
@@ -95,7 +133,7 @@ class StoreProblemSummary(BaseModel):
     """What happens because of it, e.g. "that attempt runs again" or "run skipped"."""
 
 
-class PricingSummary(BaseModel):
+class PricingSummary(_Frozen):
     """Pricing coverage: attempts whose agent reported tokens, and how many had a cost."""
 
     priced: int
@@ -108,21 +146,145 @@ class PricingSummary(BaseModel):
     """Models of attempts with usage but no cost: add them to `pricing:`."""
 
 
-class Summary(BaseModel):
-    """summary.json. Errored attempts count as not passed in pass@k / pass^k."""
+class DatasetSummary(_Frozen):
+    """A dataset as its manifest names it."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    name: str
+    """The dataset's name (several datasets: joined by `+`)."""
+    version: str
+    """The dataset's version (several datasets: joined by `+`)."""
+
+
+class AgentSummary(_Frozen):
+    """The agent under test."""
+
+    label: str
+    """A short readable name: the override or the manifests' agents, and the version."""
+    fingerprint: dict[str, Any]
+    """What identifies it: its spec (`override`, or each dataset's `manifest` agent) and its
+    declared `version`."""
+
+
+class Counts(_Frozen):
+    """Attempts by outcome over the run, and what the last session did; a session count is
+    absent (null here) when the last session did not say."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="allow")
+
+    passed: int = Field(alias="pass")
+    """Attempts that passed."""
+    fail: int
+    """Attempts that failed."""
+    error: int
+    """Attempts that ended in an error."""
+    over_budget: int = 0
+    """The errors whose agent used more than the task's `budget:` allows."""
+    reused: int | None = None
+    """Attempts the last session reused as they were recorded."""
+    regraded: int | None = None
+    """Attempts the last session graded again without calling the agent."""
+    run: int | None = None
+    """Attempts the last session ran."""
+    load_error: int | None = None
+    """Tasks (or task files) that could not be loaded in the last session."""
+
+    @model_serializer(mode="wrap")
+    def _present(self, handler: SerializerFunctionWrapHandler) -> dict[str, int]:
+        """summary.json leaves out the session counts the last session did not give."""
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class Totals(_Frozen):
+    """Sums and percentiles over the run's attempts; null when no attempt reported the value."""
+
+    mean_score: float | None = None
+    """The mean of the attempts' scores."""
+    input_tokens: int | None = None
+    """Input tokens the agents reported."""
+    output_tokens: int | None = None
+    """Output tokens the agents reported."""
+    cost: float | None = None
+    """Everything the run cost: agents and LLM judges (what spend caps count)."""
+    agent_cost: float | None = None
+    """What the agents cost."""
+    judge_cost: float | None = None
+    """What grading cost (LLM judges)."""
+    duration_p50: float | None = None
+    """The median attempt's seconds."""
+    duration_p95: float | None = None
+    """The 95th percentile of the attempts' seconds."""
+
+
+class TaskRef(_Frozen):
+    """A task on one side of a comparison only."""
+
+    dataset: str
+    """The dataset's name."""
+    task_id: str
+    """The task's id."""
+
+
+class TaskMove(TaskRef):
+    """A task whose pass rate changed against the baseline."""
+
+    base: str
+    """`c/n` in the baseline."""
+    new: str
+    """`c/n` in this run."""
+
+
+class RegressionSummary(_Frozen):
+    """This run against a baseline (`--agenteval-baseline`): pass@1's change over the tasks
+    both runs hold and the regression gate's verdict."""
+
+    baseline: str
+    """The baseline as it was named (run id, `latest`, run folder or summary.json)."""
+    baseline_run_id: str | None = None
+    """The baseline's run id, when it has one."""
+    max_regression: float
+    """The fall of pass@1 allowed (`--agenteval-max-regression`)."""
+    shared_tasks: int
+    """Tasks in both runs: the change is over these."""
+    base_pass_at_1: float | None
+    """pass@1 of the baseline over the shared tasks."""
+    new_pass_at_1: float | None
+    """pass@1 of this run over the shared tasks."""
+    change: float | None
+    """new - base; null when no task is shared."""
+    ci95: list[float] | None
+    """The change's 95 % interval [low, high], by paired bootstrap over tasks."""
+    method: str
+    """How the interval was computed."""
+    significant: bool
+    """Whether the interval excludes zero."""
+    failed: bool
+    """Whether the regression gate failed the run: a significant fall of more than
+    `max_regression`."""
+    summary: str
+    """The change in one line."""
+    regressed: list[TaskMove]
+    """Tasks whose pass rate fell."""
+    improved: list[TaskMove]
+    """Tasks whose pass rate rose."""
+    only_in_new: list[TaskRef]
+    """Tasks in this run only (not compared)."""
+    only_in_base: list[TaskRef]
+    """Tasks in the baseline only (not compared)."""
+
+
+class Summary(_Frozen):
+    """summary.json. Errored attempts count as not passed in pass@k / pass^k."""
 
     schema_: Literal["agenteval.summary/1"] = Field(SUMMARY_SCHEMA, alias="schema")
     """The format and its major version."""
     run_id: str
     """The run's id (`--agenteval-run-id`, or 8 hex digits)."""
-    dataset: dict[str, str]
+    dataset: DatasetSummary
     """The dataset's name and version (several datasets: joined)."""
-    datasets: list[dict[str, str]]
+    datasets: list[DatasetSummary]
     """Each dataset of the run: name and version."""
-    agent: dict[str, Any]
-    """The agent's fingerprint: its spec, override, declared version and label."""
+    agent: AgentSummary
+    """The agent: a readable label and its fingerprint."""
     created_at: float
     """When the run started (epoch seconds)."""
     finished_at: float
@@ -140,31 +302,37 @@ class Summary(BaseModel):
     """Agents that could not be built; their attempts did not run and are not recorded."""
     n_attempts: int
     """Attempts recorded in the run."""
-    counts: dict[str, int]
+    counts: Counts
     """pass / fail / error over the run, and over_budget: the errors whose agent used more than
     the task's `budget:` allows; reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
     metrics: Metrics
     """pass@k and pass^k over the run's tasks, with pass@1's interval."""
-    totals: dict[str, float | int | None]
+    totals: Totals
     """Tokens, cost (agent + judge, and each apart) and durations over the run."""
     tags: dict[str, Metrics]
     """The same metrics per tag, over the tasks that have it."""
     tasks: list[TaskSummary]
     """Each task's counts, pass@k and attempts, lowest pass rate first."""
-    load_errors: list[dict[str, str]] = []
-    """Tasks that could not be loaded: dataset, label (task id or file), path, message."""
+    load_errors: list[LoadErrorSummary] = []
+    """Tasks that could not be loaded."""
     store_problems: list[StoreProblemSummary] = []
     """Damage in the run store found while the run was resumed or summarized."""
-    regression: dict[str, Any] | None = None
-    """With `--agenteval-baseline`: pass@1's change against the baseline over the tasks both
-    runs hold (`change`, `ci95` by paired bootstrap over tasks, `significant`), whether the
-    regression gate failed the run (`failed`), and the tasks that regressed, improved, or are
-    in one run only (`only_in_new`, `only_in_base`)."""
     pricing: PricingSummary | None = None
     """How many attempts with usage had a cost (reported, or from the manifest's `pricing:`)."""
     shard: str | None = None
     """`I/N` for a run of one shard (`--agenteval-shard`); absent for a run of every task."""
+    regression: RegressionSummary | None = None
+    """With `--agenteval-baseline`: pass@1's change against the baseline over the tasks both
+    runs hold (`change`, `ci95` by paired bootstrap over tasks, `significant`), whether the
+    regression gate failed the run (`failed`), and the tasks that regressed, improved, or are
+    in one run only (`only_in_new`, `only_in_base`); absent without a baseline."""
+
+    def to_json(self) -> dict[str, Any]:
+        """summary.json's content as plain types, in its order (`shard` and `regression` only
+        when there is one)."""
+        absent = {name for name in ("shard", "regression") if getattr(self, name) is None}
+        return self.model_dump(by_alias=True, exclude=absent)
 
 
 def build_summary(
@@ -177,8 +345,48 @@ def build_summary(
     agent_errors: list[dict[str, Any]] | None = None,
     load_errors: list[dict[str, str]] | None = None,
     store_problems: list[dict[str, str]] | None = None,
-) -> dict[str, Any]:
-    """summary.json as plain types; the same records always give the same summary."""
+) -> Summary:
+    """The run's summary; the same records always give the same summary.
+
+    The cyclic GC waits meanwhile: a summary is some 100,000 new long-lived objects (a model,
+    its dict and its fields-set per attempt) and no garbage cycle, and collecting while they
+    pile up rescanned them and the rows again and again (half of the time at 30,000 rows)."""
+    with gc_paused():
+        return _build(
+            run,
+            rows,
+            ks=ks,
+            session_counts=session_counts,
+            status=status,
+            agent_errors=agent_errors,
+            load_errors=load_errors,
+            store_problems=store_problems,
+        )
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic GC off while making many objects that stay (as store/index.py reads)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build(
+    run: RunInfo,
+    rows: Sequence[IndexRow],
+    *,
+    ks: Sequence[int] | None,
+    session_counts: dict[str, int],
+    status: str,
+    agent_errors: list[dict[str, Any]] | None = None,
+    load_errors: list[dict[str, str]] | None = None,
+    store_problems: list[dict[str, str]] | None = None,
+) -> Summary:
     tasks = task_metrics(rows, ks)
     chosen = list(ks) if ks else default_ks(tasks)
     tot = totals(rows)
@@ -187,7 +395,7 @@ def build_summary(
     by_task: dict[tuple[str, str], list[IndexRow]] = {}
     for row in rows:
         by_task.setdefault(row.key[:2], []).append(row)
-    return {
+    summary = {
         "schema": SUMMARY_SCHEMA,
         "run_id": run.run_id,
         "dataset": _dataset_label(run.datasets),
@@ -215,15 +423,16 @@ def build_summary(
         "load_errors": load_errors,
         "store_problems": store_problems or [],
         "pricing": pricing_coverage(rows),
-        **({"shard": run.shard} if run.shard else {}),
+        "shard": run.shard or None,
     }
+    return Summary.model_validate(summary)
 
 
-def narrowed_words(summary: dict[str, Any]) -> str | None:
+def narrowed_words(summary: Summary) -> str | None:
     """What a narrowed run holds, for every report: `narrowed by -k 'add' (6 of 39 attempts)`,
     `narrowed by shard 1/3`; None for a run of every attempt of its datasets."""
-    shard = summary.get("shard")
-    parts = [part for part in (summary.get("narrowed_by"), shard and f"shard {shard}") if part]
+    shard = summary.shard
+    parts = [part for part in (summary.narrowed_by, shard and f"shard {shard}") if part]
     return f"narrowed by {', '.join(parts)}" if parts else None
 
 
@@ -307,10 +516,9 @@ def _task_json(
     }
 
 
-def task_passes(task: dict[str, Any], rule: str) -> bool:
+def task_passes(task: TaskSummary, rule: str) -> bool:
     """The task-level success rule: `any` attempt passed, `all` did, or a pass rate >= r."""
-    n: int = task["n"]
-    c: int = task["c"]
+    n, c = task.n, task.c
     if rule == "any":
         return c >= 1
     if rule == "all":

@@ -1,0 +1,92 @@
+"""The cost of the session's end: `build_summary` and `write_reports` over a big run's rows.
+
+    python bench/summary_build.py            # 30,000 rows (10,000 tasks x 3 attempts)
+    python bench/summary_build.py --tasks 1000
+
+Synthetic index rows (every status, tags, usage, costs), no pytest: CPU seconds, best of
+`--repeats`, so the neighbours on a busy machine count for little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pytest_agenteval.reporting.reports import write_reports
+from pytest_agenteval.reporting.summary import build_summary
+from pytest_agenteval.store.index import IndexRow
+from pytest_agenteval.store.runs import RunInfo
+
+ATTEMPTS = 3
+STATUSES = ("pass", "pass", "fail", "error")
+
+
+def rows(tasks: int) -> list[IndexRow]:
+    """`tasks` x ATTEMPTS rows of varied outcome, tags and spend."""
+    out = []
+    for t in range(tasks):
+        for a in range(ATTEMPTS):
+            status = STATUSES[(t * 7 + a) % len(STATUSES)]
+            out.append(
+                IndexRow(
+                    ("bench", f"task-{t:05d}", a),
+                    "d",
+                    "r",
+                    status,
+                    1.0 if status == "pass" else 0.0,
+                    0.01 * ((t + a) % 50 + 1),
+                    100 + t % 17,
+                    20 + a,
+                    0.001 * (t % 5) if t % 3 else None,
+                    (f"tag{t % 12}", "all"),
+                    "" if status == "pass" else f"expected {t}, got {t + a}",
+                    "agent" if status == "error" else None,
+                    "",
+                    model="m1" if t % 4 else "m2",
+                )
+            )
+    return out
+
+
+def best(repeats: int, work: Callable[[], object]) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        work()
+        times.append(time.process_time() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=10_000, help="tasks (x3 attempts)")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    data = rows(args.tasks)
+    run = RunInfo(
+        run_id="bench",
+        datasets=[{"name": "bench", "version": "1"}],
+        agent={"override": "bench:agent", "manifest": {}, "version": None},
+        created_at=0.0,
+        updated_at=0.0,
+        planned=len(data),
+        done=len(data),
+        status="complete",
+        sessions=[],
+    )
+
+    def build() -> object:
+        return build_summary(run, data, ks=None, session_counts={}, status="complete")
+
+    summary = build()
+    with tempfile.TemporaryDirectory() as out:
+        built = best(args.repeats, build)
+        written = best(args.repeats, lambda: write_reports(summary, Path(out), "any"))
+    print(f"{len(data):,} rows: build_summary {built:.3f} s, write_reports {written:.3f} s (CPU)")
+
+
+if __name__ == "__main__":
+    main()
