@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_agenteval.core.model import AgentResult, Verdict
 from pytest_agenteval.core.records import (
+    FIELDS,
+    INDEX_LINE,
     UNATTRIBUTED_CRASH,
+    AttemptId,
     AttemptRecord,
+    attempt_seed,
     index_entry,
     new_record,
     placed,
     ship,
     to_json_text,
 )
+from pytest_agenteval.store.index import IndexRow, explain, parse_line, row_of
+from pytest_agenteval.store.runs import Store
 
 WRITTEN = Path(__file__).parent / "golden" / "v1" / "written"
 """A record and index line of each kind as format `/1` wrote them before the record's fields
@@ -116,3 +124,72 @@ def test_records_and_index_lines_are_written_byte_for_byte_as_before(index: int)
     assert placed(entry, RECORD_AT, len(text.encode()) + 1) == line
     shipped_entry = line.rpartition(', "record"')[0] + "}"
     assert ship("run", entry, text) == f"run\n{shipped_entry}\n{text}"
+
+
+def _with_variant(record: AttemptRecord, variant: str) -> AttemptRecord:
+    return AttemptRecord.from_json(record.to_json() | {"variant": variant})
+
+
+def test_every_attribute_of_a_record_is_one_stored_field_and_round_trips() -> None:
+    """Each attribute of the record is read back by exactly one field, and every kind of record
+    (a variant's too) reads back equal to itself from its stored JSON."""
+    attributes = [f.name for f in fields(AttemptRecord)]
+    read = [f.attribute for f in FIELDS if f.stored and f.read is not None]
+    assert sorted(read) == sorted(attributes)
+    for record in (*examples().values(), _with_variant(examples()["full"], "v1")):
+        assert AttemptRecord.from_text(record.to_text()) == record
+        written = list(record.to_json())
+        assert written == [f.name for f in FIELDS if f.stored and f.name in written]
+
+
+def test_an_index_line_holds_exactly_the_declared_index_fields() -> None:
+    """The index line has the declared index fields in `INDEX_LINE`'s order, the optional ones
+    only when they say something, and the row it reads as has a column for each."""
+    declared = {f.name for f in FIELDS if f.index is not None}
+    assert set(INDEX_LINE) == declared
+    row_columns = {f.name for f in fields(IndexRow)} - {"key"}
+    assert row_columns | {"schema", "dataset", "task_id", "attempt"} == declared
+    optional = {f.name for f in FIELDS if f.index is not None and f.omit}
+    for record in (*examples().values(), _with_variant(examples()["plain"], "v1")):
+        entry = index_entry(record)
+        assert list(entry) == [name for name in INDEX_LINE if name in entry]
+        assert declared - set(entry) <= optional
+        line = placed(to_json_text(entry), 7, 9).encode()
+        row, where = parse_line(line, {}, True)
+        assert where == (7, 9) and row.key == record.key
+        back = {name: getattr(row, name) for name in row_columns}
+        assert back == {name: _as_row(entry, name) for name in row_columns}
+        assert row_of(entry) == replace(row, digest="", run_digest="", replay="")
+
+
+def _as_row(entry: dict[str, Any], name: str) -> Any:
+    """What a row holds for an index entry's field (an absent optional field: its default)."""
+    if name == "tags":
+        return tuple(entry["tags"])
+    return entry.get(name, 0 if name == "crashes" else None)
+
+
+def test_a_variant_is_part_of_the_identity_and_absent_without_one(tmp_path: Path) -> None:
+    """Two variants of one attempt are two stored attempts read back apart (also from a torn
+    line), and a record without a variant names none."""
+    plain = examples()["plain"]
+    assert '"variant"' not in plain.to_text() and plain.key == ("ds", "t1", 0)
+    assert plain.identity == AttemptId("ds", "t1", None, 0)
+    one, two = _with_variant(plain, "v1"), _with_variant(plain, "v2")
+    assert one.to_text().startswith('{"schema": "agenteval.record/1", "dataset": "ds", "variant"')
+    assert one.identity.key == one.key != two.key != plain.key
+    assert len({attempt_seed(k) for k in (plain.key, one.key, two.key)}) == 3
+    store = Store(tmp_path)
+    store.create_run("r1", [{"name": "ds", "version": "1"}], {"override": None})
+    for record in (plain, one, two):
+        store.commit("r1", record)
+    rows, problems = store.index("r1")
+    assert problems == [] and {row.key: row.variant for row in rows} == {
+        plain.key: None,
+        one.key: "v1",
+        two.key: "v2",
+    }
+    assert {r.key for r in store.records("r1")} == {plain.key, one.key, two.key}
+    line = placed(to_json_text(index_entry(two)), 0, 1)
+    torn = line[: line.index('"digest"')].encode()
+    assert explain(torn)[1] == two.key

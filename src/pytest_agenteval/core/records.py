@@ -63,6 +63,13 @@ def attempt_key(dataset: str, task_id: str, attempt: int, variant: str | None = 
     return (dataset, task_id, attempt, variant)  # type: ignore[return-value]
 
 
+def stored_key(data: dict[str, Any]) -> tuple[Any, ...]:
+    """The key a record's (or index line's) JSON names, whatever its fields hold."""
+    names = data.get("dataset"), data.get("task_id"), data.get("attempt")
+    variant = data.get("variant")
+    return names if variant is None else (*names, variant)
+
+
 def variant_of(key: Key) -> str | None:
     """The variant a key names (None: a dataset without variants)."""
     return key[3] if len(key) > 3 else None
