@@ -19,6 +19,7 @@ from pytest_agenteval.core.records import (
     index_entry,
     new_record,
     placed,
+    record_schema,
     ship,
     to_json_text,
 )
@@ -193,3 +194,12 @@ def test_a_variant_is_part_of_the_identity_and_absent_without_one(tmp_path: Path
     line = placed(to_json_text(index_entry(two)), 0, 1)
     torn = line[: line.index('"digest"')].encode()
     assert explain(torn)[1] == two.key
+
+
+def test_the_record_schema_names_the_stored_fields_by_their_json_names() -> None:
+    """`agenteval schema record` lists exactly the fields a stored record has (`input`, not the
+    attribute `task_input`), and every kind of record has its required ones."""
+    schema = record_schema()
+    assert list(schema["properties"]) == [f.name for f in FIELDS if f.stored]
+    for record in examples().values():
+        assert set(schema["required"]) <= set(record.to_json())

@@ -443,14 +443,21 @@ def record_schema() -> dict[str, Any]:
     """The JSON Schema of a stored record (`agenteval schema record`)."""
     from pydantic import TypeAdapter
 
+    from ..sources.docstrings import field_docs
+
     schema = TypeAdapter(AttemptRecord).json_schema()
-    schema["properties"] = {
+    typed = schema["properties"]
+    derived = {
         "schema": {"const": RECORD_SCHEMA, "description": "The format and its major version."},
-        **schema["properties"],
         "score": {"type": "number", "description": "Mean grader score; 0 for an error."},
         "finished_at": {"type": "number", "description": "When the attempt ended (epoch seconds)."},
     }
-    schema["required"] = ["schema", *schema["required"], "score", "finished_at"]
+    for f in STORED:  # a field named apart from its attribute keeps the attribute's docstring
+        if f.name != f.attribute:
+            docs = field_docs(AttemptRecord)
+            typed[f.attribute] = {"description": docs[f.attribute], **typed[f.attribute]}
+    schema["properties"] = {f.name: derived.get(f.name) or typed[f.attribute] for f in STORED}
+    schema["required"] = [f.name for f in STORED if f.required or f.name in derived]
     return schema
 
 
