@@ -23,6 +23,7 @@ from pytest_agenteval.core.records import (
     ship,
     to_json_text,
 )
+from pytest_agenteval.reporting.metrics import Attempt
 from pytest_agenteval.store.index import IndexRow, explain, parse_line, row_of
 from pytest_agenteval.store.runs import Store
 
@@ -203,3 +204,14 @@ def test_the_record_schema_names_the_stored_fields_by_their_json_names() -> None
     assert list(schema["properties"]) == [f.name for f in FIELDS if f.stored]
     for record in examples().values():
         assert set(schema["required"]) <= set(record.to_json())
+
+
+def test_what_metrics_read_of_an_attempt_is_declared_index_fields() -> None:
+    """Every fact the metrics' `Attempt` protocol reads is a field of the index line, which both
+    a stored row and a record hold."""
+    read = {name for name in vars(Attempt) if not name.startswith("_")}
+    assert read and read <= {f.name for f in FIELDS if f.index is not None}
+    record, row = examples()["full"], row_of(index_entry(examples()["full"]))
+    assert {name: getattr(record, name) for name in read} == {
+        name: getattr(row, name) for name in read
+    }
