@@ -195,6 +195,10 @@ def test_a_variant_is_part_of_the_identity_and_absent_without_one(tmp_path: Path
     line = placed(to_json_text(index_entry(two)), 0, 1)
     torn = line[: line.index('"digest"')].encode()
     assert explain(torn)[1] == two.key
+    mistyped = line.replace('"variant": "v2"', '"variant": 3').encode()
+    with pytest.raises(TypeError):
+        parse_line(mistyped, {}, True)
+    assert explain(mistyped)[0] == "at variant: expected a string, got 3"
 
 
 def test_the_record_schema_names_the_stored_fields_by_their_json_names() -> None:
