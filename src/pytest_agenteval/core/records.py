@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import NoneType
 from typing import Any, NamedTuple
 
@@ -568,17 +568,30 @@ INDEXED = tuple(next(f for f in FIELDS if f.name == name) for name in INDEX_LINE
 
 
 def _compile(name: str, fields: tuple[Field, ...]) -> Callable[[AttemptRecord], dict[str, Any]]:
-    """A function writing `fields` of a record `r` as one dict display (as fast as writing
-    it by hand); a field with an `omit` rule is spliced in only when it holds."""
-    parts = []
-    for f in fields:
-        item = f"{f.name!r}: {f.write}"
-        parts.append(f"**({{{item}}} if not ({f.omit}) else {{}})" if f.omit else item)
-    source = f"def {name}(r):\n    return {{{', '.join(parts)}}}\n"
+    """A function writing `fields` of a record `r` as dict displays (as fast as writing them
+    by hand). A field with an `omit` rule among the last ones is spliced in only when it holds;
+    one before them (the variant) chooses between two displays, with and without it, because a
+    splice inside a display makes CPython build and merge a second dict."""
+    source = f"def {name}(r):\n    return {_display(fields)}\n"
     namespace: dict[str, Any] = {}
     exec(source, globals(), namespace)  # the source is built from FIELDS only
     made: Callable[[AttemptRecord], dict[str, Any]] = namespace[name]
     return made
+
+
+def _display(fields: tuple[Field, ...]) -> str:
+    """A dict display of `fields` (an expression of `r`)."""
+    tail = len(fields)
+    while tail and fields[tail - 1].omit:
+        tail -= 1
+    inner = next((i for i, f in enumerate(fields[:tail]) if f.omit), None)
+    if inner is not None:
+        without, f = fields[:inner] + fields[inner + 1 :], fields[inner]
+        with_it = (*fields[:inner], replace(f, omit=""), *fields[inner + 1 :])
+        return f"({_display(without)} if ({f.omit}) else {_display(with_it)})"
+    parts = [f"{f.name!r}: {f.write}" for f in fields[:tail]]
+    parts += [f"**({{{f.name!r}: {f.write}}} if not ({f.omit}) else {{}})" for f in fields[tail:]]
+    return f"{{{', '.join(parts)}}}"
 
 
 _record_json = _compile("record_json", STORED)
