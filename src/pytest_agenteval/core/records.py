@@ -12,9 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from types import NoneType
+from typing import Any, NamedTuple
 
 from .model import RECORD_SCHEMA, AgentResult, Key, Phase, Status, Usage, Verdict
 from .numbers import rounded
@@ -39,9 +40,46 @@ def parse_item_name(nodeid: str) -> tuple[str, int] | None:
     return (match["task_id"], int(match["attempt"])) if match else None
 
 
+class AttemptId(NamedTuple):
+    """An attempt's identity: (dataset, task, variant, attempt)."""
+
+    dataset: str
+    task_id: str
+    variant: str | None
+    """None for a dataset without variants (it keeps its ids, keys, files and index lines)."""
+    attempt: int
+
+    @property
+    def key(self) -> Key:
+        return attempt_key(self.dataset, self.task_id, self.attempt, self.variant)
+
+
+def attempt_key(dataset: str, task_id: str, attempt: int, variant: str | None = None) -> Key:
+    """The `Key` of an attempt: (dataset, task, attempt) as ever for a dataset without
+    variants; a variant's attempt has its variant appended, so `key[2]` stays the attempt
+    and two variants of a task never share a key."""
+    if variant is None:
+        return (dataset, task_id, attempt)
+    return (dataset, task_id, attempt, variant)  # type: ignore[return-value]
+
+
+def stored_key(data: dict[str, Any]) -> tuple[Any, ...]:
+    """The key a record's (or index line's) JSON names, whatever its fields hold."""
+    names = data.get("dataset"), data.get("task_id"), data.get("attempt")
+    variant = data.get("variant")
+    return names if variant is None else (*names, variant)
+
+
+def variant_of(key: Key) -> str | None:
+    """The variant a key names (None: a dataset without variants)."""
+    return key[3] if len(key) > 3 else None
+
+
 def plan_key(key: Key) -> str:
-    """A key as one string (dataset names and task ids never contain NUL)."""
-    return f"{key[0]}\0{key[1]}\0{key[2]}"
+    """A key as one string (dataset names, task ids and variants never contain NUL)."""
+    if len(key) == 3:
+        return f"{key[0]}\0{key[1]}\0{key[2]}"
+    return "\0".join(map(str, key))
 
 
 def attempt_seed(key: Key) -> int:
@@ -138,10 +176,17 @@ class AttemptRecord:
     wait: float = 0.0
     """Seconds the attempt waited for its agent's limits (a `max_in_flight` slot, the pace)
     before its call started; `started_at` and `duration` are of the call and grading only."""
+    variant: str | None = None
+    """The variant (agent configuration) the attempt ran; None for a dataset without variants,
+    whose records do not name one."""
 
     @property
     def key(self) -> Key:
-        return (self.dataset, self.task_id, self.attempt)
+        return attempt_key(self.dataset, self.task_id, self.attempt, self.variant)
+
+    @property
+    def identity(self) -> AttemptId:
+        return AttemptId(self.dataset, self.task_id, self.variant, self.attempt)
 
     @property
     def score(self) -> float:
@@ -191,36 +236,8 @@ class AttemptRecord:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON types: how the record travels on reports and is stored."""
-        return {
-            "schema": RECORD_SCHEMA,
-            "dataset": self.dataset,
-            "task_id": self.task_id,
-            "attempt": self.attempt,
-            "digest": self.digest,
-            "run_digest": self.run_digest,
-            "agent": self.agent,
-            "tags": list(self.tags),
-            "status": self.status,
-            "score": self.score,
-            "verdicts": [v.as_dict() for v in self.verdicts],
-            "output": self.output,
-            "usage": self.usage,
-            "duration": self.duration,
-            "started_at": self.started_at,
-            "finished_at": self.started_at + self.duration,
-            "error": self.error,
-            "error_type": self.error_type,
-            "phase": self.phase,
-            "transcript": self.transcript,
-            "artifacts": self.artifacts,
-            "previous": list(self.previous),
-            **({"call": self.call} if self.call is not None else {}),
-            **({"regraded": True} if self.regraded else {}),
-            **({"input": self.task_input} if self.task_input is not None else {}),
-            **({"expected": self.expected} if self.expected is not None else {}),
-            **({"wait": self.wait} if self.wait else {}),
-        }
+        """Plain JSON types: how the record travels on reports and is stored (`FIELDS`)."""
+        return _record_json(self)
 
     def to_text(self) -> str:
         """The record as one line of JSON: how it travels on reports (one string is far cheaper
@@ -243,32 +260,11 @@ class AttemptRecord:
             raise ValueError(f"not an {RECORD_SCHEMA} record: schema {data.get('schema')!r}")
         if data["status"] not in ("pass", "fail", "error"):
             raise ValueError(f"unknown status {data['status']!r}")
-        return cls(
-            dataset=str(data["dataset"]),
-            task_id=str(data["task_id"]),
-            attempt=int(data["attempt"]),
-            digest=str(data["digest"]),
-            run_digest=str(data["run_digest"]),
-            agent=dict(data["agent"]),
-            status=data["status"],
-            started_at=float(data["started_at"]),
-            duration=float(data["duration"]),
-            tags=tuple(data.get("tags") or ()),
-            verdicts=tuple(Verdict(**v) for v in data.get("verdicts") or ()),
-            output=data.get("output"),
-            usage=data.get("usage"),
-            error=data.get("error"),
-            error_type=data.get("error_type"),
-            phase=data.get("phase"),
-            transcript=data.get("transcript"),
-            artifacts=data.get("artifacts"),
-            previous=tuple(data.get("previous") or ()),
-            call=data.get("call"),
-            regraded=data.get("regraded") is True,
-            task_input=data.get("input"),
-            expected=data.get("expected"),
-            wait=float(data.get("wait") or 0.0),
-        )
+        values = {}
+        for f in STORED:
+            if f.read is not None:
+                values[f.attribute] = f.read(data[f.name] if f.required else data.get(f.name))
+        return cls(**values)
 
     def replacing(self, old: AttemptRecord) -> AttemptRecord:
         """This record, keeping `old` (and its history) as `previous`."""
@@ -327,6 +323,7 @@ def new_record(
         task_input=json_safe(task_input) if task_input is not None else None,
         expected=json_safe(expected) if expected is not None else None,
         wait=wait,
+        variant=variant_of(key),
     )
 
 
@@ -364,30 +361,10 @@ def attempt_reason(record: AttemptRecord) -> str:
 
 def index_entry(record: AttemptRecord) -> dict[str, Any]:
     """The record's line in index.jsonl but for where the record lies (`placed` adds that):
-    what planning and metrics read. Failures and errors keep what their replay shows; a
-    replayed pass shows nothing, so passes store "". Made where the record is made (an xdist
-    worker), so the controller need not parse the record to index it."""
-    return {
-        "schema": RECORD_SCHEMA,
-        "dataset": record.dataset,
-        "task_id": record.task_id,
-        "attempt": record.attempt,
-        "digest": record.digest,
-        "run_digest": record.run_digest,
-        "status": record.status,
-        "score": record.score,
-        "duration": record.duration,
-        "input_tokens": record.input_tokens,
-        "output_tokens": record.output_tokens,
-        "cost": record.cost,
-        "tags": list(record.tags),
-        "reason": attempt_reason(record),
-        "phase": record.phase,
-        "replay": "" if record.status == "pass" else to_json_text(record.detail().to_json()),
-        **({"crashes": crash_count(record)} if record.phase == "crash" else {}),
-        **({"model": record.model} if record.model is not None else {}),
-        **({"judge_cost": judge} if (judge := record.judge_cost) is not None else {}),
-    }
+    what planning and metrics read (`INDEX_LINE`). Failures and errors keep what their replay
+    shows; a replayed pass shows nothing, so passes store "". Made where the record is made
+    (an xdist worker), so the controller need not parse the record to index it."""
+    return _index_json(record)
 
 
 def ship(action: str, entry: str, text: str) -> str:
@@ -466,12 +443,156 @@ def record_schema() -> dict[str, Any]:
     """The JSON Schema of a stored record (`agenteval schema record`)."""
     from pydantic import TypeAdapter
 
+    from ..sources.docstrings import field_docs
+
     schema = TypeAdapter(AttemptRecord).json_schema()
-    schema["properties"] = {
+    typed = schema["properties"]
+    derived = {
         "schema": {"const": RECORD_SCHEMA, "description": "The format and its major version."},
-        **schema["properties"],
         "score": {"type": "number", "description": "Mean grader score; 0 for an error."},
         "finished_at": {"type": "number", "description": "When the attempt ended (epoch seconds)."},
     }
-    schema["required"] = ["schema", *schema["required"], "score", "finished_at"]
+    for f in STORED:  # a field named apart from its attribute keeps the attribute's docstring
+        if f.name != f.attribute:
+            docs = field_docs(AttemptRecord)
+            typed[f.attribute] = {"description": docs[f.attribute], **typed[f.attribute]}
+    schema["properties"] = {f.name: derived.get(f.name) or typed[f.attribute] for f in STORED}
+    schema["required"] = [f.name for f in STORED if f.required or f.name in derived]
     return schema
+
+
+# --- the record's fields, defined once ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One field of a record's JSON (`agenteval.record/1`) or of its index line: the one place
+    that says how it is written, read back, left out and indexed."""
+
+    name: str
+    """Its JSON name."""
+    write: str
+    """A Python expression of the record `r`: the value written (compiled into `to_json` and
+    `index_entry`, so writing costs what a hand-written dict display costs)."""
+    read: Callable[[Any], Any] | None = None
+    """The attribute's value from the JSON value (None: derived, never read back)."""
+    attr: str = ""
+    """The `AttemptRecord` attribute it holds, when not named like the field."""
+    omit: str = ""
+    """An expression of `r`: when true the field is left out (then `read` gets None)."""
+    required: bool = False
+    """Reading a record without it fails (the others read None when absent)."""
+    stored: bool = True
+    """In the stored record; False for a fact only the index line holds."""
+    index: tuple[type, ...] | None = None
+    """The JSON types its index line allows; None: not in the index line."""
+
+    @property
+    def attribute(self) -> str:
+        return self.attr or self.name
+
+
+def _optional(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else kind(value)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _verdicts(values: Any) -> tuple[Verdict, ...]:
+    return tuple(Verdict(**v) for v in values or ())
+
+
+_STR, _INT, _LIST = (str,), (int,), (list,)
+_NUMBER, _MAYBE_NUMBER = (int, float), (int, float, NoneType)
+_MAYBE_INT, _MAYBE_STR = (int, NoneType), (str, NoneType)
+
+FIELDS: tuple[Field, ...] = (
+    Field("schema", "RECORD_SCHEMA", index=_STR),
+    Field("dataset", "r.dataset", str, required=True, index=_STR),
+    Field("variant", "r.variant", _optional(str), omit="r.variant is None", index=_STR),
+    Field("task_id", "r.task_id", str, required=True, index=_STR),
+    Field("attempt", "r.attempt", int, required=True, index=_INT),
+    Field("digest", "r.digest", str, required=True, index=_STR),
+    Field("run_digest", "r.run_digest", str, required=True, index=_STR),
+    Field("agent", "r.agent", dict, required=True),
+    Field("tags", "list(r.tags)", lambda tags: tuple(tags or ()), index=_LIST),
+    Field("status", "r.status", _same, required=True, index=_STR),
+    Field("score", "r.score", index=_MAYBE_NUMBER),
+    Field("verdicts", "[v.as_dict() for v in r.verdicts]", _verdicts),
+    Field("output", "r.output", _same),
+    Field("usage", "r.usage", _same),
+    Field("duration", "r.duration", float, required=True, index=_NUMBER),
+    Field("started_at", "r.started_at", float, required=True),
+    Field("finished_at", "r.started_at + r.duration"),
+    Field("error", "r.error", _same),
+    Field("error_type", "r.error_type", _same),
+    Field("phase", "r.phase", _same, index=_MAYBE_STR),
+    Field("transcript", "r.transcript", _same),
+    Field("artifacts", "r.artifacts", _same),
+    Field("previous", "list(r.previous)", lambda old: tuple(old or ())),
+    Field("call", "r.call", _same, omit="r.call is None"),
+    Field("regraded", "True", lambda value: value is True, omit="not r.regraded"),
+    Field("input", "r.task_input", _same, "task_input", omit="r.task_input is None"),
+    Field("expected", "r.expected", _same, omit="r.expected is None"),
+    Field("wait", "r.wait", lambda wait: float(wait or 0.0), omit="not r.wait"),
+    # Facts only the index line holds: what metrics and replays need without the record.
+    Field("input_tokens", "r.input_tokens", stored=False, index=_MAYBE_INT),
+    Field("output_tokens", "r.output_tokens", stored=False, index=_MAYBE_INT),
+    Field("cost", "r.cost", stored=False, index=_MAYBE_NUMBER),
+    Field("reason", "attempt_reason(r)", stored=False, index=_STR),
+    Field(
+        "replay",
+        '"" if r.status == "pass" else to_json_text(r.detail().to_json())',
+        stored=False,
+        index=_STR,
+    ),
+    Field("crashes", "crash_count(r)", omit='r.phase != "crash"', stored=False, index=_INT),
+    Field("model", "r.model", omit="r.model is None", stored=False, index=_STR),
+    Field("judge_cost", "r.judge_cost", omit="r.judge_cost is None", stored=False, index=_NUMBER),
+)
+"""Every field of a stored record (in its JSON's order) and of its index line. A new field is
+one entry here (and the attribute it holds): the stored JSON, the index line, the shipped form
+and the hook's payload follow."""
+
+INDEX_LINE: tuple[str, ...] = (
+    *("schema", "dataset", "variant", "task_id", "attempt", "digest", "run_digest", "status"),
+    *("score", "duration", "input_tokens", "output_tokens", "cost", "tags", "reason", "phase"),
+    *("replay", "crashes", "model", "judge_cost"),
+)
+"""The order of an index line's fields (format `/1`'s; `placed` appends `record`)."""
+
+STORED = tuple(f for f in FIELDS if f.stored)
+INDEXED = tuple(next(f for f in FIELDS if f.name == name) for name in INDEX_LINE)
+
+
+def _compile(name: str, fields: tuple[Field, ...]) -> Callable[[AttemptRecord], dict[str, Any]]:
+    """A function writing `fields` of a record `r` as dict displays (as fast as writing them
+    by hand). A field with an `omit` rule among the last ones is spliced in only when it holds;
+    one before them (the variant) chooses between two displays, with and without it, because a
+    splice inside a display makes CPython build and merge a second dict."""
+    source = f"def {name}(r):\n    return {_display(fields)}\n"
+    namespace: dict[str, Any] = {}
+    exec(source, globals(), namespace)  # the source is built from FIELDS only
+    made: Callable[[AttemptRecord], dict[str, Any]] = namespace[name]
+    return made
+
+
+def _display(fields: tuple[Field, ...]) -> str:
+    """A dict display of `fields` (an expression of `r`)."""
+    tail = len(fields)
+    while tail and fields[tail - 1].omit:
+        tail -= 1
+    inner = next((i for i, f in enumerate(fields[:tail]) if f.omit), None)
+    if inner is not None:
+        without, f = fields[:inner] + fields[inner + 1 :], fields[inner]
+        with_it = (*fields[:inner], replace(f, omit=""), *fields[inner + 1 :])
+        return f"({_display(without)} if ({f.omit}) else {_display(with_it)})"
+    parts = [f"{f.name!r}: {f.write}" for f in fields[:tail]]
+    parts += [f"**({{{f.name!r}: {f.write}}} if not ({f.omit}) else {{}})" for f in fields[tail:]]
+    return f"{{{', '.join(parts)}}}"
+
+
+_record_json = _compile("record_json", STORED)
+_index_json = _compile("index_json", INDEXED)

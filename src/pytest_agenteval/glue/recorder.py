@@ -21,6 +21,7 @@ from ..core.model import Key
 from ..core.records import (
     UNATTRIBUTED_CRASH,
     AttemptRecord,
+    attempt_key,
     junit_properties,
     parse_item_name,
     unship,
@@ -458,7 +459,7 @@ def _attempt_name(key: Key) -> str:
 
 
 def _key_of(entry: dict[str, Any]) -> Key:
-    return (entry["dataset"], entry["task_id"], entry["attempt"])
+    return attempt_key(entry["dataset"], entry["task_id"], entry["attempt"], entry.get("variant"))
 
 
 def _shown(value: object) -> str:

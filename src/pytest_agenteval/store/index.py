@@ -23,7 +23,7 @@ from types import NoneType
 from typing import Any, BinaryIO
 
 from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import Detail, spend_sum
+from ..core.records import INDEXED, Detail, attempt_key, spend_sum
 from ..core.text import excerpt
 from .files import open_regular
 from .problems import RUNS_AGAIN, StoreProblem
@@ -31,28 +31,14 @@ from .problems import RUNS_AGAIN, StoreProblem
 STATUSES = frozenset({"pass", "fail", "error"})
 UNREADABLE_DETAILS = "(the stored details of this verdict are unreadable)"
 
-_STR, _INT, _LIST = (str,), (int,), (list,)
-_NUMBER, _MAYBE_NUMBER = (int, float), (int, float, NoneType)
 FIELDS: dict[str, tuple[type, ...]] = {
-    "schema": _STR,
-    "dataset": _STR,
-    "task_id": _STR,
-    "attempt": _INT,
-    "digest": _STR,
-    "run_digest": _STR,
-    "status": _STR,
-    "score": _MAYBE_NUMBER,
-    "duration": _NUMBER,
-    "input_tokens": (int, NoneType),
-    "output_tokens": (int, NoneType),
-    "cost": _MAYBE_NUMBER,
-    "tags": _LIST,
-    "reason": _STR,
-    "phase": (str, NoneType),
-    "replay": _STR,
-    "record": _LIST,
+    **{f.name: f.index for f in INDEXED if f.index is not None and not f.omit},
+    "record": (list,),
 }
-"""Every field of an index line and the JSON types it may have (`bool` is never a number)."""
+"""Every field of an index line but the optional ones, in its order, and the JSON types it may
+have (`bool` is never a number): the record's `INDEXED` fields, and where the record lies."""
+OPTIONAL = {f.name: f.index for f in INDEXED if f.index is not None and f.omit}
+"""The fields a line holds only when they say something (crashes, model, judge cost, variant)."""
 
 _values = itemgetter(*FIELDS)
 _SIGNATURES = frozenset(product(*FIELDS.values()))
@@ -99,6 +85,9 @@ class IndexRow:
     """The model the agent's usage is of, when it said (for pricing coverage)."""
     judge_cost: float | None = None
     """What grading cost (LLM judges), apart from the agent's `cost`."""
+    variant: str | None = None
+    """The variant the attempt ran (None for a dataset without variants; `key` then ends
+    with it)."""
 
     @property
     def spend(self) -> float | None:
@@ -126,25 +115,27 @@ class IndexRow:
 def row_of(line: dict[str, Any]) -> IndexRow:
     """The row reading `line` (an index entry) back would give (metrics' fields): a session's
     own commits."""
-    phase = line["phase"]
+    phase, variant = line["phase"], line.get("variant")
     return IndexRow(
-        (line["dataset"], line["task_id"], line["attempt"]),
+        attempt_key(line["dataset"], line["task_id"], line["attempt"], variant),
         "",
         "",
-        line["status"],
-        line["score"],
-        line["duration"],
-        line["input_tokens"],
-        line["output_tokens"],
-        line["cost"],
+        *_before_tags(line),
         tuple(line["tags"]),
-        line["reason"],
-        phase,
-        "",
+        *_after_tags(line),
+        "",  # replay
         line.get("crashes", 1) if phase == "crash" else 0,
         line.get("model"),
         line.get("judge_cost"),
-    )
+        variant,
+    )  # type: ignore[call-arg]  # mypy cannot count the itemgetters'
+
+
+_NAMES = list(FIELDS)
+_TAGS = _NAMES.index("tags")
+_before_tags = itemgetter(*_NAMES[_NAMES.index("status") : _TAGS])
+_after_tags = itemgetter(*_NAMES[_TAGS + 1 : _NAMES.index("replay")])
+"""status ... phase: the fields an index line and its row hold alike, in the same order."""
 
 
 @dataclass
@@ -279,8 +270,12 @@ def parse_line(
         or not (cost is None or isfinite(cost))  # a too large int raises OverflowError
     ):
         raise ValueError
+    key: Key = (intern(dataset), task_id, attempt)
+    facts = _optional_facts(line) if len(line) > _PLAIN_FIELDS else ()
+    if facts and facts[2] is not None:
+        key = attempt_key(key[0], task_id, attempt, intern(facts[2]))
     row = IndexRow(
-        (intern(dataset), task_id, attempt),
+        key,
         digest if for_plan else "",
         run_digest if for_plan else "",
         intern(status),
@@ -294,20 +289,23 @@ def parse_line(
         phase,
         replay if for_plan else "",
         _crashes(raw) if phase == "crash" else 0,
-        *(_spend_facts(line) if len(line) > _PLAIN_FIELDS else ()),
+        *facts,
     )
     return row, (record[0], record[1])
 
 
 _PLAIN_FIELDS = len(FIELDS)
-"""Fields of a line without optional facts (crashes, model, judge cost): most lines."""
+"""Fields of a line without optional facts (crashes, model, judge cost, variant): most lines."""
 
 
-def _spend_facts(line: dict[str, Any]) -> tuple[str | None, float | None]:
-    """The optional model and judge cost of a line; a mistyped one is left out, not fatal."""
-    model, judge = line.get("model"), line.get("judge_cost")
+def _optional_facts(line: dict[str, Any]) -> tuple[str | None, float | None, str | None]:
+    """The optional model, judge cost and variant of a line; a mistyped model or judge cost is
+    left out, not fatal (a mistyped variant is: its attempt would be another's)."""
+    model, judge, variant = line.get("model"), line.get("judge_cost"), line.get("variant")
     known = type(judge) in (int, float) and _finite(judge)  # type: ignore[arg-type]
-    return (model if type(model) is str else None, judge if known else None)
+    if variant is not None and type(variant) is not str:
+        raise TypeError
+    return (model if type(model) is str else None, judge if known else None, variant)
 
 
 def _crashes(raw: bytes) -> int:
@@ -343,29 +341,44 @@ def explain(raw: bytes) -> tuple[str, Key | None]:
         problem = _type_problem(line[name], kinds) or _value_problem(name, line[name])
         if problem:
             return f"at {name}: {problem}", key
+    variant = line.get("variant")
+    if variant is not None and type(variant) is not str:
+        return f"at variant: {_type_problem(variant, (str,))}", key
     return "unreadable", key
 
 
 def _key_of(line: dict[str, Any]) -> Key | None:
     dataset, task_id, attempt = (line.get(k) for k in ("dataset", "task_id", "attempt"))
-    if type(dataset) is str and type(task_id) is str and type(attempt) is int and attempt >= 0:
-        return (intern(dataset), task_id, attempt)
+    variant = line.get("variant")
+    if (
+        type(dataset) is str
+        and type(task_id) is str
+        and type(attempt) is int
+        and attempt >= 0
+        and (variant is None or type(variant) is str)
+    ):
+        return attempt_key(intern(dataset), task_id, attempt, variant)
     return None
 
 
+_STRING = rb'("(?:[^"\\]|\\.)*")'
 _START = re.compile(
-    rb'\{"schema": "[^"]*", "dataset": ("(?:[^"\\]|\\.)*"), '
-    rb'"task_id": ("(?:[^"\\]|\\.)*"), "attempt": (\d+),'
+    rb'\{"schema": "[^"]*", "dataset": ' + _STRING + rb", "
+    rb'(?:"variant": ' + _STRING + rb", )?"
+    rb'"task_id": ' + _STRING + rb', "attempt": (\d+),'
 )
 
 
 def _key_from_start(raw: bytes) -> Key | None:
-    """The attempt of a torn line, from its start (as `index_line` writes it), if still there."""
+    """The attempt of a torn line, from its start (as `index_entry` writes it), if still there."""
     match = _START.match(raw)
     if match is None:
         return None
     try:
-        return (intern(json.loads(match[1])), json.loads(match[2]), int(match[3]))
+        variant = json.loads(match[2]) if match[2] else None
+        return attempt_key(
+            intern(json.loads(match[1])), json.loads(match[3]), int(match[4]), variant
+        )
     except ValueError:
         return None
 

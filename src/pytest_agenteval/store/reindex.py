@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import AttemptRecord, index_entry, placed, to_json_text
+from ..core.records import AttemptRecord, index_entry, placed, stored_key, to_json_text
 from ..core.text import excerpt
 from .index import UNREADABLE_ERRORS, IndexRead, IndexRow, parse_line
 from .problems import OUTPUT_LOST, REINDEXED, StoreProblem
@@ -64,11 +64,7 @@ def record_of(data: bytes, key: Key | None = None) -> tuple[AttemptRecord | None
         return None, f"not complete JSON ({exc})"
     if not isinstance(parsed, dict) or parsed.get("schema") != RECORD_SCHEMA:
         return None, f"not an {RECORD_SCHEMA} record"
-    if key is not None and (
-        parsed.get("dataset"),
-        parsed.get("task_id"),
-        parsed.get("attempt"),
-    ) != tuple(key):
+    if key is not None and stored_key(parsed) != tuple(key):
         return None, "another attempt's record"
     try:
         return AttemptRecord.from_json(parsed), None

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 
 from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import AttemptRecord, index_entry, placed, to_json_text
+from ..core.records import AttemptRecord, index_entry, placed, stored_key, to_json_text
 from .files import (
     RUN_JSON_LIMIT,
     RunFiles,
@@ -637,7 +637,7 @@ def parse_record(data: bytes, key: Key) -> tuple[AttemptRecord | None, str | Non
         return None, f"{what} is not complete JSON ({exc})"
     if not isinstance(record, dict) or record.get("schema") != RECORD_SCHEMA:
         return None, f"{what} is not an {RECORD_SCHEMA} record"
-    if (record.get("dataset"), record.get("task_id"), record.get("attempt")) != tuple(key):
+    if stored_key(record) != tuple(key):
         return None, f"{what} is not where the index says (another attempt's record is there)"
     try:
         return AttemptRecord.from_json(record), None
