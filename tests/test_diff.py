@@ -13,7 +13,6 @@ from pytest_agenteval.reporting.diff import (
     compare,
     diff_lines,
     suite_change,
-    task_rates,
 )
 
 counts = st.integers(1, 5).flatmap(lambda n: st.builds(TaskRate, st.just(n), st.integers(0, n)))
@@ -102,8 +101,8 @@ def test_many_tasks_use_the_normal_approximation() -> None:
 
 def test_missing_tasks_are_listed_not_compared() -> None:
     """Tasks on one side only appear in the lists and not in the change."""
-    base = task_rates([{"dataset": "ds", "task_id": t, "n": 1, "c": 1} for t in ("a", "b", "gone")])
-    new = task_rates([{"dataset": "ds", "task_id": t, "n": 1, "c": 1} for t in ("a", "b", "new")])
+    base = {("ds", t): TaskRate(1, 1) for t in ("a", "b", "gone")}
+    new = {("ds", t): TaskRate(1, 1) for t in ("a", "b", "new")}
     diff = compare(base, new)
     assert diff.appeared == [("ds", "new")] and diff.disappeared == [("ds", "gone")]
     assert diff.change.shared == 2
