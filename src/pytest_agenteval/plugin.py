@@ -301,14 +301,12 @@ def pytest_configure(config: pytest.Config) -> None:
     from .execution.agents import AgentResolver
     from .execution.attempt import AttemptRunner
     from .execution.environment import Environments
-    from .execution.executor import SerialExecutor
-    from .execution.isolation import IsolatingExecutor
     from .execution.workspaces import Workspaces
     from .glue.collect import CollectHooks, CollectState, load_datasets, point_collection_at
-    from .glue.concurrency import AheadHooks, check_combination, concurrency_of
+    from .glue.concurrency import AheadHooks, check_combination, declared_concurrency
     from .glue.controller import agenteval_dir, start_controller
     from .glue.items import TaskHooks
-    from .glue.runtime import RUNTIME, Runtime, agent_fingerprint
+    from .glue.runtime import RUNTIME, Runtime, agent_fingerprint, make_executor
     from .glue.settings import read_settings
     from .glue.xdist import worker_setup
     from .sources.speccache import CACHE_NAME, SpecCache
@@ -325,11 +323,14 @@ def pytest_configure(config: pytest.Config) -> None:
     whole_roots = point_collection_at(config, parts, specs)
     if settings.show_plan:
         config.option.collectonly = True
+    size = declared_concurrency(settings, datasets)
+    check_combination(config, size, bool(settings.isolate))
     runner = AttemptRunner(
-        IsolatingExecutor() if settings.isolate else SerialExecutor(),
+        make_executor(config, bool(settings.isolate), size),
         Environments(Workspaces(lambda: _basetemp(config)), TaskHooks.environment_maker(config)),
         fingerprint=agent_fingerprint(settings, datasets),
         passthrough=(pytest.exit.Exception, pytest.skip.Exception),
+        concurrency=size,
     )
     config.stash[RUNTIME] = Runtime(
         settings,
@@ -349,14 +350,23 @@ def pytest_configure(config: pytest.Config) -> None:
     # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
     # the collected tree.
     config.add_cleanup(lambda: hooks.thaw(config))
-    size = concurrency_of(config.stash[RUNTIME])
-    check_combination(config, size, settings.isolate)
-    if size > 1:
-        config.pluginmanager.register(AheadHooks(config.stash[RUNTIME], size), "agenteval-ahead")
+    if runner.ahead is not None:
+        config.pluginmanager.register(
+            AheadHooks(config.stash[RUNTIME], runner.ahead), "agenteval-ahead"
+        )
     if hasattr(config, "workerinput"):
         worker_setup(config)
     else:
         start_controller(config, config.stash[RUNTIME])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_agenteval_make_executor(config: pytest.Config, isolate: bool, concurrency: int) -> Any:
+    """The built-in executors: agent calls in this process, or each in a forked child."""
+    from .execution.executor import SerialExecutor
+    from .execution.isolation import IsolatingExecutor
+
+    return IsolatingExecutor() if isolate else SerialExecutor(concurrent=concurrency > 1)
 
 
 def _basetemp(config: pytest.Config) -> Path | None:

@@ -17,6 +17,7 @@ from ..core.records import AttemptRecord
 from ..core.shards import Shard
 from ..execution.agents import AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
+from ..execution.executor import Executor
 from ..execution.limits import LimitGate, Limits
 from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import CachedTask, SpecCache
@@ -227,6 +228,28 @@ def agent_fingerprint(settings: Settings, datasets: list[Dataset]) -> dict[str, 
         "manifest": manifest,
         "version": settings.agent_version,
     }
+
+
+def make_executor(config: pytest.Config, isolate: bool, concurrency: int) -> Executor:
+    """The executor `pytest_agenteval_make_executor` gives, checked. The hook is called plugin
+    by plugin, as pluggy would (first result wins), so a bad one is named by its plugin."""
+    hook = config.hook.pytest_agenteval_make_executor
+    given = {"config": config, "isolate": isolate, "concurrency": concurrency}
+    for impl in reversed(hook.get_hookimpls()):
+        if impl.hookwrapper or impl.wrapper:
+            continue
+        made = impl.function(*(given[name] for name in impl.argnames))
+        if made is None:
+            continue
+        if not isinstance(made, Executor):
+            raise pytest.UsageError(
+                f"plugin {impl.plugin_name!r}: pytest_agenteval_make_executor returned "
+                f"{type(made).__name__}, not an Executor; return an object with "
+                "call_agent(call), kill_running() and close() (pytest_agenteval.Executor), "
+                "or None"
+            )
+        return made
+    raise AssertionError("the built-in pytest_agenteval_make_executor always answers")
 
 
 RUNTIME = pytest.StashKey[Runtime]()
