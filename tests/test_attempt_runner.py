@@ -7,6 +7,7 @@ import shutil
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from helpers import summary_of
 from pytest_agenteval import Agent, AgentCall, Executor
 from pytest_agenteval.core.model import AgentResult, GraderSpec, Manifest, Task, TaskSpec
 from pytest_agenteval.execution.attempt import AttemptJob, AttemptRunner
-from pytest_agenteval.execution.concurrent import NotStarted
+from pytest_agenteval.execution.concurrent import Ahead, NotStarted
 from pytest_agenteval.execution.environment import ChangedFile, Environments, ExecResult
 from pytest_agenteval.execution.graders import make_builtin_grader
 from pytest_agenteval.execution.workspaces import Workspaces
@@ -93,7 +94,7 @@ def make_task(tmp_path: Path, task_id: str, expected: str = "4") -> TaskDef:
 
 
 def make_runner(
-    tmp_path: Path, executor: FakeExecutor, concurrency: int = 1
+    tmp_path: Path, executor: FakeExecutor, concurrency: int = 1, stop: str | None = None
 ) -> tuple[AttemptRunner, list[FakeEnvironment]]:
     made: list[FakeEnvironment] = []
 
@@ -102,7 +103,12 @@ def make_runner(
         return made[-1]
 
     environments = Environments(Workspaces(tmp_path / "work"), environment)
-    runner = AttemptRunner(executor, environments, {"v": 1}, concurrency=concurrency)
+
+    def stopped() -> str | None:
+        return stop
+
+    ahead: Ahead[Any, Any] | None = Ahead(concurrency, stopped) if concurrency > 1 else None
+    runner = AttemptRunner(executor, environments, {"v": 1}, stopped=stopped, ahead=ahead)
     return runner, made
 
 
@@ -161,8 +167,7 @@ def test_reuse_and_regrade_never_call_the_executor(tmp_path: Path) -> None:
 def test_a_stop_starts_no_call(tmp_path: Path) -> None:
     """Once the run stops, an attempt that would call its agent is not started at all."""
     executor = FakeExecutor({"t": "4"})
-    runner, _ = make_runner(tmp_path, executor)
-    runner.stopped = lambda: "the spend cap"
+    runner, _ = make_runner(tmp_path, executor, stop="the spend cap")
     with pytest.raises(NotStarted, match="the spend cap"):
         runner.run(AttemptJob(make_task(tmp_path, "t"), 0, RUN), agent)
     assert executor.calls == []
@@ -192,6 +197,7 @@ EXAMPLE_SUITE = Path(__file__).parent.parent / "example_suite"
 
 COUNTING_EXECUTOR = """
 from pathlib import Path
+from typing import Any
 
 from pytest_agenteval.execution.executor import SerialExecutor
 

@@ -299,16 +299,15 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     # Imported only when active: unrelated pytest runs pay nothing for pydantic and friends.
     from .execution.agents import AgentResolver
-    from .execution.attempt import AttemptRunner
     from .execution.environment import Environments
     from .execution.workspaces import Workspaces
     from .glue.collect import CollectHooks, CollectState, load_datasets, point_collection_at
     from .glue.concurrency import AheadHooks, check_combination, declared_concurrency
-    from .glue.controller import agenteval_dir, start_controller
+    from .glue.controller import agenteval_dir, open_controller_run, start_controller
     from .glue.items import TaskHooks
-    from .glue.runtime import RUNTIME, Runtime, agent_fingerprint, make_executor
+    from .glue.runtime import RUNTIME, Parts, agent_fingerprint, build_runtime, make_executor
     from .glue.settings import read_settings
-    from .glue.xdist import worker_setup
+    from .glue.xdist import worker_context
     from .sources.speccache import CACHE_NAME, SpecCache
 
     settings = read_settings(config, list(named))
@@ -325,22 +324,26 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.collectonly = True
     size = declared_concurrency(settings, datasets)
     check_combination(config, size, bool(settings.isolate))
-    runner = AttemptRunner(
-        make_executor(config, bool(settings.isolate), size),
-        Environments(Workspaces(lambda: _basetemp(config)), TaskHooks.environment_maker(config)),
-        fingerprint=agent_fingerprint(settings, datasets),
-        passthrough=(pytest.exit.Exception, pytest.skip.Exception),
-        concurrency=size,
-    )
-    config.stash[RUNTIME] = Runtime(
+    made = Parts(
         settings,
         datasets,
         make_grader=TaskHooks.grader_maker(config),
-        runner=runner,
         agents=AgentResolver(TaskHooks.agent_maker(config)),
         agenteval_dir=folder,
         specs=specs,
+        executor=make_executor(config, bool(settings.isolate), size),
+        environments=Environments(
+            Workspaces(lambda: _basetemp(config)), TaskHooks.environment_maker(config)
+        ),
+        concurrency=size,
     )
+    fingerprint = agent_fingerprint(settings, datasets)
+    if hasattr(config, "workerinput"):
+        opened, context = None, worker_context(config, made, fingerprint)
+    else:
+        opened = open_controller_run(config, made, fingerprint)
+        context = opened.context
+    runtime = config.stash[RUNTIME] = build_runtime(made, context)
     # A bad file must fail alone, as its own collector, under --agenteval-strict.
     config.stash[CollectState.KEY] = CollectState(set() if settings.strict else whole_roots)
     config.pluginmanager.register(TaskHooks(config), "agenteval-tasks")
@@ -350,14 +353,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
     # the collected tree.
     config.add_cleanup(lambda: hooks.thaw(config))
-    if runner.ahead is not None:
-        config.pluginmanager.register(
-            AheadHooks(config.stash[RUNTIME], runner.ahead), "agenteval-ahead"
-        )
-    if hasattr(config, "workerinput"):
-        worker_setup(config)
-    else:
-        start_controller(config, config.stash[RUNTIME])
+    if runtime.runner.ahead is not None:
+        config.pluginmanager.register(AheadHooks(runtime, runtime.runner.ahead), "agenteval-ahead")
+    if opened is not None:
+        start_controller(config, runtime, opened)
 
 
 @pytest.hookimpl(trylast=True)

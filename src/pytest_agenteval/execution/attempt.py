@@ -16,7 +16,7 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -95,9 +95,9 @@ class Answer:
     graded: Graded | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class AttemptRunner:
-    """Runs attempts; what every attempt of a process shares."""
+    """Runs attempts; what every attempt of a process shares (built once, with its run)."""
 
     executor: Executor
     environments: Environments
@@ -115,14 +115,8 @@ class AttemptRunner:
     spent: Callable[[float | None, int], None] | None = None
     """Told each answer's cost and tokens as it arrives (the run's caps count them); None
     when the run has no cap."""
-    concurrency: int = 1
-    """Attempts in flight at once (`--agenteval-concurrency`)."""
-    ahead: Ahead[_Attempt, Answer] | None = field(init=False, default=None)
-    """With a concurrency above 1: the pool that starts agent calls ahead of their turn."""
-
-    def __post_init__(self) -> None:
-        if self.concurrency > 1:
-            self.ahead = Ahead(self.concurrency, self.stop_reason)
+    ahead: Ahead[_Attempt, Answer] | None = None
+    """Under `--agenteval-concurrency`: the pool that starts agent calls ahead of their turn."""
 
     def schedule(self, job: AttemptJob, source: AgentSource) -> bool:
         """Start the attempt's agent call ahead of its turn, when it has one to make; False
