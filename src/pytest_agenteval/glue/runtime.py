@@ -28,7 +28,7 @@ from ..execution.limits import LimitGate, Limits
 from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import CachedTask, SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
-from ..store.plan import Plan
+from ..store.plan import Decision, Plan
 from ..store.stops import Budget, Stops
 from .settings import Settings
 
@@ -143,6 +143,10 @@ class Runtime:
             return self.make_grader(spec, task, dataset.root)
 
         return make
+
+    def decide(self, key: Key, task: TaskDef) -> Decision:
+        """The one decision for attempt `key` of `task`: reuse, regrade or run (the plan's)."""
+        return self.plan.decide(key, task.digest, task.run_digest, task.regradable)
 
     def agent_spec(self, task: TaskDef) -> AnyAgentSpec | None:
         """Which declared agent runs `task`: --agenteval-agent, task `agent:`, manifest `agent:`."""

@@ -92,7 +92,7 @@ def _regrades(runtime: Runtime) -> dict[str, Any]:
     for task in runtime.all_tasks():
         for attempt in range(runtime.attempts_for(task.dataset)):
             key: Key = (task.dataset.name, task.id, attempt)
-            decision = runtime.plan.decide(key, task.digest, task.run_digest, task.regradable)
+            decision = runtime.decide(key, task)
             if decision.record is not None:
                 found[plan_key(key)] = decision.record.with_previous(())
     return found
