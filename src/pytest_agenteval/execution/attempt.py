@@ -86,7 +86,7 @@ class Outcome:
         return self.facts.detail()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made once per attempt
 class Answer:
     """An agent call's answer, and the verdicts of the graders run right after it (in a pool
     thread, under concurrency)."""

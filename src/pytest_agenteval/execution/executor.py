@@ -53,7 +53,7 @@ class Place(Protocol):
         """Take on the environment the call made elsewhere, after it."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made once per attempt, and frozen fields cost a setattr each
 class AgentCall:
     """One agent call an executor carries out: the attempt it belongs to, the agent and its
     label, the agent-facing Task and the deadline."""
