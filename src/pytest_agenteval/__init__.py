@@ -16,18 +16,21 @@ if TYPE_CHECKING:
     from .core.records import AttemptRecord
     from .execution.agents import Agent
     from .execution.environment import ChangedFile, Environment, ExecResult
+    from .execution.executor import AgentCall, Executor
     from .execution.graders import GradeContext, Grader
 
 __version__ = "0.1.0"
 
 _WHERE = {
     "Agent": "execution.agents",
+    "AgentCall": "execution.executor",
     "AgentResult": "core.model",
     "AgentError": "core.errors",
     "AttemptRecord": "core.records",
     "ChangedFile": "execution.environment",
     "Environment": "execution.environment",
     "ExecResult": "execution.environment",
+    "Executor": "execution.executor",
     "GradeContext": "execution.graders",
     "Grader": "execution.graders",
     "Manifest": "core.model",
@@ -39,12 +42,14 @@ _WHERE = {
 
 __all__ = [
     "Agent",
+    "AgentCall",
     "AgentError",
     "AgentResult",
     "AttemptRecord",
     "ChangedFile",
     "Environment",
     "ExecResult",
+    "Executor",
     "GradeContext",
     "Grader",
     "Manifest",

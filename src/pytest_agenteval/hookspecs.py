@@ -51,6 +51,20 @@ def pytest_agenteval_make_environment(
     """
 
 
+@pytest.hookspec(firstresult=True)
+def pytest_agenteval_make_executor(config: pytest.Config, isolate: bool, concurrency: int) -> Any:
+    """Make the executor that runs this process's agent calls, or return None to let others
+    try (as pytest-xdist's `pytest_xdist_make_scheduler`). Called once per process.
+
+    `isolate` is `--agenteval-isolate`; `concurrency` is how many attempts this process keeps
+    in flight (`--agenteval-concurrency`). Return an object satisfying
+    `pytest_agenteval.Executor` (`call_agent(call)`, `kill_running()`, `close()`); each
+    `AgentCall` names its attempt, agent, agent-facing Task and deadline. Anything else is a
+    usage error naming your plugin. The built-in executors (in-process, or a forked child
+    per call with `isolate`) answer last.
+    """
+
+
 def pytest_agenteval_record_committed(record: dict[str, Any], config: pytest.Config) -> None:
     """An attempt record was committed to the run store (controller only)."""
 

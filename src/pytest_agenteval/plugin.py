@@ -299,18 +299,15 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     # Imported only when active: unrelated pytest runs pay nothing for pydantic and friends.
     from .execution.agents import AgentResolver
-    from .execution.attempt import AttemptRunner
     from .execution.environment import Environments
-    from .execution.executor import SerialExecutor
-    from .execution.isolation import IsolatingExecutor
     from .execution.workspaces import Workspaces
     from .glue.collect import CollectHooks, CollectState, load_datasets, point_collection_at
-    from .glue.concurrency import AheadHooks, check_combination, concurrency_of
-    from .glue.controller import agenteval_dir, start_controller
+    from .glue.concurrency import AheadHooks, check_combination, declared_concurrency
+    from .glue.controller import agenteval_dir, open_controller_run, start_controller
     from .glue.items import TaskHooks
-    from .glue.runtime import RUNTIME, Runtime, agent_fingerprint
+    from .glue.runtime import RUNTIME, Parts, agent_fingerprint, build_runtime, make_executor
     from .glue.settings import read_settings
-    from .glue.xdist import worker_setup
+    from .glue.xdist import worker_context
     from .sources.speccache import CACHE_NAME, SpecCache
 
     settings = read_settings(config, list(named))
@@ -325,21 +322,28 @@ def pytest_configure(config: pytest.Config) -> None:
     whole_roots = point_collection_at(config, parts, specs)
     if settings.show_plan:
         config.option.collectonly = True
-    runner = AttemptRunner(
-        IsolatingExecutor() if settings.isolate else SerialExecutor(),
-        Environments(Workspaces(lambda: _basetemp(config)), TaskHooks.environment_maker(config)),
-        fingerprint=agent_fingerprint(settings, datasets),
-        passthrough=(pytest.exit.Exception, pytest.skip.Exception),
-    )
-    config.stash[RUNTIME] = Runtime(
+    size = declared_concurrency(settings, datasets)
+    check_combination(config, size, bool(settings.isolate))
+    made = Parts(
         settings,
         datasets,
         make_grader=TaskHooks.grader_maker(config),
-        runner=runner,
         agents=AgentResolver(TaskHooks.agent_maker(config)),
         agenteval_dir=folder,
         specs=specs,
+        executor=make_executor(config, bool(settings.isolate), size),
+        environments=Environments(
+            Workspaces(lambda: _basetemp(config)), TaskHooks.environment_maker(config)
+        ),
+        concurrency=size,
     )
+    fingerprint = agent_fingerprint(settings, datasets)
+    if hasattr(config, "workerinput"):
+        opened, context = None, worker_context(config, made, fingerprint)
+    else:
+        opened = open_controller_run(config, made, fingerprint)
+        context = opened.context
+    runtime = config.stash[RUNTIME] = build_runtime(made, context)
     # A bad file must fail alone, as its own collector, under --agenteval-strict.
     config.stash[CollectState.KEY] = CollectState(set() if settings.strict else whole_roots)
     config.pluginmanager.register(TaskHooks(config), "agenteval-tasks")
@@ -349,14 +353,19 @@ def pytest_configure(config: pytest.Config) -> None:
     # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
     # the collected tree.
     config.add_cleanup(lambda: hooks.thaw(config))
-    size = concurrency_of(config.stash[RUNTIME])
-    check_combination(config, size, settings.isolate)
-    if size > 1:
-        config.pluginmanager.register(AheadHooks(config.stash[RUNTIME], size), "agenteval-ahead")
-    if hasattr(config, "workerinput"):
-        worker_setup(config)
-    else:
-        start_controller(config, config.stash[RUNTIME])
+    if runtime.runner.ahead is not None:
+        config.pluginmanager.register(AheadHooks(runtime, runtime.runner.ahead), "agenteval-ahead")
+    if opened is not None:
+        start_controller(config, runtime, opened)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_agenteval_make_executor(config: pytest.Config, isolate: bool, concurrency: int) -> Any:
+    """The built-in executors: agent calls in this process, or each in a forked child."""
+    from .execution.executor import SerialExecutor
+    from .execution.isolation import IsolatingExecutor
+
+    return IsolatingExecutor() if isolate else SerialExecutor(concurrent=concurrency > 1)
 
 
 def _basetemp(config: pytest.Config) -> Path | None:

@@ -196,22 +196,18 @@ def spec_label(spec: AnyAgentSpec) -> str:
 
 
 class AgentResolver:
-    """Builds each declared agent once, when an attempt first needs it (a run that replays
-    everything builds none), and remembers one that cannot be built, so its problem is found
-    once, not once per attempt."""
+    """Builds a declared agent, turning every way that fails into AgentUnavailable (the caller
+    keeps what it built: the runtime builds each spec once, when an attempt first needs it)."""
 
     def __init__(self, make: MakeAgent) -> None:
         self._make = make
-        self._agents: dict[int, tuple[Agent | AgentUnavailable, AnyAgentSpec]] = {}
 
     def agent(self, spec: AnyAgentSpec, base: Path) -> Agent:
         """The agent `spec` names; raises AgentUnavailable when it cannot be built."""
-        found = self._agents.get(id(spec))  # specs live as long as the run: ids are stable
-        if found is None:
-            found = self._agents[id(spec)] = (self._build(spec, base), spec)
-        if isinstance(found[0], AgentUnavailable):
-            raise found[0].with_traceback(None)
-        return found[0]
+        built = self._build(spec, base)
+        if isinstance(built, AgentUnavailable):
+            raise built
+        return built
 
     def _build(self, spec: AnyAgentSpec, base: Path) -> Agent | AgentUnavailable:
         try:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import importlib
 import os
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
@@ -30,9 +29,9 @@ from ..sources.dataset import TaskDef
 from ..store.plan import Decision
 from ..store.runs import IndexRow
 from .agents import Agent, as_result
-from .concurrent import Ahead, NotStarted, Stopped
+from .concurrent import Ahead, NotStarted, Started, Stopped
 from .environment import Environment, Environments, host_folder
-from .executor import SerialExecutor, call_with_deadline
+from .executor import AgentCall, Executor, call_with_deadline
 from .exits import in_agent_call
 from .graders import GradeContext, as_verdict
 
@@ -87,11 +86,20 @@ class Outcome:
         return self.facts.detail()
 
 
-@dataclass
-class AttemptRunner:
-    """Runs attempts; what every attempt of a process shares."""
+@dataclass(slots=True)  # not frozen: made once per attempt
+class Answer:
+    """An agent call's answer, and the verdicts of the graders run right after it (in a pool
+    thread, under concurrency)."""
 
-    executor: SerialExecutor
+    result: AgentResult
+    graded: Graded | None = None
+
+
+@dataclass(frozen=True)
+class AttemptRunner:
+    """Runs attempts; what every attempt of a process shares (built once, with its run)."""
+
+    executor: Executor
     environments: Environments
     fingerprint: dict[str, Any]
     passthrough: tuple[type[BaseException], ...] = ()
@@ -101,14 +109,14 @@ class AttemptRunner:
     keep it (one write each)."""
     stopped: Stopped | None = None
     """Why no new attempt may start now (cancel, spend cap, deadline), or None."""
-    ahead: Ahead | None = None
-    """Under `--agenteval-concurrency`: the pool that starts agent calls ahead of their turn."""
     limits: Callable[[AttemptJob], AbstractContextManager[None] | None] | None = None
     """Waits for the limits of the attempt's agent (slots, pace) and holds them for its call;
     None when its agent has none."""
     spent: Callable[[float | None, int], None] | None = None
     """Told each answer's cost and tokens as it arrives (the run's caps count them); None
     when the run has no cap."""
+    ahead: Ahead[_Attempt, Answer] | None = None
+    """Under `--agenteval-concurrency`: the pool that starts agent calls ahead of their turn."""
 
     def schedule(self, job: AttemptJob, source: AgentSource) -> bool:
         """Start the attempt's agent call ahead of its turn, when it has one to make; False
@@ -120,22 +128,8 @@ class AttemptRunner:
             agent, label = source()
         except Exception:
             return False
-        payload: dict[str, Any] = {"used": {**self.fingerprint, "used": label}}
-
-        def call() -> AgentResult:
-            with self._limited(job) as wait:  # the stop was checked as the call began
-                payload["context"] = context = _Attempt(job, self.environments)
-                context.wait = wait
-                if job.task.workspace_dir is not None:
-                    context.task.environment  # noqa: B018 - the template is there before the agent
-                result = self._answer(agent, context)
-            if waiting:
-                payload["graded"] = grade_waiting(job.task, context.task, result, waiting)
-            return result
-
-        waiting = _waiting_graders(job.task)
-
-        self.ahead.schedule(job.key, call, payload)
+        context = _Attempt(job, self.environments, self._used(label))
+        self.ahead.schedule(job.key, partial(self._answer, agent, context, ahead=True), context)
         return True
 
     def run(self, job: AttemptJob, source: AgentSource) -> Outcome:
@@ -145,53 +139,61 @@ class AttemptRunner:
         decision = job.decision
         if decision.action == "reuse":
             return Outcome(decision)
-        early = self.ahead.take(job.key) if self.ahead and _calls_agent(decision) else None
+        calls = _calls_agent(decision)
+        early = self.ahead.take(job.key) if self.ahead and calls else None
         if early is not None:
             early.wait()  # raises NotStarted when the run stopped before the call began
-            context = early.payload.get("context") or _Attempt(job, self.environments)
-            started, t0 = early.started, early.t0
+            context, started, t0 = early.context, early.started, early.t0
         else:
-            if _calls_agent(decision):
+            if calls:
                 self._check_stop()
-            context = _Attempt(job, self.environments)
+            used = decision.record.agent if decision.record else {}
+            context = _Attempt(job, self.environments, used)
             started, t0 = time.time(), time.perf_counter()
         verdicts: list[Verdict] = []
         result: AgentResult | None = None
         phase: Phase = "agent"
-        used = decision.record.agent if decision.record else {}
         try:
-            if decision.record is not None:
-                result = decision.record.result()
-            elif early is not None:
-                used = early.payload["used"]
-                result = early.result()
-            else:
-                agent, label = source()
-                used = {**self.fingerprint, "used": label}
-                if job.task.workspace_dir is not None:
-                    context.task.environment  # noqa: B018 - the template is there before the agent
-                try:
-                    result = self._call(agent, context)
-                finally:
-                    self._check_given_up()
+            answer = self._answer_at_turn(context, early, source)
+            result = answer.result
             phase = "budget"
             check_budget(job.task, result)
             phase = "grading"
-            graded: Graded | None = early.payload.get("graded") if early is not None else None
-            verdicts = grade(job.task, context.task, result, graded)
+            verdicts = grade(job.task, context.task, result, answer.graded)
         except BaseException as exc:
             # An agent that cannot be built, or a stop, means the attempt never started.
             if isinstance(
                 exc, (KeyboardInterrupt, AgentUnavailable, NotStarted, *self.passthrough)
             ):
                 raise
-            record = context.record(used, "error", verdicts, result, started, t0, exc, phase)
+            record = context.record("error", verdicts, result, started, t0, exc, phase)
             self._count_judges(record)
             return Outcome(decision, record, exc, context.environment)
         status: Status = "pass" if all(v.passed for v in verdicts) else "fail"
-        record = context.record(used, status, verdicts, result, started, t0)
+        record = context.record(status, verdicts, result, started, t0)
         self._count_judges(record)
         return Outcome(decision, record, environment=context.environment)
+
+    def _answer_at_turn(
+        self, context: _Attempt, early: Started[_Attempt, Answer] | None, source: AgentSource
+    ) -> Answer:
+        """The answer the attempt grades: the stored one (a regrade), the one its call ahead
+        gave, or the agent's, called now."""
+        stored = context.job.decision.record
+        if stored is not None:
+            return Answer(stored.result())
+        if early is not None:
+            return early.result()
+        agent, label = source()
+        context.used = self._used(label)
+        try:
+            return self._answer(agent, context)
+        finally:
+            self._check_given_up()
+
+    def _used(self, label: str) -> dict[str, Any]:
+        """The record's `agent`: the run's fingerprint and the agent this attempt used."""
+        return {**self.fingerprint, "used": label}
 
     def stop_reason(self) -> str | None:
         """Why no new attempt may start now, or None."""
@@ -208,38 +210,27 @@ class AttemptRunner:
         if reason is not None:
             raise NotStarted(reason)
 
-    @contextlib.contextmanager
-    def _limited(self, job: AttemptJob) -> Iterator[float]:
-        """Within the agent's limits, if it has any, giving the seconds waited for them; a
-        stop that came while waiting for them still counts."""
-        held = self.limits(job) if self.limits is not None else None
-        if held is None:
-            yield 0.0
-            return
-        asked = time.perf_counter()
-        with held:
-            waited = time.perf_counter() - asked
-            self._check_stop()
-            yield waited
-
-    def _call(self, agent: Agent, context: _Attempt) -> AgentResult:
+    def _answer(self, agent: Agent, context: _Attempt, ahead: bool = False) -> Answer:
+        """The one path of an agent call, at its item's turn or `ahead` of it (in a pool
+        thread, where the graders that wait on a program or a server run right after it)."""
         job = context.job
-        if self.executor.runs_elsewhere:
-            self.environments.ready()  # a forked agent must find, not make, what they share
+        if job.task.workspace_dir is not None:
+            context.task.environment  # noqa: B018 - the template is there before the agent
         held = self.limits(job) if self.limits is not None else None
-        try:
-            if held is None:  # no limits: no context manager on the per-attempt path
-                return self._answer(agent, context)
+        if held is None:  # no limits: no context manager on the per-attempt path
+            result = self._counted(agent, context)
+        else:
             asked = time.perf_counter()
             with held:
                 context.wait = time.perf_counter() - asked
                 self._check_stop()  # a stop that came while waiting for the limits
-                return self._answer(agent, context)
-        finally:
-            if self.executor.runs_elsewhere:
-                context.adopt_environment()
+                result = self._counted(agent, context)
+        waiting = _waiting_graders(job.task) if ahead else None
+        if waiting:
+            return Answer(result, grade_waiting(job.task, context.task, result, waiting))
+        return Answer(result)
 
-    def _answer(self, agent: Agent, context: _Attempt) -> AgentResult:
+    def _counted(self, agent: Agent, context: _Attempt) -> AgentResult:
         """The agent's answer, its spend counted the moment it arrives (before the call gives
         up its limit slot); a call abandoned at its deadline is counted when it really ends."""
         job = context.job
@@ -277,12 +268,16 @@ class AttemptRunner:
     def _call_agent(self, agent: Agent, context: _Attempt) -> AgentResult:
         """The agent call itself, noted while it runs (a process that dies is blamed on the
         calls it had in flight) and marked as an agent's (its `os._exit` is its error)."""
-        key, note = context.job.key, self.note_running
+        job = context.job
+        key, note = job.key, self.note_running
         if note is not None:
             note(key, True)
         was = in_agent_call(True)
         try:
-            return self.executor.call_agent(agent, context.task, context.job.task.timeout)
+            call = AgentCall(
+                key, agent, context.used.get("used", ""), context.task, job.task.timeout, context
+            )
+            return self.executor.call_agent(call)
         finally:
             in_agent_call(was)
             if note is not None:
@@ -295,11 +290,13 @@ def _calls_agent(decision: Decision) -> bool:
 
 
 class _Attempt:
-    """The agent-facing Task of one attempt and the environment it may create."""
+    """The agent-facing Task of one attempt and the environment it may create (its `Place`)."""
 
-    def __init__(self, job: AttemptJob, environments: Environments) -> None:
+    def __init__(self, job: AttemptJob, environments: Environments, used: dict[str, Any]) -> None:
         self.job = job
         self.environments = environments
+        self.used = used
+        """The record's `agent`: the fingerprint and the agent used (known once it is made)."""
         self.environment: Environment | None = None
         self.wait = 0.0
         """Seconds waited for the agent's limits before the call started."""
@@ -323,14 +320,16 @@ class _Attempt:
     def _local_folder(self) -> Path:
         return host_folder(self._environment())
 
-    def adopt_environment(self) -> None:
+    def share(self) -> None:
+        self.environments.ready()
+
+    def adopt(self) -> None:
         """Take on the environment the agent made in another process (`--agenteval-isolate`)."""
         if self.environment is None:
             self.environment = self.environments.adopt(self.job.task, self.job.attempt)
 
     def record(
         self,
-        agent: dict[str, Any],
         status: Status,
         verdicts: list[Verdict],
         result: AgentResult | None,
@@ -344,7 +343,7 @@ class _Attempt:
             key=self.job.key,
             digest=task.digest,
             run_digest=task.run_digest,
-            agent=agent,
+            agent=self.used,
             tags=task.spec.tags,
             status=status,
             verdicts=verdicts,

@@ -29,9 +29,9 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Generic, TypeVar
 
-from ..core.model import AgentResult, Key
+from ..core.model import Key
 
 Stopped = Callable[[], str | None]
 """Why no new attempt may start (a stop's reason), or None."""
@@ -45,23 +45,26 @@ class NotStarted(Exception):
         self.reason = reason
 
 
-Call = Callable[[], AgentResult]
+C = TypeVar("C")
+"""What the caller keeps with a call (the attempt's context)."""
+R = TypeVar("R")
+"""What a call returns (the agent's answer)."""
 CANCEL_POLL = 0.1
 """Seconds between two looks for a cancel while an item waits for its call."""
 
 
-class Started:
+class Started(Generic[C, R]):
     """An agent call scheduled ahead: when it started, and its answer (or error) once it ends."""
 
-    def __init__(self, call: Call, payload: Any, owner: Ahead) -> None:
+    def __init__(self, call: Callable[[], R], context: C, owner: Ahead[C, R]) -> None:
         self.call = call
         self.owner = owner
-        self.payload = payload
+        self.context = context
         """What the caller keeps with the call (the attempt's context)."""
         self.started = time.time()
         self.t0 = time.perf_counter()
         self.ended = self.t0
-        self.future: Future[tuple[AgentResult | None, BaseException | None]] | None = None
+        self.future: Future[tuple[R | None, BaseException | None]] | None = None
         """Set once the call is handed to the pool."""
         self.running = False
         self.dropped = False
@@ -88,7 +91,7 @@ class Started:
         # time plus the grading.
         self.t0 += time.perf_counter() - self.ended
 
-    def result(self) -> AgentResult:
+    def result(self) -> R:
         """The call's answer (after `wait`); its exception is raised with the agent's own
         traceback."""
         assert self.future is not None
@@ -99,7 +102,7 @@ class Started:
         return value
 
 
-class Ahead:
+class Ahead(Generic[C, R]):
     """A bounded pool that starts agent calls in the order they are scheduled.
 
     At most `size` calls run at once, and at most `2 * size` are handed to the pool and not
@@ -111,16 +114,16 @@ class Ahead:
     def __init__(self, size: int, stopped: Stopped) -> None:
         self.size = size
         self.stopped = stopped
-        self._queue: queue.SimpleQueue[Started | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Started[C, R] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._closed = False
         self.cancelled: NotStarted | None = None
         self.cancelled_at = float("inf")
         """Set by `cancel`: calls still in flight are given up on with this reason."""
         self._lock = threading.Lock()
-        self._calls: OrderedDict[Key, Started] = OrderedDict()
+        self._calls: OrderedDict[Key, Started[C, R]] = OrderedDict()
         """Scheduled and not taken, in schedule order."""
-        self._waiting: deque[Started] = deque()
+        self._waiting: deque[Started[C, R]] = deque()
         """Scheduled and not handed to the pool yet."""
         self._handed = 0
         """Handed to the pool and not taken."""
@@ -136,16 +139,16 @@ class Ahead:
         """Calls scheduled and not taken yet."""
         return len(self._calls)
 
-    def schedule(self, key: Key, call: Call, payload: Any) -> None:
+    def schedule(self, key: Key, call: Callable[[], R], context: C) -> None:
         """Start `call` once the pool has room, unless the run is stopping by then."""
-        started = Started(call, payload, self)
+        started = Started(call, context, self)
         with self._lock:
             self._calls[key] = started
             self._waiting.append(started)
             ready = self._ready()
         self._submit(ready)
 
-    def _ready(self) -> list[Started]:
+    def _ready(self) -> list[Started[C, R]]:
         """The waiting calls the look-ahead window has room for (lock held)."""
         ready = []
         while self._waiting and self._handed < 2 * self.size:
@@ -156,7 +159,7 @@ class Ahead:
                 ready.append(started)
         return ready
 
-    def _submit(self, ready: list[Started]) -> None:
+    def _submit(self, ready: list[Started[C, R]]) -> None:
         for started in ready:
             self._queue.put(started)
             if len(self._threads) < self.size:
@@ -172,7 +175,7 @@ class Ahead:
             assert started.future is not None
             started.future.set_result(self._start(started))
 
-    def _start(self, started: Started) -> tuple[AgentResult | None, BaseException | None]:
+    def _start(self, started: Started[C, R]) -> tuple[R | None, BaseException | None]:
         reason = "the session ended" if self._closed else self.stopped()
         if reason is not None:
             return None, NotStarted(reason)
@@ -186,7 +189,7 @@ class Ahead:
             started.ended = time.perf_counter()
             started.running = False
 
-    def take(self, key: Key) -> Started | None:
+    def take(self, key: Key) -> Started[C, R] | None:
         """The call scheduled for `key` (each attempt is taken once), or None. Calls scheduled
         before it that were not taken belong to items pytest passed over: they are dropped."""
         with self._lock:

@@ -29,10 +29,11 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..core.errors import AgentTimeout
-from ..core.model import AgentResult, Task
+from ..core.model import AgentResult, Key, Task
 from .agents import Agent, CommandAgent, as_result
 from .process import child_pids, kill_running, kill_tree, thread_children
 
@@ -41,22 +42,71 @@ LOOP_GRACE = 2.0
 """Seconds past an async agent's deadline before a blocked event loop is given up on."""
 
 
+class Place(Protocol):
+    """Where an attempt's environment lives, as an executor that runs the agent in another
+    process must handle it."""
+
+    def share(self) -> None:
+        """Make what attempts share findable (not made) by another process, before the call."""
+
+    def adopt(self) -> None:
+        """Take on the environment the call made elsewhere, after it."""
+
+
+@dataclass(slots=True)  # not frozen: made once per attempt, and frozen fields cost a setattr each
+class AgentCall:
+    """One agent call an executor carries out: the attempt it belongs to, the agent and its
+    label, the agent-facing Task and the deadline."""
+
+    key: Key
+    """The attempt (dataset, task id, attempt index)."""
+    agent: Agent
+    """The agent, live (an executor in this process calls it)."""
+    label: str
+    """The agent as the record names it (its spec's label, or the fixture's name)."""
+    task: Task
+    """What the agent receives."""
+    timeout: float | None
+    """Seconds the call may take (None: no limit)."""
+    place: Place
+    """The attempt's environment, for an executor that runs the call elsewhere."""
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """How agent calls run (chosen by `pytest_agenteval_make_executor`)."""
+
+    def call_agent(self, call: AgentCall) -> AgentResult:
+        """The agent's answer to one call, normalized; what the agent raises propagates (the
+        attempt is an error), a timeout raises AgentTimeout."""
+        ...
+
+    def kill_running(self) -> int:
+        """Kill what the calls in flight started (Ctrl-C's grace is over); how many."""
+        ...
+
+    def close(self) -> None:
+        """Release what the executor holds (at session end)."""
+        ...
+
+
 class SerialExecutor:
-    """Runs agent calls one at a time, each within its attempt's timeout."""
+    """Runs agent calls in this process, each within its attempt's timeout: one at a time,
+    or side by side in the threads of `--agenteval-concurrency` (`concurrent`)."""
 
-    runs_elsewhere = False
-    """Whether agents run in another process (so a workspace they make is not known here)."""
-
-    def __init__(self) -> None:
+    def __init__(self, concurrent: bool = False) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
-        self.concurrent = False
+        self.concurrent = concurrent
         """Calls run side by side (`--agenteval-concurrency`): a timed-out sync agent's
         processes are told from its neighbours' only by the thread that started them."""
         self._async: dict[int, tuple[Agent, bool]] = {}
 
-    def call_agent(self, agent: Agent, task: Task, timeout: float | None) -> AgentResult:
+    def call_agent(self, call: AgentCall) -> AgentResult:
+        return self.call(call.agent, call.task, call.timeout)
+
+    def call(self, agent: Agent, task: Task, timeout: float | None) -> AgentResult:
         """Call the agent once and normalize its answer; exceptions from the agent propagate
         unchanged (the attempt is an error), a timeout raises AgentTimeout."""
         if isinstance(agent, CommandAgent):

@@ -20,7 +20,7 @@ from typing import Any
 from ..core.errors import AgentError, AgentTimeout
 from ..core.model import AgentResult, Task
 from .agents import Agent, CommandAgent
-from .executor import SerialExecutor
+from .executor import AgentCall, SerialExecutor
 
 
 class IsolatedAgentError(AgentError):
@@ -37,9 +37,14 @@ class IsolatedAgentError(AgentError):
 class IsolatingExecutor(SerialExecutor):
     """Runs every callable agent call in a forked child; commands are processes already."""
 
-    runs_elsewhere = True
+    def call_agent(self, call: AgentCall) -> AgentResult:
+        call.place.share()  # a forked agent must find, not make, what attempts share
+        try:
+            return self.call(call.agent, call.task, call.timeout)
+        finally:
+            call.place.adopt()
 
-    def call_agent(self, agent: Agent, task: Task, timeout: float | None) -> AgentResult:
+    def call(self, agent: Agent, task: Task, timeout: float | None) -> AgentResult:
         if isinstance(agent, CommandAgent):
             return agent(task, timeout)
         read_end, write_end = os.pipe()
@@ -69,7 +74,7 @@ def _child(agent: Agent, task: Task, out: int) -> None:
     code = 0
     try:
         os.setsid()
-        result = SerialExecutor().call_agent(agent, task, None)
+        result = SerialExecutor().call(agent, task, None)
         payload: dict[str, Any] = {"result": result.model_dump(mode="json")}
     except BaseException as exc:
         from .attempt import error_text

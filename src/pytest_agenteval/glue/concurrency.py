@@ -30,10 +30,12 @@ from typing import Any
 import pytest
 
 from ..execution.concurrent import Ahead
+from ..sources.dataset import Dataset
 from ..store.stops import Stops
 from .internals import uncaptured, worker_queue
 from .items import AttemptItem
 from .runtime import Runtime
+from .settings import Settings
 
 UNSAFE_DIST = ("worksteal", "each")
 INTERRUPT_GRACE = 30.0
@@ -47,9 +49,14 @@ CONTROLLER_MARGIN = 15.0
 
 def concurrency_of(runtime: Runtime) -> int:
     """`--agenteval-concurrency`, else ini, else the largest manifest default, else 1."""
-    if runtime.settings.concurrency:
-        return runtime.settings.concurrency
-    declared = [d.manifest.defaults.concurrency or 1 for d in runtime.datasets]
+    return declared_concurrency(runtime.settings, runtime.datasets)
+
+
+def declared_concurrency(settings: Settings, datasets: list[Dataset]) -> int:
+    """`--agenteval-concurrency`, else ini, else the largest manifest default, else 1."""
+    if settings.concurrency:
+        return settings.concurrency
+    declared = [d.manifest.defaults.concurrency or 1 for d in datasets]
     return max(declared, default=1)
 
 
@@ -73,13 +80,10 @@ def check_combination(config: pytest.Config, size: int, isolate: bool) -> None:
 class AheadHooks:
     """Schedules the attempts of this process ahead of their turn."""
 
-    def __init__(self, runtime: Runtime, size: int) -> None:
+    def __init__(self, runtime: Runtime, ahead: Ahead[Any, Any]) -> None:
         self.runtime = runtime
-        runner = runtime.runner
-        self.ahead = runner.ahead = Ahead(
-            size, lambda: runner.stopped() if runner.stopped else None
-        )
-        runner.executor.concurrent = True
+        self.ahead = ahead
+        size = ahead.size
         self.queue: Callable[[], list[int]] | None = None
         """On an xdist worker: the indices of the items sent to it after the one running."""
         self.seen: set[AttemptItem] = set()

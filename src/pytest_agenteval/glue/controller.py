@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,20 +19,32 @@ from ..core.errors import StoreError
 from ..core.model import Key
 from ..reporting.runref import RunRefError, load_summary
 from ..reporting.summary import Summary
-from ..store.lifecycle import RunRequest, open_run
+from ..store.lifecycle import OpenRun, RunRequest, open_run
 from ..store.locate import resolve_cache_dir
 from ..store.runs import Store
 from ..store.stops import Stops
 from .recorder import Recorder
 from .reporter import Reporter
-from .runtime import Runtime
+from .runtime import Parts, RunContext, Runtime
 from .settings import Settings, dry_run
 
 
-def start_controller(config: pytest.Config, runtime: Runtime) -> None:
-    """Open (create or resume) the run and register its recorder and reporter."""
-    settings = runtime.settings
-    folder = runtime.agenteval_dir
+@dataclass(frozen=True)
+class OpenedRun:
+    """The run the controller opened, and what its processes learn of it."""
+
+    store: Store
+    run: OpenRun
+    baseline: Summary | None
+    context: RunContext
+
+
+def open_controller_run(
+    config: pytest.Config, parts: Parts, fingerprint: dict[str, Any]
+) -> OpenedRun:
+    """Open (create or resume) the run: its plan, its stops, where calls in flight are noted."""
+    settings = parts.settings
+    folder = parts.agenteval_dir
     if folder is None and (settings.resume or settings.rerun_all):
         raise pytest.UsageError(
             "--resume-suite needs the pytest cache, but the cacheprovider plugin is "
@@ -40,29 +54,38 @@ def start_controller(config: pytest.Config, runtime: Runtime) -> None:
         store = Store(folder)
     except StoreError as exc:
         raise pytest.UsageError(str(exc)) from None
-    baseline = read_baseline(runtime.settings, store)  # before the run opens: `latest` is older
+    baseline = read_baseline(settings, store)  # before the run opens: `latest` is older
     request = RunRequest(
-        datasets=[{"name": d.name, "version": d.manifest.version} for d in runtime.datasets],
-        fingerprint=runtime.runner.fingerprint,
+        datasets=[{"name": d.name, "version": d.manifest.version} for d in parts.datasets],
+        fingerprint=fingerprint,
         resume=settings.resume,
         run_id=settings.run_id,
         rerun_errors=settings.rerun_errors,
         rerun_all=settings.rerun_all,
         allow_drift=settings.allow_drift,
         dry=dry_run(config),
-        shard=str(runtime.shard) if runtime.shard else None,
+        shard=str(settings.shard) if settings.shard else None,
     )
     try:
         run = open_run(store, request)
     except StoreError as exc:
         store.close()
         raise pytest.UsageError(str(exc)) from None
-    runtime.plan = run.plan
+    context = RunContext(fingerprint, run.plan)
     if not request.dry:
-        runtime.runner.note_running = partial(_note_running, store, run.run_id)
         deadline = settings.deadline
         at = options.deadline_at(deadline, time.time()) if deadline else None
-        runtime.join_run(Stops(store.runs_dir / run.run_id, at))
+        stops = Stops(store.runs_dir / run.run_id, at)
+        context = RunContext(
+            fingerprint, run.plan, stops, partial(_note_running, store, run.run_id)
+        )
+    return OpenedRun(store, run, baseline, context)
+
+
+def start_controller(config: pytest.Config, runtime: Runtime, opened: OpenedRun) -> None:
+    """Register the opened run's recorder and reporter (and, under xdist, what ships the plan
+    to workers)."""
+    store, run, baseline = opened.store, opened.run, opened.baseline
     recorder = Recorder(config, runtime, store, run)
     config.pluginmanager.register(recorder, "agenteval-recorder")
     reporter = Reporter(runtime, store, run, recorder, baseline)

@@ -68,8 +68,7 @@ class AttemptItem(AgentevalItem):
 
     def job(self) -> AttemptJob:
         task = self.task
-        decision = self.runtime.plan.decide(self.key, task.digest, task.run_digest, task.regradable)
-        return AttemptJob(task, self.attempt, decision)
+        return AttemptJob(task, self.attempt, self.runtime.decide(self.key, task))
 
     def schedule(self) -> bool:
         """Start this attempt's agent call ahead of its turn (`--agenteval-concurrency`);
@@ -117,8 +116,7 @@ class AttemptItem(AgentevalItem):
         key = (id(runtime.agent_spec(task)), fixture)
         if key in checked:
             return
-        decision = runtime.plan.decide(self.key, task.digest, task.run_digest, task.regradable)
-        if decision.action == "run":
+        if runtime.decide(self.key, task).action == "run":
             checked.add(key)
             with contextlib.suppress(AgentUnavailable):
                 self.check_agent()

@@ -1,4 +1,8 @@
-"""Per-process state attempt items share: settings, datasets, the plan, the attempt runner."""
+"""Per-process state attempt items share: settings, datasets, the plan, the attempt runner.
+
+Built once, by `build_runtime`, from what the process learns of its run before any attempt (a
+`RunContext`: the controller opens the run, an xdist worker reads the controller's shipment);
+nothing is injected into it afterwards."""
 
 from __future__ import annotations
 
@@ -17,15 +21,36 @@ from ..core.records import AttemptRecord
 from ..core.shards import Shard
 from ..execution.agents import AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
+from ..execution.concurrent import Ahead
+from ..execution.environment import Environments
+from ..execution.executor import Executor
 from ..execution.limits import LimitGate, Limits
 from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import CachedTask, SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
-from ..store.plan import Plan
+from ..store.plan import Decision, Plan
 from ..store.stops import Budget, Stops
 from .settings import Settings
 
 FIXTURE_NAME = "agenteval_agent"
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a process knows of the run it takes part in before its first attempt."""
+
+    fingerprint: dict[str, Any]
+    """What identifies the run's agent (the controller's, on a worker)."""
+    plan: Plan = field(default_factory=Plan)
+    """The stored attempts the run continues, and how to treat them."""
+    stops: Stops | None = None
+    """The run's stops (cancel, caps, deadline); None for a dry run."""
+    note_running: Callable[[Key, bool], None] | None = None
+    """Where the attempt whose agent call starts is noted (its process may die in it)."""
+    shard: Shard | None = None
+    """The shard this process collects (the settings', or what the controller shipped)."""
+    alone: frozenset[Key] = frozenset()
+    """Attempts that must run with no other call in flight (a worker died in them)."""
 
 
 @dataclass
@@ -42,10 +67,10 @@ class Runtime:
     specs: SpecCache
     plan: Plan = field(default_factory=Plan)
     stops: Stops | None = None
-    """The run's stops (cancel, caps, deadline), once the run is known."""
+    """The run's stops (cancel, caps, deadline); None for a dry run."""
     shard: Shard | None = None
     """The shard this process collects (the settings', or what the controller shipped)."""
-    alone: set[Key] = field(default_factory=set)
+    alone: frozenset[Key] = frozenset()
     """Attempts whose agent call was in flight when a worker of the run died: each runs with
     no other call in flight, so a crash is provably its own (shipped to xdist workers)."""
     last_made: tuple[str, AttemptRecord, dict[str, Any], dict[str, Any]] | None = None
@@ -58,50 +83,11 @@ class Runtime:
     """Declared agents built, and their labels, by spec (specs live as long as the run)."""
     _unavailable: dict[Any, AgentUnavailable] = field(default_factory=dict)
     """Declared agents that cannot be built (by spec), located at their spec."""
-    _limits: dict[tuple[int, int], tuple[str, Limits]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Innermost roots first, as "root/" prefixes, so nested datasets match correctly.
         ordered = sorted(self.datasets, key=lambda d: len(d.root.parts), reverse=True)
         self._roots = [(str(d.root) + os.sep, d) for d in ordered]
-        self.shard = self.shard or self.settings.shard
-
-    def join_run(self, stops: Stops) -> None:
-        """Share the run's folder with its other processes: check `stops` before each attempt
-        starts, and hold the agents' limits there."""
-        self.stops = stops
-        self.runner.stopped = stops.reason
-        stops.cap(Budget(self.settings.max_cost, self.settings.max_tokens))
-        if stops.budget is not None:
-            self.runner.spent = stops.spent
-        if stops.run_dir is not None:
-            gate = LimitGate(stops.run_dir / "limits")
-
-            def held(job: AttemptJob) -> AbstractContextManager[None] | None:
-                agent, limits = self.limits_for(job.task)
-                return gate.hold(agent, limits) if limits else None
-
-            self.runner.limits = held
-
-    def limits_for(self, task: TaskDef) -> tuple[str, Limits]:
-        """The task's agent (its label) and its limits: the command line's, else those of the
-        task's own agent, else the manifest's (worked out once per agent spec)."""
-        spec = self.agent_spec(task)
-        manifest = task.dataset.manifest
-        cache_key = (id(spec), id(manifest))  # both live as long as the run
-        found = self._limits.get(cache_key)
-        if found is None:
-            declared = (spec.limits if spec else None) or manifest.limits or AgentLimits()
-            settings = self.settings
-            interval = settings.min_interval
-            found = self._limits[cache_key] = (
-                spec_label(spec) if spec else FIXTURE_NAME,
-                Limits(
-                    settings.max_in_flight or declared.max_in_flight,
-                    interval if interval is not None else declared.min_interval,
-                ),
-            )
-        return found
 
     def dataset_for(self, path: Path) -> Dataset | None:
         """The dataset whose root contains `path` (the innermost one); called for every file."""
@@ -158,9 +144,13 @@ class Runtime:
 
         return make
 
+    def decide(self, key: Key, task: TaskDef) -> Decision:
+        """The one decision for attempt `key` of `task`: reuse, regrade or run (the plan's)."""
+        return self.plan.decide(key, task.digest, task.run_digest, task.regradable)
+
     def agent_spec(self, task: TaskDef) -> AnyAgentSpec | None:
         """Which declared agent runs `task`: --agenteval-agent, task `agent:`, manifest `agent:`."""
-        return self.settings.agent_override or task.spec.agent or task.dataset.manifest.agent
+        return agent_spec(self.settings, task)
 
     def declared_agent(self, task: TaskDef) -> tuple[Any, str]:
         """The agent the task's declared spec names (built once), and its label for records.
@@ -196,6 +186,45 @@ class Runtime:
         return yaml_location(manifest, ("agent",)) if manifest else display_path(task.dataset.root)
 
 
+def agent_spec(settings: Settings, task: TaskDef) -> AnyAgentSpec | None:
+    """Which declared agent runs `task`: --agenteval-agent, task `agent:`, manifest `agent:`."""
+    return settings.agent_override or task.spec.agent or task.dataset.manifest.agent
+
+
+@dataclass
+class AgentLimitTable:
+    """The limits of each task's agent, held at the run's gate around its calls."""
+
+    settings: Settings
+    gate: LimitGate
+    _found: dict[tuple[int, int], tuple[str, Limits]] = field(default_factory=dict)
+
+    def held(self, job: AttemptJob) -> AbstractContextManager[None] | None:
+        """Wait for the limits of the attempt's agent; None when it has none."""
+        agent, limits = self.limits_for(job.task)
+        return self.gate.hold(agent, limits) if limits else None
+
+    def limits_for(self, task: TaskDef) -> tuple[str, Limits]:
+        """The task's agent (its label) and its limits: the command line's, else those of the
+        task's own agent, else the manifest's (worked out once per agent spec)."""
+        spec = agent_spec(self.settings, task)
+        manifest = task.dataset.manifest
+        cache_key = (id(spec), id(manifest))  # both live as long as the run
+        found = self._found.get(cache_key)
+        if found is None:
+            declared = (spec.limits if spec else None) or manifest.limits or AgentLimits()
+            settings = self.settings
+            interval = settings.min_interval
+            found = self._found[cache_key] = (
+                spec_label(spec) if spec else FIXTURE_NAME,
+                Limits(
+                    settings.max_in_flight or declared.max_in_flight,
+                    interval if interval is not None else declared.min_interval,
+                ),
+            )
+        return found
+
+
 NO_AGENT = (
     "set `agent:` in agenteval.yaml, pass --agenteval-agent module:function, "
     f"or define an `{FIXTURE_NAME}` fixture in conftest.py"
@@ -227,6 +256,86 @@ def agent_fingerprint(settings: Settings, datasets: list[Dataset]) -> dict[str, 
         "manifest": manifest,
         "version": settings.agent_version,
     }
+
+
+def make_executor(config: pytest.Config, isolate: bool, concurrency: int) -> Executor:
+    """The executor `pytest_agenteval_make_executor` gives, checked. The hook is called plugin
+    by plugin, as pluggy would (first result wins), so a bad one is named by its plugin."""
+    hook = config.hook.pytest_agenteval_make_executor
+    given = {"config": config, "isolate": isolate, "concurrency": concurrency}
+    for impl in reversed(hook.get_hookimpls()):
+        if impl.hookwrapper or impl.wrapper:
+            continue
+        made = impl.function(*(given[name] for name in impl.argnames))
+        if made is None:
+            continue
+        if not isinstance(made, Executor):
+            raise pytest.UsageError(
+                f"plugin {impl.plugin_name!r}: pytest_agenteval_make_executor returned "
+                f"{type(made).__name__}, not an Executor; return an object with "
+                "call_agent(call), kill_running() and close() (pytest_agenteval.Executor), "
+                "or None"
+            )
+        return made
+    raise AssertionError("the built-in pytest_agenteval_make_executor always answers")
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What a process's runtime is made of before it joins its run."""
+
+    settings: Settings
+    datasets: list[Dataset]
+    make_grader: Callable[[GraderSpec, TaskSpec, Path], Any]
+    agents: AgentResolver
+    agenteval_dir: Path | None
+    specs: SpecCache
+    executor: Executor
+    environments: Environments
+    concurrency: int
+    """Attempts in flight at once in this process."""
+
+
+def build_runtime(parts: Parts, context: RunContext) -> Runtime:
+    """The process's runtime, whole and once: its parts joined to its run (plan, stops,
+    limits, fingerprint), with the attempt runner built for them."""
+    settings, stops = parts.settings, context.stops
+    stopped = spent = limits = None
+    if stops is not None:
+        stops.cap(Budget(settings.max_cost, settings.max_tokens))
+        stopped = stops.reason
+        spent = stops.spent if stops.budget is not None else None
+        if stops.run_dir is not None:
+            limits = AgentLimitTable(settings, LimitGate(stops.run_dir / "limits")).held
+    size = parts.concurrency
+    runner = AttemptRunner(
+        parts.executor,
+        parts.environments,
+        context.fingerprint,
+        passthrough=(pytest.exit.Exception, pytest.skip.Exception),
+        note_running=context.note_running,
+        stopped=stopped,
+        ahead=Ahead(size, stopped or _never) if size > 1 else None,
+        limits=limits,
+        spent=spent,
+    )
+    return Runtime(
+        settings,
+        parts.datasets,
+        make_grader=parts.make_grader,
+        runner=runner,
+        agents=parts.agents,
+        agenteval_dir=parts.agenteval_dir,
+        specs=parts.specs,
+        plan=context.plan,
+        stops=stops,
+        shard=context.shard or settings.shard,
+        alone=context.alone,
+    )
+
+
+def _never() -> None:
+    """No stop: a dry run never starts an attempt."""
 
 
 RUNTIME = pytest.StashKey[Runtime]()

@@ -6,6 +6,7 @@ Registered only when xdist is loaded (its hook specs exist only then).
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,9 @@ from ..core.shards import parse_shard
 from ..store.inflight import InFlight, inflight_path
 from ..store.plan import Plan
 from ..store.stops import Stops
-from .concurrency import concurrency_of
 from .internals import queued_reports
 from .recorder import Recorder
-from .runtime import RUNTIME, Runtime
+from .runtime import Parts, RunContext, Runtime
 
 SHIPMENT_SCHEMA = "agenteval.worker/1"
 UNSHARED = "agenteval_unshared"
@@ -92,7 +92,7 @@ def _regrades(runtime: Runtime) -> dict[str, Any]:
     for task in runtime.all_tasks():
         for attempt in range(runtime.attempts_for(task.dataset)):
             key: Key = (task.dataset.name, task.id, attempt)
-            decision = runtime.plan.decide(key, task.digest, task.run_digest, task.regradable)
+            decision = runtime.decide(key, task)
             if decision.record is not None:
                 found[plan_key(key)] = decision.record.with_previous(())
     return found
@@ -105,35 +105,39 @@ def _report_what_arrived(config: pytest.Config) -> None:
         config.hook.pytest_runtest_logreport(report=report)
 
 
-def worker_setup(config: pytest.Config) -> None:
-    """On an xdist worker: take the controller's plan and fingerprint."""
+def worker_context(config: pytest.Config, parts: Parts, fingerprint: dict[str, Any]) -> RunContext:
+    """On an xdist worker: the run as the controller shipped it (plan, fingerprint, stops)."""
     shipped = config.workerinput.get("agenteval")  # type: ignore[attr-defined]
     if not shipped:
-        return
+        return RunContext(fingerprint)
     if shipped.get("schema") != SHIPMENT_SCHEMA:
         raise pytest.UsageError(
             "the xdist controller runs another pytest-agenteval than this worker "
             f"(it sent {shipped.get('schema')!r}); install the same version on both"
         )
-    runtime = config.stash[RUNTIME]
     try:
-        runtime.plan = Plan.from_json(shipped["plan"])
+        plan = Plan.from_json(shipped["plan"])
     except StoreError as exc:
         raise pytest.UsageError(str(exc)) from None
-    runtime.runner.fingerprint = shipped["fingerprint"]
-    runtime.alone = {(ds, task, attempt) for ds, task, attempt in shipped.get("alone", ())}
+    alone = frozenset((ds, task, attempt) for ds, task, attempt in shipped.get("alone", ()))
     shard = shipped.get("shard")  # `auto` as the controller resolved it: a remote env may differ
-    runtime.shard = parse_shard(shard) if shard else None  # type: ignore[assignment]
+    context = RunContext(
+        shipped["fingerprint"],
+        plan,
+        alone=alone,
+        shard=parse_shard(shard) if shard else None,  # type: ignore[arg-type]
+    )
     stops = shipped.get("stops")
-    if stops:
-        joined, unshared = worker_stops(stops, runtime.agenteval_dir)
-        if unshared:
-            config.workeroutput[UNSHARED] = unshared  # type: ignore[attr-defined]
-        elif concurrency_of(runtime) > 1:  # else the item running is the one in flight
-            worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
-            notes = InFlight(inflight_path(Path(stops["run_dir"]), worker))
-            runtime.runner.note_running = notes.note  # read by the controller if it dies
-        runtime.join_run(joined)
+    if not stops:
+        return context
+    joined, unshared = worker_stops(stops, parts.agenteval_dir)
+    note = None
+    if unshared:
+        config.workeroutput[UNSHARED] = unshared  # type: ignore[attr-defined]
+    elif parts.concurrency > 1:  # else the item running is the one in flight
+        worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
+        note = InFlight(inflight_path(Path(stops["run_dir"]), worker)).note
+    return replace(context, stops=joined, note_running=note)  # noted: read if it dies
 
 
 def worker_stops(shipped: dict[str, Any], local: Path | None) -> tuple[Stops, str | None]:

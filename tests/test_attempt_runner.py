@@ -1,0 +1,258 @@
+"""The attempt pipeline without pytest or a subprocess: a fake executor and a fake environment
+stand in for the agent call and the attempt's files."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import summary_of
+from pytest_agenteval import Agent, AgentCall, Executor
+from pytest_agenteval.core.model import AgentResult, GraderSpec, Manifest, Task, TaskSpec
+from pytest_agenteval.execution.attempt import AttemptJob, AttemptRunner
+from pytest_agenteval.execution.concurrent import Ahead, NotStarted
+from pytest_agenteval.execution.environment import ChangedFile, Environments, ExecResult
+from pytest_agenteval.execution.graders import make_builtin_grader
+from pytest_agenteval.execution.workspaces import Workspaces
+from pytest_agenteval.sources.dataset import Dataset, TaskDef
+from pytest_agenteval.store.plan import RUN, Decision
+
+
+class FakeExecutor:
+    """Answers each call with what `answers` holds for its task (an exception is raised)."""
+
+    def __init__(self, answers: dict[str, str | BaseException]) -> None:
+        self.answers = answers
+        self.calls: list[AgentCall] = []
+        self.threads: list[str] = []
+
+    def call_agent(self, call: AgentCall) -> AgentResult:
+        self.calls.append(call)
+        self.threads.append(threading.current_thread().name)
+        environment = call.task.environment
+        assert environment is not None
+        environment.write_file("answer.txt", b"written")
+        answer = self.answers[call.task.id]
+        if isinstance(answer, BaseException):
+            raise answer
+        return AgentResult(output=answer)
+
+    def kill_running(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class FakeEnvironment:
+    """An attempt's files in memory; programs cannot run."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.kept: bool | None = None
+
+    workdir = "/fake"
+    python = "python"
+    local_path = None
+    where = "memory"
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        input: bytes | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        raise OSError("no programs in a fake environment")
+
+    def read_file(self, path: str) -> bytes:
+        return self.files[path]
+
+    def write_file(self, path: str, data: bytes) -> None:
+        self.files[path] = data
+
+    def changed_files(self) -> list[ChangedFile]:
+        return [ChangedFile(p, "added", len(d)) for p, d in sorted(self.files.items())]
+
+    def teardown(self, keep: bool) -> None:
+        self.kept = keep
+
+
+def make_task(tmp_path: Path, task_id: str, expected: str = "4") -> TaskDef:
+    dataset = Dataset(tmp_path, Manifest(name="ds"), None)
+    grader_spec = GraderSpec(type="equals")
+    spec = TaskSpec(id=task_id, input="2+2?", expected=expected, graders=[grader_spec])
+    grader = make_builtin_grader(grader_spec, spec, tmp_path)
+    return TaskDef(
+        spec, dataset, tmp_path / "t.yaml", 1, graders=(grader,), grader_specs=(grader_spec,)
+    )
+
+
+def make_runner(
+    tmp_path: Path, executor: FakeExecutor, concurrency: int = 1, stop: str | None = None
+) -> tuple[AttemptRunner, list[FakeEnvironment]]:
+    made: list[FakeEnvironment] = []
+
+    def environment(task: TaskDef, attempt: int) -> FakeEnvironment:
+        made.append(FakeEnvironment())
+        return made[-1]
+
+    environments = Environments(Workspaces(tmp_path / "work"), environment)
+
+    def stopped() -> str | None:
+        return stop
+
+    ahead: Ahead[Any, Any] | None = Ahead(concurrency, stopped) if concurrency > 1 else None
+    runner = AttemptRunner(executor, environments, {"v": 1}, stopped=stopped, ahead=ahead)
+    return runner, made
+
+
+def unused(task: Task) -> str:
+    raise AssertionError("the fake executor answers for the agent")
+
+
+def agent() -> tuple[Agent, str]:
+    return unused, "fake:agent"
+
+
+def test_fake_executor_satisfies_the_protocol() -> None:
+    """A plain class with the three methods is an Executor; an object without them is not."""
+    assert isinstance(FakeExecutor({}), Executor)
+    assert not isinstance(object(), Executor)
+
+
+def test_pass_fail_and_error_records_come_from_the_executor(tmp_path: Path) -> None:
+    """Each answer the executor gives becomes the right record, in the fake environment."""
+    executor = FakeExecutor({"good": "4", "bad": "5", "raises": ValueError("boom")})
+    runner, made = make_runner(tmp_path, executor)
+    outcomes = {
+        name: runner.run(AttemptJob(make_task(tmp_path, name), 0, RUN), agent)
+        for name in ("good", "bad", "raises")
+    }
+    statuses = {name: outcome.status for name, outcome in outcomes.items()}
+    assert statuses == {"good": "pass", "bad": "fail", "raises": "error"}
+    error = outcomes["raises"]
+    assert error.record is not None and error.record.phase == "agent"
+    assert isinstance(error.error, ValueError)
+    assert [call.key for call in executor.calls] == [
+        ("ds", n, 0) for n in ("good", "bad", "raises")
+    ]
+    assert {call.label for call in executor.calls} == {"fake:agent"}
+    good = outcomes["good"].record
+    assert good is not None and good.agent == {"v": 1, "used": "fake:agent"}
+    assert [e.files for e in made] == [{"answer.txt": b"written"}] * 3
+    assert outcomes["good"].environment is made[0]
+
+
+def test_reuse_and_regrade_never_call_the_executor(tmp_path: Path) -> None:
+    """A reused attempt makes no record and a regrade judges the stored answer again."""
+    executor = FakeExecutor({"t": "4"})
+    runner, _ = make_runner(tmp_path, executor)
+    task = make_task(tmp_path, "t")
+    first = runner.run(AttemptJob(task, 0, RUN), agent).record
+    assert first is not None
+    changed = make_task(tmp_path, "t", expected="5")
+    regraded = runner.run(AttemptJob(changed, 0, Decision("regrade", record=first)), agent)
+    assert regraded.status == "fail" and regraded.record is not None
+    assert regraded.record.regraded
+    assert runner.run(AttemptJob(task, 0, Decision("reuse", stored=None)), agent).reused
+    assert len(executor.calls) == 1
+
+
+def test_a_stop_starts_no_call(tmp_path: Path) -> None:
+    """Once the run stops, an attempt that would call its agent is not started at all."""
+    executor = FakeExecutor({"t": "4"})
+    runner, _ = make_runner(tmp_path, executor, stop="the spend cap")
+    with pytest.raises(NotStarted, match="the spend cap"):
+        runner.run(AttemptJob(make_task(tmp_path, "t"), 0, RUN), agent)
+    assert executor.calls == []
+
+
+def test_calls_ahead_go_through_the_same_executor_path(tmp_path: Path) -> None:
+    """Under concurrency a call scheduled ahead runs in a pool thread through the executor and
+    its item gets the same record a serial run gives."""
+    answers: dict[str, str | BaseException] = {"a": "4", "b": "5"}
+    serial, _ = make_runner(tmp_path / "s", FakeExecutor(answers))
+    ahead_executor = FakeExecutor(answers)
+    ahead, made = make_runner(tmp_path / "c", ahead_executor, concurrency=2)
+    jobs = [AttemptJob(make_task(tmp_path, name), 0, RUN) for name in ("a", "b")]
+    for job in jobs:
+        assert ahead.schedule(job, agent)
+    together = [ahead.run(job, agent) for job in jobs]
+    alone = [serial.run(job, agent) for job in jobs]
+    assert [o.status for o in together] == [o.status for o in alone] == ["pass", "fail"]
+    assert [o.record.agent for o in together if o.record] == [
+        o.record.agent for o in alone if o.record
+    ]
+    assert all(name.startswith("agenteval-attempt") for name in ahead_executor.threads)
+    assert [e.files for e in made] == [{"answer.txt": b"written"}] * 2
+
+
+EXAMPLE_SUITE = Path(__file__).parent.parent / "example_suite"
+
+COUNTING_EXECUTOR = """
+from pathlib import Path
+from typing import Any
+
+from pytest_agenteval.execution.executor import SerialExecutor
+
+
+class CountingExecutor:
+    '''Runs each call with the built-in executor and notes its attempt.'''
+
+    def __init__(self):
+        self.inner = SerialExecutor()
+
+    def call_agent(self, call):
+        with Path("calls.log").open("a") as log:
+            log.write(f"{call.key} {call.label}\\n")
+        return self.inner.call_agent(call)
+
+    def kill_running(self):
+        return self.inner.kill_running()
+
+    def close(self):
+        self.inner.close()
+
+
+def pytest_agenteval_make_executor(config, isolate, concurrency):
+    return CountingExecutor()
+"""
+
+
+@pytest.mark.slow
+def test_a_plugin_executor_gives_the_example_suite_the_same_summary(
+    pytester: pytest.Pytester,
+) -> None:
+    """An executor a conftest returns from `pytest_agenteval_make_executor` runs every agent
+    call, and the example suite's summary counts and metrics equal the built-in executor's."""
+    shutil.copytree(EXAMPLE_SUITE, pytester.path / "example_suite")
+    pytester.runpytest_subprocess("--agenteval", "example_suite", "--agenteval-run-id", "builtin")
+    builtin = summary_of(pytester, "builtin")
+    pytester.makeconftest(COUNTING_EXECUTOR)
+    pytester.runpytest_subprocess("--agenteval", "example_suite", "--agenteval-run-id", "plugin")
+    plugin = summary_of(pytester, "plugin")
+    assert plugin["counts"] == builtin["counts"]
+    assert plugin["metrics"] == builtin["metrics"]
+    calls = (pytester.path / "calls.log").read_text().splitlines()
+    assert len(calls) == builtin["n_attempts"] - builtin["counts"].get("agent_error", 0) > 20
+    assert all(line.endswith("demo_agent:solve") for line in calls)
+
+
+def test_a_plugin_executor_that_is_not_one_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """An object without the Executor methods returned by the hook stops the session with an
+    error naming the plugin, before any attempt runs."""
+    shutil.copytree(EXAMPLE_SUITE, pytester.path / "example_suite")
+    pytester.makeconftest(
+        "def pytest_agenteval_make_executor(config, isolate, concurrency):\n    return 42\n"
+    )
+    result = pytester.runpytest_subprocess("--agenteval", "example_suite")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*plugin '*conftest.py': pytest_agenteval_make_executor returned int, not an Executor*"]
+    )
