@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,7 @@ class DatasetMaker:
 
     def __call__(
         self,
-        tasks: dict[str, str | dict[str, Any]],
+        tasks: Mapping[str, str | Mapping[str, Any]],
         *,
         name: str = "ds",
         folder: str = "ds",
@@ -91,7 +91,7 @@ class DatasetMaker:
         for rel, content in tasks.items():
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            text = json.dumps(content) if isinstance(content, dict) else textwrap.dedent(content)
+            text = textwrap.dedent(content) if isinstance(content, str) else json.dumps(content)
             path.write_text(text)
         if self.check is not None:
             self.check(root)

@@ -155,7 +155,7 @@ def test_narrowed_runs_are_listed_and_resumed_only_by_id(
     assert len(dataset.calls()) == 6
 
 
-BROKEN = {
+BROKEN: dict[str, str | dict[str, Any]] = {
     "good.yaml": task("ok"),
     "typo.yaml": {**task("ok"), "graders": ["equal"]},
     "syntax.yaml": "input: [unclosed\n",
