@@ -15,8 +15,9 @@ from helpers import DatasetMaker, task
 from pytest_agenteval.core.errors import TaskFileError, TemplateError
 from pytest_agenteval.core.model import TaskSpec
 from pytest_agenteval.execution.workspaces import Workspaces, folder_name
-from pytest_agenteval.sources.dataset import LoadFailure, load_dataset, load_task_file
+from pytest_agenteval.sources.dataset import load_dataset, load_task_file
 from pytest_agenteval.sources.speccache import CACHE_SCHEMA, CachedTask, SpecCache
+from pytest_agenteval.sources.taskfile import LoadFailure
 from pytest_agenteval.sources.yamlfile import MAX_EXPANDED_NODES, parse
 
 SECRET = "agenteval-secret-7Q9xZ"
