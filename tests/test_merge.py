@@ -49,6 +49,7 @@ def junit_cases(path: Path) -> list[tuple[Any, ...]]:
     cases = []
     for suite in xunit2.JUnitXml.fromfile(str(path)):
         for case in suite:
+            assert isinstance(case, xunit2.TestCase)  # what an xunit2 suite holds
             results = [(r._tag, r.message, r.text) for r in case.result]
             props = {p.name: p.value for p in case.properties()} if case.properties() else {}
             cases.append((case.classname, case.name, results, props))
