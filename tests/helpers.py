@@ -7,7 +7,7 @@ import signal
 import textwrap
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -132,8 +132,10 @@ def summary_of(pytester: pytest.Pytester, run_id: str | None = None) -> dict[str
     """summary.json of the given run, or of the run whose summary was written last."""
     runs = pytester.path / ".pytest_cache/agenteval/runs"
     if run_id is not None:
-        return json.loads((runs / run_id / "summary.json").read_text())
-    summaries = [json.loads(p.read_text()) for p in runs.glob("*/summary.json")]
+        return cast(dict[str, Any], json.loads((runs / run_id / "summary.json").read_text()))
+    summaries: list[dict[str, Any]] = [
+        json.loads(p.read_text()) for p in runs.glob("*/summary.json")
+    ]
     assert summaries, "no summary.json written"
     return max(summaries, key=lambda s: s["finished_at"])
 

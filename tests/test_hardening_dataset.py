@@ -8,6 +8,7 @@ import pickle
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,7 +105,7 @@ def test_a_saved_cache_gives_back_equal_specs(tmp_path: Path) -> None:
     assert found == CachedTask(TaskSpec(id="t", input="q", expected="ok"), 1, ())
 
 
-def damage_entry(data: dict, change: str) -> None:
+def damage_entry(data: dict[str, Any], change: str) -> None:
     ((_, entry),) = data["files"].items()
     if change == "spec":
         entry[2][0][0]["input"] = 5

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from junitparser import xunit2
@@ -41,7 +41,7 @@ def merge(*args: str | Path) -> int:
 
 def merged_summary(out: Path) -> dict[str, Any]:
     (summary,) = (out / "agenteval/runs").glob("*/summary.json")
-    return json.loads(summary.read_text())
+    return cast(dict[str, Any], json.loads(summary.read_text()))
 
 
 def junit_cases(path: Path) -> list[tuple[Any, ...]]:
