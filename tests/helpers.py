@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import signal
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -77,7 +77,7 @@ class DatasetMaker:
 
     def __call__(
         self,
-        tasks: dict[str, str | dict[str, Any]],
+        tasks: Mapping[str, str | Mapping[str, Any]],
         *,
         name: str = "ds",
         folder: str = "ds",
@@ -91,7 +91,7 @@ class DatasetMaker:
         for rel, content in tasks.items():
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            text = json.dumps(content) if isinstance(content, dict) else textwrap.dedent(content)
+            text = textwrap.dedent(content) if isinstance(content, str) else json.dumps(content)
             path.write_text(text)
         if self.check is not None:
             self.check(root)
@@ -132,8 +132,10 @@ def summary_of(pytester: pytest.Pytester, run_id: str | None = None) -> dict[str
     """summary.json of the given run, or of the run whose summary was written last."""
     runs = pytester.path / ".pytest_cache/agenteval/runs"
     if run_id is not None:
-        return json.loads((runs / run_id / "summary.json").read_text())
-    summaries = [json.loads(p.read_text()) for p in runs.glob("*/summary.json")]
+        return cast(dict[str, Any], json.loads((runs / run_id / "summary.json").read_text()))
+    summaries: list[dict[str, Any]] = [
+        json.loads(p.read_text()) for p in runs.glob("*/summary.json")
+    ]
     assert summaries, "no summary.json written"
     return max(summaries, key=lambda s: s["finished_at"])
 

@@ -410,7 +410,10 @@ def test_sigint_leaves_no_orphan_command_agent(
     )
     (root / "cmd.py").write_text(COMMAND_AGENT)
     proc = pytester.popen(
-        [sys.executable, "-m", "pytest", "--agenteval", "ds"], stdin=None, preexec_fn=default_sigint
+        [sys.executable, "-m", "pytest", "--agenteval", "ds"],
+        # None (inherit stdin) is valid for Popen; pytest's annotation of popen omits it.
+        stdin=None,  # type: ignore[arg-type]
+        preexec_fn=default_sigint,
     )
     deadline = time.monotonic() + 20
     while not pidfile.exists() and time.monotonic() < deadline:

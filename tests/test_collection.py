@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import pytest
 
@@ -250,7 +251,7 @@ def test_a_process_that_ends_with_the_session_keeps_the_tree_frozen(
     result.stdout.fnmatch_lines(["FROZEN-AT-EXIT True"])
 
 
-ONE_PASS_DATASET = {
+ONE_PASS_DATASET: dict[str, str | dict[str, Any]] = {
     "top.yaml": task("ok"),
     "b/nested/deep.yml": task("ok"),
     "b/list.yaml": {"tasks": [{"id": "l1", **task("ok")}, {"id": "l2", **task("ok")}]},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -215,7 +216,7 @@ def test_session_fixture_agent_runs_ahead(pytester: pytest.Pytester, dataset: Da
     assert most_overlapping(spans(root)) >= 2
 
 
-def _starts_apart(calls: list[Any]) -> float:
+def _starts_apart(calls: list[tuple[str, int, float, float, int]]) -> float:
     starts = sorted(c[2] for c in calls)
     return min(b - a for a, b in pairwise(starts))
 
@@ -328,12 +329,12 @@ def test_ahead_keeps_a_bounded_window_in_item_order() -> None:
 
     from pytest_agenteval.execution.concurrent import Ahead
 
-    ahead = Ahead(2, lambda: None)
+    ahead: Ahead[None, int] = Ahead(2, lambda: None)
     started: list[int] = []
     lock = threading.Lock()
 
-    def call(i: int) -> Any:
-        def run() -> Any:
+    def call(i: int) -> Callable[[], int]:
+        def run() -> int:
             with lock:
                 started.append(i)
             time.sleep(0.01)

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from pytest_agenteval.core.errors import TaskFileError
 from pytest_agenteval.core.model import TaskSpec, check_task_id
 from pytest_agenteval.execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
-from pytest_agenteval.sources.dataset import LoadFailure, TaskDef, load_dataset, load_task_file
+from pytest_agenteval.sources.dataset import TaskDef, load_dataset, load_task_file
+from pytest_agenteval.sources.taskfile import LoadFailure
 
 
 def make(spec, task):  # type: ignore[no-untyped-def]

@@ -10,6 +10,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,7 +179,7 @@ def _install_recording(pytester: pytest.Pytester) -> None:
     wrapper.chmod(0o755)
 
 
-def _log(pytester: pytest.Pytester) -> list[list[object]]:
+def _log(pytester: pytest.Pytester) -> list[list[Any]]:
     path = pytester.path / "env.log"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 

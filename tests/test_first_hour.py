@@ -49,7 +49,12 @@ def write_manifest(root: Path, agent: str) -> None:
 
 
 def junit_cases(path: Path) -> dict[str, xunit2.TestCase]:
-    return {c.name: c for suite in xunit2.JUnitXml.fromfile(str(path)) for c in suite}
+    cases = {}
+    for suite in xunit2.JUnitXml.fromfile(str(path)):
+        for case in suite:
+            assert isinstance(case, xunit2.TestCase)  # what an xunit2 suite holds
+            cases[case.name] = case
+    return cases
 
 
 # --- 11.6 agent references ---------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_agenteval.core.errors import GraderError
+from pytest_agenteval.core.errors import GraderError, GraderSpecError
 from pytest_agenteval.core.model import (
     AgentResult,
     GraderSpec,
@@ -24,7 +24,6 @@ from pytest_agenteval.execution.graders import (
     make_builtin_grader,
     parse_number,
 )
-from pytest_agenteval.sources.dataset import GraderSpecError
 
 
 def grade(raw: Any, output: str, expected: Any = None, workspace: Path | None = None) -> Verdict:

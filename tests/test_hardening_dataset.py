@@ -8,6 +8,7 @@ import pickle
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,8 +16,9 @@ from helpers import DatasetMaker, task
 from pytest_agenteval.core.errors import TaskFileError, TemplateError
 from pytest_agenteval.core.model import TaskSpec
 from pytest_agenteval.execution.workspaces import Workspaces, folder_name
-from pytest_agenteval.sources.dataset import LoadFailure, load_dataset, load_task_file
+from pytest_agenteval.sources.dataset import load_dataset, load_task_file
 from pytest_agenteval.sources.speccache import CACHE_SCHEMA, CachedTask, SpecCache
+from pytest_agenteval.sources.taskfile import LoadFailure
 from pytest_agenteval.sources.yamlfile import MAX_EXPANDED_NODES, parse
 
 SECRET = "agenteval-secret-7Q9xZ"
@@ -103,7 +105,7 @@ def test_a_saved_cache_gives_back_equal_specs(tmp_path: Path) -> None:
     assert found == CachedTask(TaskSpec(id="t", input="q", expected="ok"), 1, ())
 
 
-def damage_entry(data: dict, change: str) -> None:
+def damage_entry(data: dict[str, Any], change: str) -> None:
     ((_, entry),) = data["files"].items()
     if change == "spec":
         entry[2][0][0]["input"] = 5

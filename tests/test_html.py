@@ -109,10 +109,11 @@ def test_hostile_output_is_shown_as_text_and_never_runs(
     dom, console = browser.dom(page, "#task=evil")
     browser.screenshot(page, tmp_path / "hostile.png", "#task=evil")
     assert console == []
-    assert (
-        "<title>agenteval ds 1" in dom and "pwned" not in re.search(r"<title>.*?</title>", dom)[0]
-    )
-    assert "pwned" not in re.search(r"<body[^>]*>", dom)[0]  # the onerror marker
+    title = re.search(r"<title>.*?</title>", dom)
+    body = re.search(r"<body[^>]*>", dom)
+    assert title is not None and body is not None
+    assert "<title>agenteval ds 1" in dom and "pwned" not in title[0]
+    assert "pwned" not in body[0]  # the onerror marker
     assert "<img src=x" not in dom  # never an element, only escaped text
     output = re.search(r'<div class="label">output</div><pre>(.*?)</pre>', dom, re.S)
     assert output, "no output block"
@@ -143,7 +144,9 @@ def test_uneven_run_shows_tasks_behind_each_k() -> None:
     page = render_html(build_summary(run, rows, ks=None, session_counts={}, status="complete"), {})
     plot = page[page.index("pass@k and pass^k") : page.index("</svg>")]
     assert [n for n in re.findall(r">(\d+) tasks<", plot)] == ["2", "1", "1"]
-    data = json.loads(re.search(r'id="agenteval-data">(.*?)</script>', page).group(1))
+    embedded = re.search(r'id="agenteval-data">(.*?)</script>', page)
+    assert embedded is not None
+    data = json.loads(embedded.group(1))
     tasks = {t["id"]: t for t in data["tasks"]}
     assert data["k"] == 3 and tasks["a"]["pk"] == 1.0 and tasks["b"]["pk"] is None
     assert '<th data-key="pk" class="num" aria-sort="none" tabindex="0">pass@3</th>' in page
@@ -156,8 +159,12 @@ def test_headline_fingerprint_is_readable_and_no_tags_is_said() -> None:
     agent = {"manifest": {"ds": 'openai:{"model": "m"}'}, "override": None, "version": None}
     run = RunInfo("r1", [{"name": "ds", "version": "1"}], agent, 0.0, 0.0, 1, 1, "complete", [])
     page = render_html(build_summary(run, rows, ks=None, session_counts={}, status="complete"), {})
-    line = re.search(r'class="meta fingerprint">(.*?)</p>', page).group(1)
-    assert unescape(line) == 'agent fingerprint <code>manifest: ds = openai:{"model": "m"}</code>'
+    fingerprint = re.search(r'class="meta fingerprint">(.*?)</p>', page)
+    assert fingerprint is not None
+    assert (
+        unescape(fingerprint.group(1))
+        == 'agent fingerprint <code>manifest: ds = openai:{"model": "m"}</code>'
+    )
     assert "no task has tags" in page and "pass@1 (mean over the tag" not in page
     assert "not loaded" not in page
     broken = [{"dataset": "ds", "label": "b", "path": "b.yaml", "message": "b.yaml:1: bad"}]

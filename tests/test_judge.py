@@ -34,7 +34,8 @@ def judge_settings(server: ChatServer) -> dict[str, Any]:
 
 
 def is_judge_call(body: dict[str, Any]) -> bool:
-    return body["messages"][0]["role"] == "system"
+    role: str = body["messages"][0]["role"]
+    return role == "system"
 
 
 def test_judge_verdicts_and_what_the_record_keeps(

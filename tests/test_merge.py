@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from junitparser import xunit2
@@ -41,7 +41,7 @@ def merge(*args: str | Path) -> int:
 
 def merged_summary(out: Path) -> dict[str, Any]:
     (summary,) = (out / "agenteval/runs").glob("*/summary.json")
-    return json.loads(summary.read_text())
+    return cast(dict[str, Any], json.loads(summary.read_text()))
 
 
 def junit_cases(path: Path) -> list[tuple[Any, ...]]:
@@ -49,6 +49,7 @@ def junit_cases(path: Path) -> list[tuple[Any, ...]]:
     cases = []
     for suite in xunit2.JUnitXml.fromfile(str(path)):
         for case in suite:
+            assert isinstance(case, xunit2.TestCase)  # what an xunit2 suite holds
             results = [(r._tag, r.message, r.text) for r in case.result]
             props = {p.name: p.value for p in case.properties()} if case.properties() else {}
             cases.append((case.classname, case.name, results, props))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -50,7 +52,9 @@ def answer(task):
 """
 
 
-def hostile(dataset: DatasetMaker, tasks: dict, **manifest: object) -> None:
+def hostile(
+    dataset: DatasetMaker, tasks: Mapping[str, str | Mapping[str, Any]], **manifest: object
+) -> None:
     root = dataset(tasks, manifest=manifest or None)
     (root / "hostile.py").write_text(HOSTILE)
 

@@ -103,6 +103,7 @@ def parse_junit(path: Path) -> dict[str, Any]:
     cases = {}
     for suite in xml:
         for case in suite:
+            assert isinstance(case, xunit2.TestCase)  # what an xunit2 suite holds
             props = {p.name: p.value for p in case.properties()}
             cases[case.name] = (case, props)
     return cases
@@ -178,7 +179,9 @@ def test_per_task_junit(
     assert xml.failures + xml.errors == suite.failures + suite.errors == len(failing)
     assert xml.time == suite.time == pytest.approx(sum(c.time for c in cases.values()), abs=0.01)
     assert all(c.classname == "ds" for c in cases.values())
-    props = {p.name: p.value for p in cases["once"].properties()}
+    once = cases["once"]
+    assert isinstance(once, xunit2.TestCase)  # what an xunit2 suite holds
+    props = {p.name: p.value for p in once.properties()}
     assert (props["n"], props["c"]) == ("3", "1")
     assert json.loads(props["pass_at_k"]) == {"1": 0.3333, "2": 0.6667, "3": 1.0}
     assert cases["crash"].is_error

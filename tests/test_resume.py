@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter
+from typing import Any, cast
 
 import pytest
 
@@ -27,14 +29,16 @@ SLOW = {
 }
 
 
-def start(pytester: pytest.Pytester, *args: str) -> os.Popen:  # type: ignore[name-defined]
+def start(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[bytes]:
     """Start pytest in its own process group, as a user's terminal would."""
-    return pytester.popen(
+    proc: subprocess.Popen[bytes] = pytester.popen(
         [sys.executable, "-m", "pytest", "--agenteval", "ds", "--attempts", "2", *args],
-        stdin=None,
+        # None (inherit the terminal's stdin) is valid for Popen; pytest's annotation omits it.
+        stdin=None,  # type: ignore[arg-type]
         start_new_session=True,
         preexec_fn=default_sigint,
     )
+    return proc
 
 
 def wait_for_records(pytester: pytest.Pytester, count: int, timeout: float = 60) -> None:
@@ -46,7 +50,7 @@ def wait_for_records(pytester: pytest.Pytester, count: int, timeout: float = 60)
     raise AssertionError(f"fewer than {count} records after {timeout}s")
 
 
-def reference_summary(pytester: pytest.Pytester, *args: str) -> dict:
+def reference_summary(pytester: pytest.Pytester, *args: str) -> dict[str, Any]:
     """The summary of an uninterrupted run of the same dataset, stored nowhere."""
     pytester.runpytest_subprocess(
         "--agenteval",
@@ -59,7 +63,7 @@ def reference_summary(pytester: pytest.Pytester, *args: str) -> dict:
         "ref",
         *args,
     )
-    return json.loads((pytester.path / "ref/summary.json").read_text())
+    return cast(dict[str, Any], json.loads((pytester.path / "ref/summary.json").read_text()))
 
 
 @pytest.mark.slow

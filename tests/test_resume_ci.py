@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from junitparser import Error, xunit2
@@ -22,7 +22,10 @@ FULL = ["--agenteval", "ds", "--attempts", "2"]
 
 
 def run_json(root: Path, run_id: str) -> dict[str, Any]:
-    return json.loads((root / f".pytest_cache/agenteval/runs/{run_id}/run.json").read_text())
+    return cast(
+        dict[str, Any],
+        json.loads((root / f".pytest_cache/agenteval/runs/{run_id}/run.json").read_text()),
+    )
 
 
 def run_ids(root: Path) -> set[str]:
@@ -155,7 +158,7 @@ def test_narrowed_runs_are_listed_and_resumed_only_by_id(
     assert len(dataset.calls()) == 6
 
 
-BROKEN = {
+BROKEN: dict[str, str | dict[str, Any]] = {
     "good.yaml": task("ok"),
     "typo.yaml": {**task("ok"), "graders": ["equal"]},
     "syntax.yaml": "input: [unclosed\n",

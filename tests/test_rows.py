@@ -146,7 +146,7 @@ def test_a_quote_left_open_in_a_long_file_names_what_it_swallowed(
     assert rows[-1].line == (5001 if broken == 10 else opened)  # the rows after it are read
 
 
-TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
+TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),

@@ -230,7 +230,7 @@ def test_manifests(text: str, valid: bool) -> None:
 
 # -- generated files: the loader's view of "valid" must pass the schema --------------------
 
-texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
+texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | texts,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
@@ -239,7 +239,7 @@ json_values = st.recursive(
 ids = st.from_regex(TASK_ID_RE, fullmatch=True).filter(
     lambda s: "\n" not in s and all(p not in (".", "..") for p in s.split("/"))
 )
-OPTIONS = {
+OPTIONS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "equals": st.fixed_dictionaries(
         {}, optional={"value": texts, "strip": st.booleans(), "case_insensitive": st.booleans()}
     ),
@@ -284,10 +284,18 @@ def graders(draw: st.DrawFn) -> Any:
     else:
         options = draw(OPTIONS[name])
     primary = getattr(BUILTIN_GRADERS.get(name), "primary", None)
-    spellings = [{name: options}, {"type": name, **options}, {"type": name, "options": options}]
+    spellings: list[str | dict[str, Any]] = [
+        {name: options},
+        {"type": name, **options},
+        {"type": name, "options": options},
+    ]
     if not options:
         spellings.append(name)
-    if list(options) == [primary] and not isinstance(options[primary], dict):
+    if (
+        primary is not None
+        and list(options) == [primary]
+        and not isinstance(options[primary], dict)
+    ):
         spellings.append({name: options[primary]})
     return draw(st.sampled_from(spellings))
 

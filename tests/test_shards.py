@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
@@ -112,7 +113,10 @@ TASKS = {
 
 
 def run_json(root: Path, run_id: str) -> dict[str, object]:
-    return json.loads((root / f".pytest_cache/agenteval/runs/{run_id}/run.json").read_text())
+    return cast(
+        dict[str, object],
+        json.loads((root / f".pytest_cache/agenteval/runs/{run_id}/run.json").read_text()),
+    )
 
 
 def test_a_shard_deselects_other_tasks_and_is_its_own_run(

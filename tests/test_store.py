@@ -9,18 +9,20 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_agenteval.core.errors import StoreError
-from pytest_agenteval.core.model import AgentResult
+from pytest_agenteval.core.model import AgentResult, Status
 from pytest_agenteval.core.records import AttemptRecord, new_record
-from pytest_agenteval.store.index import read_index
+from pytest_agenteval.store.index import IndexRow, read_index
 from pytest_agenteval.store.plan import make_plan
+from pytest_agenteval.store.problems import StoreProblem
 from pytest_agenteval.store.runs import Store
 
 
-def record(task: str, attempt: int, status: str = "pass", digest: str = "d1") -> AttemptRecord:
+def record(task: str, attempt: int, status: Status = "pass", digest: str = "d1") -> AttemptRecord:
     return new_record(
         key=("ds", task, attempt),
         digest=digest,
@@ -67,11 +69,14 @@ def test_replacing_keeps_history_and_the_newest_wins(
     """Replacements chain their history; once the index is read, no replace reads it again."""
     store.commit("r1", record("a", 0, "fail"))
     store.index("r1")
-    reads = []
+    reads: list[int] = []
     original = Store.index
-    monkeypatch.setattr(
-        Store, "index", lambda self, *a, **k: reads.append(1) or original(self, *a, **k)
-    )
+
+    def counted_index(self: Store, *a: Any, **k: Any) -> tuple[list[IndexRow], list[StoreProblem]]:
+        reads.append(1)
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(Store, "index", counted_index)
     store.commit("r1", record("a", 0, "error"), replaces=True)
     store.commit("r1", record("a", 0, "pass"), replaces=True)
     assert reads == []

@@ -58,7 +58,9 @@ def test_worker_death_is_an_error_and_the_run_goes_on(
     (dies,) = [t for t in summary["tasks"] if t["task_id"] == "dies"]
     assert "the process running the attempt died" in dies["attempts"][0]["reason"]
     cases = {c.name: c for s in xunit2.JUnitXml.fromfile(str(pytester.path / "out.xml")) for c in s}
-    props = {p.name: p.value for p in cases["dies[attempt-0]"].properties()}
+    dies_case = cases["dies[attempt-0]"]
+    assert isinstance(dies_case, xunit2.TestCase)  # what an xunit2 suite holds
+    props = {p.name: p.value for p in dies_case.properties()}
     assert (
         cases["dies[attempt-0]"].is_error
         and props["status"] == "error"

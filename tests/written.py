@@ -17,12 +17,12 @@ from pytest_agenteval.core.errors import GraderSpecError, TaskFileError
 from pytest_agenteval.core.model import GraderSpec, Manifest, TaskSpec
 from pytest_agenteval.execution.graders import BUILTIN_GRADERS, BuiltinGrader, Python
 from pytest_agenteval.sources.dataset import (
-    MANIFEST_NAME,
     Dataset,
     TaskDef,
     load_dataset,
     load_task_file,
 )
+from pytest_agenteval.sources.discovery import MANIFEST_NAME
 from pytest_agenteval.sources.schemas import manifest_schema, task_file_schema
 from pytest_agenteval.sources.yamlfile import parse
 

@@ -217,7 +217,8 @@ class _Generated(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         container = nodes.container()
         self.state.nested_parse(StringList(self.markdown().splitlines()), 0, container)
-        return container.children
+        children: list[nodes.Node] = container.children
+        return children
 
 
 class OptionsDirective(_Generated):
