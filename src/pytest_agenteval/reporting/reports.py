@@ -17,6 +17,7 @@ from junitparser import xunit2
 from ..core.errors import ReportError, os_failure
 from ..core.numbers import rounded_values, shown
 from ..core.text import excerpt, xml_safe
+from ..store.index import gc_paused
 from ..store.problems import StoreProblem
 from .metrics import INTERVAL_METHOD, MIN_TASKS
 from .regression import regression_lines
@@ -30,7 +31,6 @@ from .summary import (
     Summary,
     TaskSummary,
     Totals,
-    gc_paused,
     narrowed_words,
     task_passes,
 )

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import re
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import (
@@ -18,7 +16,7 @@ from pydantic import (
     model_serializer,
 )
 
-from ..store.index import IndexRow
+from ..store.index import IndexRow, gc_paused
 from ..store.runs import RunInfo
 from .metrics import (
     GroupMetrics,
@@ -335,6 +333,7 @@ class Summary(_Frozen):
         return self.model_dump(by_alias=True, exclude=absent)
 
 
+@gc_paused()
 def build_summary(
     run: RunInfo,
     rows: Sequence[IndexRow],
@@ -351,42 +350,6 @@ def build_summary(
     The cyclic GC waits meanwhile: a summary is some 100,000 new long-lived objects (a model,
     its dict and its fields-set per attempt) and no garbage cycle, and collecting while they
     pile up rescanned them and the rows again and again (half of the time at 30,000 rows)."""
-    with gc_paused():
-        return _build(
-            run,
-            rows,
-            ks=ks,
-            session_counts=session_counts,
-            status=status,
-            agent_errors=agent_errors,
-            load_errors=load_errors,
-            store_problems=store_problems,
-        )
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic GC off while making many objects that stay (as store/index.py reads)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _build(
-    run: RunInfo,
-    rows: Sequence[IndexRow],
-    *,
-    ks: Sequence[int] | None,
-    session_counts: dict[str, int],
-    status: str,
-    agent_errors: list[dict[str, Any]] | None = None,
-    load_errors: list[dict[str, str]] | None = None,
-    store_problems: list[dict[str, str]] | None = None,
-) -> Summary:
     tasks = task_metrics(rows, ks)
     chosen = list(ks) if ks else default_ks(tasks)
     tot = totals(rows)

@@ -161,14 +161,15 @@ def read_index(path: Path, *, for_plan: bool = True) -> IndexRead:
     digests, replay data and record offsets are left out (metrics need none of them). Equal
     reasons share one string: most attempts have one of a few.
     """
-    with open_regular(path) as f, _gc_paused():
+    with open_regular(path) as f, gc_paused():
         return _read(f, path, for_plan)
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Reading makes 100,000 long-lived rows and no garbage cycles; collecting while they pile
-    up rescans them again and again (a sixth of the reading time, measured at 100,000 rows)."""
+def gc_paused() -> Iterator[None]:
+    """The cyclic GC off while many long-lived objects and no garbage cycles are made (reading
+    100,000 rows; a summary of them): collecting while they pile up rescans them again and
+    again (a sixth of the reading time, measured at 100,000 rows). Also a decorator."""
     enabled = gc.isenabled()
     gc.disable()
     try:
