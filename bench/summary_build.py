@@ -10,10 +10,12 @@ Synthetic index rows (every status, tags, usage, costs), no pytest: CPU seconds,
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from store_damage import best_of
 
 from pytest_agenteval.reporting.reports import write_reports
 from pytest_agenteval.reporting.summary import build_summary
@@ -51,15 +53,6 @@ def rows(tasks: int) -> list[IndexRow]:
     return out
 
 
-def best(repeats: int, work: Callable[[], object]) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
-        work()
-        times.append(time.process_time() - start)
-    return min(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=10_000, help="tasks (x3 attempts)")
@@ -83,8 +76,8 @@ def main() -> None:
 
     summary = build()
     with tempfile.TemporaryDirectory() as out:
-        built = best(args.repeats, build)
-        written = best(args.repeats, lambda: write_reports(summary, Path(out), "any"))
+        built = best_of(args.repeats, build)
+        written = best_of(args.repeats, lambda: write_reports(summary, Path(out), "any"))
     print(f"{len(data):,} rows: build_summary {built:.3f} s, write_reports {written:.3f} s (CPU)")
 
 
