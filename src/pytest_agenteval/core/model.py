@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
+    StringConstraints,
     Tag,
     field_validator,
     model_validator,
@@ -243,6 +245,36 @@ class Defaults(UserModel):
     _graders = field_validator("graders", mode="before")(_graders_before)
 
 
+def _variant_shorthand(value: Any) -> Any:
+    """A variant written as an agent spec alone means `{agent: SPEC}`."""
+    if isinstance(value, dict) and "agent" in value:
+        return value
+    return {"agent": value}
+
+
+class Variant(UserModel):
+    """One agent configuration compared with the others on the same tasks."""
+
+    agent: AgentSpec
+    """The variant's agent: any agent kind (`module:function`, `{command: ...}`, ...)."""
+    limits: AgentLimits | None = None
+    """Limits of this variant's agent, across every process of the run."""
+    agent_version: str | None = None
+    """A version you declare for this variant's agent; part of its fingerprint."""
+
+    _agent = field_validator("agent", mode="before")(_agent_shorthand)
+
+    @field_validator("agent_version", mode="before")
+    @classmethod
+    def _scalar_to_str(cls, value: Any) -> Any:
+        return (
+            str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+        )
+
+
+VariantName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]+$")]
+
+
 class Manifest(UserModel):
     """`agenteval.yaml` at the dataset root."""
 
@@ -267,6 +299,11 @@ class Manifest(UserModel):
     pricing: dict[str, ModelPrice] | None = None
     """US dollars per million tokens by model name (as the server names it); prices attempts
     whose agent reports tokens and a model but no cost."""
+    variants: dict[VariantName, Annotated[Variant, BeforeValidator(_variant_shorthand)]] | None = (
+        None
+    )
+    """Agents compared on the same tasks in one run, by name (the first is the reference):
+    `NAME: AGENT-SPEC` or `NAME: {agent: AGENT-SPEC, limits: ..., agent_version: ...}`."""
 
     _agent = field_validator("agent", mode="before")(_agent_shorthand)
 

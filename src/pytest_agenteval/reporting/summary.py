@@ -72,6 +72,9 @@ class TaskSummary(_Frozen):
     """This task's pass^k (all of k attempts pass) for each k; keys are k as strings."""
     attempts: list[AttemptSummary]
     """Each recorded attempt of the task, by index."""
+    variant: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The variant that ran the task (a run with `variants:`); absent without one, and for a
+    task that names its own `agent:` (it is not part of the comparison)."""
 
 
 class AgentErrorSummary(_Frozen):
@@ -270,6 +273,55 @@ class RegressionSummary(_Frozen):
     """Tasks in the baseline only (not compared)."""
 
 
+class VariantSummary(_Frozen):
+    """One variant of a run with `variants:`: every number the single-agent summary has,
+    over the attempts of that variant."""
+
+    agent: str
+    """The variant's agent, readable (its fingerprint is in `agent.fingerprint`)."""
+    counts: Counts
+    """pass / fail / error (and over_budget) over the variant's attempts."""
+    metrics: Metrics
+    """pass@k and pass^k over the variant's tasks, with pass@1's interval."""
+    totals: Totals
+    """Tokens, cost and durations over the variant's attempts."""
+    tags: dict[str, Metrics]
+    """The same metrics per tag."""
+    regression: RegressionSummary | None = None
+    """With `--agenteval-baseline`: this variant against the baseline's same-named variant."""
+
+
+class VariantComparison(_Frozen):
+    """One variant against the reference variant, over the tasks both hold."""
+
+    variant: str
+    """The variant compared."""
+    reference: str
+    """The reference variant (the first, or `--agenteval-reference`)."""
+    shared_tasks: int
+    """Tasks both variants have attempts of."""
+    change: float | None
+    """pass@1 of the variant minus the reference's, over the shared tasks."""
+    ci95: list[float] | None
+    """The change's 95 % interval by paired bootstrap over tasks (as `agenteval diff`)."""
+    method: str
+    """How the interval was computed."""
+    significant: bool
+    """Whether the interval excludes 0."""
+    better: list[TaskMove]
+    """Tasks the variant passes more often than the reference (`base` is the reference)."""
+    worse: list[TaskMove]
+    """Tasks the variant passes less often than the reference."""
+    cost_per_attempt: float | None
+    """The variant's cost per attempt (agent + judge), None without costs."""
+    cost_per_pass: float | None
+    """The variant's cost per passed attempt, None without costs or passes."""
+    reference_cost_per_attempt: float | None
+    """The reference's cost per attempt."""
+    reference_cost_per_pass: float | None
+    """The reference's cost per passed attempt."""
+
+
 class Summary(_Frozen):
     """summary.json. Errored attempts count as not passed in pass@k / pass^k."""
 
@@ -304,8 +356,9 @@ class Summary(_Frozen):
     """pass / fail / error over the run, and over_budget: the errors whose agent used more than
     the task's `budget:` allows; reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
-    metrics: Metrics
-    """pass@k and pass^k over the run's tasks, with pass@1's interval."""
+    metrics: Metrics | None
+    """pass@k and pass^k over the run's tasks, with pass@1's interval; absent for a run of
+    several variants (see `variants`: their numbers are not pooled)."""
     totals: Totals
     """Tokens, cost (agent + judge, and each apart) and durations over the run."""
     tags: dict[str, Metrics]
@@ -325,12 +378,34 @@ class Summary(_Frozen):
     runs hold (`change`, `ci95` by paired bootstrap over tasks, `significant`), whether the
     regression gate failed the run (`failed`), and the tasks that regressed, improved, or are
     in one run only (`only_in_new`, `only_in_base`); absent without a baseline."""
+    variants: dict[str, VariantSummary] | None = None
+    """A run with `variants:`: each selected variant's numbers, the reference first; absent
+    without variants."""
+    reference: str | None = None
+    """The variant the others are compared with (the first, or `--agenteval-reference`)."""
+    comparison: list[VariantComparison] | None = None
+    """Each other variant against the reference over the tasks both hold."""
+    not_selected: list[str] | None = None
+    """Variants with records in the run that this summary leaves out (removed from the
+    manifest, or not chosen by `--agenteval-variant`)."""
 
     def to_json(self) -> dict[str, Any]:
-        """summary.json's content as plain types, in its order (`shard` and `regression` only
-        when there is one)."""
-        absent = {name for name in ("shard", "regression") if getattr(self, name) is None}
+        """summary.json's content as plain types, in its order (the optional parts only when
+        there is one)."""
+        absent = {name for name in _OPTIONAL if getattr(self, name) is None}
         return self.model_dump(by_alias=True, exclude=absent)
+
+
+_OPTIONAL = (
+    "metrics",
+    "shard",
+    "regression",
+    "variants",
+    "reference",
+    "comparison",
+    "not_selected",
+)
+"""Parts of summary.json left out when they are None."""
 
 
 @gc_paused()

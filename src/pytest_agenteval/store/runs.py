@@ -89,6 +89,11 @@ class RunInfo:
     """`I/N` for a run of one shard of its datasets; None for a run of all of them."""
     merged_from: list[dict[str, Any]] | None = None
     """For a run `agenteval merge` wrote: the shard runs it holds (run id, shard, status)."""
+    variants: list[str] | None = None
+    """The variants the run's last session selected, in the manifest's order (the reference
+    first); None for a run without `variants:`."""
+    reference: str | None = None
+    """The variant the others are compared with; None without variants."""
 
 
 class RunFileError(StoreError):
