@@ -48,7 +48,8 @@ def test_a_template_typo_is_one_error_at_the_template(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
     """A field no row has, and a grader no row's task can build, are one error each at the
-    task file's line with the count of rows; a field one row lacks stays that row's error."""
+    task file's line with the count of rows, named after the task file; a field one row
+    lacks stays that row's error."""
     rows = "".join(f'{{"k": {i}, "question": "q{i}"}}\n' for i in range(5)) + '{"k": 5}\n'
     dataset(
         {
@@ -65,6 +66,7 @@ def test_a_template_typo_is_one_error_at_the_template(
             "ds/grader.yaml:5: at graders[0]: unknown grader 'equls'"
             " (for 5 rows of ds/rows.jsonl: lines 1-5)",
             "ds/rows.jsonl:6: at input: the row has no field 'question' *",
+            "ERROR ds/typo.yaml::typo[[]load-error[]] *",
         ]
     )
 

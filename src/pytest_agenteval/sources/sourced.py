@@ -56,7 +56,7 @@ def read_sourced(
     # Rows differ only in the templated fields: copying one spec skips validating the rest
     base = TaskSpec.model_construct(**{name: getattr(spec, name) for name in SHARED}, input="")
     tasks = [_row_task(row, templates, base, source, default_id, line) for row in rows]
-    return _one_error_per_field(tasks, path, node, source, len(rows))
+    return _one_error_per_field(tasks, path, node, source, len(rows), default_id)
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,16 @@ class _Missing:
 
 
 def _one_error_per_field(
-    tasks: list[CachedTask | LoadFailure | _Missing], path: Path, node: Any, source: Path, rows: int
+    tasks: list[CachedTask | LoadFailure | _Missing],
+    path: Path,
+    node: Any,
+    source: Path,
+    rows: int,
+    default_id: str,
 ) -> list[CachedTask | LoadFailure]:
     """A field that several rows lack is one error at the template naming it (a typo there
-    would otherwise be one identical error per row); a field one row lacks is that row's."""
+    would otherwise be one identical error per row), named like the task file's own errors;
+    a field one row lacks is that row's."""
     groups: dict[tuple[Any, ...], list[_Missing]] = {}
     for task in tasks:
         if isinstance(task, _Missing):
@@ -89,12 +95,12 @@ def _one_error_per_field(
                 _row_failure(source, task.row, task.label, error.problem, field_path(error.loc))
             )
         elif group[0] is task:
-            out.append(_template_failure(path, node, group, source, rows))
+            out.append(_template_failure(path, node, group, source, rows, default_id))
     return out
 
 
 def _template_failure(
-    path: Path, node: Any, group: list[_Missing], source: Path, rows: int
+    path: Path, node: Any, group: list[_Missing], source: Path, rows: int, label: str
 ) -> LoadFailure:
     first = group[0]
     name, loc = first.error.missing, first.error.loc
@@ -109,7 +115,7 @@ def _template_failure(
     hint = did_you_mean(name, fields) or f"{ROW_HINT} (line {first.row.line} has {listed})"
     line = line_of(node, loc) or 1
     error = TaskFileError(path, problem, line=line, field=field_path(loc), hint=hint)
-    return LoadFailure(path, first.label, line, [error])
+    return LoadFailure(path, label, line, [error])
 
 
 def line_list(lines: list[int], most: int = 6) -> str:
