@@ -27,7 +27,9 @@ from .metrics import (
     task_metrics,
     totals,
 )
+from .metrics import Totals as AttemptTotals
 from .spend import pricing_coverage, spend_totals
+from .variants import Selection, comparison, of_variant, select_variants
 
 SUMMARY_SCHEMA: Literal["agenteval.summary/1"] = "agenteval.summary/1"
 
@@ -356,7 +358,7 @@ class Summary(_Frozen):
     """pass / fail / error over the run, and over_budget: the errors whose agent used more than
     the task's `budget:` allows; reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
-    metrics: Metrics | None
+    metrics: Metrics | None = None
     """pass@k and pass^k over the run's tasks, with pass@1's interval; absent for a run of
     several variants (see `variants`: their numbers are not pooled)."""
     totals: Totals
@@ -425,14 +427,17 @@ def build_summary(
     The cyclic GC waits meanwhile: a summary is some 100,000 new long-lived objects (a model,
     its dict and its fields-set per attempt) and no garbage cycle, and collecting while they
     pile up rescanned them and the rows again and again (half of the time at 30,000 rows)."""
+    selection = select_variants(run, rows)
+    if selection is not None:
+        rows = selection.rows
     tasks = task_metrics(rows, ks)
     chosen = list(ks) if ks else default_ks(tasks)
     tot = totals(rows)
     load_errors = sorted(load_errors or [], key=lambda e: (e["path"], e.get("label", "")))
     estimates: dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any]]] = {}
-    by_task: dict[tuple[str, str], list[IndexRow]] = {}
+    by_task: dict[tuple[str, str, str | None], list[IndexRow]] = {}
     for row in rows:
-        by_task.setdefault(row.key[:2], []).append(row)
+        by_task.setdefault((row.key[0], row.key[1], row.variant), []).append(row)
     summary = {
         "schema": SUMMARY_SCHEMA,
         "run_id": run.run_id,
@@ -448,22 +453,74 @@ def build_summary(
         "n_attempts": len(rows),
         "counts": {**tot.counts, **session_counts, "load_error": len(load_errors)},
         "metrics": _group_json(group_metrics(tasks, chosen)),
-        "totals": {
-            "mean_score": tot.mean_score,
-            "input_tokens": tot.input_tokens,
-            "output_tokens": tot.output_tokens,
-            **spend_totals(rows),
-            "duration_p50": tot.duration_p50,
-            "duration_p95": tot.duration_p95,
-        },
+        "totals": _totals_json(tot, rows),
         "tags": {tag: _group_json(g) for tag, g in tag_metrics(tasks, chosen).items()},
-        "tasks": [_task_json(t, by_task[(t.dataset, t.task_id)], estimates) for t in tasks],
+        "tasks": [
+            _task_json(t, by_task[(t.dataset, t.task_id, t.variant)], estimates) for t in tasks
+        ],
         "load_errors": load_errors,
         "store_problems": store_problems or [],
         "pricing": pricing_coverage(rows),
         "shard": run.shard or None,
     }
+    if selection is not None:
+        summary.update(_variant_parts(selection, run.agent, tasks, chosen))
     return Summary.model_validate(summary)
+
+
+def _totals_json(tot: AttemptTotals, rows: Sequence[IndexRow]) -> dict[str, Any]:
+    """summary.json's `totals` of these rows (`tot`: their `metrics.totals`)."""
+    return {
+        "mean_score": tot.mean_score,
+        "input_tokens": tot.input_tokens,
+        "output_tokens": tot.output_tokens,
+        **spend_totals(rows),
+        "duration_p50": tot.duration_p50,
+        "duration_p95": tot.duration_p95,
+    }
+
+
+def _variant_parts(
+    selection: Selection,
+    fingerprint: dict[str, Any],
+    tasks: list[TaskMetrics],
+    ks: list[int],
+) -> dict[str, Any]:
+    """`variants`, `reference`, `comparison` and `not_selected`; the top-level `metrics` and
+    `tags` are the one selected variant's, and absent (empty) with several: never pooled."""
+    rows, reference = selection.rows, selection.reference
+    parts: dict[str, Any] = {}
+    for name in selection.variants:
+        mine = [row for row in rows if row.variant == name]
+        own, tot = of_variant(tasks, name), totals(mine)
+        parts[name] = {
+            "agent": _variant_label(fingerprint, name),
+            "counts": tot.counts,
+            "metrics": _group_json(group_metrics(own, ks)),
+            "totals": _totals_json(tot, mine),
+            "tags": {tag: _group_json(g) for tag, g in tag_metrics(own, ks).items()},
+        }
+    single = parts[reference] if len(parts) == 1 else None
+    return {
+        "metrics": single and single["metrics"],
+        "tags": single["tags"] if single else {},
+        "variants": parts,
+        "reference": reference,
+        "comparison": [
+            comparison(name, reference, tasks, rows)
+            for name in selection.variants
+            if name != reference
+        ],
+        "not_selected": selection.not_selected or None,
+    }
+
+
+def _variant_label(fingerprint: dict[str, Any], name: str) -> str:
+    """A variant's agent, readable: run.json's `agent.variants` label of it in each dataset
+    (the same in all: once); the name when the run does not say."""
+    per_dataset = (fingerprint.get("variants") or {}).values()
+    labels = [str(d[name]) for d in per_dataset if isinstance(d, dict) and name in d]
+    return ", ".join(dict.fromkeys(map(_readable, labels))) or name
 
 
 def narrowed_words(summary: Summary) -> str | None:
@@ -551,6 +608,7 @@ def _task_json(
             }
             for r in sorted(rows, key=lambda r: r.key[2])
         ],
+        "variant": task.variant,
     }
 
 

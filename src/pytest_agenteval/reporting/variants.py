@@ -1,0 +1,109 @@
+"""A run with `variants:`: which stored attempts its summary holds, and each variant against
+the reference variant, paired over the tasks both hold.
+
+The comparison is `agenteval diff`'s (`diff.compare`: the same paired bootstrap over tasks, the
+same seed), so comparing two variants of one run here and with `agenteval diff` gives the same
+change and interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..store.index import IndexRow
+from ..store.runs import RunInfo
+from .diff import Diff, TaskChange, TaskKey, TaskRate, compare
+from .metrics import TaskMetrics
+from .spend import spend_totals
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The variants a summary holds and the attempts it is made of."""
+
+    variants: list[str]
+    """The selected variants, the reference first, then the others in the run's order."""
+    reference: str
+    rows: list[IndexRow]
+    """The selected variants' attempts and those of tasks with their own agent (no variant)."""
+    not_selected: list[str]
+    """Variants with stored attempts that the run did not select (sorted)."""
+
+
+def select_variants(run: RunInfo, rows: Sequence[IndexRow]) -> Selection | None:
+    """The selection of a run with variants (run.json's `variants`, else every variant its
+    attempts name); None for a run without variants."""
+    found = {row.variant for row in rows if row.variant is not None}
+    names = list(run.variants) if run.variants is not None else sorted(found)
+    if not names:
+        return None
+    reference = run.reference if run.reference in names else names[0]
+    chosen = set(names)
+    kept = [row for row in rows if row.variant is None or row.variant in chosen]
+    return Selection(
+        variants=[reference, *(name for name in names if name != reference)],
+        reference=reference,
+        rows=kept if len(kept) < len(rows) else list(rows),
+        not_selected=sorted(found - chosen),
+    )
+
+
+def of_variant(tasks: Sequence[TaskMetrics], variant: str) -> list[TaskMetrics]:
+    """The tasks one variant ran."""
+    return [task for task in tasks if task.variant == variant]
+
+
+def rates(tasks: Sequence[TaskMetrics]) -> dict[TaskKey, TaskRate]:
+    """(dataset, task id) → counts, as `diff.task_rates` reads them from summary.json."""
+    return {(task.dataset, task.task_id): TaskRate(task.n, task.c) for task in tasks}
+
+
+def comparison(
+    variant: str,
+    reference: str,
+    tasks: Sequence[TaskMetrics],
+    rows: Sequence[IndexRow],
+) -> dict[str, Any]:
+    """`variant` against `reference` (summary.json's `comparison` entry): pass@1's change over
+    the tasks both hold with its paired-bootstrap interval, the tasks that flip, and costs."""
+    diff: Diff = compare(rates(of_variant(tasks, reference)), rates(of_variant(tasks, variant)))
+    change = diff.change
+    own, theirs = _costs(rows, variant), _costs(rows, reference)
+    return {
+        "variant": variant,
+        "reference": reference,
+        "shared_tasks": change.shared,
+        "change": change.change,
+        "ci95": list(change.interval) if change.interval else None,
+        "method": change.method,
+        "significant": change.significant,
+        "better": [_move(c) for c in diff.improved],
+        "worse": [_move(c) for c in diff.regressed],
+        "cost_per_attempt": own[0],
+        "cost_per_pass": own[1],
+        "reference_cost_per_attempt": theirs[0],
+        "reference_cost_per_pass": theirs[1],
+    }
+
+
+def _costs(rows: Sequence[IndexRow], variant: str) -> tuple[float | None, float | None]:
+    """(cost per attempt, cost per passed attempt) of one variant; None without costs."""
+    mine = [row for row in rows if row.variant == variant]
+    cost = spend_totals(mine)["cost"]
+    passed = sum(1 for row in mine if row.status == "pass")
+    if cost is None or not mine:
+        return None, None
+    return cost / len(mine), (cost / passed if passed else None)
+
+
+def _move(change: TaskChange) -> dict[str, str]:
+    """A task that flips: `base` is the reference's c/n, `new` the variant's."""
+    base, new = change.base, change.new
+    return {
+        "dataset": change.key[0],
+        "task_id": change.key[1],
+        "base": f"{base.c}/{base.n}",
+        "new": f"{new.c}/{new.n}",
+    }
