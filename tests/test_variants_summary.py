@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from pytest_agenteval.core.model import AgentResult, Status
 from pytest_agenteval.core.records import new_record
 from pytest_agenteval.reporting.diff import compare, task_rates
+from pytest_agenteval.reporting.gate import GateResult, gate
 from pytest_agenteval.reporting.metrics import AttemptRow, task_metrics
+from pytest_agenteval.reporting.regression import regression_lines, with_regression
 from pytest_agenteval.reporting.summary import Summary, build_summary
 from pytest_agenteval.store.index import IndexRow
 from pytest_agenteval.store.runs import RunInfo, Store
@@ -241,3 +243,61 @@ def test_a_run_without_run_json_variants_takes_the_variants_its_records_name() -
     summary = summarize(rows_of("b", B) + rows_of("a", A), None)
     assert summary.variants is not None and list(summary.variants) == ["a", "b"]
     assert summary.metrics is None
+
+
+def judged(summary: Summary, min_pass_rate: float | None) -> GateResult:
+    return gate(
+        summary, min_pass_rate=min_pass_rate, allow_errors=False, other_failures=0, exitstatus=1
+    )
+
+
+def test_min_pass_rate_holds_for_every_variant_and_names_who_failed() -> None:
+    """`--agenteval-min-pass-rate` fails the run when one variant is below, naming it."""
+    summary = summarize(rows_of("a", [(1, 1)] * 4) + rows_of("b", [(1, 1), (1, 0)] * 2), ["a", "b"])
+    result = judged(summary, 0.8)
+    assert result.exitstatus == 1
+    assert result.message == "gate NOT met: pass@1 of variant b 0.500 is below 0.8"
+    met = judged(summary, 0.5)
+    assert met.exitstatus == 0
+    assert met.message == (
+        "gate met: pass@1 of variant a 1.000, of variant b 0.500 >= 0.5 (--agenteval-min-pass-rate)"
+    )
+
+
+def test_each_variant_is_compared_with_the_baselines_same_named_variant() -> None:
+    """The baseline gate pairs variants by name; a variant the baseline lacks is said, and
+    only a significant fall of a variant fails the run."""
+    good = [(1, 1)] * 12
+    base = summarize(rows_of("a", good) + rows_of("b", good), ["a", "b"])
+    now = summarize(
+        rows_of("a", good) + rows_of("b", [(1, 0)] * 12) + rows_of("c", good), ["a", "b", "c"]
+    )
+    judged_now = with_regression(now, base, "base", 0.0)
+    assert judged_now.regression is None and judged_now.variants is not None
+    blocks = {n: v.regression for n, v in judged_now.variants.items()}
+    assert blocks["a"] is not None and not blocks["a"].failed and blocks["a"].change == 0.0
+    assert blocks["b"] is not None and blocks["b"].failed and blocks["b"].variant == "b"
+    assert blocks["c"] is not None and blocks["c"].missing and not blocks["c"].failed
+    assert regression_lines(blocks["c"], verbose=False) == [
+        "regression gate of variant c against baseline base (run r1): not compared (the "
+        "baseline has no variant c)"
+    ]
+    result = judged(judged_now, None)
+    assert result.exitstatus == 1 and result.message is not None
+    assert result.message.startswith("gate NOT met: pass@1 of variant b fell by 1.000")
+    assert "variant a" not in result.message and "variant c" not in result.message
+    assert judged(with_regression(base, base, "base", 0.0), None).exitstatus is None
+
+
+def test_a_run_without_variants_is_compared_as_before() -> None:
+    """Without variants the regression block is the run's, and the gate line is unchanged."""
+    base = summarize(rows_of(None, [(1, 1)] * 12), None)
+    now = summarize(rows_of(None, [(1, 0)] * 12), None)
+    judged_now = with_regression(now, base, "base", 0.0)
+    assert judged_now.variants is None and judged_now.regression is not None
+    assert judged_now.regression.failed and "variant" not in judged_now.regression.model_dump()
+    assert judged(judged_now, 0.5).message == (
+        "gate NOT met: pass@1 fell by 1.000 against baseline base (run r1) (95 % interval "
+        "-1.000 to -1.000, paired bootstrap over tasks), more than --agenteval-max-regression 0; "
+        "pass@1 0.000 is below 0.5"
+    )

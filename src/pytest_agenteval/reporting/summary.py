@@ -273,6 +273,12 @@ class RegressionSummary(_Frozen):
     """Tasks in this run only (not compared)."""
     only_in_base: list[TaskRef]
     """Tasks in the baseline only (not compared)."""
+    variant: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """A run with `variants:`: the variant compared with the baseline's variant of the same
+    name; absent without variants."""
+    missing: bool = Field(default=False, exclude_if=lambda v: not v)
+    """The baseline has no variant of this name: nothing was compared, and the gate is not
+    failed by it; absent when false."""
 
 
 class VariantSummary(_Frozen):
