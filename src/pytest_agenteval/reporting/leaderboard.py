@@ -10,13 +10,12 @@ from dataclasses import dataclass
 
 from .summary import Summary, TaskMove, TaskSummary, VariantComparison, VariantSummary
 
-SHOWN = 10
+SHOWN = 5
 """Tasks named per list (flips, tasks with their own agent) unless verbose."""
 MARK = "*"
-SIGNIFICANCE = (
-    f"{MARK}: the change's 95 % interval (paired bootstrap over the tasks both variants hold, "
-    "as `agenteval diff`) excludes 0"
-)
+SIGNIFICANCE = f"{MARK}: the change's 95 % interval (paired, over shared tasks) excludes 0"
+"""What the mark says; the interval is a paired bootstrap over the tasks both variants hold,
+the one `agenteval diff` gives."""
 
 
 @dataclass(frozen=True)

@@ -295,8 +295,9 @@ class VariantSummary(_Frozen):
     """Tokens, cost and durations over the variant's attempts."""
     tags: dict[str, Metrics]
     """The same metrics per tag."""
-    regression: RegressionSummary | None = None
-    """With `--agenteval-baseline`: this variant against the baseline's same-named variant."""
+    regression: RegressionSummary | None = Field(default=None, exclude_if=lambda v: v is None)
+    """With `--agenteval-baseline`: this variant against the baseline's same-named variant
+    (`missing` when the baseline has none); absent without a baseline."""
 
 
 class VariantComparison(_Frozen):
@@ -549,9 +550,17 @@ def _agent_label(fingerprint: dict[str, Any]) -> str:
         label = _readable(str(fingerprint["override"]))
     else:
         manifest = (fingerprint.get("manifest") or {}).values()
-        label = ", ".join(_readable(str(v)) for v in manifest) or "fixture"
+        labels = [_readable(str(v)) for v in manifest] + _variants_label(fingerprint)
+        label = ", ".join(labels) or "fixture"
     version = fingerprint.get("version")
     return f"{label} (version {version})" if version else label
+
+
+def _variants_label(fingerprint: dict[str, Any]) -> list[str]:
+    """`variants a, b` for a run with variants (their agents: `variants`), else nothing."""
+    per_dataset = (fingerprint.get("variants") or {}).values()
+    names = dict.fromkeys(name for d in per_dataset if isinstance(d, dict) for name in d)
+    return [f"variants {', '.join(names)}"] if names else []
 
 
 _OPTIONS_LABEL = re.compile(r"^(?P<kind>[\w.-]+):(?P<options>\{.*\})(?P<rest> \(version .*\))?$")

@@ -1,0 +1,88 @@
+"""The reports of a run with variants: the leaderboard (terminal, summary.md) and one JUnit
+testsuite per variant, against golden files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from junitparser import xunit2
+
+from pytest_agenteval.cli import main
+from pytest_agenteval.reporting.regression import with_regression
+from pytest_agenteval.reporting.reports import render_markdown, terminal_lines
+from test_variants_summary import row, rows_of, summarize
+
+GOLDEN = Path(__file__).parent / "golden" / "reports" / "variants"
+"""`agenteval/runs/var1`: two variants (base, cand) of four tasks, two attempts each, and a
+task with its own agent, written through the store API; `expected/var1`: its reports."""
+
+
+def test_reports_of_a_run_with_variants_match_the_golden_files(tmp_path: Path) -> None:
+    """`agenteval report` of a run with variants writes the leaderboard into summary.md, the
+    variants and their comparison into summary.json, a testsuite per variant into junit.xml."""
+    shutil.copytree(GOLDEN / "agenteval", tmp_path / "agenteval")
+    out = tmp_path / "out"
+    assert main(["report", "var1", "--cache-dir", str(tmp_path), "--out", str(out)]) == 0
+    for name in ("summary.json", "summary.md", "junit.xml"):
+        expected = (GOLDEN / "expected" / "var1" / name).read_text(encoding="utf-8")
+        assert (out / name).read_text(encoding="utf-8") == expected, name
+
+
+def test_junit_has_one_testsuite_per_variant() -> None:
+    """Each variant's tasks are a testsuite named after it; tasks with their own agent and
+    tasks that could not be loaded are in the `agenteval` suite."""
+    (suite_a, suite_b, own) = list(
+        xunit2.JUnitXml.fromfile(str(GOLDEN / "expected/var1/junit.xml"))
+    )
+    assert (suite_a.name, suite_b.name, own.name) == (
+        "agenteval[base]",
+        "agenteval[cand]",
+        "agenteval",
+    )
+    assert [len(list(s)) for s in (suite_a, suite_b, own)] == [4, 4, 1]
+    assert (suite_a.failures, suite_b.failures, own.failures) == (1, 1, 0)
+    assert {p.name: p.value for p in suite_b.properties()}["pass_at_1"] == "0.75"
+
+
+def test_the_terminal_leaderboard_marks_a_significant_change() -> None:
+    """The terminal's leaderboard shows each variant's pass@1, the change against the
+    reference with `*` when its interval excludes 0, the flips, and the variants left out."""
+    rows = rows_of("a", [(1, 0)] * 12) + rows_of("b", [(1, 1)] * 12)
+    rows += [*rows_of("gone", [(1, 1)]), row("own", 0, "pass", None)]
+    lines = terminal_lines(summarize(rows, ["a", "b"]), verbose=False, rule="any")
+    board = lines[lines.index(next(x for x in lines if x.startswith("variants"))) :]
+    assert (
+        board[0]
+        == "variants (reference a; *: the change's 95 % interval (paired, over shared tasks) excludes 0):"
+    )
+    header = "variant agent pass@1 95% CI vs a 95% CI vs a tokens cost cost/pass"
+    assert " ".join(board[1].split()) == header
+    assert board[2].split()[:5] == ["a", "m:a", "0.000", "0.000-0.210", "reference"]
+    assert board[3].split()[:7] == ["b", "m:b", "1.000", "0.790-1.000", "+1.000", "*", "+1.000"]
+    assert board[4].startswith("  b better than a on t0 (0/1 → 1/1), t1 (0/1 → 1/1)")
+    assert board[4].endswith(", … 7 more (-v shows all)")
+    assert "  tasks with their own agent (not compared): own 1/1" in board
+    assert "  not selected (their records are kept, out of these numbers): gone" in board
+    assert "  0/1  t0[a]  ✗ rule any" in lines
+
+
+def test_markdown_shows_each_variants_baseline_verdict() -> None:
+    """summary.md gives each variant's regression verdict against the baseline."""
+    base = summarize(rows_of("a", [(1, 1)] * 3), ["a"])
+    now = with_regression(
+        summarize(rows_of("a", [(1, 1)] * 3) + rows_of("b", [(1, 1)] * 3), ["a", "b"]),
+        base,
+        "base",
+        0.0,
+    )
+    text = render_markdown(now, "any")
+    assert (
+        "**regression gate of variant a against baseline base (run r1): passed: no fall of more than 0**"
+        in text
+    )
+    assert (
+        "**regression gate of variant b against baseline base (run r1): not compared (the baseline has no variant b)**"
+        in text
+    )
+    assert "| t0 | a | 1/1 |" in text
