@@ -18,6 +18,7 @@ from pytest_agenteval.reporting.metrics import AttemptRow, task_metrics
 from pytest_agenteval.reporting.regression import regression_lines, with_regression
 from pytest_agenteval.reporting.summary import Summary, build_summary
 from pytest_agenteval.store.index import IndexRow
+from pytest_agenteval.store.merge import Part, merged_variants
 from pytest_agenteval.store.runs import RunInfo, Store
 
 DS = [{"name": "ds", "version": "1"}]
@@ -301,3 +302,12 @@ def test_a_run_without_variants_is_compared_as_before() -> None:
         "-1.000 to -1.000, paired bootstrap over tasks), more than --agenteval-max-regression 0; "
         "pass@1 0.000 is below 0.5"
     )
+
+
+def test_merge_carries_the_variants_and_the_reference_over(tmp_path: Path) -> None:
+    """The merged run.json keeps the shards' selected variants and reference (none without)."""
+    info = run_info(["a", "b"], reference="b")
+    shard = replace(info, variants=["a", "b", "c"], reference="b")
+    parts = [Part(tmp_path, info, [], tmp_path), Part(tmp_path, shard, [], tmp_path)]
+    assert merged_variants(parts) == {"variants": ["a", "b", "c"], "reference": "b"}
+    assert merged_variants([Part(tmp_path, run_info(None), [], tmp_path)]) == {}
