@@ -3,9 +3,12 @@ testsuite per variant, against golden files."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import jsonschema
+import pytest
 from junitparser import xunit2
 
 from pytest_agenteval.cli import main
@@ -86,3 +89,13 @@ def test_markdown_shows_each_variants_baseline_verdict() -> None:
         in text
     )
     assert "| t0 | a | 1/1 |" in text
+
+
+def test_the_summary_of_a_run_with_variants_matches_its_schema(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """summary.json with variants, comparison and a task without variant passes `agenteval
+    schema summary`."""
+    assert main(["schema", "summary"]) == 0
+    validator = jsonschema.Draft202012Validator(json.loads(capsys.readouterr().out))
+    validator.validate(json.loads((GOLDEN / "expected/var1/summary.json").read_text()))
