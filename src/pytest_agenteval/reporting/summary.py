@@ -29,7 +29,7 @@ from .metrics import (
 )
 from .metrics import Totals as AttemptTotals
 from .spend import pricing_coverage, spend_totals
-from .variants import Selection, comparison, of_variant, select_variants
+from .variants import Selection, Side, by_variant, comparison, select_variants
 
 SUMMARY_SCHEMA: Literal["agenteval.summary/1"] = "agenteval.summary/1"
 
@@ -459,9 +459,9 @@ def build_summary(
         "agent_errors": agent_errors or [],
         "n_attempts": len(rows),
         "counts": {**tot.counts, **session_counts, "load_error": len(load_errors)},
-        "metrics": _group_json(group_metrics(tasks, chosen)),
+        "metrics": None if selection else _group_json(group_metrics(tasks, chosen)),
         "totals": _totals_json(tot, rows),
-        "tags": {tag: _group_json(g) for tag, g in tag_metrics(tasks, chosen).items()},
+        "tags": {} if selection else _tags_json(tasks, chosen),
         "tasks": [
             _task_json(t, by_task[(t.dataset, t.task_id, t.variant)], estimates) for t in tasks
         ],
@@ -495,18 +495,22 @@ def _variant_parts(
 ) -> dict[str, Any]:
     """`variants`, `reference`, `comparison` and `not_selected`; the top-level `metrics` and
     `tags` are the one selected variant's, and absent (empty) with several: never pooled."""
-    rows, reference = selection.rows, selection.reference
+    reference = selection.reference
+    rows_of, tasks_of = by_variant(selection.rows), by_variant(tasks)
     parts: dict[str, Any] = {}
+    sides: dict[str, Side] = {}
     for name in selection.variants:
-        mine = [row for row in rows if row.variant == name]
-        own, tot = of_variant(tasks, name), totals(mine)
+        attempts, its_tasks = rows_of.get(name, []), tasks_of.get(name, [])
+        tot = totals(attempts)
+        spent = _totals_json(tot, attempts)
         parts[name] = {
             "agent": _variant_label(fingerprint, name),
             "counts": tot.counts,
-            "metrics": _group_json(group_metrics(own, ks)),
-            "totals": _totals_json(tot, mine),
-            "tags": {tag: _group_json(g) for tag, g in tag_metrics(own, ks).items()},
+            "metrics": _group_json(group_metrics(its_tasks, ks)),
+            "totals": spent,
+            "tags": _tags_json(its_tasks, ks),
         }
+        sides[name] = Side(name, its_tasks, len(attempts), tot.counts["pass"], spent["cost"])
     single = parts[reference] if len(parts) == 1 else None
     return {
         "metrics": single and single["metrics"],
@@ -514,12 +518,14 @@ def _variant_parts(
         "variants": parts,
         "reference": reference,
         "comparison": [
-            comparison(name, reference, tasks, rows)
-            for name in selection.variants
-            if name != reference
+            comparison(side, sides[reference]) for name, side in sides.items() if name != reference
         ],
         "not_selected": selection.not_selected or None,
     }
+
+
+def _tags_json(tasks: Sequence[TaskMetrics], ks: list[int]) -> dict[str, Any]:
+    return {tag: _group_json(g) for tag, g in tag_metrics(tasks, ks).items()}
 
 
 def _variant_label(fingerprint: dict[str, Any], name: str) -> str:

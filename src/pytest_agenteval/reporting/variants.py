@@ -8,15 +8,22 @@ change and interval.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from ..store.index import IndexRow
 from ..store.runs import RunInfo
 from .diff import Diff, TaskChange, TaskKey, TaskRate, compare
 from .metrics import TaskMetrics
-from .spend import spend_totals
+
+
+class _HasVariant(Protocol):
+    @property
+    def variant(self) -> str | None: ...
+
+
+Of = TypeVar("Of", bound=_HasVariant)
 
 
 @dataclass(frozen=True)
@@ -50,9 +57,12 @@ def select_variants(run: RunInfo, rows: Sequence[IndexRow]) -> Selection | None:
     )
 
 
-def of_variant(tasks: Sequence[TaskMetrics], variant: str) -> list[TaskMetrics]:
-    """The tasks one variant ran."""
-    return [task for task in tasks if task.variant == variant]
+def by_variant(items: Iterable[Of]) -> dict[str | None, list[Of]]:
+    """Rows or tasks by the variant they belong to, in one pass."""
+    found: dict[str | None, list[Of]] = {}
+    for item in items:
+        found.setdefault(item.variant, []).append(item)
+    return found
 
 
 def rates(tasks: Sequence[TaskMetrics]) -> dict[TaskKey, TaskRate]:
@@ -60,20 +70,34 @@ def rates(tasks: Sequence[TaskMetrics]) -> dict[TaskKey, TaskRate]:
     return {(task.dataset, task.task_id): TaskRate(task.n, task.c) for task in tasks}
 
 
-def comparison(
-    variant: str,
-    reference: str,
-    tasks: Sequence[TaskMetrics],
-    rows: Sequence[IndexRow],
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Side:
+    """One variant in a comparison: its tasks, and its attempts, passes and cost."""
+
+    name: str
+    tasks: Sequence[TaskMetrics]
+    attempts: int
+    passed: int
+    cost: float | None
+    """Agents and judges (`totals.cost`); None when no attempt had a cost."""
+
+    @property
+    def costs(self) -> tuple[float | None, float | None]:
+        """(cost per attempt, cost per passed attempt); None without costs."""
+        if self.cost is None or not self.attempts:
+            return None, None
+        return self.cost / self.attempts, (self.cost / self.passed if self.passed else None)
+
+
+def comparison(variant: Side, reference: Side) -> dict[str, Any]:
     """`variant` against `reference` (summary.json's `comparison` entry): pass@1's change over
     the tasks both hold with its paired-bootstrap interval, the tasks that flip, and costs."""
-    diff: Diff = compare(rates(of_variant(tasks, reference)), rates(of_variant(tasks, variant)))
+    diff: Diff = compare(rates(reference.tasks), rates(variant.tasks))
     change = diff.change
-    own, theirs = _costs(rows, variant), _costs(rows, reference)
+    own, theirs = variant.costs, reference.costs
     return {
-        "variant": variant,
-        "reference": reference,
+        "variant": variant.name,
+        "reference": reference.name,
         "shared_tasks": change.shared,
         "change": change.change,
         "ci95": list(change.interval) if change.interval else None,
@@ -86,16 +110,6 @@ def comparison(
         "reference_cost_per_attempt": theirs[0],
         "reference_cost_per_pass": theirs[1],
     }
-
-
-def _costs(rows: Sequence[IndexRow], variant: str) -> tuple[float | None, float | None]:
-    """(cost per attempt, cost per passed attempt) of one variant; None without costs."""
-    mine = [row for row in rows if row.variant == variant]
-    cost = spend_totals(mine)["cost"]
-    passed = sum(1 for row in mine if row.status == "pass")
-    if cost is None or not mine:
-        return None, None
-    return cost / len(mine), (cost / passed if passed else None)
 
 
 def _move(change: TaskChange) -> dict[str, str]:
