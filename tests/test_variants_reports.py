@@ -12,8 +12,11 @@ import pytest
 from junitparser import xunit2
 
 from pytest_agenteval.cli import main
+from pytest_agenteval.glue.reporter import variant_regressions
 from pytest_agenteval.reporting.regression import with_regression
 from pytest_agenteval.reporting.reports import render_markdown, terminal_lines
+from pytest_agenteval.reporting.runref import run_summary
+from pytest_agenteval.store.runs import Store
 from test_variants_summary import row, rows_of, summarize
 
 GOLDEN = Path(__file__).parent / "golden" / "reports" / "variants"
@@ -99,3 +102,21 @@ def test_the_summary_of_a_run_with_variants_matches_its_schema(
     assert main(["schema", "summary"]) == 0
     validator = jsonschema.Draft202012Validator(json.loads(capsys.readouterr().out))
     validator.validate(json.loads((GOLDEN / "expected/var1/summary.json").read_text()))
+
+
+def test_agenteval_report_shows_each_variants_stored_baseline_verdict(tmp_path: Path) -> None:
+    """The verdicts per variant a session stored in run.json come back in `agenteval report`
+    (its summary equals the session's)."""
+    shutil.copytree(GOLDEN / "agenteval", tmp_path / "agenteval")
+    store = Store(tmp_path / "agenteval")
+    summary = run_summary(store, "var1")
+    judged = with_regression(summary, summary, "var1", 0.0)
+    run_json = tmp_path / "agenteval/runs/var1/run.json"
+    meta = json.loads(run_json.read_text())
+    meta["sessions"][-1].update(variant_regressions(judged))
+    run_json.write_text(json.dumps(meta))
+    again = run_summary(store, "var1")
+    store.close()
+    assert again.variants == judged.variants
+    assert again.variants is not None and again.variants["cand"].regression is not None
+    assert variant_regressions(summary) == {}

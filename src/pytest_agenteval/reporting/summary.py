@@ -362,18 +362,21 @@ class Summary(_Frozen):
     n_attempts: int
     """Attempts recorded in the run."""
     counts: Counts
-    """pass / fail / error over the run, and over_budget: the errors whose agent used more than
+    """pass / fail / error over the run (with variants: over the selected variants, and the
+    tasks with their own agent), and over_budget: the errors whose agent used more than
     the task's `budget:` allows; reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
     metrics: Metrics | None = None
-    """pass@k and pass^k over the run's tasks, with pass@1's interval; absent for a run of
-    several variants (see `variants`: their numbers are not pooled)."""
+    """pass@k and pass^k over the run's tasks, with pass@1's interval; with one selected
+    variant that variant's; absent for a run of several variants (see `variants`: their
+    numbers are not pooled)."""
     totals: Totals
     """Tokens, cost (agent + judge, and each apart) and durations over the run."""
     tags: dict[str, Metrics]
-    """The same metrics per tag, over the tasks that have it."""
+    """The same metrics per tag, over the tasks that have it; empty for a run of several
+    variants (each variant has its own)."""
     tasks: list[TaskSummary]
-    """Each task's counts, pass@k and attempts, lowest pass rate first."""
+    """Each task's counts, pass@k and attempts; with variants one entry per task and variant."""
     load_errors: list[LoadErrorSummary] = []
     """Tasks that could not be loaded."""
     store_problems: list[StoreProblemSummary] = []
