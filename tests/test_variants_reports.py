@@ -14,10 +14,11 @@ from junitparser import xunit2
 from pytest_agenteval.cli import main
 from pytest_agenteval.glue.reporter import variant_regressions
 from pytest_agenteval.reporting.regression import with_regression
-from pytest_agenteval.reporting.reports import render_markdown, terminal_lines
+from pytest_agenteval.reporting.reports import render_markdown, terminal_lines, write_reports
 from pytest_agenteval.reporting.runref import run_summary
+from pytest_agenteval.reporting.summary import build_summary
 from pytest_agenteval.store.runs import Store
-from test_variants_summary import row, rows_of, summarize
+from test_variants_summary import row, rows_of, run_info, summarize
 
 GOLDEN = Path(__file__).parent / "golden" / "reports" / "variants"
 """`agenteval/runs/var1`: two variants (base, cand) of four tasks, two attempts each, and a
@@ -120,3 +121,21 @@ def test_agenteval_report_shows_each_variants_stored_baseline_verdict(tmp_path: 
     assert again.variants == judged.variants
     assert again.variants is not None and again.variants["cand"].regression is not None
     assert variant_regressions(summary) == {}
+
+
+def test_tasks_that_could_not_be_loaded_are_errors_in_the_agenteval_suite(tmp_path: Path) -> None:
+    """With variants, a task file that could not be loaded is an <error> testcase of the
+    `agenteval` suite beside the variants' suites."""
+    summary = build_summary(
+        run_info(["a", "b"]),
+        rows_of("a", [(1, 1)]) + rows_of("b", [(1, 0)]),
+        ks=None,
+        session_counts={},
+        status="complete",
+        load_errors=[{"path": "bad.yaml", "label": "bad", "message": "bad.yaml:1: at x: y"}],
+    )
+    (path,) = [p for p in write_reports(summary, tmp_path, "any") if p.name == "junit.xml"]
+    suites = {s.name: s for s in xunit2.JUnitXml.fromfile(str(path))}
+    assert list(suites) == ["agenteval[a]", "agenteval[b]", "agenteval"]
+    assert (suites["agenteval"].tests, suites["agenteval"].errors) == (1, 1)
+    assert (suites["agenteval[b]"].tests, suites["agenteval[b]"].failures) == (1, 1)
