@@ -134,13 +134,10 @@ def render_markdown(summary: Summary, rule: str) -> str:
     if summary.variants is None and m is not None and m.pass_at_k.get("1") is not None:
         lines += [_interval(m), ""]
     lines += _markdown_tags(summary.tags)
-    if summary.regression:
-        gate_lines = regression_lines(summary.regression, verbose=True)
-        lines += [f"**{_md(gate_lines[0])}**", "", *(f"    {line}" for line in gate_lines[1:]), ""]
-    lines += [f"**agent error**: {_md(e.message)}" for e in summary.agent_errors]
-    for block in _variant_regressions(summary):
+    for block in _regressions(summary):
         gate_lines = regression_lines(block, verbose=True)
         lines += [f"**{_md(gate_lines[0])}**", "", *(f"    {line}" for line in gate_lines[1:]), ""]
+    lines += [f"**agent error**: {_md(e.message)}" for e in summary.agent_errors]
     variants = summary.variants is not None
     lines += [
         f"| task |{' variant |' if variants else ''} passed | errors | pass@1 | rule | reason |",
@@ -174,10 +171,11 @@ def _n_tasks(summary: Summary) -> int:
     return len({(t.dataset, t.task_id) for t in summary.tasks})
 
 
-def _variant_regressions(summary: Summary) -> list[RegressionSummary]:
-    """Each variant's regression verdict against the baseline (`--agenteval-baseline`)."""
-    parts = (summary.variants or {}).values()
-    return [part.regression for part in parts if part.regression is not None]
+def _regressions(summary: Summary) -> list[RegressionSummary]:
+    """The regression verdicts against the baseline (`--agenteval-baseline`): the run's, or
+    each variant's."""
+    blocks = [summary.regression, *(part.regression for part in (summary.variants or {}).values())]
+    return [block for block in blocks if block is not None]
 
 
 def _interval(m: Metrics) -> str:
@@ -534,9 +532,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
     lines += [usage] if usage else []
     lines += spend_lines(summary)
     lines += _terminal_tags(summary.tags, verbose)
-    if summary.regression:
-        lines += regression_lines(summary.regression, verbose)
-    for block in _variant_regressions(summary):
+    for block in _regressions(summary):
         lines += regression_lines(block, verbose)
     tasks = sorted(summary.tasks, key=_pass_rate)
     shown = tasks if verbose else [t for t in tasks if t.c < t.n][:LOWEST_SHOWN]
