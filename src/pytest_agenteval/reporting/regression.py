@@ -50,12 +50,12 @@ def variant_block(
 ) -> RegressionSummary:
     """One variant against the baseline's variant of the same name; a baseline without it
     gives a block that says so (`missing`) and never fails."""
-    mine = _of(summary.tasks, variant)
     if variant not in (baseline.variants or {}):
         block = _block([], [], baseline, ref, max_regression)
         line = f"variant {variant}: the baseline has no variant of this name (not compared)"
         return block.model_copy(update={"variant": variant, "missing": True, "summary": line})
-    block = _block(mine, _of(baseline.tasks, variant), baseline, ref, max_regression)
+    mine, theirs = _of(summary.tasks, variant), _of(baseline.tasks, variant)
+    block = _block(mine, theirs, baseline, ref, max_regression)
     return block.model_copy(update={"variant": variant})
 
 
