@@ -12,13 +12,14 @@ import pytest
 from junitparser import xunit2
 
 from pytest_agenteval.cli import main
+from pytest_agenteval.core.model import Status
 from pytest_agenteval.glue.reporter import variant_regressions
 from pytest_agenteval.reporting.regression import with_regression
 from pytest_agenteval.reporting.reports import render_markdown, terminal_lines, write_reports
 from pytest_agenteval.reporting.runref import run_summary
 from pytest_agenteval.reporting.summary import build_summary
 from pytest_agenteval.store.runs import Store
-from test_variants_summary import row, rows_of, run_info, summarize
+from test_variants_summary import DS, commit, row, rows_of, run_info, summarize
 
 GOLDEN = Path(__file__).parent / "golden" / "reports" / "variants"
 """`agenteval/runs/var1`: two variants (base, cand) of four tasks, two attempts each, and a
@@ -139,3 +140,35 @@ def test_tasks_that_could_not_be_loaded_are_errors_in_the_agenteval_suite(tmp_pa
     assert list(suites) == ["agenteval[a]", "agenteval[b]", "agenteval"]
     assert (suites["agenteval"].tests, suites["agenteval"].errors) == (1, 1)
     assert (suites["agenteval[b]"].tests, suites["agenteval[b]"].failures) == (1, 1)
+
+
+def shard_store(root: Path, shard: str, tasks: dict[str, tuple[Status, Status]]) -> Path:
+    """A cache dir holding shard `shard`'s run: for each task, variant a's and b's verdict."""
+    store = Store(root / "agenteval")
+    run_id = f"s{shard[0]}"
+    store.create_run(run_id, DS, {"override": None}, shard=shard, extra={"variants": ["a", "b"]})
+    for name, statuses in tasks.items():
+        for variant, status in zip(("a", "b"), statuses, strict=True):
+            commit(store, name, 0, status, variant, run_id=run_id)
+    store.finish_run(run_id, "complete", {"finished_at": 1.0, "exitstatus": 0, "counts": {}})
+    return root
+
+
+def test_merged_shards_of_variants_are_gated_per_variant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agenteval merge` keeps each variant's records apart: its gate fails the variant below
+    `--min-pass-rate` by name, and junit.xml has a suite per variant."""
+    one = shard_store(tmp_path / "one", "1/2", {"t0": ("pass", "pass"), "t1": ("pass", "fail")})
+    two = shard_store(tmp_path / "two", "2/2", {"t2": ("pass", "fail"), "t3": ("pass", "pass")})
+    out = tmp_path / "out"
+    code = main(["merge", str(one), str(two), "--out", str(out), "--min-pass-rate", "0.8"])
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert "gate NOT met: pass@1 of variant b 0.500 is below 0.8" in printed
+    (run,) = (out / "agenteval" / "runs").iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    assert "metrics" not in summary and list(summary["variants"]) == ["a", "b"]
+    assert summary["comparison"][0]["change"] == -0.5
+    suites = [s.name for s in xunit2.JUnitXml.fromfile(str(run / "junit.xml"))]
+    assert suites == ["agenteval[a]", "agenteval[b]"]

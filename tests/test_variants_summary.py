@@ -173,7 +173,7 @@ def test_the_comparison_flips_and_costs() -> None:
 counts = st.integers(1, 4).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n)))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(counts, counts), min_size=1, max_size=12))
 def test_the_comparison_is_agenteval_diffs(pairs: list[tuple[tuple[int, int], ...]]) -> None:
     """The change is the mean of per-task differences, and change and interval equal what
@@ -192,9 +192,12 @@ def test_the_comparison_is_agenteval_diffs(pairs: list[tuple[tuple[int, int], ..
     assert entry.shared_tasks == len(pairs)
 
 
-def commit(store: Store, task: str, attempt: int, status: Status, variant: str) -> None:
+def commit(
+    store: Store, task: str, attempt: int, status: Status, variant: str, run_id: str = "r1"
+) -> None:
+    """Commit one attempt of `variant` through the store, as a session does."""
     store.commit(
-        "r1",
+        run_id,
         new_record(
             key=("ds", task, attempt, variant),  # type: ignore[arg-type]
             digest="d",
