@@ -2,6 +2,7 @@
 
     python bench/summary_build.py            # 30,000 rows (10,000 tasks x 3 attempts)
     python bench/summary_build.py --tasks 1000
+    python bench/summary_build.py --tasks 2500 --variants 4   # the same rows as 4 variants
 
 Synthetic index rows (every status, tags, usage, costs), no pytest: CPU seconds, best of
 `--repeats`, so the neighbours on a busy machine count for little.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from itertools import product
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -26,30 +28,32 @@ ATTEMPTS = 3
 STATUSES = ("pass", "pass", "fail", "error")
 
 
-def rows(tasks: int) -> list[IndexRow]:
-    """`tasks` x ATTEMPTS rows of varied outcome, tags and spend."""
+def rows(tasks: int, variants: list[str] | None = None) -> list[IndexRow]:
+    """`tasks` x ATTEMPTS rows of varied outcome, tags and spend (for each of `variants`)."""
     out = []
-    for t in range(tasks):
-        for a in range(ATTEMPTS):
-            status = STATUSES[(t * 7 + a) % len(STATUSES)]
-            out.append(
-                IndexRow(
-                    ("bench", f"task-{t:05d}", a),
-                    "d",
-                    "r",
-                    status,
-                    1.0 if status == "pass" else 0.0,
-                    0.01 * ((t + a) % 50 + 1),
-                    100 + t % 17,
-                    20 + a,
-                    0.001 * (t % 5) if t % 3 else None,
-                    (f"tag{t % 12}", "all"),
-                    "" if status == "pass" else f"expected {t}, got {t + a}",
-                    "agent" if status == "error" else None,
-                    "",
-                    model="m1" if t % 4 else "m2",
-                )
+    names: list[str | None] = list(variants or [None])
+    for t, a, variant in product(range(tasks), range(ATTEMPTS), names):
+        status = STATUSES[(t * 7 + a + len(variant or "")) % len(STATUSES)]
+        key = ("bench", f"task-{t:05d}", a) + ((variant,) if variant else ())
+        out.append(
+            IndexRow(
+                key,  # type: ignore[arg-type]
+                "d",
+                "r",
+                status,
+                1.0 if status == "pass" else 0.0,
+                0.01 * ((t + a) % 50 + 1),
+                100 + t % 17,
+                20 + a,
+                0.001 * (t % 5) if t % 3 else None,
+                (f"tag{t % 12}", "all"),
+                "" if status == "pass" else f"expected {t}, got {t + a}",
+                "agent" if status == "error" else None,
+                "",
+                model="m1" if t % 4 else "m2",
+                variant=variant,
             )
+        )
     return out
 
 
@@ -57,8 +61,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=10_000, help="tasks (x3 attempts)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--variants", type=int, default=0, help="variants of every task")
     args = parser.parse_args()
-    data = rows(args.tasks)
+    names = [f"v{'x' * i}" for i in range(args.variants)] or None
+    data = rows(args.tasks, names)
     run = RunInfo(
         run_id="bench",
         datasets=[{"name": "bench", "version": "1"}],
@@ -69,6 +75,7 @@ def main() -> None:
         done=len(data),
         status="complete",
         sessions=[],
+        variants=names,
     )
 
     def build() -> object:

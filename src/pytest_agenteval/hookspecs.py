@@ -74,6 +74,7 @@ def pytest_agenteval_summary(summary: Summary, config: pytest.Config) -> None:
 
     `summary` is the frozen `pytest_agenteval.reporting.summary.Summary` that summary.json is
     written from: read its attributes (`summary.metrics.pass_at_k["1"]`, `summary.tasks`);
-    setting one raises a pydantic `ValidationError`. `summary.model_dump(by_alias=True)`
-    gives summary.json's content as a plain dict: what this hook received before (see the
-    changelog)."""
+    setting one raises a pydantic `ValidationError`. A run of several variants has no pooled
+    `summary.metrics` (None): read `summary.variants[NAME].metrics` and `summary.comparison`.
+    `summary.model_dump(by_alias=True)` gives summary.json's content as a plain dict: what this
+    hook received before (see the changelog)."""

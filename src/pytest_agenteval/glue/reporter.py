@@ -18,7 +18,7 @@ from ..core.errors import StoreError
 from ..core.model import Key
 from ..reporting.finish import GateRule, finish_run
 from ..reporting.html import attempt_details, write_html
-from ..reporting.regression import regression_block
+from ..reporting.regression import with_regression
 from ..reporting.reports import store_damage_lines, terminal_lines
 from ..reporting.summary import Summary, build_summary
 from ..store.lifecycle import OpenRun
@@ -119,6 +119,7 @@ class Reporter:
             "load_errors": self.recorder.load_errors,
             "agent_errors": [e.model_dump() for e in self.summary.agent_errors],
             "regression": self.summary.regression and self.summary.regression.model_dump(),
+            **variant_regressions(self.summary),
         }
         try:
             self.store.finish_run(self.run.run_id, status, session_entry)
@@ -194,13 +195,12 @@ class Reporter:
             store_problems=[p.as_dict() for p in self.store.problems],
         )
         if self.baseline is not None and self.settings.baseline is not None:
-            block = regression_block(
+            self.summary = with_regression(
                 self.summary,
                 self.baseline,
                 self.settings.baseline,
                 self.settings.max_regression or 0.0,
             )
-            self.summary = self.summary.model_copy(update={"regression": block})
         return status
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -240,6 +240,17 @@ class Reporter:
 
     def pytest_unconfigure(self) -> None:
         self.store.close()
+
+
+def variant_regressions(summary: Summary) -> dict[str, Any]:
+    """The session entry's `variant_regressions` (each variant's regression verdict, for
+    `agenteval report` to show again); nothing for a run without variants or baseline."""
+    blocks = {
+        name: part.regression.model_dump()
+        for name, part in (summary.variants or {}).items()
+        if part.regression is not None
+    }
+    return {"variant_regressions": blocks} if blocks else {}
 
 
 def budget_line(budget: Budget) -> str:

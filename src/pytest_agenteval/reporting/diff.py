@@ -16,9 +16,12 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .metrics import INTERVAL_METHOD, mean_interval, rate_variance
-from .summary import TaskSummary
+
+if TYPE_CHECKING:  # the summary compares its variants with `compare`
+    from .summary import TaskSummary
 
 RESAMPLES = 10_000
 SEED = 20_260_101

@@ -1,14 +1,16 @@
 """The CI gate: from a run's summary, the session's exit status and the line that explains it.
 
 A gate never passes what was not evaluated: an incomplete run, a task file that could not be
-loaded, or (unless allowed) an attempt that errored fails it, whatever pass@1 says.
+loaded, or (unless allowed) an attempt that errored fails it, whatever pass@1 says. A run with
+variants meets `min_pass_rate` only if every selected variant does (their numbers are never
+pooled), and the line names the variants that did not.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .regression import regression_problem
+from .regression import regression_problems
 from .summary import Summary
 
 OK, FAILED = 0, 1
@@ -36,24 +38,45 @@ def gate(
     `flag_prefix` names the options in the message as the caller spells them (`agenteval
     merge` takes `--allow-errors` and `--min-pass-rate`)."""
     problems = _problems(summary, allow_errors, other_failures, flag_prefix)
-    fall = regression_problem(summary.regression)
+    falls = regression_problems(summary)
     keep = None if exitstatus not in (OK, FAILED) else FAILED
     if min_pass_rate is None:
-        if fall:
-            return GateResult(keep, "gate NOT met: " + fall)
+        if falls:
+            return GateResult(keep, "gate NOT met: " + "; ".join(falls))
         only_errors = exitstatus == FAILED and not summary.counts.fail and not problems
         return GateResult(OK if allow_errors and only_errors else None)
-    rate = summary.metrics.pass_at_k.get("1") or 0.0
-    if rate < min_pass_rate:
-        problems.insert(0, f"pass@1 {rate:.3f} is below {min_pass_rate:g}")
-    elif problems or fall:
-        problems.append(f"pass@1 {rate:.3f} alone would meet {min_pass_rate:g}")
-    if fall:
-        problems.insert(0, fall)
+    rates = pass_rates(summary)
+    below = {name: rate for name, rate in rates.items() if rate < min_pass_rate}
+    if below:
+        problems.insert(0, f"{_rates_text(below)} {_is(below)} below {min_pass_rate:g}")
+    elif problems or falls:
+        problems.append(f"{_rates_text(rates)} alone would meet {min_pass_rate:g}")
+    problems[:0] = falls
     if problems:
         return GateResult(keep, "gate NOT met: " + "; ".join(problems))
-    met = f"gate met: pass@1 {rate:.3f} >= {min_pass_rate:g} ({flag_prefix}min-pass-rate)"
+    met = f"gate met: {_rates_text(rates)} >= {min_pass_rate:g} ({flag_prefix}min-pass-rate)"
     return GateResult(None if keep is None else OK, met)
+
+
+def pass_rates(summary: Summary) -> dict[str | None, float]:
+    """pass@1 the gate holds to `min_pass_rate`: the run's (key None), or each selected
+    variant's; a value nobody recorded is 0."""
+    if summary.variants is not None:
+        parts = summary.variants.items()
+        return {name: part.metrics.pass_at_k.get("1") or 0.0 for name, part in parts}
+    metrics = summary.metrics
+    return {None: (metrics.pass_at_k.get("1") or 0.0) if metrics else 0.0}
+
+
+def _rates_text(rates: dict[str | None, float]) -> str:
+    """`pass@1 0.500`, or per variant `pass@1 of variant b 0.500, of variant c 0.250`."""
+    if list(rates) == [None]:
+        return f"pass@1 {rates[None]:.3f}"
+    return "pass@1 " + ", ".join(f"of variant {name} {rate:.3f}" for name, rate in rates.items())
+
+
+def _is(rates: dict[str | None, float]) -> str:
+    return "is" if len(rates) == 1 else "are"
 
 
 def _problems(

@@ -8,7 +8,9 @@ not passed):
 - pass^k = C(c, k) / C(n, k): the chance that all k drawn attempts pass.
 - Both are undefined (None) for k > n.
 
-Suite and tag values are means over the tasks for which the value is defined.
+Suite and tag values are means over the tasks for which the value is defined. A task of a run
+with variants is a (dataset, task, variant): two variants of one task are two tasks here, never
+pooled into one.
 
 pass@1's 95 % interval (`mean_interval`, after Miller 2024, "Adding Error Bars to Evals"): the
 tasks are a sample of possible tasks and the attempts a sample of each task's answers, so the
@@ -91,6 +93,8 @@ class Attempt(Protocol):
     def tags(self) -> tuple[str, ...]: ...
     @property
     def phase(self) -> str | None: ...
+    @property
+    def variant(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,7 @@ class AttemptRow:
     cost: float | None = None
     tags: tuple[str, ...] = ()
     phase: str | None = None
+    variant: str | None = None
 
 
 @dataclass
@@ -122,6 +127,8 @@ class TaskMetrics:
     errors: int
     pass_at_k: dict[int, float | None]
     pass_power_k: dict[int, float | None]
+    variant: str | None = None
+    """The variant that ran the task; None without variants (and for a task with its own agent)."""
 
     @property
     def pass_rate(self) -> float:
@@ -155,16 +162,17 @@ class Totals:
 
 
 def task_metrics(rows: Iterable[Attempt], ks: Sequence[int] | None = None) -> list[TaskMetrics]:
-    """Group attempt rows by (dataset, task) and estimate each task's pass@k and pass^k.
+    """Group attempt rows by (dataset, task, variant) and estimate each task's pass@k and pass^k,
+    in (dataset, task) order, a task without variant before its variants.
 
     The estimates depend only on n and c, so tasks that share both share the (read-only) dicts.
     """
-    grouped: dict[tuple[str, str], list[Attempt]] = {}
+    grouped: dict[tuple[str, str, str | None], list[Attempt]] = {}
     for row in rows:
-        grouped.setdefault((row.dataset, row.task_id), []).append(row)
+        grouped.setdefault((row.dataset, row.task_id, row.variant), []).append(row)
     estimates: dict[tuple[int, int], tuple[dict[int, float | None], dict[int, float | None]]] = {}
     result = []
-    for (dataset, task_id), attempts in sorted(grouped.items()):
+    for (dataset, task_id, variant), attempts in sorted(grouped.items(), key=_task_order):
         n = len(attempts)
         c = sum(1 for a in attempts if a.status == "pass")
         errors = sum(1 for a in attempts if a.status == "error")
@@ -174,10 +182,16 @@ def task_metrics(rows: Iterable[Attempt], ks: Sequence[int] | None = None) -> li
                 {k: pass_at_k(n, c, k) for k in task_ks},
                 {k: pass_power_k(n, c, k) for k in task_ks},
             )
-        result.append(
-            TaskMetrics(dataset, task_id, attempts[-1].tags, n, c, errors, *estimates[n, c])
-        )
+        at_k, power_k = estimates[n, c]
+        tags = attempts[-1].tags
+        result.append(TaskMetrics(dataset, task_id, tags, n, c, errors, at_k, power_k, variant))
     return result
+
+
+def _task_order(item: tuple[tuple[str, str, str | None], object]) -> tuple[str, str, bool, str]:
+    """(dataset, task, variant) sortable: None (no variant) cannot be compared with a name."""
+    dataset, task_id, variant = item[0]
+    return (dataset, task_id, variant is not None, variant or "")
 
 
 def default_ks(tasks: Sequence[TaskMetrics]) -> list[int]:

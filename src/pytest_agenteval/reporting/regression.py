@@ -4,6 +4,9 @@
 It fails only when pass@1 fell by more than the allowed amount *and* the fall is significant
 at 95 % (the paired bootstrap interval of `diff` lies wholly below zero), so a small noisy suite
 is not failed by chance. Tasks on one side only are listed, never silently dropped.
+
+A run with variants is compared variant by variant: each with the baseline's variant of the same
+name (`VariantSummary.regression`); a variant the baseline lacks is said, never failed.
 """
 
 from __future__ import annotations
@@ -11,16 +14,63 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .diff import Change, Diff, TaskChange, TaskKey, change_line, compare, task_rates
-from .summary import RegressionSummary, Summary, TaskMove, TaskRef
+from .summary import RegressionSummary, Summary, TaskMove, TaskRef, TaskSummary
 
 SHOWN = 10
+
+
+def with_regression(
+    summary: Summary, baseline: Summary, ref: str, max_regression: float
+) -> Summary:
+    """The summary with the regression gate's verdict against `baseline` (named `ref`): the
+    run's `regression`, or with variants each variant's (`variants[NAME].regression`)."""
+    if summary.variants is None:
+        block = regression_block(summary, baseline, ref, max_regression)
+        return summary.model_copy(update={"regression": block})
+    variants = {
+        name: part.model_copy(
+            update={"regression": variant_block(name, summary, baseline, ref, max_regression)}
+        )
+        for name, part in summary.variants.items()
+    }
+    return summary.model_copy(update={"variants": variants})
 
 
 def regression_block(
     summary: Summary, baseline: Summary, ref: str, max_regression: float
 ) -> RegressionSummary:
-    """Compare the run's tasks with the baseline's."""
-    diff = compare(task_rates(baseline.tasks), task_rates(summary.tasks))
+    """Compare the run's tasks with the baseline's (the tasks without variant of both)."""
+    return _block(
+        _of(summary.tasks, None), _of(baseline.tasks, None), baseline, ref, max_regression
+    )
+
+
+def variant_block(
+    variant: str, summary: Summary, baseline: Summary, ref: str, max_regression: float
+) -> RegressionSummary:
+    """One variant against the baseline's variant of the same name; a baseline without it
+    gives a block that says so (`missing`) and never fails."""
+    if variant not in (baseline.variants or {}):
+        block = _block([], [], baseline, ref, max_regression)
+        line = f"variant {variant}: the baseline has no variant of this name (not compared)"
+        return block.model_copy(update={"variant": variant, "missing": True, "summary": line})
+    mine, theirs = _of(summary.tasks, variant), _of(baseline.tasks, variant)
+    block = _block(mine, theirs, baseline, ref, max_regression)
+    return block.model_copy(update={"variant": variant})
+
+
+def _of(tasks: Sequence[TaskSummary], variant: str | None) -> list[TaskSummary]:
+    return [task for task in tasks if task.variant == variant]
+
+
+def _block(
+    new: Sequence[TaskSummary],
+    base: Sequence[TaskSummary],
+    baseline: Summary,
+    ref: str,
+    max_regression: float,
+) -> RegressionSummary:
+    diff = compare(task_rates(base), task_rates(new))
     change = diff.change
     return RegressionSummary(
         baseline=ref,
@@ -67,13 +117,20 @@ def diff_gate(diff: Diff, max_regression: float) -> tuple[bool, str]:
     return False, f"gate met: no fall of more than {flag}"
 
 
+def regression_problems(summary: Summary) -> list[str]:
+    """Why the regression gate fails the run: the run's fall, or each variant's."""
+    blocks = [summary.regression]
+    blocks += [v.regression for v in (summary.variants or {}).values()]
+    return [problem for problem in map(regression_problem, blocks) if problem]
+
+
 def regression_problem(block: RegressionSummary | None) -> str | None:
     """Why the gate fails the run, or None."""
     if not block or not block.failed or block.ci95 is None or block.change is None:
         return None
     low, high = block.ci95
     return (
-        f"pass@1 fell by {-block.change:.3f} against baseline {_label(block)} "
+        f"{_what(block)} fell by {-block.change:.3f} against baseline {_label(block)} "
         f"(95 % interval {low:+.3f} to {high:+.3f}, {block.method}), more than "
         f"--agenteval-max-regression {block.max_regression:g}"
     )
@@ -81,6 +138,9 @@ def regression_problem(block: RegressionSummary | None) -> str | None:
 
 def regression_lines(block: RegressionSummary, verbose: bool) -> list[str]:
     """The comparison for the terminal and summary.md: verdict, change, tasks that moved."""
+    head = f"regression gate{_of_variant(block)} against baseline {_label(block)}"
+    if block.missing:
+        return [f"{head}: not compared (the baseline has no variant {block.variant})"]
     if block.failed:
         verdict = (
             f"FAILED: a fall of more than {block.max_regression:g} "
@@ -95,7 +155,7 @@ def regression_lines(block: RegressionSummary, verbose: bool) -> list[str]:
         verdict = "passed: the fall is not significant at 95 % (it may be noise)"
     else:
         verdict = f"passed: no fall of more than {block.max_regression:g}"
-    lines = [f"regression gate against baseline {_label(block)}: {verdict}", block.summary]
+    lines = [f"{head}: {verdict}", block.summary]
     for title, entries in (
         ("regressed", block.regressed),
         ("improved", block.improved),
@@ -133,6 +193,14 @@ def _changed(change: TaskChange) -> TaskMove:
 
 def _task(key: TaskKey) -> TaskRef:
     return TaskRef(dataset=key[0], task_id=key[1])
+
+
+def _what(block: RegressionSummary) -> str:
+    return f"pass@1 of variant {block.variant}" if block.variant else "pass@1"
+
+
+def _of_variant(block: RegressionSummary) -> str:
+    return f" of variant {block.variant}" if block.variant else ""
 
 
 def _label(block: RegressionSummary) -> str:

@@ -8,6 +8,7 @@ import os
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 from xml.sax.saxutils import quoteattr
@@ -19,6 +20,7 @@ from ..core.numbers import rounded_values, shown
 from ..core.text import excerpt, xml_safe
 from ..store.index import gc_paused
 from ..store.problems import StoreProblem
+from .leaderboard import leaderboard_markdown, leaderboard_terminal
 from .metrics import INTERVAL_METHOD, MIN_TASKS
 from .regression import regression_lines
 from .spend import spend_lines
@@ -27,6 +29,7 @@ from .summary import (
     Counts,
     LoadErrorSummary,
     Metrics,
+    RegressionSummary,
     StoreProblemSummary,
     Summary,
     TaskSummary,
@@ -113,32 +116,40 @@ def render_markdown(summary: Summary, rule: str) -> str:
         "",
         f"Run `{summary.run_id}` · agent {_md(summary.agent.label)} · "
         f"status **{summary.status}** · {f'**{_md(narrowed)}** · ' if narrowed else ''}"
-        f"{_plural(m.n_tasks, 'task')}, "
+        f"{_plural(_n_tasks(summary), 'task')}, "
         f"{_plural(summary.n_attempts, 'attempt')}",
         "",
-        "| k | pass@k | pass^k | tasks |",
-        "|---|---|---|---|",
     ]
-    for k, value in m.pass_at_k.items():
-        lines.append(f"| {k} | {fmt(value)} | {fmt(m.pass_power_k[k])} | {m.tasks_per_k[k]} |")
-    lines += [_uneven_note(m)] if _uneven(m) else []
-    lines += ["", _counts_line(counts), ""]
+    if summary.variants is not None or m is None:
+        lines += leaderboard_markdown(summary, _md)
+    else:
+        lines += ["| k | pass@k | pass^k | tasks |", "|---|---|---|---|"]
+        for k, value in m.pass_at_k.items():
+            lines.append(f"| {k} | {fmt(value)} | {fmt(m.pass_power_k[k])} | {m.tasks_per_k[k]} |")
+        lines += [_uneven_note(m)] if _uneven(m) else []
+        lines.append("")
+    lines += [_counts_line(counts), ""]
     spent = [line for line in (_usage_line(summary.totals),) if line] + spend_lines(summary)
     lines += [*(f"- {_md(line)}" for line in spent), ""] if spent else []
-    if m.pass_at_k.get("1") is not None:
+    if summary.variants is None and m is not None and m.pass_at_k.get("1") is not None:
         lines += [_interval(m), ""]
     lines += _markdown_tags(summary.tags)
-    if summary.regression:
-        gate_lines = regression_lines(summary.regression, verbose=True)
+    for block in _regressions(summary):
+        gate_lines = regression_lines(block, verbose=True)
         lines += [f"**{_md(gate_lines[0])}**", "", *(f"    {line}" for line in gate_lines[1:]), ""]
     lines += [f"**agent error**: {_md(e.message)}" for e in summary.agent_errors]
-    lines += ["| task | passed | errors | pass@1 | rule | reason |", "|---|---|---|---|---|---|"]
+    variants = summary.variants is not None
+    lines += [
+        f"| task |{' variant |' if variants else ''} passed | errors | pass@1 | rule | reason |",
+        f"|---|{'---|' if variants else ''}---|---|---|---|---|",
+    ]
     for task in sorted(summary.tasks, key=_pass_rate):
         ok = "ok" if task_passes(task, rule) else "**FAIL**"
         reasons = [a.reason for a in task.attempts if a.status != "pass"]
         reason = _md(excerpt(reasons[0], 120)) if reasons else ""
+        variant = f" {_md(task.variant or '(own agent)')} |" if variants else ""
         lines.append(
-            f"| {_md(task.task_id)} | {task.c}/{task.n} | {task.errors} | "
+            f"| {_md(task.task_id)} |{variant} {task.c}/{task.n} | {task.errors} | "
             f"{fmt(task.pass_at_k.get('1'))} | {ok} | {reason} |"
         )
     broken = summary.load_errors
@@ -151,6 +162,20 @@ def render_markdown(summary: Summary, rule: str) -> str:
             f"\n**store damage** `{_md(damage.where)}`: {_md(damage.problem)}; {_md(damage.effect)}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _n_tasks(summary: Summary) -> int:
+    """The run's tasks: its metrics' count, or with several variants each task once."""
+    if summary.metrics is not None and summary.variants is None:
+        return summary.metrics.n_tasks
+    return len({(t.dataset, t.task_id) for t in summary.tasks})
+
+
+def _regressions(summary: Summary) -> list[RegressionSummary]:
+    """The regression verdicts against the baseline (`--agenteval-baseline`): the run's, or
+    each variant's."""
+    blocks = [summary.regression, *(part.regression for part in (summary.variants or {}).values())]
+    return [block for block in blocks if block is not None]
 
 
 def _interval(m: Metrics) -> str:
@@ -270,8 +295,8 @@ def _md(text: str) -> str:
     return xml_safe(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
-def _pass_rate(task: TaskSummary) -> tuple[float, str]:
-    return (task.c / task.n if task.n else 0.0, task.task_id)
+def _pass_rate(task: TaskSummary) -> tuple[float, str, str]:
+    return (task.c / task.n if task.n else 0.0, task.task_id, task.variant or "")
 
 
 def _counts_line(counts: Counts) -> str:
@@ -297,50 +322,107 @@ def _first_line(text: str) -> str:
 
 
 def write_junit(summary: Summary, rule: str, out: TextIO) -> None:
-    """Per-task JUnit XML: the document and suite built with junitparser, then the testcases
-    streamed one at a time (a whole tree of 10,000 tasks held 25 MiB and serialized slower)."""
-    tasks, broken = summary.tasks, summary.load_errors
-    kinds = [_task_kind(task, rule) for task in tasks]
-    durations = [sum(a.duration for a in task.attempts) for task in tasks]
-    document = _junit_document(summary, rule, kinds + ["error"] * len(broken), sum(durations))
-    head, tail = document.rsplit("</testsuite>", 1)
-    out.write("<?xml version='1.0' encoding='utf-8'?>\n" + head)
+    """Per-task JUnit XML: the document and suites built with junitparser, then the testcases
+    streamed one at a time (a whole tree of 10,000 tasks held 25 MiB and serialized slower).
+    A run with variants has one suite per variant (and one for tasks with their own agent)."""
+    suites = _suites(summary)
+    kinds = [[_task_kind(task, rule) for task in suite.tasks] for suite in suites]
+    durations = [[sum(a.duration for a in t.attempts) for t in suite.tasks] for suite in suites]
+    document = _junit_document(summary, rule, suites, kinds, durations)
+    parts = document.split("</testsuite>")
+    out.write("<?xml version='1.0' encoding='utf-8'?>\n" + parts[0])
     properties: dict[tuple[int, int, int], str] = {}
-    for task, kind, duration in zip(tasks, kinds, durations, strict=True):
-        out.write(_task_case(task, rule, kind, duration, properties))
-    for error in broken:
-        out.write(_load_error_case(error, summary.dataset.name))
-    out.write("</testsuite>" + tail + "\n")
+    for index, suite in enumerate(suites):
+        if index:
+            out.write("</testsuite>" + parts[index])
+        for task, kind, duration in zip(suite.tasks, kinds[index], durations[index], strict=True):
+            out.write(_task_case(task, rule, kind, duration, properties))
+        for error in suite.broken:
+            out.write(_load_error_case(error, summary.dataset.name))
+    out.write("</testsuite>" + parts[-1] + "\n")
 
 
-def _junit_document(summary: Summary, rule: str, kinds: list[str], time: float) -> str:
-    """<testsuites> with the suite's statistics and properties, no testcases yet."""
-    suite = xunit2.TestSuite("agenteval")
-    m, narrowed = summary.metrics, narrowed_words(summary)
-    ci95 = m.pass_at_1_ci95
-    for name, value in (
+@dataclass(frozen=True)
+class _Suite:
+    """One <testsuite>: the run's, a variant's, or the tasks with their own agent."""
+
+    name: str
+    variant: str | None
+    metrics: Metrics | None
+    counts: Counts | None
+    tasks: list[TaskSummary]
+    broken: list[LoadErrorSummary]
+
+
+def _suites(summary: Summary) -> list[_Suite]:
+    """The run as one suite; with variants, a suite per variant, then one (`agenteval`) for
+    the tasks with their own agent and the tasks that could not be loaded, if any."""
+    tasks, broken = summary.tasks, summary.load_errors
+    if summary.variants is None:
+        return [_Suite("agenteval", None, summary.metrics, summary.counts, tasks, broken)]
+    suites = [
+        _Suite(
+            f"agenteval[{name}]",
+            name,
+            part.metrics,
+            part.counts,
+            [t for t in tasks if t.variant == name],
+            [],
+        )
+        for name, part in summary.variants.items()
+    ]
+    own = [t for t in tasks if t.variant is None]
+    return suites + ([_Suite("agenteval", None, None, None, own, broken)] if own or broken else [])
+
+
+def _junit_document(
+    summary: Summary,
+    rule: str,
+    suites: list[_Suite],
+    kinds: list[list[str]],
+    durations: list[list[float]],
+) -> str:
+    """<testsuites> with each suite's statistics and properties, no testcases yet."""
+    xml = xunit2.JUnitXml()  # xunit2's <testsuites> has no `skipped`
+    totals = [0, 0, 0]
+    for suite, suite_kinds, times in zip(suites, kinds, durations, strict=True):
+        suite_kinds = suite_kinds + ["error"] * len(suite.broken)
+        element = xunit2.TestSuite(suite.name)
+        for name, value in _suite_properties(summary, rule, suite):
+            element.add_property(name, xml_safe(str(shown(value))))
+        counts = (len(suite_kinds), suite_kinds.count("failure"), suite_kinds.count("error"))
+        element.tests, element.failures, element.errors = counts
+        element.skipped, element.time = 0, round(sum(times), 3)
+        xml.add_testsuite(element)
+        totals = [a + b for a, b in zip(totals, counts, strict=True)]
+    xml.tests, xml.failures, xml.errors = totals
+    xml.time = round(sum(sum(times) for times in durations), 3)
+    return xml.tostring().decode()
+
+
+def _suite_properties(summary: Summary, rule: str, suite: _Suite) -> list[tuple[str, Any]]:
+    """The suite's <properties>: the run, and the suite's metrics and counts when it has them."""
+    m, counts, narrowed = suite.metrics, suite.counts, narrowed_words(summary)
+    found: list[tuple[str, Any]] = [
         ("run_id", summary.run_id),
         ("dataset", summary.dataset.name),
+        *((("variant", suite.variant),) if suite.variant else ()),
         ("status", summary.status),
         ("task_rule", rule),
-        ("n_tasks", m.n_tasks),
-        ("pass_at_1", m.pass_at_k.get("1")),
-        ("pass_at_k", json.dumps(rounded_values(m.pass_at_k))),
-        ("pass_power_k", json.dumps(rounded_values(m.pass_power_k))),
-        ("pass_at_1_stderr", m.pass_at_1_stderr),
-        ("pass_at_1_ci95", json.dumps([shown(v) for v in ci95] if ci95 else None)),
-        *((f"count_{k}", v) for k, v in summary.counts.model_dump(by_alias=True).items()),
-        *((("narrowed", narrowed),) if narrowed else ()),
-    ):
-        suite.add_property(name, xml_safe(str(shown(value))))
-    counts = (len(kinds), kinds.count("failure"), kinds.count("error"))
-    suite.tests, suite.failures, suite.errors = counts
-    suite.skipped, suite.time = 0, round(time, 3)
-    xml = xunit2.JUnitXml()  # xunit2's <testsuites> has no `skipped`
-    xml.add_testsuite(suite)
-    xml.tests, xml.failures, xml.errors = counts
-    xml.time = round(time, 3)
-    return xml.tostring().decode()
+    ]
+    if m is not None:
+        ci95 = m.pass_at_1_ci95
+        found += [
+            ("n_tasks", m.n_tasks),
+            ("pass_at_1", m.pass_at_k.get("1")),
+            ("pass_at_k", json.dumps(rounded_values(m.pass_at_k))),
+            ("pass_power_k", json.dumps(rounded_values(m.pass_power_k))),
+            ("pass_at_1_stderr", m.pass_at_1_stderr),
+            ("pass_at_1_ci95", json.dumps([shown(v) for v in ci95] if ci95 else None)),
+        ]
+    if counts is not None:
+        found += [(f"count_{k}", v) for k, v in counts.model_dump(by_alias=True).items()]
+    return found + ([("narrowed", narrowed)] if narrowed else [])
 
 
 def _task_kind(task: TaskSummary, rule: str) -> str:
@@ -421,12 +503,14 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
     narrowed = narrowed_words(summary)
     lines = [
         f"run {summary.run_id} ({summary.status}) · dataset {ds.name} {ds.version} · "
-        f"{_plural(m.n_tasks, 'task')}, {_plural(summary.n_attempts, 'attempt')}",
+        f"{_plural(_n_tasks(summary), 'task')}, {_plural(summary.n_attempts, 'attempt')}",
         *([f"{narrowed}: the metrics cover these attempts only"] if narrowed else []),
         _counts_line(counts) + (f"; {counts.run} run now" if counts.run is not None else ""),
         *_agent_error_lines(summary.agent_errors),
     ]
-    if m.pass_at_k:
+    if summary.variants is not None or m is None:
+        lines += leaderboard_terminal(summary, verbose)
+    elif m.pass_at_k:
         lines += [
             "pass@k "
             + "  ".join(f"@{k} {fmt(v)}" for k, v in m.pass_at_k.items())
@@ -435,7 +519,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
         ]
     else:
         lines.append("pass@k n/a: no attempt recorded")
-    if m.pass_at_k.get("1") is not None:
+    if summary.variants is None and m is not None and m.pass_at_k.get("1") is not None:
         lines.append(_interval(m))
     broken = summary.load_errors
     if broken:
@@ -448,8 +532,8 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
     lines += [usage] if usage else []
     lines += spend_lines(summary)
     lines += _terminal_tags(summary.tags, verbose)
-    if summary.regression:
-        lines += regression_lines(summary.regression, verbose)
+    for block in _regressions(summary):
+        lines += regression_lines(block, verbose)
     tasks = sorted(summary.tasks, key=_pass_rate)
     shown = tasks if verbose else [t for t in tasks if t.c < t.n][:LOWEST_SHOWN]
     if shown:
@@ -457,7 +541,8 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
         for t in shown:
             mark = "" if task_passes(t, rule) else "  ✗ rule " + rule
             errors = f" ({t.errors} errors)" if t.errors else ""
-            lines.append(f"  {t.c}/{t.n}  {t.task_id}{errors}{mark}")
+            variant = f"[{t.variant}]" if t.variant else ""
+            lines.append(f"  {t.c}/{t.n}  {t.task_id}{variant}{errors}{mark}")
         hidden = len([t for t in tasks if t.c < t.n]) - len(shown)
         if hidden > 0 and not verbose:
             lines.append(f"  ... {hidden} more below 100% (-v shows all tasks)")

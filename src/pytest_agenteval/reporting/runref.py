@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from ..core.errors import AgentevalError, StoreError, display_path
 from ..store.index import IndexRow
 from ..store.runs import RunInfo, Store
-from .summary import SUMMARY_SCHEMA, RegressionSummary, Summary, build_summary
+from .summary import SUMMARY_SCHEMA, RegressionSummary, Summary, VariantSummary, build_summary
 
 LATEST = "latest"
 
@@ -66,6 +66,10 @@ def run_summary(store: Store, run_id: str, ks: Sequence[int] | None = None) -> S
     ended: dict[str, object] = {}
     if last.get("regression"):
         ended["regression"] = _regression(last["regression"], store, run_id)
+    if isinstance(last.get("variant_regressions"), dict) and summary.variants:
+        ended["variants"] = _variant_regressions(
+            summary, last["variant_regressions"], store, run_id
+        )
     finished = last.get("finished_at")
     if info.status != "running" and isinstance(finished, (int, float)):
         ended["finished_at"] = float(finished)  # when the run ended, not this re-render
@@ -79,6 +83,19 @@ def _regression(block: object, store: Store, run_id: str) -> RegressionSummary:
     except ValidationError as exc:
         where = display_path(store.runs_dir / run_id / "run.json")
         raise RunRefError(f"{where}: at sessions[-1].regression: {_first_problem(exc)}") from None
+
+
+def _variant_regressions(
+    summary: Summary, blocks: dict[str, object], store: Store, run_id: str
+) -> dict[str, VariantSummary]:
+    """The variants with the regression verdicts the run's last session stored."""
+    assert summary.variants is not None
+    return {
+        name: part.model_copy(update={"regression": _regression(blocks[name], store, run_id)})
+        if name in blocks
+        else part
+        for name, part in summary.variants.items()
+    }
 
 
 def load_summary(ref: str, store: Store | None, base: Path) -> Summary:

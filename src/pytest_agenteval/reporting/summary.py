@@ -27,7 +27,9 @@ from .metrics import (
     task_metrics,
     totals,
 )
+from .metrics import Totals as AttemptTotals
 from .spend import pricing_coverage, spend_totals
+from .variants import Selection, Side, by_variant, comparison, select_variants
 
 SUMMARY_SCHEMA: Literal["agenteval.summary/1"] = "agenteval.summary/1"
 
@@ -271,6 +273,12 @@ class RegressionSummary(_Frozen):
     """Tasks in this run only (not compared)."""
     only_in_base: list[TaskRef]
     """Tasks in the baseline only (not compared)."""
+    variant: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """A run with `variants:`: the variant compared with the baseline's variant of the same
+    name; absent without variants."""
+    missing: bool = Field(default=False, exclude_if=lambda v: not v)
+    """The baseline has no variant of this name: nothing was compared, and the gate is not
+    failed by it; absent when false."""
 
 
 class VariantSummary(_Frozen):
@@ -287,8 +295,9 @@ class VariantSummary(_Frozen):
     """Tokens, cost and durations over the variant's attempts."""
     tags: dict[str, Metrics]
     """The same metrics per tag."""
-    regression: RegressionSummary | None = None
-    """With `--agenteval-baseline`: this variant against the baseline's same-named variant."""
+    regression: RegressionSummary | None = Field(default=None, exclude_if=lambda v: v is None)
+    """With `--agenteval-baseline`: this variant against the baseline's same-named variant
+    (`missing` when the baseline has none); absent without a baseline."""
 
 
 class VariantComparison(_Frozen):
@@ -353,18 +362,21 @@ class Summary(_Frozen):
     n_attempts: int
     """Attempts recorded in the run."""
     counts: Counts
-    """pass / fail / error over the run, and over_budget: the errors whose agent used more than
+    """pass / fail / error over the run (with variants: over the selected variants, and the
+    tasks with their own agent), and over_budget: the errors whose agent used more than
     the task's `budget:` allows; reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
-    metrics: Metrics | None
-    """pass@k and pass^k over the run's tasks, with pass@1's interval; absent for a run of
-    several variants (see `variants`: their numbers are not pooled)."""
+    metrics: Metrics | None = None
+    """pass@k and pass^k over the run's tasks, with pass@1's interval; with one selected
+    variant that variant's; absent for a run of several variants (see `variants`: their
+    numbers are not pooled)."""
     totals: Totals
     """Tokens, cost (agent + judge, and each apart) and durations over the run."""
     tags: dict[str, Metrics]
-    """The same metrics per tag, over the tasks that have it."""
+    """The same metrics per tag, over the tasks that have it; empty for a run of several
+    variants (each variant has its own)."""
     tasks: list[TaskSummary]
-    """Each task's counts, pass@k and attempts, lowest pass rate first."""
+    """Each task's counts, pass@k and attempts; with variants one entry per task and variant."""
     load_errors: list[LoadErrorSummary] = []
     """Tasks that could not be loaded."""
     store_problems: list[StoreProblemSummary] = []
@@ -425,14 +437,17 @@ def build_summary(
     The cyclic GC waits meanwhile: a summary is some 100,000 new long-lived objects (a model,
     its dict and its fields-set per attempt) and no garbage cycle, and collecting while they
     pile up rescanned them and the rows again and again (half of the time at 30,000 rows)."""
+    selection = select_variants(run, rows)
+    if selection is not None:
+        rows = selection.rows
     tasks = task_metrics(rows, ks)
     chosen = list(ks) if ks else default_ks(tasks)
     tot = totals(rows)
     load_errors = sorted(load_errors or [], key=lambda e: (e["path"], e.get("label", "")))
     estimates: dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any]]] = {}
-    by_task: dict[tuple[str, str], list[IndexRow]] = {}
+    by_task: dict[tuple[str, str, str | None], list[IndexRow]] = {}
     for row in rows:
-        by_task.setdefault(row.key[:2], []).append(row)
+        by_task.setdefault((row.key[0], row.key[1], row.variant), []).append(row)
     summary = {
         "schema": SUMMARY_SCHEMA,
         "run_id": run.run_id,
@@ -447,23 +462,81 @@ def build_summary(
         "agent_errors": agent_errors or [],
         "n_attempts": len(rows),
         "counts": {**tot.counts, **session_counts, "load_error": len(load_errors)},
-        "metrics": _group_json(group_metrics(tasks, chosen)),
-        "totals": {
-            "mean_score": tot.mean_score,
-            "input_tokens": tot.input_tokens,
-            "output_tokens": tot.output_tokens,
-            **spend_totals(rows),
-            "duration_p50": tot.duration_p50,
-            "duration_p95": tot.duration_p95,
-        },
-        "tags": {tag: _group_json(g) for tag, g in tag_metrics(tasks, chosen).items()},
-        "tasks": [_task_json(t, by_task[(t.dataset, t.task_id)], estimates) for t in tasks],
+        "metrics": None if selection else _group_json(group_metrics(tasks, chosen)),
+        "totals": _totals_json(tot, rows),
+        "tags": {} if selection else _tags_json(tasks, chosen),
+        "tasks": [
+            _task_json(t, by_task[(t.dataset, t.task_id, t.variant)], estimates) for t in tasks
+        ],
         "load_errors": load_errors,
         "store_problems": store_problems or [],
         "pricing": pricing_coverage(rows),
         "shard": run.shard or None,
     }
+    if selection is not None:
+        summary.update(_variant_parts(selection, run.agent, tasks, chosen))
     return Summary.model_validate(summary)
+
+
+def _totals_json(tot: AttemptTotals, rows: Sequence[IndexRow]) -> dict[str, Any]:
+    """summary.json's `totals` of these rows (`tot`: their `metrics.totals`)."""
+    return {
+        "mean_score": tot.mean_score,
+        "input_tokens": tot.input_tokens,
+        "output_tokens": tot.output_tokens,
+        **spend_totals(rows),
+        "duration_p50": tot.duration_p50,
+        "duration_p95": tot.duration_p95,
+    }
+
+
+def _variant_parts(
+    selection: Selection,
+    fingerprint: dict[str, Any],
+    tasks: list[TaskMetrics],
+    ks: list[int],
+) -> dict[str, Any]:
+    """`variants`, `reference`, `comparison` and `not_selected`; the top-level `metrics` and
+    `tags` are the one selected variant's, and absent (empty) with several: never pooled."""
+    reference = selection.reference
+    rows_of, tasks_of = by_variant(selection.rows), by_variant(tasks)
+    parts: dict[str, Any] = {}
+    sides: dict[str, Side] = {}
+    for name in selection.variants:
+        attempts, its_tasks = rows_of.get(name, []), tasks_of.get(name, [])
+        tot = totals(attempts)
+        spent = _totals_json(tot, attempts)
+        parts[name] = {
+            "agent": _variant_label(fingerprint, name),
+            "counts": tot.counts,
+            "metrics": _group_json(group_metrics(its_tasks, ks)),
+            "totals": spent,
+            "tags": _tags_json(its_tasks, ks),
+        }
+        sides[name] = Side(name, its_tasks, len(attempts), tot.counts["pass"], spent["cost"])
+    single = parts[reference] if len(parts) == 1 else None
+    return {
+        "metrics": single and single["metrics"],
+        "tags": single["tags"] if single else {},
+        "variants": parts,
+        "reference": reference,
+        "comparison": [
+            comparison(side, sides[reference]) for name, side in sides.items() if name != reference
+        ],
+        "not_selected": selection.not_selected or None,
+    }
+
+
+def _tags_json(tasks: Sequence[TaskMetrics], ks: list[int]) -> dict[str, Any]:
+    return {tag: _group_json(g) for tag, g in tag_metrics(tasks, ks).items()}
+
+
+def _variant_label(fingerprint: dict[str, Any], name: str) -> str:
+    """A variant's agent, readable: run.json's `agent.variants` label of it in each dataset
+    (the same in all: once); the name when the run does not say."""
+    per_dataset = (fingerprint.get("variants") or {}).values()
+    labels = [str(d[name]) for d in per_dataset if isinstance(d, dict) and name in d]
+    return ", ".join(dict.fromkeys(map(_readable, labels))) or name
 
 
 def narrowed_words(summary: Summary) -> str | None:
@@ -486,9 +559,17 @@ def _agent_label(fingerprint: dict[str, Any]) -> str:
         label = _readable(str(fingerprint["override"]))
     else:
         manifest = (fingerprint.get("manifest") or {}).values()
-        label = ", ".join(_readable(str(v)) for v in manifest) or "fixture"
+        labels = [_readable(str(v)) for v in manifest] + _variants_label(fingerprint)
+        label = ", ".join(labels) or "fixture"
     version = fingerprint.get("version")
     return f"{label} (version {version})" if version else label
+
+
+def _variants_label(fingerprint: dict[str, Any]) -> list[str]:
+    """`variants a, b` for a run with variants (their agents: `variants`), else nothing."""
+    per_dataset = (fingerprint.get("variants") or {}).values()
+    names = dict.fromkeys(name for d in per_dataset if isinstance(d, dict) for name in d)
+    return [f"variants {', '.join(names)}"] if names else []
 
 
 _OPTIONS_LABEL = re.compile(r"^(?P<kind>[\w.-]+):(?P<options>\{.*\})(?P<rest> \(version .*\))?$")
@@ -551,6 +632,7 @@ def _task_json(
             }
             for r in sorted(rows, key=lambda r: r.key[2])
         ],
+        "variant": task.variant,
     }
 
 

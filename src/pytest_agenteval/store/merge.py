@@ -437,6 +437,7 @@ def merged_meta(
         "status": unfinished[0] if unfinished else "complete",
         "narrowed": bool(narrowed),
         "narrowed_by": "; ".join(narrowed) or None,
+        **merged_variants(parts),
         "sessions": [
             {
                 "finished_at": now,
@@ -450,6 +451,16 @@ def merged_meta(
         ],
         MERGED_FROM: [s.as_json() for s in shards],
     }
+
+
+def merged_variants(parts: list[Part]) -> dict[str, Any]:
+    """run.json's `variants` and `reference` of the merged run: the shards' selections in
+    order (the same in every shard of one run); nothing when the shards have no variants."""
+    names = dict.fromkeys(name for part in parts for name in part.info.variants or [])
+    if not names:
+        return {}
+    reference = next((p.info.reference for p in parts if p.info.reference in names), None)
+    return {"variants": list(names), "reference": reference or next(iter(names))}
 
 
 def _make_dirs(tmp: Path, runs: Path) -> None:
