@@ -356,7 +356,7 @@ class Summary(_Frozen):
     """pass / fail / error over the run, and over_budget: the errors whose agent used more than
     the task's `budget:` allows; reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
-    metrics: Metrics | None
+    metrics: Metrics | None = None
     """pass@k and pass^k over the run's tasks, with pass@1's interval; absent for a run of
     several variants (see `variants`: their numbers are not pooled)."""
     totals: Totals
