@@ -74,24 +74,30 @@ def variant_summary(store: Store, run_id: str = "vr") -> Summary:
 
     parts = {v: built(v) for v in (*VARIANTS, None)}
     tasks = [t.model_copy(update={"variant": v}) for v, s in parts.items() for t in s.tasks]
-    variants = {
-        v: VariantSummary(
-            agent=f"agent:{v}", counts=s.counts, metrics=s.metrics, totals=s.totals, tags=s.tags
-        )
-        for v, s in parts.items()
-        if v is not None
-    }
-    whole = built(None).model_copy(
+    variants = {v: numbers(v, s) for v, s in parts.items() if v is not None}
+    pooled = build_summary(info, rows, ks=None, session_counts={}, status="complete")
+    whole = pooled.model_copy(
         update={
             "tasks": tasks,
             "metrics": None,
             "variants": variants,
             "reference": VARIANTS[0],
             "comparison": [comparison(tasks, VARIANTS[0], v) for v in VARIANTS[1:]],
-            "n_attempts": len(rows),
         }
     )
     return Summary.model_validate(whole.to_json())
+
+
+def numbers(variant: str, alone: Summary) -> VariantSummary:
+    """A variant's part of the summary: the numbers of its attempts summarized alone."""
+    assert alone.metrics is not None
+    return VariantSummary(
+        agent=f"agent:{variant}",
+        counts=alone.counts,
+        metrics=alone.metrics,
+        totals=alone.totals,
+        tags=alone.tags,
+    )
 
 
 def comparison(tasks: list[TaskSummary], reference: str, variant: str) -> VariantComparison:
