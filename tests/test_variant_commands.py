@@ -71,6 +71,9 @@ def test_show_lists_tasks_per_variant_and_chooses_an_attempt(
     assert code == 0 and "task worse: 1/2 attempts passed (variant base)" in out
     code, out, _ = run_cli(capsys, cache, "show", "vr", "solo/0")
     assert code == 0 and out.startswith("task solo attempt 0 (ds): pass\n")
+    code, out, _ = run_cli(capsys, cache, "show", "vr", "--variant", "cand")
+    assert code == 0 and "3 tasks, 6 attempts" in out
+    assert {line.split()[3] for line in out.splitlines()[2:-1]} == {"cand"}
 
 
 def test_show_ambiguous_attempt_and_bad_variant_name_the_variants(

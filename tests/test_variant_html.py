@@ -14,7 +14,9 @@ import pytest
 from browser import Browser, needs_chromium
 from pytest_agenteval.reporting.html import attempt_details, render_html, write_html
 from pytest_agenteval.reporting.html_variants import matrix_rows
+from pytest_agenteval.reporting.summary import build_summary
 from pytest_agenteval.reporting.svg import Series, line_plot
+from pytest_agenteval.store.runs import IndexRow, RunInfo
 from test_html import page_data, text_of
 from variant_runs import variant_summary, write_variant_run
 
@@ -193,3 +195,16 @@ def test_a_variant_page_needs_no_pooled_metrics(tmp_path: Path) -> None:
     )
     worse = next(r for r in halves if r["id"] == "worse")
     assert worse["cells"] == [[1, 2], [2, 4], None] and worse["d"] is False
+
+
+def test_a_page_without_variants_has_no_variant_parts() -> None:
+    """A run without variants gets no leaderboard, matrix or variant curves, and its data no
+    variant keys: the page it had."""
+    rows = [IndexRow(("ds", "a", 0), "", "", "pass", 1.0, 0.5, None, None, None, (), "", None, "")]
+    run = RunInfo("r1", [{"name": "ds", "version": "1"}], {}, 0.0, 0.0, 1, 1, "complete", [])
+    page = render_html(build_summary(run, rows, ks=None, session_counts={}, status="complete"), {})
+    for part in ('id="variants"', 'id="matrix', "pass@k by variant", 'id="variant-count"'):
+        assert part not in page
+    data = json.loads(re.findall(r'id="agenteval-data">(.*?)</script>', page)[0])
+    assert "variants" not in data and "matrix" not in data and "v" not in data["tasks"][0]
+    assert "pass@k and pass^k" in page and 'id="pass-at-1"' in page

@@ -33,6 +33,7 @@ from .show import (
     attempt_lines,
     check_variant,
     earlier_sessions_end,
+    in_order,
     reuse_of,
     run_lines,
     split_target,
@@ -62,7 +63,7 @@ def show(
         raise ShowError(f"task {task_id!r} has no attempt of variant {chosen!r}")
     if attempt is None:
         return task_lines(task_id, mine, info.run_id, variants)
-    keys = sorted((r.key for r in mine if r.key[2] == attempt), key=str)
+    keys = [r.key for r in sorted(mine, key=in_order(variants)) if r.key[2] == attempt]
     if not keys:
         have = ", ".join(str(n) for n in sorted({r.key[2] for r in mine}))
         raise ShowError(f"task {task_id!r} has no attempt {attempt}; it has {have}")
@@ -97,7 +98,7 @@ def export(store: Store, ref: str, fmt: str, out: TextIO, variant: str | None = 
     since = earlier_sessions_end(info)
     records = sorted(
         (r for r in store.records(info.run_id) if variant is None or r.variant == variant),
-        key=lambda r: (r.dataset, r.task_id, r.attempt, r.variant or ""),
+        key=in_order(variants),
     )
     return WRITERS[fmt]((attempt_row(r, since) for r in records), out, columns(bool(variants)))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..core.errors import AgentevalError
@@ -57,6 +57,19 @@ def variant_names(info: RunInfo, rows: Iterable[IndexRow]) -> list[str]:
     chosen = list(info.variants or ())
     stored = {row.variant for row in rows if row.variant is not None}
     return chosen + sorted(stored - set(chosen))
+
+
+def in_order(variants: Sequence[str]) -> Callable[[IndexRow | AttemptRecord], tuple[Any, ...]]:
+    """A sort key of attempts: by dataset, task and attempt, then variant in the run's order
+    (an attempt without variant first)."""
+    rank = {name: i for i, name in enumerate(variants)}
+
+    def key(attempt: IndexRow | AttemptRecord) -> tuple[Any, ...]:
+        variant = attempt.variant
+        place = -1 if variant is None else rank.get(variant, len(rank))
+        return (attempt.dataset, attempt.task_id, attempt.key[2], place, variant or "")
+
+    return key
 
 
 def check_variant(name: str, variants: Sequence[str], run_id: str) -> str:
