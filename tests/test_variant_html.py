@@ -208,3 +208,25 @@ def test_a_page_without_variants_has_no_variant_parts() -> None:
     data = json.loads(re.findall(r'id="agenteval-data">(.*?)</script>', page)[0])
     assert "variants" not in data and "matrix" not in data and "v" not in data["tasks"][0]
     assert "pass@k and pass^k" in page and 'id="pass-at-1"' in page
+
+
+def test_leaderboard_says_significance_in_words_and_names_variants_left_out(
+    tmp_path: Path,
+) -> None:
+    """A significant fall reads `▼ significant` (not color alone), a rise `▲ significant`, and
+    variants whose records the summary left out are named under the leaderboard."""
+    summary = variant_summary(write_variant_run(tmp_path / "cache"))
+    assert summary.comparison is not None
+    fall = summary.comparison[0].model_copy(
+        update={"change": -0.5, "ci95": [-0.9, -0.1], "significant": True}
+    )
+    page = render_html(
+        summary.model_copy(update={"comparison": [fall], "not_selected": ["old", "older"]}), {}
+    )
+    board = unescape(re.sub(r"<[^>]+>", "", page[page.index('<tr data-variant="cand">') :]))
+    assert board.startswith("candagent:cand0.500 0.000\u20131.0000.667-0.500 (-0.900 to -0.100) ▼")
+    assert 'class="sig-worse">▼ significant<' in page
+    assert "left out of every number): old, older</p>" in page
+    rise = fall.model_copy(update={"change": 0.5, "ci95": [0.1, 0.9]})
+    page = render_html(summary.model_copy(update={"comparison": [rise]}), {})
+    assert 'class="sig-better">▲ significant<' in page and 'id="not-selected"' not in page
