@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from .metrics import INTERVAL_METHOD, mean_interval, rate_variance
 
 if TYPE_CHECKING:  # the summary compares its variants with `compare`
-    from .summary import TaskSummary
+    from .summary import Summary, TaskSummary
 
 RESAMPLES = 10_000
 SEED = 20_260_101
@@ -102,6 +102,21 @@ class Diff:
 def task_rates(tasks: Iterable[TaskSummary]) -> dict[TaskKey, TaskRate]:
     """(dataset, task id) → counts, from summary.json's `tasks` entries."""
     return {(t.dataset, t.task_id): TaskRate(t.n, t.c) for t in tasks}
+
+
+def variant_rates(tasks: Iterable[TaskSummary], variant: str) -> dict[TaskKey, TaskRate]:
+    """(dataset, task id) → counts of one variant's tasks: one side of comparing variants
+    (`compare(variant_rates(tasks, A), variant_rates(tasks, B))`); the tasks that name
+    their own agent (no variant) are never part of it."""
+    return task_rates(t for t in tasks if t.variant == variant)
+
+
+def summary_variants(summary: Summary) -> list[str]:
+    """The variants a summary holds: its `variants` (the reference first), else those its
+    tasks name, in their order; empty for a run without variants."""
+    if summary.variants:
+        return list(summary.variants)
+    return list(dict.fromkeys(t.variant for t in summary.tasks if t.variant is not None))
 
 
 def compare(

@@ -30,11 +30,21 @@ COLUMNS = (
 `judge_cost`; `reused`: "replayed" (recorded by an earlier session), "regraded", or empty."""
 
 
+def columns(variants: bool) -> tuple[str, ...]:
+    """The export's columns: with `variant` after `task` for a run with variants (empty for
+    a task that names its own agent), else COLUMNS as ever."""
+    if not variants:
+        return COLUMNS
+    at = COLUMNS.index("task") + 1
+    return (*COLUMNS[:at], "variant", *COLUMNS[at:])
+
+
 def attempt_row(record: AttemptRecord, earlier_until: float | None) -> dict[str, Any]:
     """One attempt as plain values; numbers stay numbers, a missing one is None."""
     return {
         "dataset": record.dataset,
         "task": record.task_id,
+        "variant": record.variant,
         "attempt": record.attempt,
         "status": record.status,
         "score": record.score,
@@ -49,26 +59,28 @@ def attempt_row(record: AttemptRecord, earlier_until: float | None) -> dict[str,
     }
 
 
-def write_csv(rows: Iterable[dict[str, Any]], out: TextIO) -> int:
+def write_csv(rows: Iterable[dict[str, Any]], out: TextIO, names: tuple[str, ...] = COLUMNS) -> int:
     """A header, then a row per attempt; tags `;`-joined, a missing number an empty cell.
 
     Numbers are written unquoted (QUOTE_MINIMAL), so spreadsheets and pandas read them as
     numbers. Returns how many rows were written."""
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    writer.writerow(names)
     count = 0
     for row in rows:
         values = {**row, "tags": ";".join(row["tags"])}
-        writer.writerow(["" if values[c] is None else values[c] for c in COLUMNS])
+        writer.writerow(["" if values[c] is None else values[c] for c in names])
         count += 1
     return count
 
 
-def write_jsonl(rows: Iterable[dict[str, Any]], out: TextIO) -> int:
+def write_jsonl(
+    rows: Iterable[dict[str, Any]], out: TextIO, names: tuple[str, ...] = COLUMNS
+) -> int:
     """One JSON object per line (tags a list, a missing number null); returns the count."""
     count = 0
     for row in rows:
-        out.write(json.dumps({c: row[c] for c in COLUMNS}, ensure_ascii=False) + "\n")
+        out.write(json.dumps({c: row[c] for c in names}, ensure_ascii=False) + "\n")
         count += 1
     return count
 

@@ -22,9 +22,12 @@ from ..core.errors import ReportError, os_failure
 from ..core.model import Key, Verdict
 from ..core.records import AttemptRecord
 from ..store.runs import Store
+from .html_variants import leaderboard as _leaderboard
+from .html_variants import matrix_rows
+from .html_variants import matrix_shell as _matrix_shell
 from .metrics import INTERVAL_METHOD, MIN_TASKS, percentile
 from .reports import _atomic_write, fmt
-from .summary import Metrics, Summary, TaskSummary, narrowed_words
+from .summary import Metrics, Summary, TaskSummary, VariantSummary, narrowed_words
 from .svg import Bar, Series, histogram, interval_bars, line_plot, seconds
 
 TEXT_LIMIT = 2000
@@ -38,8 +41,8 @@ _SCRIPT_SAFE = (
     ("\u2029", "\\u2029"),
 )
 
-Details = dict[tuple[str, str], list[dict[str, Any]]]
-"""Per (dataset, task id): the page's view of each stored attempt, by attempt index."""
+Details = dict[tuple[str, str, str | None], list[dict[str, Any]]]
+"""Per (dataset, task id, variant): the page's view of each stored attempt, by attempt index."""
 
 
 def attempt_details(store: Store, run_id: str, reused: Iterable[Key] = ()) -> Details:
@@ -50,7 +53,7 @@ def attempt_details(store: Store, run_id: str, reused: Iterable[Key] = ()) -> De
     details: Details = {}
     for record in store.records(run_id):
         view = attempt_view(record, record.key in replayed)
-        details.setdefault(record.key[:2], []).append(view)
+        details.setdefault((record.dataset, record.task_id, record.variant), []).append(view)
     for views in details.values():
         views.sort(key=lambda v: v["i"])
     return details
@@ -153,21 +156,22 @@ def render_html(summary: Summary, details: Details) -> str:
     ds = summary.dataset
     title = f"agenteval {ds.name} {ds.version} · run {summary.run_id}"
     k = _largest_k(summary)
-    data = {
+    data: dict[str, Any] = {
         "k": k,
         "run": summary.run_id,
         "multi": len(summary.datasets) > 1,
         "tasks": [_task_view(task, details, k) for task in summary.tasks],
         "tags": sorted(summary.tags),
     }
-    body = "\n".join(
-        [
-            _headline(summary),
-            _plots(summary),
-            _problems(summary),
-            _table_shell(k),
-        ]
-    )
+    parts = [_headline(summary)]
+    if summary.variants:
+        names = list(summary.variants)
+        data["variants"], data["matrix"] = names, matrix_rows(summary.tasks, names)
+        parts.append(_leaderboard(summary, k))
+    parts += [_plots(summary), _problems(summary)]
+    if summary.variants:
+        parts.append(_matrix_shell(list(summary.variants)))
+    body = "\n".join([*parts, _table_shell(k)])
     js = _asset("report.js")
     return _PAGE.format(
         title=escape(title),
@@ -221,14 +225,24 @@ style-src 'unsafe-inline'; script-src '{script_hash}'">
 
 
 def _largest_k(summary: Summary) -> int:
-    return max((int(k) for k in summary.metrics.pass_at_k), default=1)
+    return max(_ks(summary), default=1)
+
+
+def _ks(summary: Summary) -> list[int]:
+    """The k values of the run's pass@k: of its metrics, else of any of its variants."""
+    groups = [summary.metrics] if summary.metrics else [v.metrics for v in _variants(summary)]
+    return sorted({int(k) for group in groups for k in group.pass_at_k})
+
+
+def _variants(summary: Summary) -> list[VariantSummary]:
+    return list((summary.variants or {}).values())
 
 
 def _task_view(task: TaskSummary, details: Details, k: int) -> dict[str, Any]:
     """A table row: the summary's numbers (pass@k at the suite's largest k: None for a task
     with fewer attempts), cost and p50 duration from the records, and the attempts (the
     summary's short form where a full record could not be read)."""
-    attempts = details.get((task.dataset, task.task_id), [])
+    attempts = details.get((task.dataset, task.task_id, task.variant), [])
     read = {a["i"] for a in attempts}
     attempts = attempts + [
         {"i": a.index, "s": a.status, "d": a.duration, "r": a.reason, "lost": True}
@@ -242,6 +256,7 @@ def _task_view(task: TaskSummary, details: Details, k: int) -> dict[str, Any]:
     return {
         "id": task.task_id,
         "ds": task.dataset,
+        **({"v": task.variant} if task.variant is not None else {}),
         "tags": task.tags,
         "n": task.n,
         "c": task.c,
@@ -261,9 +276,11 @@ def _headline(summary: Summary) -> str:
     m, counts, tot = summary.metrics, summary.counts, summary.totals
     ds = summary.dataset
     status = summary.status
+    tasks = m.n_tasks if m else len({(t.dataset, t.task_id) for t in summary.tasks})
+    headline = ("pass@1", _pass_at_1(m)) if m else ("variants", _variant_count(summary))
     cells = [
-        ("pass@1", _pass_at_1(m)),
-        ("tasks", f"{m.n_tasks}{_not_loaded(summary)}"),
+        headline,
+        ("tasks", f"{tasks}{_not_loaded(summary)}"),
         ("attempts", f"{summary.n_attempts}"),
         ("passed / failed / errors", f"{counts.passed} / {counts.fail} / {counts.error}"),
         *([("over budget", str(counts.over_budget))] if counts.over_budget else []),
@@ -290,6 +307,16 @@ agent <strong>{escape(summary.agent.label)}</strong>
 {"".join(f"<div><dt>{escape(k)}</dt><dd>{v}</dd></div>" for k, v in cells)}
 </dl>
 </header>"""
+
+
+def _variant_count(summary: Summary) -> str:
+    """In place of pass@1 for a run of several variants: their count (numbers per variant are
+    in the leaderboard, never pooled)."""
+    count = len(summary.variants or {})
+    return (
+        f'<span class="big" id="variant-count">{count}</span>'
+        '<span class="ci">pass@1 per variant below</span>'
+    )
 
 
 def _not_loaded(summary: Summary) -> str:
@@ -343,20 +370,7 @@ def _when(stamp: float) -> str:
 
 
 def _plots(summary: Summary) -> str:
-    m = summary.metrics
-    ks = [int(k) for k in m.pass_at_k]
-    per_k = [f"{m.tasks_per_k.get(str(k), 0)} tasks" for k in ks]
-    over_k = line_plot(
-        "pass@k and pass^k",
-        ks,
-        [
-            Series("pass@k", [m.pass_at_k[str(k)] for k in ks]),
-            Series("pass^k", [m.pass_power_k[str(k)] for k in ks]),
-        ],
-        per_k,
-        "k (tasks behind each k)",
-        "mean over tasks",
-    )
+    over_k = _variant_curves(summary) if summary.variants else _pass_curves(summary)
     tags = sorted(summary.tags.items(), key=lambda item: (-item[1].n_tasks, item[0]))
     bars = [_tag_bar(tag, g) for tag, g in tags[:MAX_TAG_BARS]]
     title = "pass@1 by tag, 95% CI" + (
@@ -374,6 +388,44 @@ def _plots(summary: Summary) -> str:
             )
         )
         + "\n</section>"
+    )
+
+
+def _pass_curves(summary: Summary) -> str:
+    """pass@k and pass^k of the run over k."""
+    m = summary.metrics
+    assert m is not None  # a run without variants, or of one
+    ks = [int(k) for k in m.pass_at_k]
+    per_k = [f"{m.tasks_per_k.get(str(k), 0)} tasks" for k in ks]
+    return line_plot(
+        "pass@k and pass^k",
+        ks,
+        [
+            Series("pass@k", [m.pass_at_k[str(k)] for k in ks]),
+            Series("pass^k", [m.pass_power_k[str(k)] for k in ks]),
+        ],
+        per_k,
+        "k (tasks behind each k)",
+        "mean over tasks",
+    )
+
+
+def _variant_curves(summary: Summary) -> str:
+    """Every variant's pass@k on one plot, told apart by marker and dash as well as color."""
+    ks = _ks(summary)
+    variants = summary.variants or {}
+    series = [
+        Series(name, [v.metrics.pass_at_k.get(str(k)) for k in ks]) for name, v in variants.items()
+    ]
+    behind = [max(v.metrics.tasks_per_k.get(str(k), 0) for v in variants.values()) for k in ks]
+    return line_plot(
+        "pass@k by variant",
+        ks,
+        series,
+        [f"{n} tasks" for n in behind],
+        "k (most tasks behind each k)",
+        "mean over tasks",
+        marked=True,
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..core.errors import AgentevalError
@@ -30,19 +30,58 @@ class ShowError(AgentevalError):
     """What `show` was asked for is not in the run."""
 
 
-def split_target(target: str, task_ids: Iterable[str]) -> tuple[str, int | None]:
-    """`TASK_ID` or `TASK_ID/ATTEMPT`. Task ids may hold `/` (and end in a number), so a whole
-    task id wins; else the last `/N` is the attempt."""
+def split_target(
+    target: str, task_ids: Iterable[str], variants: Sequence[str] = ()
+) -> tuple[str, str | None, int | None]:
+    """`TASK_ID`, `TASK_ID/ATTEMPT`, and in a run with variants `TASK_ID/VARIANT` and
+    `TASK_ID/VARIANT/ATTEMPT`, as (task id, variant, attempt). Task ids may hold `/` (and end
+    in a number), so a whole task id wins; else the last `/N` is the attempt."""
     known = set(task_ids)
-    if target in known:
-        return target, None
     match = _ATTEMPT.fullmatch(target)
-    if match and match[1] in known:
-        return match[1], int(match[2])
-    wanted = match[1] if match else target
-    close = difflib.get_close_matches(wanted, sorted(known), n=3, cutoff=0.5)
+    head, attempt = (match[1], int(match[2])) if match else (target, None)
+    for task_id, rest in ((target, None), (head, attempt)):
+        if task_id in known:
+            return task_id, None, rest
+    for task_id, rest in ((target, None), (head, attempt)):
+        task_id, _, variant = task_id.rpartition("/")
+        if variant in variants and task_id in known:
+            return task_id, variant, rest
+    close = difflib.get_close_matches(head, sorted(known), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise ShowError(f"no task {wanted!r} in this run{hint}")
+    raise ShowError(f"no task {head!r} in this run{hint}")
+
+
+def variant_names(info: RunInfo, rows: Iterable[IndexRow]) -> list[str]:
+    """The run's variants: those its last session selected (the reference first), then any
+    other its records hold, by name; empty for a run without variants."""
+    chosen = list(info.variants or ())
+    stored = {row.variant for row in rows if row.variant is not None}
+    return chosen + sorted(stored - set(chosen))
+
+
+def in_order(variants: Sequence[str]) -> Callable[[IndexRow | AttemptRecord], tuple[Any, ...]]:
+    """A sort key of attempts: by dataset, task and attempt, then variant in the run's order
+    (an attempt without variant first)."""
+    rank = {name: i for i, name in enumerate(variants)}
+
+    def key(attempt: IndexRow | AttemptRecord) -> tuple[Any, ...]:
+        variant = attempt.variant
+        place = -1 if variant is None else rank.get(variant, len(rank))
+        return (attempt.dataset, attempt.task_id, attempt.key[2], place, variant or "")
+
+    return key
+
+
+def check_variant(name: str, variants: Sequence[str], run_id: str) -> str:
+    """`name` when the run has that variant, else a ShowError listing the run's variants."""
+    if name in variants:
+        return name
+    if not variants:
+        raise ShowError(f"run {run_id} has no variants (its dataset names no `variants:`)")
+    close = difflib.get_close_matches(name, variants, n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    listed = ", ".join(variants)
+    raise ShowError(f"no variant {name!r} in run {run_id}{hint}; its variants: {listed}")
 
 
 def reuse_of(record: AttemptRecord, earlier_until: float | None) -> str:
@@ -62,42 +101,69 @@ def earlier_sessions_end(info: RunInfo) -> float | None:
 
 
 def run_lines(info: RunInfo, rows: Sequence[IndexRow]) -> list[str]:
-    """The run's heading and one line per task: passed/attempts, fails, errors, id."""
-    by_task: dict[tuple[str, str], list[IndexRow]] = {}
+    """The run's heading and one line per task (per task and variant in a run with variants):
+    passed/attempts, fails, errors, variant, id."""
+    by_task: dict[tuple[str, str, str | None], list[IndexRow]] = {}
     for row in rows:
-        by_task.setdefault(row.key[:2], []).append(row)
+        by_task.setdefault((row.dataset, row.task_id, row.variant), []).append(row)
+    variants = variant_names(info, rows)
+    rank = {name: i for i, name in enumerate(variants)}
+    width = max((len(v) for v in variants), default=0)
     datasets = "+".join(d["name"] for d in info.datasets)
+    tasks = len({key[:2] for key in by_task})
     lines = [
-        f"run {info.run_id} ({info.status}) · dataset {datasets} · {len(by_task)} tasks, "
-        f"{len(rows)} attempts",
-        f"{'passed':>8} {'fail':>5} {'error':>5}  task",
+        f"run {info.run_id} ({info.status}) · dataset {datasets} · {tasks} tasks, "
+        f"{len(rows)} attempts" + (f" · variants {', '.join(variants)}" if variants else ""),
+        f"{'passed':>8} {'fail':>5} {'error':>5}  "
+        + (f"{'variant':{width}}  " if width else "")
+        + "task",
     ]
     several = len(info.datasets) > 1
-    for (dataset, task_id), attempts in sorted(by_task.items()):
+    order = sorted(by_task, key=lambda k: (k[0], k[1], rank.get(k[2], -1) if k[2] else -1))
+    for dataset, task_id, variant in order:
+        attempts = by_task[(dataset, task_id, variant)]
         counts = {s: sum(1 for a in attempts if a.status == s) for s in ("pass", "fail", "error")}
         name = f"{dataset}::{task_id}" if several else task_id
+        column = f"{variant or '-':{width}}  " if width else ""
         lines.append(
             f"{counts['pass']:>4}/{len(attempts):<3} {counts['fail']:>5} {counts['error']:>5}"
-            f"  {name}"
+            f"  {column}{name}"
         )
+    one = "TASK_ID/N --variant NAME (or TASK_ID/VARIANT/N)" if variants else "TASK_ID/N"
     lines.append(
-        f"show a task's attempts: agenteval show {info.run_id} TASK_ID; one attempt: TASK_ID/N"
+        f"show a task's attempts: agenteval show {info.run_id} TASK_ID; one attempt: {one}"
     )
     return lines
 
 
-def task_lines(task_id: str, rows: Sequence[IndexRow], run_id: str = "RUN") -> list[str]:
-    """One line per attempt of the task: status, score, duration, tokens, cost, reason."""
-    mine = sorted((r for r in rows if r.task_id == task_id), key=lambda r: r.key)
+def task_lines(
+    task_id: str, rows: Sequence[IndexRow], run_id: str = "RUN", variants: Sequence[str] = ()
+) -> list[str]:
+    """One line per attempt of the task: status, score, duration, tokens, cost, reason (and
+    its variant, in a run with variants: the variants in the run's order)."""
+    rank = {name: i for i, name in enumerate(variants)}
+    mine = sorted(
+        (r for r in rows if r.task_id == task_id),
+        key=lambda r: (r.dataset, rank.get(r.variant, -1) if r.variant else -1, r.key[2]),
+    )
     passed = sum(1 for r in mine if r.status == "pass")
-    lines = [f"task {task_id}: {passed}/{len(mine)} attempts passed"]
+    shown = sorted({r.variant for r in mine if r.variant}, key=lambda v: rank.get(v, -1))
+    width = max((len(v) for v in shown), default=0)
+    lines = [
+        f"task {task_id}: {passed}/{len(mine)} attempts passed"
+        + (f" (variant {', '.join(shown)})" if shown else "")
+    ]
     for row in mine:
         usage = _usage(row.input_tokens, row.output_tokens, row.spend)
+        column = f"  {row.variant or '-':{width}}" if width else ""
         lines.append(
-            f"  {row.key[2]:>3}  {row.status:5}  score {_num(row.score)}  "
+            f"  {row.key[2]:>3}{column}  {row.status:5}  score {_num(row.score)}  "
             f"{row.duration:.2f}s{usage}  {row.reason}"
         )
-    lines.append(f"one attempt in full: agenteval show {run_id} {task_id}/N")
+    if shown:
+        lines.append(f"one attempt in full: agenteval show {run_id} {task_id}/VARIANT/N")
+    else:
+        lines.append(f"one attempt in full: agenteval show {run_id} {task_id}/N")
     return lines
 
 
@@ -106,7 +172,9 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
     cut = _Cut(full)
     asked = "(not kept)" if record.task_input is None else cut(_text(record.task_input))
     lines = [
-        f"task {record.task_id} attempt {record.attempt} ({record.dataset}): {record.status}"
+        f"task {record.task_id} attempt {record.attempt} ({record.dataset}"
+        + (f", variant {record.variant}" if record.variant else "")
+        + f"): {record.status}"
         + (f" ({reuse})" if reuse else ""),
         f"score {_num(record.score)} · duration {record.duration:.3f}s"
         + _usage(record.input_tokens, record.output_tokens, record.spend)

@@ -14,6 +14,11 @@ from html import escape
 WIDTH, HEIGHT = 420, 250
 LEFT, RIGHT, TOP, BOTTOM = 48, 16, 30, 58
 COLORS = ("#2563eb", "#d97706", "#059669", "#7c3aed")
+MARKED_COLORS = (*COLORS, "#dc2626", "#0891b2", "#4b5563", "#db2777")
+"""Colors of a plot whose lines also differ by marker and dash (the variants' curves)."""
+MARKERS = ("circle", "square", "triangle", "diamond")
+DASHES = ("", "7 3", "2 3", "9 3 2 3")
+LEGEND_ROW, LEGEND_COLUMN = 18, 180
 
 
 @dataclass(frozen=True)
@@ -67,11 +72,15 @@ def line_plot(
     notes: Sequence[str],
     x_label: str,
     y_label: str,
+    marked: bool = False,
 ) -> str:
     """Rates in [0, 1] over integer x; `notes` are a second line under each x tick (such as
-    the number of tasks behind that k)."""
+    the number of tasks behind that k). `marked`: the lines differ by marker shape and dash
+    too, not by color alone, with the legend in rows below the plot (room for many lines)."""
     top, bottom = TOP + 8, HEIGHT - BOTTOM
-    parts = _open(title) + _y_axis(y_label, top, bottom, _rate_ticks(top, bottom))
+    rows = math.ceil(len(series) / 2) if marked else 0
+    parts = _open(title, height=HEIGHT + LEGEND_ROW * rows)
+    parts += _y_axis(y_label, top, bottom, _rate_ticks(top, bottom))
     span = WIDTH - RIGHT - LEFT - 30
     step = span / max(len(xs) - 1, 1)
     x_of = {x: LEFT + 15 + (i * step if len(xs) > 1 else span / 2) for i, x in enumerate(xs)}
@@ -88,23 +97,68 @@ def line_plot(
         f'text-anchor="middle">{escape(x_label)}</text>'
     )
     for index, line in enumerate(series):
-        color = COLORS[index % len(COLORS)]
+        style = _style(index) if marked else (COLORS[index % len(COLORS)], "circle", "")
+        color, shape, dash = style
         points = [
             (x_of[x], bottom - (bottom - top) * v, x, v)
             for x, v in zip(xs, line.values, strict=True)
             if v is not None
         ]
         path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in points)
-        parts.append(f'<polyline class="series" points="{path}" stroke="{color}"/>')
+        dashed = f' stroke-dasharray="{dash}"' if dash else ""
+        parts.append(f'<polyline class="series" points="{path}" stroke="{color}"{dashed}/>')
         for px, py, x, v in points:
-            parts.append(
-                f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{color}">'
-                f"<title>{escape(line.name)} k={x}: {v:.3f}</title></circle>"
-            )
+            tip = f"{escape(line.name)} k={x}: {v:.3f}"
+            parts.append(_marker(shape, px, py, color, tip))
+        if marked:
+            parts += _legend_entry(index, line.name, style)
+            continue
         lx = WIDTH - RIGHT - 150 + index * 75
         parts.append(f'<rect x="{lx}" y="8" width="10" height="10" rx="2" fill="{color}"/>')
         parts.append(f'<text class="legend" x="{lx + 14}" y="17">{escape(line.name)}</text>')
     return "\n".join([*parts, "</svg>"])
+
+
+def _style(index: int) -> tuple[str, str, str]:
+    """(color, marker, dash) of a marked plot's line: the first sixteen differ in marker or
+    dash, whatever the colors look like."""
+    shape = MARKERS[index % len(MARKERS)]
+    dash = DASHES[(index + index // len(MARKERS)) % len(DASHES)]
+    return MARKED_COLORS[index % len(MARKED_COLORS)], shape, dash
+
+
+def _marker(shape: str, x: float, y: float, color: str, tip: str) -> str:
+    """A point's mark with its hover text (`tip` already escaped)."""
+    title = f"<title>{tip}</title>"
+    if shape == "circle":
+        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}">{title}</circle>'
+    if shape == "square":
+        return (
+            f'<rect x="{x - 3.5:.1f}" y="{y - 3.5:.1f}" width="7" height="7" fill="{color}">'
+            f"{title}</rect>"
+        )
+    corners = {
+        "triangle": ((0, -4.5), (4.2, 3.2), (-4.2, 3.2)),
+        "diamond": ((0, -4.5), (4.5, 0), (0, 4.5), (-4.5, 0)),
+    }[shape]
+    points = " ".join(f"{x + dx:.1f},{y + dy:.1f}" for dx, dy in corners)
+    return f'<polygon class="marker-{shape}" points="{points}" fill="{color}">{title}</polygon>'
+
+
+def _legend_entry(index: int, name: str, style: tuple[str, str, str]) -> list[str]:
+    """A legend row below the plot, two to a row: a stretch of the line, its marker, the name."""
+    color, shape, dash = style
+    x = LEFT + (index % 2) * LEGEND_COLUMN
+    y = HEIGHT + 4 + (index // 2) * LEGEND_ROW
+    dashed = f' stroke-dasharray="{dash}"' if dash else ""
+    label = name if len(name) <= 24 else name[:23] + "…"
+    return [
+        f'<line class="series" x1="{x}" x2="{x + 28}" y1="{y:.1f}" y2="{y:.1f}" '
+        f'stroke="{color}"{dashed}/>',
+        _marker(shape, x + 14, y, color, escape(name)),
+        f'<text class="legend" x="{x + 34}" y="{y + 4:.1f}">{escape(label)}'
+        f"<title>{escape(name)}</title></text>",
+    ]
 
 
 @dataclass(frozen=True)

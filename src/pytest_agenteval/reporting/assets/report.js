@@ -42,6 +42,7 @@
     if (status && !STATUS[status](task)) return false;
     if (!needle) return true;
     if (task.id.toLowerCase().indexOf(needle) >= 0) return true;
+    if (task.v && task.v.toLowerCase().indexOf(needle) >= 0) return true;
     if (task.tags.join(" ").toLowerCase().indexOf(needle) >= 0) return true;
     return task.a.some(function (a) { return (a.r || "").toLowerCase().indexOf(needle) >= 0; });
   }
@@ -81,6 +82,7 @@
     var tr = el("tr", "task");
     tr.dataset.task = task.id;
     var name = el("td", null, data.multi ? task.ds + " / " + task.id : task.id);
+    if (task.v) name.appendChild(el("span", "variant", task.v));
     task.tags.forEach(function (tag) { name.appendChild(el("span", "tag", tag)); });
     tr.appendChild(name);
     tr.appendChild(el("td", "num", task.n));
@@ -142,7 +144,7 @@
     if (length > value.length) {
       parent.appendChild(el("div", "cut", "the page holds the first " + value.length + " of " +
         length.toLocaleString("en") + " characters; agenteval show " + data.run + " " +
-        task.id + "/" + a.i + " --full shows all"));
+        task.id + (task.v ? "/" + task.v : "") + "/" + a.i + " --full shows all"));
     }
   }
 
@@ -238,6 +240,82 @@
     tr.scrollIntoView({block: "nearest"});
   }
 
+  // A run with variants: the tasks x variants matrix, each cell c/n colored by its rate, a
+  // filter to the tasks where the variants disagree, a cell opening those attempts.
+  function variantMatrix() {
+    var body = document.querySelector("#matrix tbody");
+    var disagree = document.getElementById("filter-disagree");
+    var label = document.getElementById("matrix-count");
+    var button = document.getElementById("matrix-more");
+    var byKey = {}, shownRows = [], drawn = 0;
+    data.tasks.forEach(function (t) { if (t.v) byKey[[t.ds, t.id, t.v].join("\u0000")] = t; });
+
+    function shade(cell) {
+      var c = cell[0], n = cell[1];
+      if (c === n) return 4;
+      if (c === 0) return 0;
+      return 1 + Math.min(2, Math.floor(3 * c / n));
+    }
+    function open(tr, row, index) {
+      var variant = data.variants[index], next = tr.nextSibling;
+      var was = next && next.className === "drill-row" ? next.dataset.variant : null;
+      if (was !== null) body.removeChild(next);
+      tr.querySelectorAll("td.open").forEach(function (td) { td.classList.remove("open"); });
+      if (was === variant) return;
+      var task = byKey[[row.ds, row.id, variant].join("\u0000")];
+      var drill = el("tr", "drill-row");
+      drill.dataset.variant = variant;
+      var cell = el("td", "drill");
+      cell.colSpan = data.variants.length + 1;
+      cell.appendChild(el("div", "label", "variant " + variant + " · task " + row.id));
+      task.a.forEach(function (a) { cell.appendChild(attemptBox(task, a)); });
+      drill.appendChild(cell);
+      body.insertBefore(drill, tr.nextSibling);
+      tr.children[index + 1].classList.add("open");
+    }
+    function matrixRow(row) {
+      var tr = el("tr", "mrow" + (row.d ? " disagree" : ""));
+      tr.dataset.task = row.id;
+      tr.appendChild(el("td", null, data.multi ? row.ds + " / " + row.id : row.id));
+      row.cells.forEach(function (cell, index) {
+        if (!cell) {
+          tr.appendChild(el("td", "cell none", "–"));
+          return;
+        }
+        var td = el("td", "cell rate-" + shade(cell), cell[0] + "/" + cell[1]);
+        td.dataset.variant = data.variants[index];
+        td.tabIndex = 0;
+        td.title = data.variants[index] + ": " + cell[0] + " of " + cell[1] + " attempts passed";
+        td.addEventListener("click", function () { open(tr, row, index); });
+        td.addEventListener("keydown", function (event) {
+          if (event.key === "Enter") open(tr, row, index);
+        });
+        tr.appendChild(td);
+      });
+      return tr;
+    }
+    function more() {
+      var end = Math.min(drawn + PAGE, shownRows.length);
+      var fragment = document.createDocumentFragment();
+      for (var i = drawn; i < end; i++) fragment.appendChild(matrixRow(shownRows[i]));
+      body.appendChild(fragment);
+      drawn = end;
+      label.textContent = "showing " + drawn + " of " + shownRows.length + " tasks" +
+        (disagree.checked ? " where the variants disagree (" + data.matrix.length + " in all)" : "");
+      button.hidden = drawn >= shownRows.length;
+      button.textContent = "show " + Math.min(PAGE, shownRows.length - drawn) + " more";
+    }
+    function draw() {
+      shownRows = data.matrix.filter(function (row) { return !disagree.checked || row.d; });
+      body.textContent = "";
+      drawn = 0;
+      more();
+    }
+    disagree.addEventListener("change", draw);
+    button.addEventListener("click", more);
+    draw();
+  }
+
   data.tags.forEach(function (tag) {
     var option = el("option", null, tag);
     option.value = tag;
@@ -256,6 +334,7 @@
   statusSelect.addEventListener("change", refresh);
   more.addEventListener("click", showMore);
   refresh();
+  if (data.variants) variantMatrix();
   openFromHash();
   document.body.dataset.renderedMs = performance.now().toFixed(1);
 })();
