@@ -191,8 +191,9 @@ def test_a_timeout_kills_the_container_and_its_program(
 
 
 def test_a_missing_image_is_a_clear_error_said_once(image: str) -> None:
-    """An image that is not present and cannot be pulled is a `sandbox build` error naming
-    it and what to do; a second attempt gets the same error without trying again."""
+    """An image that is not present and cannot be pulled is a `build_failed` error naming
+    it and what to do; a second attempt gets the same error without trying again, its story
+    not told twice."""
     images = Images()
     spec = SandboxSpec(docker=DockerImage(image="agenteval-test-absent:none"))
     with pytest.raises(SandboxUnavailable) as first:
@@ -203,7 +204,8 @@ def test_a_missing_image_is_a_clear_error_said_once(image: str) -> None:
     assert "docker build" in first.value.detail
     with pytest.raises(SandboxUnavailable) as second:
         DockerEnvironment(spec, f"agenteval-test-absent-{os.getpid()}", None, images)
-    assert second.value is first.value
+    assert second.value.message == first.value.message and first.value.phase == "build"
+    assert second.value.error_type == "build_failed" and "docker build" not in second.value.detail
 
 
 def test_a_daemon_that_does_not_answer_is_a_clear_error(
@@ -295,8 +297,8 @@ def test_an_interrupted_session_removes_the_containers_it_made(
 def test_a_missing_image_errors_each_attempt_and_the_others_run(
     pytester: pytest.Pytester, dataset: DatasetMaker, image: str
 ) -> None:
-    """A task whose image is missing is an error saying so; a task without a sandbox runs
-    on the host as before."""
+    """A task whose image is missing errs in phase `build` (`build_failed`), its story told
+    once on the terminal; a task without a sandbox runs on the host as before."""
     dataset(
         {
             "boxed.yaml": {
@@ -311,7 +313,10 @@ def test_a_missing_image_errors_each_attempt_and_the_others_run(
     result = pytester.runpytest("--agenteval", "ds", "--attempts", "2")
     result.assert_outcomes(passed=2, errors=2)
     result.stdout.fnmatch_lines(["*sandbox build: the image 'agenteval-test-absent:none'*"])
-    assert latest_record(pytester.path, "boxed", 0)["error_type"] == "sandbox_unavailable"
+    assert result.stdout.str().count("docker build -t agenteval-test-absent:none") == 1
+    for attempt in (0, 1):
+        record = latest_record(pytester.path, "boxed", attempt)
+        assert (record["error_type"], record["phase"]) == ("build_failed", "build")
 
 
 @pytest.mark.slow

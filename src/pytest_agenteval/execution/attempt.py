@@ -166,6 +166,7 @@ class AttemptRunner:
                 exc, (KeyboardInterrupt, AgentUnavailable, NotStarted, *self.passthrough)
             ):
                 raise
+            phase = getattr(exc, "phase", phase)  # a sandbox's image that cannot be had: build
             record = context.record("error", verdicts, result, started, t0, exc, phase)
             self._count_judges(record)
             return Outcome(decision, record, exc, context.environment)
