@@ -18,6 +18,7 @@ from helpers import DatasetMaker, default_sigint, latest_record
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.docker import (
     LABEL,
+    BuildFailed,
     DockerEnvironment,
     Images,
     SandboxUnavailable,
@@ -204,7 +205,7 @@ def test_a_missing_image_is_a_clear_error_said_once(image: str) -> None:
     assert "docker build" in first.value.detail
     with pytest.raises(SandboxUnavailable) as second:
         DockerEnvironment(spec, f"agenteval-test-absent-{os.getpid()}", None, images)
-    assert second.value.message == first.value.message and first.value.phase == "build"
+    assert second.value.message == first.value.message and isinstance(first.value, BuildFailed)
     assert second.value.error_type == "build_failed" and "docker build" not in second.value.detail
 
 

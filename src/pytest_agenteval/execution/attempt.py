@@ -358,6 +358,8 @@ class _Attempt:
             task_input=task.spec.input,
             expected=task.spec.expected,
             wait=self.wait,
+            image=getattr(self.environment, "image_id", None),  # a sandbox's
+            environment=getattr(self.environment, "captured", None),
         )
         pricing = task.dataset.manifest.pricing
         return with_prices(record, pricing) if pricing else record

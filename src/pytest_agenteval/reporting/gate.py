@@ -70,6 +70,9 @@ def _problems(
     loads = len(summary.load_errors)
     if loads:
         problems.append(f"{loads} task(s) could not be loaded")
+    built = summary.counts.build_failed
+    if built:  # nothing was evaluated: allowing errors does not allow these
+        problems.append(f"{built} attempt(s) could not build or pull their sandbox image")
     errors = summary.counts.error
     if errors and not allow_errors:
         problems.append(f"{errors} attempt(s) errored ({flag_prefix}allow-errors accepts them)")
