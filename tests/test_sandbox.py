@@ -4,25 +4,33 @@ running. Skipped when no daemon answers, except under `CI=true`, where that fail
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers import DatasetMaker, default_sigint, latest_record
+from helpers import WORKERS, DatasetMaker, default_sigint, latest_record, stored, summary_of
+from pytest_agenteval.cli import main
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.docker import (
     LABEL,
+    RUN_LABEL,
     BuildFailed,
     DockerEnvironment,
     Images,
     SandboxUnavailable,
     remove_orphans,
+    session_label,
 )
 from pytest_agenteval.execution.environment import ChangedFile, Environment
 
@@ -417,3 +425,279 @@ def test_sandboxes_under_xdist_workers_with_concurrency(
     )
     result.assert_outcomes(passed=8)
     assert _containers("-ds--xdist") == []
+
+
+def _labelled(label: str) -> list[str]:
+    """The containers (running or not) carrying `label` (`name` or `name=value`)."""
+    listed = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return listed.stdout.split()
+
+
+def _inspect(name: str, template: str) -> str:
+    done = subprocess.run(
+        ["docker", "inspect", "--format", template, name], capture_output=True, text=True
+    )
+    return done.stdout.strip()
+
+
+def _records_per_key(root: Path, run_id: str) -> Counter[tuple[str, int]]:
+    lines = (root / f".pytest_cache/agenteval/runs/{run_id}/records.jsonl").read_text()
+    return Counter((r["task_id"], r["attempt"]) for r in map(json.loads, lines.splitlines()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", WORKERS)
+def test_a_killed_session_leaves_an_orphan_that_the_resume_removes(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, workers: list[str]
+) -> None:
+    """kill -9 of the session while a sandboxed attempt runs leaves its container, labelled
+    with the run; `--resume-suite` removes it, runs that attempt again, and records every
+    attempt exactly once."""
+    root = dataset(
+        {
+            "fast.yaml": {"input": "a", "expected": "a"},
+            "slow.yaml": {"input": "b", "expected": "b"},
+        },
+        manifest={"agent": "boxed:run", "defaults": {"sandbox": _sandboxed(image)}},
+    )
+    (root / "boxed.py").write_text(
+        "import pathlib\n"
+        "def run(task):\n"
+        "    box = task.environment\n"
+        "    if task.id == 'slow' and pathlib.Path(__file__).with_name('hold').exists():\n"
+        "        box.exec(['sleep', '600'])\n"
+        "    return task.input\n"
+    )
+    (root / "hold").touch()
+    run_id = f"orphan{os.getpid()}{len(workers)}"
+    session = pytester.popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--agenteval",
+            "ds",
+            "--agenteval-run-id",
+            run_id,
+            *workers,
+        ],
+        stdin=None,  # type: ignore[arg-type]
+        start_new_session=True,
+        preexec_fn=default_sigint,
+    )
+    deadline = time.monotonic() + 120  # hang guard
+    slow: list[str] = []
+    while not (slow and stored(pytester.path)) and time.monotonic() < deadline:
+        slow = [n for n in _labelled(f"{RUN_LABEL}={run_id}") if "-ds--slow--" in n]
+        time.sleep(0.1)
+    (orphan,) = slow
+    os.killpg(session.pid, signal.SIGKILL)
+    session.wait(30)
+    assert _inspect(orphan, "{{.State.Running}}") == "true", "the orphan is left running"
+    (root / "hold").unlink()
+    resumed = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-run-id", run_id, "--resume-suite", *workers
+    )
+    resumed.assert_outcomes(passed=2)
+    assert _labelled(f"{RUN_LABEL}={run_id}") == []
+    assert _records_per_key(pytester.path, run_id) == {("fast", 0): 1, ("slow", 0): 1}
+
+
+def test_repair_removes_the_sandboxes_of_gone_sessions(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agenteval repair` removes the containers whose session is gone, says how many, and
+    leaves a live session's alone."""
+    dataset({"a.yaml": {"input": "x", "expected": "x"}}, manifest={"agent": {"command": ["cat"]}})
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout.strip()
+    names = {}
+    for who, pid in (("gone", int(gone)), ("live", os.getpid())):
+        names[who] = f"agenteval-test-repair-{who}-{os.getpid()}"
+        label = f"{LABEL}={session_label(pid)}"
+        subprocess.run(
+            [
+                "docker",
+                "run",
+                "-d",
+                "--name",
+                names[who],
+                "--label",
+                label,
+                "--network",
+                "none",
+                "--entrypoint",
+                "sleep",
+                image,
+                "infinity",
+            ],
+            check=True,
+            capture_output=True,
+        )
+    try:
+        assert main(["repair", "latest"]) == 0
+        said = capsys.readouterr().out
+        assert re.search(
+            r"^[1-9]\d* sandbox container\(s\) of sessions that are gone removed$", said, re.M
+        ), said
+        assert _containers(names["gone"]) == [] and _containers(names["live"]) == [names["live"]]
+    finally:
+        subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [["--agenteval-keep-sandboxes", "failed"], ["-o", "agenteval_keep_sandboxes=failed"]],
+    ids=["option", "ini"],
+)
+def test_kept_sandboxes_are_stopped_and_named_in_the_failure_report(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, how: list[str]
+) -> None:
+    """With `--agenteval-keep-sandboxes failed` (or its ini twin) a failed attempt's container
+    is kept, stopped, under the name its failure report gives; a passed one is removed."""
+    dataset(
+        {"good.yaml": {"input": "x", "expected": "x"}, "bad.yaml": {"input": "y", "expected": "x"}},
+        manifest={
+            "agent": {"command": ["sh", "-c", 'echo -n "$0" | tee answer.txt', "{input}"]},
+            "defaults": {"sandbox": _sandboxed(image)},
+        },
+    )
+    run_id = f"keep{os.getpid()}{len(how[0])}"
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", run_id, *how)
+    result.assert_outcomes(passed=1, failed=1)
+    kept = _labelled(f"{RUN_LABEL}={run_id}")
+    try:
+        assert len(kept) == 1 and kept[0].startswith("agenteval-kept-") and "--bad--" in kept[0]
+        result.stdout.fnmatch_lines(
+            [f"*workspace kept: docker container {kept[0]} (kept, stopped*"]
+        )
+        assert _inspect(kept[0], "{{.State.Running}}") == "false"
+        copied = subprocess.run(
+            ["docker", "cp", f"{kept[0]}:/workspace/answer.txt", "-"], capture_output=True
+        )
+        assert copied.returncode == 0 and b"answer.txt" in copied.stdout
+        assert kept[0] not in remove_orphans(), "a kept sandbox is no orphan"
+    finally:
+        subprocess.run(["docker", "rm", "-f", *kept], capture_output=True)
+
+
+def test_keep_sandboxes_refuses_other_values(pytester: pytest.Pytester) -> None:
+    """`--agenteval-keep-sandboxes` takes `failed` or `all` and says so otherwise."""
+    result = pytester.runpytest("--agenteval-keep-sandboxes", "some")
+    result.stderr.fnmatch_lines(["*'some' is not 'failed' or 'all'*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.slow
+def test_max_sandboxes_bounds_the_containers_alive_across_workers(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """`--agenteval-max-sandboxes 1` under two xdist workers with two attempts in flight each:
+    never more than one container of the run exists at once (sampled from a thread)."""
+    tasks = {f"m{i}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(4)}
+    dataset(
+        tasks,
+        manifest={
+            "agent": {"command": ["sh", "-c", 'sleep 1; echo -n "$0"', "{input}"]},
+            "defaults": {"sandbox": _sandboxed(image)},
+        },
+    )
+    run_id = f"max{os.getpid()}"
+    seen: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            seen.append(len(_labelled(f"{RUN_LABEL}={run_id}")))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = pytester.runpytest_subprocess(
+            "--agenteval",
+            "ds",
+            "-n",
+            "2",
+            "--agenteval-concurrency",
+            "2",
+            "--agenteval-max-sandboxes",
+            "1",
+            "--agenteval-run-id",
+            run_id,
+        )
+    finally:
+        done.set()
+        sampler.join()
+    result.assert_outcomes(passed=4)
+    assert max(seen) == 1 and len(seen) > 4
+
+
+def test_a_missing_image_is_counted_apart_fails_the_gate_and_runs_again_on_resume(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """Attempts whose image cannot be had are `counts.build_failed` in summary.json, said in
+    the terminal and summary.md, fail the gate even with `--agenteval-allow-errors`, and a
+    resume runs them again once the image is there (the task unchanged)."""
+    later = f"agenteval-test-later:{os.getpid()}"
+    dataset(
+        {"boxed.yaml": {"input": "x", "expected": "x", "sandbox": _sandboxed(later)}},
+        manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
+    )
+    first = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--agenteval-allow-errors")
+    first.assert_outcomes(errors=2)
+    assert first.ret == pytest.ExitCode.TESTS_FAILED
+    first.stdout.fnmatch_lines(["0 passed, 0 failed, 2 errors (2 sandbox build failed)*"])
+    summary = summary_of(pytester)
+    assert summary["counts"]["build_failed"] == 2
+    run_dir = pytester.path / f".pytest_cache/agenteval/runs/{summary['run_id']}"
+    assert "(2 sandbox build failed)" in (run_dir / "summary.md").read_text()
+    subprocess.run(["docker", "tag", image, later], check=True)
+    try:
+        again = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--resume-suite")
+    finally:
+        subprocess.run(["docker", "rmi", later], capture_output=True)
+    again.assert_outcomes(passed=2)
+    assert "build_failed" not in summary_of(pytester)["counts"]
+
+
+def test_the_record_keeps_the_image_and_the_captured_environment_and_drift_is_said(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """`sandbox: environment:` runs its commands inside each container before the agent; the
+    record keeps their outputs and the image id, and a value that differs across attempts
+    (each container's hostname) is listed in summary.json's `environment_drift` and warned of
+    in the terminal and summary.md, while equal values are not."""
+    capture = {"os": "uname -s", "host": "hostname", "gone": "no-such-program"}
+    dataset(
+        {"a.yaml": {"input": "x", "expected": "x"}},
+        manifest={
+            "agent": {"command": ["echo", "-n", "{input}"]},
+            "defaults": {"sandbox": _sandboxed(image, environment=capture)},
+        },
+    )
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2")
+    result.assert_outcomes(passed=2)
+    image_id = _inspect(image, "{{.Id}}")
+    hosts = []
+    for attempt in (0, 1):
+        record = latest_record(pytester.path, "a", attempt)
+        assert record["image"] == image_id
+        captured = record["environment"]
+        assert captured["os"] == "Linux" and "no-such-program" in captured["gone"]
+        hosts.append(captured["host"])
+    assert hosts[0] != hosts[1]
+    summary = summary_of(pytester)
+    assert summary["environment_drift"] == [{"name": "host", "values": sorted(hosts)}]
+    result.stdout.fnmatch_lines(["warning: environment drift: host differs across attempts: *"])
+    run_dir = pytester.path / f".pytest_cache/agenteval/runs/{summary['run_id']}"
+    assert "environment drift: host" in (run_dir / "summary.md").read_text()

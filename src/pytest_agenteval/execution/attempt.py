@@ -124,6 +124,8 @@ class AttemptRunner:
         there as in a serial run)."""
         if self.ahead is None or not _calls_agent(job.decision) or self.ahead.scheduled(job.key):
             return True
+        if self.environments.at_turn_only(job.task):
+            return True
         try:
             agent, label = source()
         except Exception:

@@ -138,6 +138,17 @@ class Environments:
         self._images: Images | None = None
         self._lock = threading.Lock()
 
+    def at_turn_only(self, task: TaskDef) -> bool:
+        """Whether the task's attempts must make their environment at their item's turn, not
+        ahead of it: a sandbox under `--agenteval-max-sandboxes`, since an attempt ahead would
+        hold a slot until its turn, which may wait for that very slot (each process then holds
+        at most one, and its current item always goes on)."""
+        return (
+            task.sandbox is not None
+            and self._sandboxes is not None
+            and (self._sandboxes.max_alive is not None)
+        )
+
     def join_run(self, run_id: str) -> None:
         """The run this process's attempts belong to: its containers are labelled with it."""
         self._run_id = run_id
