@@ -701,3 +701,41 @@ def test_the_record_keeps_the_image_and_the_captured_environment_and_drift_is_sa
     result.stdout.fnmatch_lines(["warning: environment drift: host differs across attempts: *"])
     run_dir = pytester.path / f".pytest_cache/agenteval/runs/{summary['run_id']}"
     assert "environment drift: host" in (run_dir / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_two_workers_build_a_digest_once(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """Under `-n 2` the tasks sharing a `build:` folder are built once: the worker that comes
+    second waits for the first's build and uses its image (Docker tags it once)."""
+    tasks = {f"b{i}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(4)}
+    root = dataset(
+        tasks,
+        manifest={
+            "agent": {"command": ["echo", "-n", "{input}"]},
+            "defaults": {"sandbox": {"docker": {"build": "img"}}},
+        },
+    )
+    (root / "img").mkdir()
+    shutil.copy(str(shutil.which("busybox")), root / "img/busybox")
+    (root / "img/Dockerfile").write_text(
+        f"# {time.time_ns()}\nFROM scratch\nCOPY busybox /bin/busybox\n"
+        'RUN ["/bin/busybox", "--install", "-s", "/bin"]\nRUN ["/bin/sleep", "2"]\n'
+    )
+    since = str(int(time.time()) - 1)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2")
+    result.assert_outcomes(passed=4)
+    events = subprocess.run(
+        [
+            *("docker", "events", "--since", since, "--until", str(int(time.time()) + 1)),
+            *("--filter", "type=image", "--filter", "event=tag", "--format", "{{.Actor.ID}}"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    tagged = [line for line in events.stdout.split() if line]
+    built = {tag for tag in _built() if tag}
+    assert len(tagged) == 1, (tagged, built)
