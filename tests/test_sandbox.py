@@ -513,7 +513,10 @@ def test_repair_removes_the_sandboxes_of_gone_sessions(
 ) -> None:
     """`agenteval repair` removes the containers whose session is gone, says how many, and
     leaves a live session's alone."""
-    dataset({"a.yaml": {"input": "x", "expected": "x"}}, manifest={"agent": {"command": ["cat"]}})
+    dataset(
+        {"a.yaml": {"input": "x", "expected": "x"}},
+        manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
+    )
     pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
