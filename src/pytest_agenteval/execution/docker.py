@@ -20,7 +20,6 @@ renamed `agenteval-kept-...` and left alone.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
 import os
@@ -37,7 +36,7 @@ from ..core.errors import AgentError
 from ..core.model import DockerImage, Key, SandboxSpec
 from ..sources.templates import template_entries
 from .environment import ChangedFile, SandboxPolicy
-from .limits import HELD, locked
+from .limits import locked, release_slot, take_slot
 from .process import Finished, run_program
 from .workspaces import folder_name
 
@@ -57,6 +56,8 @@ BUILT = "agenteval-build"
 """Repository of images built from `build:` folders, tagged by the folder's content digest."""
 DOCKER_TIMEOUT = 120.0
 """Seconds a docker command other than an attempt's program may take."""
+SLOT_POLL = 0.05
+"""Seconds between looks for a free sandbox slot (`--agenteval-max-sandboxes`)."""
 
 
 class SandboxUnavailable(AgentError):
@@ -86,37 +87,12 @@ def machine_folder() -> Path:
     return folder
 
 
-def take_slot(size: int) -> int:
-    """Wait for one of `size` machine-wide sandbox slots and hold it (flock'd files: a dead
-    holder's slot is free again at once); `release` gives it back."""
+def sandbox_slot(size: int) -> int:
+    """Wait for one of `size` sandbox slots of this machine's user and hold it (flock'd
+    files: a dead holder's slot is free again at once); `release_slot` gives it back."""
     folder = machine_folder() / "sandboxes"
     folder.mkdir(exist_ok=True)
-    return _free_slot(folder, size)
-
-
-def _free_slot(folder: Path, size: int) -> int:
-    while True:
-        for i in range(size):
-            fd = os.open(folder / f"slot{i}", os.O_RDWR | os.O_CREAT, 0o600)
-            HELD.add(fd)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                release(fd)
-                continue
-            return fd
-        time.sleep(SLOT_POLL)
-
-
-SLOT_POLL = 0.05
-"""Seconds between looks for a free sandbox slot."""
-
-
-def release(fd: int | None) -> None:
-    """Give a sandbox slot back (once)."""
-    if fd is not None and fd in HELD:
-        HELD.discard(fd)
-        os.close(fd)
+    return take_slot(folder, "sandbox", size, SLOT_POLL)
 
 
 def docker(
@@ -387,7 +363,7 @@ class DockerEnvironment:
         self.captured: dict[str, str] | None = None
         """What `sandbox: environment:` captured inside, by name (None: nothing asked)."""
         max_alive = images.policy.max_alive
-        self._slot = take_slot(max_alive) if max_alive is not None else None
+        self._slot = sandbox_slot(max_alive) if max_alive is not None else None
         images.started(name)
         try:
             _checked(self._run_argv(image, images.labels()), f"starting a container of {image!r}")
@@ -574,7 +550,7 @@ class DockerEnvironment:
             _checked(["rename", self.name, self.kept_name], "keeping the sandbox")
             if self._images is not None:
                 self._images.forget(self.name)
-            release(self._slot)
+            release_slot(self._slot)
             return
         self._remove()
 
@@ -587,7 +563,7 @@ class DockerEnvironment:
         docker(["rm", "-f", self.name])
         if self._images is not None:
             self._images.forget(self.name)
-        release(self._slot)
+        release_slot(self._slot)
         self._slot = None
 
     def _inside(self, path: str) -> str:
