@@ -659,7 +659,12 @@ def test_a_missing_image_is_counted_apart_fails_the_gate_and_runs_again_on_resum
     first = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--agenteval-allow-errors")
     first.assert_outcomes(errors=2)
     assert first.ret == pytest.ExitCode.TESTS_FAILED
-    first.stdout.fnmatch_lines(["0 passed, 0 failed, 2 errors (2 sandbox build failed)*"])
+    first.stdout.fnmatch_lines(
+        [
+            "0 passed, 0 failed, 2 errors (2 sandbox build failed)*",
+            "*gate NOT met: 2 attempt(s) could not build or pull their sandbox image*",
+        ]
+    )
     summary = summary_of(pytester)
     assert summary["counts"]["build_failed"] == 2
     run_dir = pytester.path / f".pytest_cache/agenteval/runs/{summary['run_id']}"

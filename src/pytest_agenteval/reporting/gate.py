@@ -41,6 +41,8 @@ def gate(
     if min_pass_rate is None:
         if fall:
             return GateResult(keep, "gate NOT met: " + fall)
+        if allow_errors and summary.counts.build_failed:  # errors it does not allow: say so
+            return GateResult(keep, "gate NOT met: " + "; ".join(problems))
         only_errors = exitstatus == FAILED and not summary.counts.fail and not problems
         return GateResult(OK if allow_errors and only_errors else None)
     rate = summary.metrics.pass_at_k.get("1") or 0.0
