@@ -747,3 +747,29 @@ def test_two_workers_build_a_digest_once(
     tagged = [line for line in events.stdout.split() if line]
     built = {tag for tag in _built() if tag}
     assert len(tagged) == 1, (tagged, built)
+
+
+@pytest.mark.slow
+def test_a_failed_build_errs_in_phase_build_and_a_resume_builds_the_fixed_dockerfile(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """A Dockerfile that does not build makes the attempt a `build_failed` error of phase
+    `build` keeping the build log's tail; fixed, `--resume-suite` builds it and runs the
+    attempt."""
+    root = dataset(
+        {"t.yaml": {"input": "x", "expected": "x", "sandbox": {"docker": {"build": "img"}}}},
+        manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
+    )
+    (root / "img").mkdir()
+    shutil.copy(str(shutil.which("busybox")), root / "img/busybox")
+    stamp = f"# {time.time_ns()}\nFROM scratch\nCOPY busybox /bin/busybox\n"
+    (root / "img/Dockerfile").write_text(stamp + 'RUN ["/bin/no-such-program"]\n')
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(errors=1)
+    record = latest_record(pytester.path, "t", 0)
+    assert (record["phase"], record["error_type"]) == ("build", "build_failed")
+    assert "no-such-program" in record["error"]
+    (root / "img/Dockerfile").write_text(
+        stamp + 'RUN ["/bin/busybox", "--install", "-s", "/bin"]\n'
+    )
+    pytester.runpytest("--agenteval", "ds", "--resume-suite").assert_outcomes(passed=1)
+    assert latest_record(pytester.path, "t", 0)["status"] == "pass"
