@@ -219,3 +219,26 @@ def test_what_metrics_read_of_an_attempt_is_declared_index_fields() -> None:
     assert {name: getattr(record, name) for name in read} == {
         name: getattr(row, name) for name in read
     }
+
+
+def _sandboxed(record: AttemptRecord) -> AttemptRecord:
+    captured = {"image": "sha256:ab", "environment": {"python": "Python 3.12.1", "sh": ""}}
+    return AttemptRecord.from_json(record.to_json() | captured)
+
+
+def test_a_sandbox_record_keeps_its_image_and_captured_environment() -> None:
+    """A sandboxed attempt's record keeps the image id and the captured environment after the
+    other new fields (absent without a sandbox), round-trips, and its index line and row hold
+    the environment (what the summary's drift check reads)."""
+    plain = examples()["plain"]
+    assert '"image"' not in plain.to_text() and '"environment"' not in plain.to_text()
+    for record in (_sandboxed(plain), _sandboxed(examples()["full"])):
+        assert AttemptRecord.from_text(record.to_text()) == record
+        assert list(record.to_json())[-2:] == ["image", "environment"]
+        entry = index_entry(record)
+        assert entry["environment"] == {"python": "Python 3.12.1", "sh": ""}
+        assert list(entry) == [name for name in INDEX_LINE if name in entry]
+        row, _ = parse_line(placed(to_json_text(entry), 7, 9).encode(), {}, True)
+        assert row.environment == record.environment == row_of(entry).environment
+    mistyped = placed(to_json_text(index_entry(plain) | {"environment": 3}), 7, 9).encode()
+    assert parse_line(mistyped, {}, True)[0].environment is None

@@ -4,24 +4,33 @@ running. Skipped when no daemon answers, except under `CI=true`, where that fail
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers import DatasetMaker, default_sigint, latest_record
+from helpers import WORKERS, DatasetMaker, default_sigint, latest_record, stored, summary_of
+from pytest_agenteval.cli import main
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.docker import (
     LABEL,
+    RUN_LABEL,
+    BuildFailed,
     DockerEnvironment,
     Images,
     SandboxUnavailable,
     remove_orphans,
+    session_label,
 )
 from pytest_agenteval.execution.environment import ChangedFile, Environment
 
@@ -191,8 +200,9 @@ def test_a_timeout_kills_the_container_and_its_program(
 
 
 def test_a_missing_image_is_a_clear_error_said_once(image: str) -> None:
-    """An image that is not present and cannot be pulled is a `sandbox build` error naming
-    it and what to do; a second attempt gets the same error without trying again."""
+    """An image that is not present and cannot be pulled is a `build_failed` error naming
+    it and what to do; a second attempt gets the same error without trying again, its story
+    not told twice."""
     images = Images()
     spec = SandboxSpec(docker=DockerImage(image="agenteval-test-absent:none"))
     with pytest.raises(SandboxUnavailable) as first:
@@ -203,7 +213,8 @@ def test_a_missing_image_is_a_clear_error_said_once(image: str) -> None:
     assert "docker build" in first.value.detail
     with pytest.raises(SandboxUnavailable) as second:
         DockerEnvironment(spec, f"agenteval-test-absent-{os.getpid()}", None, images)
-    assert second.value is first.value
+    assert second.value.message == first.value.message and isinstance(first.value, BuildFailed)
+    assert second.value.error_type == "build_failed" and "docker build" not in second.value.detail
 
 
 def test_a_daemon_that_does_not_answer_is_a_clear_error(
@@ -295,8 +306,8 @@ def test_an_interrupted_session_removes_the_containers_it_made(
 def test_a_missing_image_errors_each_attempt_and_the_others_run(
     pytester: pytest.Pytester, dataset: DatasetMaker, image: str
 ) -> None:
-    """A task whose image is missing is an error saying so; a task without a sandbox runs
-    on the host as before."""
+    """A task whose image is missing errs in phase `build` (`build_failed`), its story told
+    once on the terminal; a task without a sandbox runs on the host as before."""
     dataset(
         {
             "boxed.yaml": {
@@ -311,7 +322,10 @@ def test_a_missing_image_errors_each_attempt_and_the_others_run(
     result = pytester.runpytest("--agenteval", "ds", "--attempts", "2")
     result.assert_outcomes(passed=2, errors=2)
     result.stdout.fnmatch_lines(["*sandbox build: the image 'agenteval-test-absent:none'*"])
-    assert latest_record(pytester.path, "boxed", 0)["error_type"] == "sandbox_unavailable"
+    assert result.stdout.str().count("docker build -t agenteval-test-absent:none") == 1
+    for attempt in (0, 1):
+        record = latest_record(pytester.path, "boxed", attempt)
+        assert (record["error_type"], record["phase"]) == ("build_failed", "build")
 
 
 @pytest.mark.slow
@@ -411,3 +425,351 @@ def test_sandboxes_under_xdist_workers_with_concurrency(
     )
     result.assert_outcomes(passed=8)
     assert _containers("-ds--xdist") == []
+
+
+def _labelled(label: str) -> list[str]:
+    """The containers (running or not) carrying `label` (`name` or `name=value`)."""
+    listed = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return listed.stdout.split()
+
+
+def _inspect(name: str, template: str) -> str:
+    done = subprocess.run(
+        ["docker", "inspect", "--format", template, name], capture_output=True, text=True
+    )
+    return done.stdout.strip()
+
+
+def _records_per_key(root: Path, run_id: str) -> Counter[tuple[str, int]]:
+    lines = (root / f".pytest_cache/agenteval/runs/{run_id}/records.jsonl").read_text()
+    return Counter((r["task_id"], r["attempt"]) for r in map(json.loads, lines.splitlines()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", WORKERS)
+def test_a_killed_session_leaves_an_orphan_that_the_resume_removes(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, workers: list[str]
+) -> None:
+    """kill -9 of the session while a sandboxed attempt runs leaves its container, labelled
+    with the run; `--resume-suite` removes it, runs that attempt again, and records every
+    attempt exactly once."""
+    root = dataset(
+        {
+            "fast.yaml": {"input": "a", "expected": "a"},
+            "slow.yaml": {"input": "b", "expected": "b"},
+        },
+        manifest={"agent": "boxed:run", "defaults": {"sandbox": _sandboxed(image)}},
+    )
+    (root / "boxed.py").write_text(
+        "import pathlib\n"
+        "def run(task):\n"
+        "    box = task.environment\n"
+        "    if task.id == 'slow' and pathlib.Path(__file__).with_name('hold').exists():\n"
+        "        box.exec(['sleep', '600'])\n"
+        "    return task.input\n"
+    )
+    (root / "hold").touch()
+    run_id = f"orphan{os.getpid()}{len(workers)}"
+    session = pytester.popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--agenteval",
+            "ds",
+            "--agenteval-run-id",
+            run_id,
+            *workers,
+        ],
+        stdin=None,  # type: ignore[arg-type]
+        start_new_session=True,
+        preexec_fn=default_sigint,
+    )
+    deadline = time.monotonic() + 120  # hang guard
+    slow: list[str] = []
+    while not (slow and stored(pytester.path)) and time.monotonic() < deadline:
+        slow = [n for n in _labelled(f"{RUN_LABEL}={run_id}") if "-ds--slow--" in n]
+        time.sleep(0.1)
+    (orphan,) = slow
+    os.killpg(session.pid, signal.SIGKILL)
+    session.wait(30)
+    assert _inspect(orphan, "{{.State.Running}}") == "true", "the orphan is left running"
+    (root / "hold").unlink()
+    resumed = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-run-id", run_id, "--resume-suite", *workers
+    )
+    resumed.assert_outcomes(passed=2)
+    assert _labelled(f"{RUN_LABEL}={run_id}") == []
+    assert _records_per_key(pytester.path, run_id) == {("fast", 0): 1, ("slow", 0): 1}
+
+
+def test_repair_removes_the_sandboxes_of_gone_sessions(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agenteval repair` removes the containers whose session is gone, says how many, and
+    leaves a live session's alone."""
+    dataset(
+        {"a.yaml": {"input": "x", "expected": "x"}},
+        manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
+    )
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout.strip()
+    names = {}
+    for who, pid in (("gone", int(gone)), ("live", os.getpid())):
+        names[who] = f"agenteval-test-repair-{who}-{os.getpid()}"
+        label = f"{LABEL}={session_label(pid)}"
+        subprocess.run(
+            [
+                "docker",
+                "run",
+                "-d",
+                "--name",
+                names[who],
+                "--label",
+                label,
+                "--network",
+                "none",
+                "--entrypoint",
+                "sleep",
+                image,
+                "infinity",
+            ],
+            check=True,
+            capture_output=True,
+        )
+    try:
+        assert main(["repair", "latest"]) == 0
+        said = capsys.readouterr().out
+        assert re.search(
+            r"^[1-9]\d* sandbox container\(s\) of sessions that are gone removed$", said, re.M
+        ), said
+        assert _containers(names["gone"]) == [] and _containers(names["live"]) == [names["live"]]
+    finally:
+        subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [["--agenteval-keep-sandboxes", "failed"], ["-o", "agenteval_keep_sandboxes=failed"]],
+    ids=["option", "ini"],
+)
+def test_kept_sandboxes_are_stopped_and_named_in_the_failure_report(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, how: list[str]
+) -> None:
+    """With `--agenteval-keep-sandboxes failed` (or its ini twin) a failed attempt's container
+    is kept, stopped, under the name its failure report gives; a passed one is removed."""
+    dataset(
+        {"good.yaml": {"input": "x", "expected": "x"}, "bad.yaml": {"input": "y", "expected": "x"}},
+        manifest={
+            "agent": {"command": ["sh", "-c", 'echo -n "$0" | tee answer.txt', "{input}"]},
+            "defaults": {"sandbox": _sandboxed(image)},
+        },
+    )
+    run_id = f"keep{os.getpid()}{len(how[0])}"
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", run_id, *how)
+    result.assert_outcomes(passed=1, failed=1)
+    kept = _labelled(f"{RUN_LABEL}={run_id}")
+    try:
+        assert len(kept) == 1 and kept[0].startswith("agenteval-kept-") and "--bad--" in kept[0]
+        result.stdout.fnmatch_lines(
+            [f"*workspace kept: docker container {kept[0]} (kept, stopped*"]
+        )
+        assert _inspect(kept[0], "{{.State.Running}}") == "false"
+        copied = subprocess.run(
+            ["docker", "cp", f"{kept[0]}:/workspace/answer.txt", "-"], capture_output=True
+        )
+        assert copied.returncode == 0 and b"answer.txt" in copied.stdout
+        assert kept[0] not in remove_orphans(), "a kept sandbox is no orphan"
+    finally:
+        subprocess.run(["docker", "rm", "-f", *kept], capture_output=True)
+
+
+def test_keep_sandboxes_refuses_other_values(pytester: pytest.Pytester) -> None:
+    """`--agenteval-keep-sandboxes` takes `failed` or `all` and says so otherwise."""
+    result = pytester.runpytest("--agenteval-keep-sandboxes", "some")
+    result.stderr.fnmatch_lines(["*'some' is not 'failed' or 'all'*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.slow
+def test_max_sandboxes_bounds_the_containers_alive_across_workers(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """`--agenteval-max-sandboxes 1` under two xdist workers with two attempts in flight each:
+    never more than one container of the run exists at once (sampled from a thread)."""
+    tasks = {f"m{i}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(4)}
+    dataset(
+        tasks,
+        manifest={
+            "agent": {"command": ["sh", "-c", 'sleep 1; echo -n "$0"', "{input}"]},
+            "defaults": {"sandbox": _sandboxed(image)},
+        },
+    )
+    run_id = f"max{os.getpid()}"
+    seen: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            seen.append(len(_labelled(f"{RUN_LABEL}={run_id}")))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = pytester.runpytest_subprocess(
+            "--agenteval",
+            "ds",
+            "-n",
+            "2",
+            "--agenteval-concurrency",
+            "2",
+            "--agenteval-max-sandboxes",
+            "1",
+            "--agenteval-run-id",
+            run_id,
+        )
+    finally:
+        done.set()
+        sampler.join()
+    result.assert_outcomes(passed=4)
+    assert max(seen) == 1 and len(seen) > 4
+
+
+def test_a_missing_image_is_counted_apart_fails_the_gate_and_runs_again_on_resume(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """Attempts whose image cannot be had are `counts.build_failed` in summary.json, said in
+    the terminal and summary.md, fail the gate even with `--agenteval-allow-errors`, and a
+    resume runs them again once the image is there (the task unchanged)."""
+    later = f"agenteval-test-later:{os.getpid()}"
+    dataset(
+        {"boxed.yaml": {"input": "x", "expected": "x", "sandbox": _sandboxed(later)}},
+        manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
+    )
+    first = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--agenteval-allow-errors")
+    first.assert_outcomes(errors=2)
+    assert first.ret == pytest.ExitCode.TESTS_FAILED
+    first.stdout.fnmatch_lines(
+        [
+            "0 passed, 0 failed, 2 errors (2 sandbox build failed)*",
+            "*gate NOT met: 2 attempt(s) could not build or pull their sandbox image*",
+        ]
+    )
+    summary = summary_of(pytester)
+    assert summary["counts"]["build_failed"] == 2
+    run_dir = pytester.path / f".pytest_cache/agenteval/runs/{summary['run_id']}"
+    assert "(2 sandbox build failed)" in (run_dir / "summary.md").read_text()
+    subprocess.run(["docker", "tag", image, later], check=True)
+    try:
+        again = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--resume-suite")
+    finally:
+        subprocess.run(["docker", "rmi", later], capture_output=True)
+    again.assert_outcomes(passed=2)
+    assert "build_failed" not in summary_of(pytester)["counts"]
+
+
+def test_the_record_keeps_the_image_and_the_captured_environment_and_drift_is_said(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """`sandbox: environment:` runs its commands inside each container before the agent; the
+    record keeps their outputs and the image id, and a value that differs across attempts
+    (each container's hostname) is listed in summary.json's `environment_drift` and warned of
+    in the terminal and summary.md, while equal values are not."""
+    capture = {"os": "uname -s", "host": "hostname", "gone": "no-such-program"}
+    dataset(
+        {"a.yaml": {"input": "x", "expected": "x"}},
+        manifest={
+            "agent": {"command": ["echo", "-n", "{input}"]},
+            "defaults": {"sandbox": _sandboxed(image, environment=capture)},
+        },
+    )
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2")
+    result.assert_outcomes(passed=2)
+    image_id = _inspect(image, "{{.Id}}")
+    hosts = []
+    for attempt in (0, 1):
+        record = latest_record(pytester.path, "a", attempt)
+        assert record["image"] == image_id
+        captured = record["environment"]
+        assert captured["os"] == "Linux" and "no-such-program" in captured["gone"]
+        hosts.append(captured["host"])
+    assert hosts[0] != hosts[1]
+    summary = summary_of(pytester)
+    assert summary["environment_drift"] == [{"name": "host", "values": sorted(hosts)}]
+    result.stdout.fnmatch_lines(["warning: environment drift: host differs across attempts: *"])
+    run_dir = pytester.path / f".pytest_cache/agenteval/runs/{summary['run_id']}"
+    assert "environment drift: host" in (run_dir / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_two_workers_build_a_digest_once(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """Under `-n 2` the tasks sharing a `build:` folder are built once: the worker that comes
+    second waits for the first's build and uses its image (Docker tags it once)."""
+    tasks = {f"b{i}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(4)}
+    root = dataset(
+        tasks,
+        manifest={
+            "agent": {"command": ["echo", "-n", "{input}"]},
+            "defaults": {"sandbox": {"docker": {"build": "img"}}},
+        },
+    )
+    (root / "img").mkdir()
+    shutil.copy(str(shutil.which("busybox")), root / "img/busybox")
+    (root / "img/Dockerfile").write_text(
+        f"# {time.time_ns()}\nFROM scratch\nCOPY busybox /bin/busybox\n"
+        'RUN ["/bin/busybox", "--install", "-s", "/bin"]\nRUN ["/bin/sleep", "2"]\n'
+    )
+    since = str(int(time.time()) - 1)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2")
+    result.assert_outcomes(passed=4)
+    events = subprocess.run(
+        [
+            *("docker", "events", "--since", since, "--until", str(int(time.time()) + 1)),
+            *("--filter", "type=image", "--filter", "event=tag", "--format", "{{.Actor.ID}}"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    tagged = [line for line in events.stdout.split() if line]
+    built = {tag for tag in _built() if tag}
+    assert len(tagged) == 1, (tagged, built)
+
+
+@pytest.mark.slow
+def test_a_failed_build_errs_in_phase_build_and_a_resume_builds_the_fixed_dockerfile(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """A Dockerfile that does not build makes the attempt a `build_failed` error of phase
+    `build` keeping the build log's tail; fixed, `--resume-suite` builds it and runs the
+    attempt."""
+    root = dataset(
+        {"t.yaml": {"input": "x", "expected": "x", "sandbox": {"docker": {"build": "img"}}}},
+        manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
+    )
+    (root / "img").mkdir()
+    shutil.copy(str(shutil.which("busybox")), root / "img/busybox")
+    stamp = f"# {time.time_ns()}\nFROM scratch\nCOPY busybox /bin/busybox\n"
+    (root / "img/Dockerfile").write_text(stamp + 'RUN ["/bin/no-such-program"]\n')
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(errors=1)
+    record = latest_record(pytester.path, "t", 0)
+    assert (record["phase"], record["error_type"]) == ("build", "build_failed")
+    assert "no-such-program" in record["error"]
+    (root / "img/Dockerfile").write_text(
+        stamp + 'RUN ["/bin/busybox", "--install", "-s", "/bin"]\n'
+    )
+    pytester.runpytest("--agenteval", "ds", "--resume-suite").assert_outcomes(passed=1)
+    assert latest_record(pytester.path, "t", 0)["status"] == "pass"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -99,7 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     report.set_defaults(command=_report)
 
     repair = sub.add_parser(
-        "repair", help="check a run's stored attempts; rebuild its run.json if damaged or lost"
+        "repair",
+        help="check a run's stored attempts; rebuild its run.json if damaged or lost; "
+        "remove the Docker sandboxes of sessions that are gone",
     )
     repair.add_argument(
         "run_id", metavar="RUN_ID", help="a run id, its first characters, or `latest`"
@@ -277,7 +280,24 @@ def _repair(args: argparse.Namespace) -> int:
         print(f"run {run_id}: {line}")
     for problem in repair.damage:
         print(f"damage left as it is: {problem}")
+    swept = _sweep_sandboxes()
+    if swept:
+        print(swept)
     return 0
+
+
+def _sweep_sandboxes() -> str | None:
+    """`repair` also removes the Docker sandboxes of this host's sessions that are gone and
+    says how many (nothing to say where no docker command is installed)."""
+    if shutil.which("docker") is None:
+        return None
+    from .execution.docker import SandboxUnavailable, remove_orphans
+
+    try:
+        removed = remove_orphans()
+    except SandboxUnavailable as exc:
+        return f"sandboxes not checked: {exc.message}"
+    return f"{len(removed)} sandbox container(s) of sessions that are gone removed"
 
 
 def _cancel(args: argparse.Namespace) -> int:

@@ -203,6 +203,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "the run on this machine (overrides the manifest's limits.min_interval).",
     )
     option(
+        "--agenteval-keep-sandboxes",
+        dest="agenteval_keep_sandboxes",
+        type=options.keep_sandboxes,
+        metavar="failed|all",
+        ini=("agenteval_keep_sandboxes", "string"),
+        help="keep the Docker sandboxes of attempts that did not pass (failed) or of all "
+        "attempts, stopped, instead of removing them; the failure report names each.",
+    )
+    option(
+        "--agenteval-max-sandboxes",
+        dest="agenteval_max_sandboxes",
+        type=options.positive_int,
+        metavar="N",
+        ini=("agenteval_max_sandboxes", "string"),
+        help="Docker sandboxes alive at once on this machine, across every process and "
+        "session of this user (default: unbounded).",
+    )
+    option(
         "--agenteval-max-cost",
         dest="agenteval_max_cost",
         type=options.positive_float,
@@ -333,7 +351,9 @@ def pytest_configure(config: pytest.Config) -> None:
         specs=specs,
         executor=make_executor(config, bool(settings.isolate), size),
         environments=Environments(
-            Workspaces(lambda: _basetemp(config)), TaskHooks.environment_maker(config)
+            Workspaces(lambda: _basetemp(config)),
+            TaskHooks.environment_maker(config),
+            settings.sandboxes,
         ),
         concurrency=size,
     )

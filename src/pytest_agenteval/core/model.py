@@ -35,9 +35,10 @@ Status = Literal["pass", "fail", "error"]
 """An attempt's verdict: its graders passed, one failed (a wrong answer), or it errored."""
 Action = Literal["reuse", "regrade", "run"]
 """What a resume does with a planned attempt."""
-Phase = Literal["agent", "grading", "crash", "budget"]
-"""Where an errored attempt stopped: in the agent, in a grader, its process died, or its usage
-went over the task's budget (`over_budget`)."""
+Phase = Literal["agent", "grading", "crash", "budget", "build"]
+"""Where an errored attempt stopped: in the agent, in a grader, its process died, its usage
+went over the task's budget (`over_budget`), or its sandbox's image could not be had
+(`build_failed`)."""
 Key = tuple[str, str, int]
 """(dataset, task id, attempt index): how records are keyed, never by node id."""
 
@@ -218,6 +219,11 @@ class SandboxSpec(UserModel):
     """`uid[:gid]` or a name the image knows to run programs as (default: the image's)."""
     env: dict[str, str] = Field(default_factory=dict)
     """Variables set in the container."""
+    environment: dict[str, str] = Field(default_factory=dict)
+    """What to capture inside each attempt's container before its agent, by name: a shell
+    command whose output (stripped) the record keeps (`{python: "python3 --version"}`); the
+    summary warns when a name's values differ across the run's attempts. Not part of the
+    task's digest: changing it runs nothing again."""
 
 
 def _graders_before(value: Any) -> Any:

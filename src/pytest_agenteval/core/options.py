@@ -55,6 +55,13 @@ def task_rule(value: str) -> str:
     raise argparse.ArgumentTypeError(f"{value!r} is not 'any', 'all' or a pass rate in (0, 1]")
 
 
+def keep_sandboxes(value: str) -> str:
+    """`--agenteval-keep-sandboxes`: whose containers are kept instead of removed."""
+    if value in ("failed", "all"):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r} is not 'failed' or 'all'")
+
+
 def agent_ref(value: str) -> str:
     where, sep, name = value.rpartition(":")
     if not (sep and where and name.replace("_", "a").replace(".", "a").isalnum()):

@@ -179,6 +179,11 @@ class AttemptRecord:
     variant: str | None = None
     """The variant (agent configuration) the attempt ran; None for a dataset without variants,
     whose records do not name one."""
+    image: str | None = None
+    """The id of the Docker image the attempt's sandbox was made of (None: no sandbox)."""
+    environment: dict[str, str] | None = None
+    """What `sandbox: environment:` captured inside the attempt's container before its agent,
+    by name (output stripped); None when nothing was asked."""
 
     @property
     def key(self) -> Key:
@@ -295,6 +300,8 @@ def new_record(
     task_input: Any = None,
     expected: Any = None,
     wait: float = 0.0,
+    image: str | None = None,
+    environment: dict[str, str] | None = None,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
@@ -324,6 +331,8 @@ def new_record(
         expected=json_safe(expected) if expected is not None else None,
         wait=wait,
         variant=variant_of(key),
+        image=image,
+        environment=json_safe(environment) if environment is not None else None,  # type: ignore[arg-type]
     )
 
 
@@ -537,6 +546,8 @@ FIELDS: tuple[Field, ...] = (
     Field("input", "r.task_input", _same, "task_input", omit="r.task_input is None"),
     Field("expected", "r.expected", _same, omit="r.expected is None"),
     Field("wait", "r.wait", lambda wait: float(wait or 0.0), omit="not r.wait"),
+    Field("image", "r.image", _optional(str), omit="r.image is None"),
+    Field("environment", "r.environment", _same, omit="r.environment is None", index=(dict,)),
     # Facts only the index line holds: what metrics and replays need without the record.
     Field("input_tokens", "r.input_tokens", stored=False, index=_MAYBE_INT),
     Field("output_tokens", "r.output_tokens", stored=False, index=_MAYBE_INT),
@@ -559,7 +570,7 @@ and the hook's payload follow."""
 INDEX_LINE: tuple[str, ...] = (
     *("schema", "dataset", "variant", "task_id", "attempt", "digest", "run_digest", "status"),
     *("score", "duration", "input_tokens", "output_tokens", "cost", "tags", "reason", "phase"),
-    *("replay", "crashes", "model", "judge_cost"),
+    *("replay", "crashes", "model", "judge_cost", "environment"),
 )
 """The order of an index line's fields (format `/1`'s; `placed` appends `record`)."""
 

@@ -124,6 +124,8 @@ class AttemptRunner:
         there as in a serial run)."""
         if self.ahead is None or not _calls_agent(job.decision) or self.ahead.scheduled(job.key):
             return True
+        if self.environments.at_turn_only(job.task):
+            return True
         try:
             agent, label = source()
         except Exception:
@@ -166,6 +168,7 @@ class AttemptRunner:
                 exc, (KeyboardInterrupt, AgentUnavailable, NotStarted, *self.passthrough)
             ):
                 raise
+            phase = getattr(exc, "phase", phase)  # a sandbox's image that cannot be had: build
             record = context.record("error", verdicts, result, started, t0, exc, phase)
             self._count_judges(record)
             return Outcome(decision, record, exc, context.environment)
@@ -357,6 +360,8 @@ class _Attempt:
             task_input=task.spec.input,
             expected=task.spec.expected,
             wait=self.wait,
+            image=getattr(self.environment, "image_id", None),  # a sandbox's
+            environment=getattr(self.environment, "captured", None),
         )
         pricing = task.dataset.manifest.pricing
         return with_prices(record, pricing) if pricing else record

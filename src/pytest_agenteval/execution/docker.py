@@ -12,8 +12,10 @@ timeout and output handling of `run_program` apply unchanged. Every call is an a
 never a command string.
 
 Orphans: every container carries labels naming its session (host, pid and the pid's start
-time). A session killed before it could tear down leaves containers running; the first
-sandbox of the next session on this machine removes those whose session is gone.
+time) and its run. A session or worker killed before it could tear down leaves containers
+running; the first sandbox of the next process on this machine (and `agenteval repair`)
+removes those whose session is gone. Kept containers (`--agenteval-keep-sandboxes`) are
+renamed `agenteval-kept-...` and left alone.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import socket
 import subprocess
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -32,12 +35,17 @@ from pathlib import Path, PurePosixPath
 from ..core.errors import AgentError
 from ..core.model import DockerImage, Key, SandboxSpec
 from ..sources.templates import template_entries
-from .environment import ChangedFile
+from .environment import ChangedFile, SandboxPolicy
+from .limits import locked, release_slot, take_slot
 from .process import Finished, run_program
 from .workspaces import folder_name
 
 LABEL = "agenteval.session"
 """Label on every container: the session that made it, `host/pid/start time`."""
+RUN_LABEL = "agenteval.run"
+"""Label on every container: the id of the run its attempt belongs to."""
+KEPT = "agenteval-kept-"
+"""Prefix a kept container is renamed to: no session's cleanup removes it."""
 NAME_AND_SESSION = '{{.Names}}\t{{.Label "agenteval.session"}}'
 """`docker ps --format` of a container's name and session label."""
 PULL_TIMEOUT = 300.0
@@ -48,12 +56,43 @@ BUILT = "agenteval-build"
 """Repository of images built from `build:` folders, tagged by the folder's content digest."""
 DOCKER_TIMEOUT = 120.0
 """Seconds a docker command other than an attempt's program may take."""
+SLOT_POLL = 0.05
+"""Seconds between looks for a free sandbox slot (`--agenteval-max-sandboxes`)."""
 
 
 class SandboxUnavailable(AgentError):
-    """The attempt's container could not be made: no daemon, or its image is missing."""
+    """The attempt's container could not be made: no daemon, or docker refused it."""
 
     error_type = "sandbox_unavailable"
+
+
+class BuildFailed(SandboxUnavailable):
+    """The task's image cannot be had: its build failed, or it is missing and cannot be
+    pulled. The attempt errs in phase `build`, counted apart, and a resume runs it again."""
+
+    error_type = "build_failed"
+    phase = "build"
+
+    def again(self) -> BuildFailed:
+        """The same error for a later attempt, its story told once already (the terminal
+        shows it once)."""
+        return BuildFailed(self.message, detail="said at this image's first attempt")
+
+
+def machine_folder() -> Path:
+    """This user's folder for what all sessions on the machine share (sandbox slots, build
+    locks), under the temp dir."""
+    folder = Path(tempfile.gettempdir()) / f"agenteval-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def sandbox_slot(size: int) -> int:
+    """Wait for one of `size` sandbox slots of this machine's user and hold it (flock'd
+    files: a dead holder's slot is free again at once); `release_slot` gives it back."""
+    folder = machine_folder() / "sandboxes"
+    folder.mkdir(exist_ok=True)
+    return take_slot(folder, "sandbox", size, SLOT_POLL)
 
 
 def docker(
@@ -125,7 +164,7 @@ def session_alive(label: str) -> bool:
 
 
 def remove_orphans() -> list[str]:
-    """Remove the containers of this host's sessions that are gone; their
+    """Remove the containers of this host's sessions that are gone (kept ones aside); their
     names."""
     listed = _checked(
         [
@@ -141,7 +180,7 @@ def remove_orphans() -> list[str]:
     gone = []
     for line in listed.decode().splitlines():
         name, _, label = line.partition("\t")
-        if name and not session_alive(label):
+        if name and not name.startswith(KEPT) and not session_alive(label):
             gone.append(name)
     if gone:
         docker(["rm", "-f", *gone])
@@ -149,17 +188,29 @@ def remove_orphans() -> list[str]:
 
 
 class Images:
-    """Images made sure of once per process: present, pulled, or built from a folder (tagged
-    by its content digest, so later runs and other workers find it built). A failure is said
-    once and then given to every attempt of the image."""
+    """What every sandbox of a process shares: its labels and the run's policy, and the images
+    made sure of once: present, pulled, or built from a folder (tagged by its content digest,
+    so later runs and other workers find it built; one process of the machine builds a digest
+    at a time). A failure is given to every attempt of the image."""
 
-    def __init__(self) -> None:
-        self._known: dict[str, str | SandboxUnavailable] = {}
+    def __init__(self, session: str | None = None, policy: SandboxPolicy | None = None) -> None:
+        """`session` is the label of the session the containers belong to (default: this
+        process's)."""
+        self.session = session or session_label()
+        self.policy = policy or SandboxPolicy()
+        self.run_id: str | None = None
+        """The run the containers' attempts belong to (labelled), once known."""
+        self._known: dict[str, tuple[str, str] | BuildFailed] = {}
+        self._said: set[str] = set()
         self._lock = threading.Lock()
         self._orphans_checked = False
         self._removing: list[subprocess.Popen[bytes]] = []
         self.alive: set[str] = set()
         """Containers of this process not torn down yet (an interrupted attempt's)."""
+
+    def labels(self) -> dict[str, str]:
+        """The labels of this process's containers: its session, and its run when known."""
+        return {LABEL: self.session, **({RUN_LABEL: self.run_id} if self.run_id else {})}
 
     def started(self, name: str) -> None:
         """A container of this process is being made (removed at `close` unless torn down)."""
@@ -178,6 +229,11 @@ class Images:
             self._removing = [r for r in self._removing if r.poll() is None] + [removal]
             self.alive.discard(name)
 
+    def forget(self, name: str) -> None:
+        """A container of this process is gone or kept: `close` leaves it."""
+        with self._lock:
+            self.alive.discard(name)
+
     def close(self) -> None:
         """The session is over: remove the containers no attempt tore down (Ctrl-C, a stop)
         and wait until every removal is done."""
@@ -194,9 +250,9 @@ class Images:
         for removal in removing:
             removal.wait()
 
-    def ensure(self, docker: DockerImage, build: tuple[Path, str] | None = None) -> str:
-        """The name of the image to start from, pulled or built first when needed; raises
-        SandboxUnavailable."""
+    def ensure(self, docker: DockerImage, build: tuple[Path, str] | None = None) -> tuple[str, str]:
+        """The name and id of the image to start from, pulled or built first when needed;
+        raises BuildFailed (a missing image's whole story only the first time)."""
         key = docker.image if build is None else f"{BUILT}:{build[1]}"
         assert key is not None
         with self._lock:
@@ -206,14 +262,17 @@ class Images:
             if key not in self._known:
                 self._known[key] = self._find(key) if build is None else _build(key, build[0])
             found = self._known[key]
-        if isinstance(found, SandboxUnavailable):
-            raise found
+            said = key in self._said
+            self._said.add(key)
+        if isinstance(found, BuildFailed):
+            raise found if build is not None or not said else found.again()
         return found
 
     @staticmethod
-    def _find(image: str) -> str | SandboxUnavailable:
-        if _present(image):
-            return image
+    def _find(image: str) -> tuple[str, str] | BuildFailed:
+        present = _image_id(image)
+        if present is not None:
+            return image, present
         try:
             pulled = subprocess.run(
                 ["docker", "pull", "--quiet", image],
@@ -224,49 +283,63 @@ class Images:
         except subprocess.TimeoutExpired:
             why = f"the pull gave no answer in {PULL_TIMEOUT:g}s"
         else:
-            if pulled.returncode == 0:
-                return image
+            pulled_id = _image_id(image) if pulled.returncode == 0 else None
+            if pulled_id is not None:
+                return image, pulled_id
             why = pulled.stderr.decode(errors="replace").strip()
-        return SandboxUnavailable(
+        return BuildFailed(
             f"sandbox build: the image {image!r} is not present and cannot be pulled",
             detail=f"build or load it (`docker build -t {image} DIR`, `docker load`), "
             f"or name one `docker images` lists: {why}",
         )
 
 
-def _present(image: str) -> bool:
-    return docker(["image", "inspect", "--format", "{{.Id}}", image]).returncode == 0
+def _image_id(image: str) -> str | None:
+    done = docker(["image", "inspect", "--format", "{{.Id}}", image])
+    return done.stdout.decode().strip() if done.returncode == 0 else None
 
 
-def _build(tag: str, folder: Path) -> str | SandboxUnavailable:
-    """Build `folder` as `tag` unless an image of that tag (that content) exists."""
-    if _present(tag):
-        return tag
+def _build(tag: str, folder: Path) -> tuple[str, str] | BuildFailed:
+    """Build `folder` as `tag` unless an image of that tag (that content) exists; one process
+    of the machine builds a tag at a time, the others then find it built."""
+    with locked(machine_folder() / f"build-{tag.rpartition(':')[2]}.lock"):
+        present = _image_id(tag)
+        if present is not None:
+            return tag, present
+        failed = _run_build(tag, folder)
+        built = _image_id(tag) if failed is None else None
+    if built is None:
+        return failed or BuildFailed(f"sandbox build: {folder} built no image {tag}")
+    return tag, built
+
+
+def _run_build(tag: str, folder: Path) -> BuildFailed | None:
+    """`docker build` of `folder`; the failure, or None. A failed build leaves no container."""
     if not (folder / "Dockerfile").is_file():
-        return SandboxUnavailable(
+        return BuildFailed(
             f"sandbox build: no Dockerfile in {folder}",
             detail="`build:` names a folder holding a Dockerfile, relative to the dataset root",
         )
     try:
         done = subprocess.run(
-            ["docker", "build", "--tag", tag, str(folder)],
+            ["docker", "build", "--force-rm", "--tag", tag, str(folder)],
             capture_output=True,
             timeout=BUILD_TIMEOUT,
             env=_env(),
         )
     except subprocess.TimeoutExpired:
-        return SandboxUnavailable(f"sandbox build: {folder} took over {BUILD_TIMEOUT:g}s")
+        return BuildFailed(f"sandbox build: {folder} took over {BUILD_TIMEOUT:g}s")
     if done.returncode == 0:
-        return tag
+        return None
     log = (done.stdout + done.stderr).decode(errors="replace").strip().splitlines()
-    return SandboxUnavailable(
+    return BuildFailed(
         f"sandbox build: building the image of {folder} failed (exit status {done.returncode})",
         detail="\n".join(log[-BUILD_LOG_LINES:]),
     )
 
 
 class DockerEnvironment:
-    """One attempt's container: created at once, removed at teardown."""
+    """One attempt's container: created at once, removed (or kept) at teardown."""
 
     def __init__(
         self,
@@ -282,20 +355,29 @@ class DockerEnvironment:
         self.name = name
         self.template = template
         self._dead: str | None = None
-        image = images.ensure(spec.docker, build)
+        image, image_id = images.ensure(spec.docker, build)
+        self.image_id: str | None = image_id
+        """The id of the image the container was made of (None: not known here)."""
         self._images: Images | None = images
+        self.keep = images.policy.keep
+        self.captured: dict[str, str] | None = None
+        """What `sandbox: environment:` captured inside, by name (None: nothing asked)."""
+        max_alive = images.policy.max_alive
+        self._slot = sandbox_slot(max_alive) if max_alive is not None else None
         images.started(name)
         try:
-            _checked(self._run_argv(image), f"starting a container of {image!r}")
-            if template is None and _owner(spec.user) == (0, 0):
-                return  # `docker run --workdir` made the empty folder, and it is root's
-            _checked(
-                ["cp", "--archive", "-", f"{name}:/"],
-                "copying the workspace in",
-                input=self._workspace_tar(),
-            )
+            _checked(self._run_argv(image, images.labels()), f"starting a container of {image!r}")
+            if template is not None or _owner(spec.user) != (0, 0):
+                # else `docker run --workdir` made the empty folder, and it is root's
+                _checked(
+                    ["cp", "--archive", "-", f"{name}:/"],
+                    "copying the workspace in",
+                    input=self._workspace_tar(),
+                )
+            if spec.environment:
+                self.captured = self._capture(spec.environment)
         except BaseException:
-            images.remove_later(name)
+            self._remove()
             raise
 
     @classmethod
@@ -303,14 +385,17 @@ class DockerEnvironment:
         """The environment of a container that exists already."""
         made = cls.__new__(cls)
         made.spec, made.name, made.template = spec, name, template
-        made._dead, made._images = None, None
+        made._dead, made._images, made._slot, made.keep = None, None, None, None
+        made.image_id, made.captured = None, None
         return made
 
-    def _run_argv(self, image: str) -> list[str]:
+    def _run_argv(self, image: str, labels: Mapping[str, str]) -> list[str]:
         """`docker run` of a container that waits (`sleep infinity`) for programs to exec;
         the workspace is copied in before any runs."""
         spec = self.spec
-        argv = ["run", "--detach", "--name", self.name, "--label", f"{LABEL}={session_label()}"]
+        argv = ["run", "--detach", "--name", self.name]
+        for label, value in labels.items():
+            argv += ["--label", f"{label}={value}"]
         argv += ["--network", spec.network, "--memory", spec.memory, "--memory-swap", spec.memory]
         argv += ["--pids-limit", str(spec.pids_limit), "--workdir", spec.workdir]
         argv += ["--security-opt", "no-new-privileges", "--init"]
@@ -345,7 +430,27 @@ class DockerEnvironment:
 
     @property
     def where(self) -> str:
-        return f"docker container {self.name} (removed when the attempt ends)"
+        if self.keep is None:
+            return f"docker container {self.name} (removed when the attempt ends)"
+        kept = self.kept_name
+        return (
+            f"docker container {kept} (kept, stopped: `docker start {kept}` to look inside, "
+            f"`docker rm -f {kept}` when done)"
+        )
+
+    @property
+    def kept_name(self) -> str:
+        """The name a kept container is renamed to (no session's cleanup removes it)."""
+        return KEPT + self.name.removeprefix("agenteval-")
+
+    def _capture(self, commands: Mapping[str, str]) -> dict[str, str]:
+        """Each command's output (stdout and stderr, stripped) by name, from one `docker exec`:
+        the commands are the arguments of one small script, never joined into it."""
+        script = 'for c in "$@"; do printf "\\0"; sh -c "$c" 2>&1; done'
+        done = self.exec(["sh", "-c", script, "sh", *commands.values()], timeout=DOCKER_TIMEOUT)
+        outputs = done.stdout.split("\0")[1:]
+        outputs += [""] * (len(commands) - len(outputs))
+        return {name: out.strip() for name, out in zip(commands, outputs, strict=True)}
 
     def exec(
         self,
@@ -438,12 +543,28 @@ class DockerEnvironment:
         return found
 
     def teardown(self, keep: bool) -> None:
-        """Remove the container, whatever the outcome (`keep` is for local folders: a
-        container's files are not kept yet)."""
-        if self._images is not None:
+        """Remove the container, or keep it stopped and renamed when the run's
+        `--agenteval-keep-sandboxes` asks (`failed`: when `keep`, the attempt did not pass)."""
+        if self.keep == "all" or (self.keep == "failed" and keep):
+            docker(["kill", self.name])
+            _checked(["rename", self.name, self.kept_name], "keeping the sandbox")
+            if self._images is not None:
+                self._images.forget(self.name)
+            release_slot(self._slot)
+            return
+        self._remove()
+
+    def _remove(self) -> None:
+        """Remove the container: in the background, or at once when it holds a slot (the
+        next sandbox may start only once it is gone)."""
+        if self._images is not None and self._slot is None:
             self._images.remove_later(self.name)
-        else:
-            docker(["rm", "-f", self.name])
+            return
+        docker(["rm", "-f", self.name])
+        if self._images is not None:
+            self._images.forget(self.name)
+        release_slot(self._slot)
+        self._slot = None
 
     def _inside(self, path: str) -> str:
         """`path` as an absolute path below `workdir`; one that leads out of it is refused."""

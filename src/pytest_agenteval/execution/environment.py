@@ -15,6 +15,7 @@ import filecmp
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -102,6 +103,19 @@ class Environment(Protocol):
         ...
 
 
+Keep = Literal["failed", "all"]
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What the run's options say of every sandbox."""
+
+    keep: Keep | None = None
+    """Keep (stopped) the containers of failed attempts, or of all; None: remove them."""
+    max_alive: int | None = None
+    """Containers alive at once on this machine, across processes and sessions."""
+
+
 MakeEnvironment = Callable[["TaskDef", int], "Environment | None"]
 """A plugin's environment for (task, attempt), or None to leave it to the built-in kinds."""
 
@@ -110,11 +124,34 @@ class Environments:
     """The one factory of attempts' environments: a plugin's, else a Docker container when
     the task has a `sandbox:`, else a local folder."""
 
-    def __init__(self, workspaces: Workspaces, plugins: MakeEnvironment | None = None) -> None:
+    def __init__(
+        self,
+        workspaces: Workspaces,
+        plugins: MakeEnvironment | None = None,
+        sandboxes: SandboxPolicy | None = None,
+    ) -> None:
         self.workspaces = workspaces
         self._plugins = plugins
         self._session = os.getpid()  # a forked agent's container is named for its session
+        self._sandboxes = sandboxes
+        self._run_id: str | None = None
         self._images: Images | None = None
+        self._lock = threading.Lock()
+
+    def at_turn_only(self, task: TaskDef) -> bool:
+        """Whether the task's attempts must make their environment at their item's turn, not
+        ahead of it: a sandbox under `--agenteval-max-sandboxes`, since an attempt ahead would
+        hold a slot until its turn, which may wait for that very slot (each process then holds
+        at most one, and its current item always goes on)."""
+        return (
+            task.sandbox is not None
+            and self._sandboxes is not None
+            and (self._sandboxes.max_alive is not None)
+        )
+
+    def join_run(self, run_id: str) -> None:
+        """The run this process's attempts belong to: its containers are labelled with it."""
+        self._run_id = run_id
 
     def create(self, task: TaskDef, attempt: int) -> Environment:
         """A fresh environment for one attempt, holding a copy of the task's template."""
@@ -122,10 +159,12 @@ class Environments:
         if made is not None:
             return made
         if task.sandbox is not None:
-            from .docker import DockerEnvironment, Images, container_name
+            from .docker import DockerEnvironment, Images, container_name, session_label
 
-            if self._images is None:
-                self._images = Images()
+            with self._lock:  # pool threads make sandboxes at once
+                if self._images is None:
+                    self._images = Images(session_label(self._session), self._sandboxes)
+                    self._images.run_id = self._run_id
             name = container_name(_key(task, attempt), self._session)
             return DockerEnvironment(
                 task.sandbox, name, task.workspace_dir, self._images, task.sandbox_build

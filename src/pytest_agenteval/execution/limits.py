@@ -102,19 +102,7 @@ class LimitGate:
                 _release(slot)
 
     def _slot(self, name: str, size: int) -> int:
-        """The first free of `size` slot files; each is made when first reached, so a look
-        costs the slots held (the calls in flight), however large `size` is."""
-        while True:
-            for i in range(size):
-                fd = os.open(self.folder / f"{name}.slot{i}", os.O_RDWR | os.O_CREAT, 0o644)
-                HELD.add(fd)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    _release(fd)
-                    continue
-                return fd
-            time.sleep(SLOT_POLL)
+        return take_slot(self.folder, name, size)
 
     def _pace(self, name: str, interval: float) -> None:
         with locked(self.folder / f"{name}.pace") as fd:
@@ -126,6 +114,29 @@ class LimitGate:
             os.pwrite(fd, _STAMP.pack(time.time()), 0)
 
 
+def take_slot(folder: Path, name: str, size: int, poll: float = SLOT_POLL) -> int:
+    """Wait for the first free of `size` slot files `<name>.slot<i>` in `folder` and hold it
+    (`_release` gives it back; the kernel does when the holder dies). Each file is made when
+    first reached, so a look costs the slots held, however large `size` is."""
+    while True:
+        for i in range(size):
+            fd = os.open(folder / f"{name}.slot{i}", os.O_RDWR | os.O_CREAT, 0o644)
+            HELD.add(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                _release(fd)
+                continue
+            return fd
+        time.sleep(poll)
+
+
 def _release(slot: int, *_: object) -> None:
     HELD.discard(slot)
     os.close(slot)  # releases the lock
+
+
+def release_slot(slot: int | None) -> None:
+    """Give back a slot `take_slot` gave (a second call, or None, does nothing)."""
+    if slot is not None and slot in HELD:
+        _release(slot)

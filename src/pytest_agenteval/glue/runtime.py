@@ -307,6 +307,7 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
         spent = stops.spent if stops.budget is not None else None
         if stops.run_dir is not None:
             limits = AgentLimitTable(settings, LimitGate(stops.run_dir / "limits")).held
+            parts.environments.join_run(stops.run_dir.name)  # the run folder is named by its id
     size = parts.concurrency
     runner = AttemptRunner(
         parts.executor,

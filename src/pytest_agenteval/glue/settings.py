@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import pytest
 from ..core import options
 from ..core.model import CallableAgentSpec
 from ..core.shards import Shard, parse_shard, resolve_shard
+from ..execution.environment import SandboxPolicy
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class Settings:
     invocation_dir: Path
     shard: Shard | None = None
     """The shard this session runs (`--agenteval-shard`, `auto` resolved); None: all tasks."""
+    sandboxes: SandboxPolicy = field(default_factory=SandboxPolicy)
+    """`--agenteval-keep-sandboxes` and `--agenteval-max-sandboxes`."""
 
 
 def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
@@ -115,6 +118,10 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
         shard=_shard(config),
+        sandboxes=SandboxPolicy(
+            keep=_setting(config, "agenteval_keep_sandboxes", options.keep_sandboxes),
+            max_alive=_setting(config, "agenteval_max_sandboxes", options.positive_int),
+        ),
     )
 
 

@@ -43,6 +43,8 @@ def gate(
     if min_pass_rate is None:
         if falls:
             return GateResult(keep, "gate NOT met: " + "; ".join(falls))
+        if allow_errors and summary.counts.build_failed:  # errors it does not allow: say so
+            return GateResult(keep, "gate NOT met: " + "; ".join(problems))
         only_errors = exitstatus == FAILED and not summary.counts.fail and not problems
         return GateResult(OK if allow_errors and only_errors else None)
     rates = pass_rates(summary)
@@ -93,6 +95,9 @@ def _problems(
     loads = len(summary.load_errors)
     if loads:
         problems.append(f"{loads} task(s) could not be loaded")
+    built = summary.counts.build_failed
+    if built:  # nothing was evaluated: allowing errors does not allow these
+        problems.append(f"{built} attempt(s) could not build or pull their sandbox image")
     errors = summary.counts.error
     if errors and not allow_errors:
         problems.append(f"{errors} attempt(s) errored ({flag_prefix}allow-errors accepts them)")

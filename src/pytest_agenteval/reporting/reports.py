@@ -129,6 +129,7 @@ def render_markdown(summary: Summary, rule: str) -> str:
         lines += [_uneven_note(m)] if _uneven(m) else []
         lines.append("")
     lines += [_counts_line(counts), ""]
+    lines += [f"**{_md(line)}**\n" for line in drift_lines(summary)]
     spent = [line for line in (_usage_line(summary.totals),) if line] + spend_lines(summary)
     lines += [*(f"- {_md(line)}" for line in spent), ""] if spent else []
     if summary.variants is None and m is not None and m.pass_at_k.get("1") is not None:
@@ -303,11 +304,26 @@ def _counts_line(counts: Counts) -> str:
     text = f"{counts.passed} passed, {counts.fail} failed, {_plural(counts.error, 'error')}"
     if counts.over_budget:
         text += f" ({counts.over_budget} over budget)"
+    text += _build_failed_words(counts)
     if counts.load_error:
         text += f", {_plural(counts.load_error, 'load error')}"
     done = (("reused", counts.reused), ("regraded", counts.regraded))
     extra = [f"{n} {what}" for what, n in done if n]
     return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _build_failed_words(counts: Counts) -> str:
+    """The errors whose sandbox image could not be had, counted apart."""
+    return f" ({counts.build_failed} sandbox build failed)" if counts.build_failed else ""
+
+
+def drift_lines(summary: Summary) -> list[str]:
+    """A warning per captured environment name whose values differ across the attempts."""
+    return [
+        f"warning: environment drift: {d.name} differs across attempts: "
+        + ", ".join(repr(v) for v in d.values)
+        for d in summary.environment_drift
+    ]
 
 
 def _plural(n: int, word: str) -> str:
@@ -528,6 +544,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
         lines += [f"  {e.name}: {_first_line(e.message)}" for e in shown_errors]
         if len(broken) > len(shown_errors):
             lines.append(f"  ... {len(broken) - len(shown_errors)} more (-v shows all)")
+    lines += drift_lines(summary)
     usage = _usage_line(summary.totals)
     lines += [usage] if usage else []
     lines += spend_lines(summary)

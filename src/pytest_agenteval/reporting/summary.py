@@ -168,6 +168,15 @@ class AgentSummary(_Frozen):
     declared `version`."""
 
 
+class EnvironmentDrift(_Frozen):
+    """A captured environment value that differs across the run's attempts."""
+
+    name: str
+    """The name in `sandbox: environment:`."""
+    values: list[str]
+    """The distinct values captured, sorted."""
+
+
 class Counts(_Frozen):
     """Attempts by outcome over the run, and what the last session did; a session count is
     absent (null here) when the last session did not say."""
@@ -182,6 +191,9 @@ class Counts(_Frozen):
     """Attempts that ended in an error."""
     over_budget: int = 0
     """The errors whose agent used more than the task's `budget:` allows."""
+    build_failed: int | None = None
+    """The errors whose sandbox image could not be built or pulled (phase `build`); absent
+    when none did."""
     reused: int | None = None
     """Attempts the last session reused as they were recorded."""
     regraded: int | None = None
@@ -364,7 +376,8 @@ class Summary(_Frozen):
     counts: Counts
     """pass / fail / error over the run (with variants: over the selected variants, and the
     tasks with their own agent), and over_budget: the errors whose agent used more than
-    the task's `budget:` allows; reused / regraded / run in the last session;
+    the task's `budget:` allows; build_failed: the errors whose sandbox image could not be had
+    (absent when none); reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
     metrics: Metrics | None = None
     """pass@k and pass^k over the run's tasks, with pass@1's interval; with one selected
@@ -385,6 +398,9 @@ class Summary(_Frozen):
     """How many attempts with usage had a cost (reported, or from the manifest's `pricing:`)."""
     shard: str | None = None
     """`I/N` for a run of one shard (`--agenteval-shard`); absent for a run of every task."""
+    environment_drift: list[EnvironmentDrift] = []
+    """Each name of `sandbox: environment:` whose captured values differ across the run's
+    attempts, with the distinct values; absent when none differ."""
     regression: RegressionSummary | None = None
     """With `--agenteval-baseline`: pass@1's change against the baseline over the tasks both
     runs hold (`change`, `ci95` by paired bootstrap over tasks, `significant`), whether the
@@ -405,6 +421,7 @@ class Summary(_Frozen):
         """summary.json's content as plain types, in its order (the optional parts only when
         there is one)."""
         absent = {name for name in _OPTIONAL if getattr(self, name) is None}
+        absent |= set() if self.environment_drift else {"environment_drift"}
         return self.model_dump(by_alias=True, exclude=absent)
 
 
@@ -461,7 +478,12 @@ def build_summary(
         "narrowed_by": run.narrowed_by,
         "agent_errors": agent_errors or [],
         "n_attempts": len(rows),
-        "counts": {**tot.counts, **session_counts, "load_error": len(load_errors)},
+        "counts": {
+            **tot.counts,
+            **build_failures(rows),
+            **session_counts,
+            "load_error": len(load_errors),
+        },
         "metrics": None if selection else _group_json(group_metrics(tasks, chosen)),
         "totals": _totals_json(tot, rows),
         "tags": {} if selection else _tags_json(tasks, chosen),
@@ -472,6 +494,7 @@ def build_summary(
         "store_problems": store_problems or [],
         "pricing": pricing_coverage(rows),
         "shard": run.shard or None,
+        "environment_drift": environment_drift(rows),
     }
     if selection is not None:
         summary.update(_variant_parts(selection, run.agent, tasks, chosen))
@@ -537,6 +560,26 @@ def _variant_label(fingerprint: dict[str, Any], name: str) -> str:
     per_dataset = (fingerprint.get("variants") or {}).values()
     labels = [str(d[name]) for d in per_dataset if isinstance(d, dict) and name in d]
     return ", ".join(dict.fromkeys(map(_readable, labels))) or name
+
+
+def build_failures(rows: Sequence[IndexRow]) -> dict[str, int]:
+    """`build_failed`: the errors whose sandbox image could not be had, when there are any."""
+    failed = sum(1 for row in rows if row.phase == "build")
+    return {"build_failed": failed} if failed else {}
+
+
+def environment_drift(rows: Sequence[IndexRow]) -> list[dict[str, Any]]:
+    """The captured environment names whose values differ across the attempts, with the
+    distinct values sorted."""
+    seen: dict[str, set[str]] = {}
+    for row in rows:
+        for name, value in (row.environment or {}).items():
+            seen.setdefault(name, set()).add(value)
+    return [
+        {"name": name, "values": sorted(values)}
+        for name, values in sorted(seen.items())
+        if len(values) > 1
+    ]
 
 
 def narrowed_words(summary: Summary) -> str | None:

@@ -301,7 +301,12 @@ class TaskDef:
                 else None,
                 "workspace": self._workspace_digest,
                 # only when set, so the digests of tasks written before it stay the same
-                **({"sandbox": self.sandbox.model_dump(mode="json")} if self.sandbox else {}),
+                # what it captures (`environment:`) is not what the agent sees
+                **(
+                    {"sandbox": self.sandbox.model_dump(mode="json", exclude={"environment"})}
+                    if self.sandbox
+                    else {}
+                ),
                 **({"sandbox_build": self.sandbox_build[1]} if self.sandbox_build else {}),
             }
         )

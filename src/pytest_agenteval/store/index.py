@@ -88,6 +88,8 @@ class IndexRow:
     variant: str | None = None
     """The variant the attempt ran (None for a dataset without variants; `key` then ends
     with it)."""
+    environment: dict[str, str] | None = None
+    """What the attempt's sandbox captured (`sandbox: environment:`), when it did."""
 
     @property
     def spend(self) -> float | None:
@@ -128,6 +130,7 @@ def row_of(line: dict[str, Any]) -> IndexRow:
         line.get("model"),
         line.get("judge_cost"),
         variant,
+        line.get("environment"),
     )  # type: ignore[call-arg]  # mypy cannot count the itemgetters'
 
 
@@ -299,14 +302,19 @@ _PLAIN_FIELDS = len(FIELDS)
 """Fields of a line without optional facts (crashes, model, judge cost, variant): most lines."""
 
 
-def _optional_facts(line: dict[str, Any]) -> tuple[str | None, float | None, str | None]:
-    """The optional model, judge cost and variant of a line; a mistyped model or judge cost is
-    left out, not fatal (a mistyped variant is: its attempt would be another's)."""
+def _optional_facts(
+    line: dict[str, Any],
+) -> tuple[str | None, float | None, str | None, dict[str, str] | None]:
+    """The optional model, judge cost, variant and captured environment of a line; a mistyped
+    model, judge cost or environment is left out, not fatal (a mistyped variant is: its attempt
+    would be another's)."""
     model, judge, variant = line.get("model"), line.get("judge_cost"), line.get("variant")
     known = type(judge) in (int, float) and _finite(judge)  # type: ignore[arg-type]
     if variant is not None and type(variant) is not str:
         raise TypeError
-    return (model if type(model) is str else None, judge if known else None, variant)
+    environment = line.get("environment")
+    captured = environment if type(environment) is dict else None
+    return (model if type(model) is str else None, judge if known else None, variant, captured)
 
 
 def _crashes(raw: bytes) -> int:

@@ -71,6 +71,8 @@ class Plan:
             return Decision("run", why="errored")
         if row.phase == "crash" and row.crashes < CRASH_LIMIT:
             return Decision("run", why="crashed")
+        if row.phase == "build":  # its image may be there now (fixed, loaded, reachable)
+            return Decision("run", why="build failed")
         if row.digest == digest or (agent_error and row.run_digest == run_digest):
             return Decision("reuse", stored=row)
         if row.run_digest == run_digest and regradable:
