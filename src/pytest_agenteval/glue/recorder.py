@@ -353,7 +353,7 @@ class Recorder:
         key: Key = (dataset, *parsed)
         task = self._task(nodeid, parsed[0])
         if task is not None:
-            decision = self.runtime.plan.decide(key, task.digest, task.run_digest, task.regradable)
+            decision = self.runtime.decide(key, task)
             if decision.action == "reuse":
                 report.agenteval = {"action": "reuse", "key": list(key)}  # type: ignore[attr-defined]
                 return
