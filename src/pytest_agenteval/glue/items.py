@@ -17,7 +17,13 @@ from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSp
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
 from ..core.records import Detail, index_entry, ship, to_json_text
 from ..core.text import excerpt
-from ..execution.agents import BUILTIN_AGENT_KINDS, Agent, make_builtin_agent, unknown_agent_kind
+from ..execution.agents import (
+    BUILTIN_AGENT_KINDS,
+    Agent,
+    AgentRef,
+    make_builtin_agent,
+    unknown_agent_kind,
+)
 from ..execution.attempt import AttemptJob, Outcome
 from ..execution.concurrent import NotStarted
 from ..execution.environment import Environment, MakeEnvironment
@@ -33,6 +39,10 @@ ERROR_WHEN = {"agent": "agent call", "grading": "grading"}
 """The report's `when` of an attempt that errored in its agent or a grader, by the record's
 phase: pytest's heading then reads `ERROR at agent call of ...`, not `at setup of` (the error
 is the attempt's, not its setup's); `pytest_report_teststatus` keeps it an *error*."""
+
+
+FIXTURE_LABEL = f"fixture:{FIXTURE_NAME}"
+"""How records name the `agenteval_agent` fixture's agent."""
 
 
 class AttemptFailed(Exception):
@@ -121,10 +131,10 @@ class AttemptItem(AgentevalItem):
             with contextlib.suppress(AgentUnavailable):
                 self.check_agent()
 
-    def _agent(self) -> tuple[Any, str]:
+    def _agent(self) -> AgentRef:
         """The agent of this attempt: the `agenteval_agent` fixture when it supplies it."""
         if self.uses_fixture():
-            return fixture_value(self, FIXTURE_NAME), f"fixture:{FIXTURE_NAME}"
+            return AgentRef.in_process(fixture_value(self, FIXTURE_NAME), FIXTURE_LABEL)
         return self.runtime.declared_agent(self.task)
 
     def uses_fixture(self) -> bool:
@@ -132,7 +142,7 @@ class AttemptItem(AgentevalItem):
         declared = self.runtime.settings.agent_override or self.task.spec.agent
         return declared is None and self._has_fixture()
 
-    def _agent_ahead(self) -> tuple[Any, str]:
+    def _agent_ahead(self) -> AgentRef:
         """The agent, when it may be made before the item's turn: a declared agent or a
         session-scoped fixture (a narrower fixture belongs to its item's setup)."""
         if self.runtime.settings.agent_override or self.task.spec.agent or not self._has_fixture():
@@ -141,7 +151,7 @@ class AttemptItem(AgentevalItem):
         made = defs[-1].cached_result if defs and defs[-1].scope == "session" else None
         if made is None or made[2] is not None:  # (value, cache key, exception info)
             raise LookupError("made at an item's setup: a session fixture's first, or each")
-        return made[0], f"fixture:{FIXTURE_NAME}"
+        return AgentRef.in_process(made[0], FIXTURE_LABEL)
 
     def _has_fixture(self) -> bool:
         folders = self.runtime.fixture_folders

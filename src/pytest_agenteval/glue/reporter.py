@@ -72,9 +72,7 @@ class Reporter:
         if self.dry and self.run.resumed:
             decide = self.runtime.decide
             self.dry_plan = {
-                i.key: decide(i.key, i.task)
-                for i in session.items
-                if isinstance(i, AttemptItem)
+                i.key: decide(i.key, i.task) for i in session.items if isinstance(i, AttemptItem)
             }
 
     @pytest.hookimpl(trylast=True)
