@@ -347,12 +347,13 @@ def test_records_on_reports_are_complete_plain_json(
     pytester.makeconftest(
         """
         import json
-        from pytest_agenteval.core.records import unship
+        from pytest_agenteval.core.records import NewRecord, unship
 
         def pytest_runtest_logreport(report):
             carried = getattr(report, "agenteval", None)
-            if isinstance(carried, str):
-                record = json.loads(unship(carried)["record"])
+            if isinstance(carried, NewRecord):
+                record = json.loads(unship(carried.ship())["record"])
+                assert record == carried.record.to_json()
                 assert json.loads(json.dumps(record)) == record, "not plain JSON types"
                 print("RECORD-ON-REPORT", report.when)
         """

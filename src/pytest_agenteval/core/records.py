@@ -374,10 +374,27 @@ def ship(action: str, entry: str, text: str) -> str:
     return f"{action}\n{entry}\n{text}"
 
 
-def unship(shipped: str) -> dict[str, str]:
+def unship(shipped: str) -> dict[str, Any]:
     """What `ship` packed, as the dict other reports carry: action, entry, record."""
     action, entry, text = shipped.split("\n", 2)
     return {"action": action, "entry": entry, "record": text}
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A new record as an attempt's report carries it in the process that made it: typed, so a
+    lone process's recorder commits it without parsing anything; `ship()` is the one string
+    that crosses to xdist's controller instead (`unship` reads it there)."""
+
+    action: str
+    """What the plan decided for the attempt (`run`, `regrade`)."""
+    record: AttemptRecord
+    crashed: bool = False
+    """Made by the controller for an attempt whose worker died (no index entry comes with it:
+    the store writes one)."""
+
+    def ship(self) -> str:
+        return ship(self.action, to_json_text(index_entry(self.record)), self.record.to_text())
 
 
 def placed(entry: str, offset: int, length: int) -> str:

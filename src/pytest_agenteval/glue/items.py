@@ -15,7 +15,7 @@ import pytest
 
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
-from ..core.records import Detail, index_entry, ship, to_json_text
+from ..core.records import Detail, NewRecord
 from ..core.text import excerpt
 from ..execution.agents import (
     BUILTIN_AGENT_KINDS,
@@ -56,7 +56,7 @@ class ReplayedError(Exception):
 class AgentevalItem(pytest.Item):
     """An item whose reports carry agenteval data to the controller (`report.agenteval`)."""
 
-    def report_extras(self) -> dict[str, Any] | str:
+    def report_extras(self) -> dict[str, Any] | NewRecord:
         raise NotImplementedError
 
 
@@ -160,10 +160,11 @@ class AttemptItem(AgentevalItem):
             found = folders[self.parent] = bool(fixture_defs(self, FIXTURE_NAME))
         return found
 
-    def report_extras(self) -> dict[str, Any] | str:
-        """What the report carries to the controller: a new record shipped with its action and
-        index entry (which names the attempt), else the action and the attempt's key. JUnit
-        properties are the controller's to add: few values cross the process boundary."""
+    def report_extras(self) -> dict[str, Any] | NewRecord:
+        """What the report carries to the controller: a new record with its action (typed:
+        `TaskHooks.pytest_report_to_serializable` ships it as one string to xdist's
+        controller), else the action and the attempt's key. JUnit properties are the
+        controller's to add: few values cross the process boundary."""
         outcome = self.outcome
         if self.not_started is not None:
             return {
@@ -176,10 +177,7 @@ class AttemptItem(AgentevalItem):
         record = outcome.record
         if record is None:
             return {"action": outcome.decision.action, "key": list(self.key)}
-        data, entry = record.to_json(), index_entry(record)
-        text = to_json_text(data)
-        self.runtime.last_made = (text, record, data, entry)
-        return ship(outcome.decision.action, to_json_text(entry), text)
+        return NewRecord(outcome.decision.action, record)
 
     def repr_failure(
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
@@ -374,6 +372,15 @@ class TaskHooks:
             if call.when == "call" or report.failed:
                 report.agenteval = item.report_extras()
         return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_to_serializable(self, report: pytest.TestReport) -> Any:
+        """A new record crosses to xdist's controller as one string (execnet ships one value
+        far more cheaply than a dict of them); in this process it stays typed."""
+        data = yield
+        if isinstance(data, dict) and isinstance(data.get("agenteval"), NewRecord):
+            data["agenteval"] = data["agenteval"].ship()
+        return data
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:

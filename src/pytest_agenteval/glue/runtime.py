@@ -17,7 +17,6 @@ import pytest
 
 from ..core.errors import AgentUnavailable, TaskFileError, display_path
 from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, Key, TaskSpec
-from ..core.records import AttemptRecord
 from ..core.shards import Shard
 from ..execution.agents import AgentRef, AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
@@ -73,9 +72,6 @@ class Runtime:
     alone: frozenset[Key] = frozenset()
     """Attempts whose agent call was in flight when a worker of the run died: each runs with
     no other call in flight, so a crash is provably its own (shipped to xdist workers)."""
-    last_made: tuple[str, AttemptRecord, dict[str, Any], dict[str, Any]] | None = None
-    """The JSON text the report of this process's last new record carries, the record, its
-    JSON and its index entry: a lone process's recorder commits it without parsing again."""
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
