@@ -396,11 +396,13 @@ class NewRecord:
     action: str
     """What the plan decided for the attempt (`run`, `regrade`)."""
     record: AttemptRecord
+    """The attempt's new record."""
     crashed: bool = False
     """Made by the controller for an attempt whose worker died (no index entry comes with it:
     the store writes one)."""
 
     def ship(self) -> str:
+        """The one string that crosses to another process: action, index entry, record."""
         return ship(self.action, to_json_text(index_entry(self.record)), self.record.to_text())
 
 
