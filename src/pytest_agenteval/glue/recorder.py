@@ -247,7 +247,8 @@ class Recorder:
         if made is None and text is None and report.failed and action != "reuse":
             made = NewRecord(action, self._vanished(report))
         row: IndexRow | None
-        if made is not None or text is not None:
+        reused = made is None and text is None
+        if not reused:
             row = self._commit(made, text, info.get("entry"), action == "regrade")
         else:  # its stored verdict was replayed (or it never began)
             key = tuple(info["key"])
@@ -255,7 +256,6 @@ class Recorder:
                 self.reused.add(key)
             row = self.runtime.plan.stored(key)
         if row is not None:
-            reused = text is None
             if not reused or action == "reuse":
                 self.properties[report.nodeid] = junit_properties(row, reused)
             self.progress.attempt(row.status, reused=reused)
