@@ -67,3 +67,17 @@ def test_the_package_ships_its_types_and_is_checked_strictly() -> None:
         ["xdist", "xdist.*"],
         ["jsonschema", "jsonschema.*"],
     ]
+
+
+def test_one_place_decides_each_attempt() -> None:
+    """Only `Runtime.decide` asks the plan what to do with an attempt (reuse, regrade, run);
+    the item, the recorder, the reporter and the xdist glue go through it."""
+    from pathlib import Path
+
+    package = Path(pytest_agenteval.__file__).parent
+    callers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "plan.decide(" in path.read_text()
+    )
+    assert callers == ["glue/runtime.py"]

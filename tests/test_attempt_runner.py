@@ -3,6 +3,7 @@ stand in for the agent call and the attempt's files."""
 
 from __future__ import annotations
 
+import pickle
 import shutil
 import threading
 from collections.abc import Mapping, Sequence
@@ -11,12 +12,35 @@ from typing import Any
 
 import pytest
 
+from chat_server import ChatServer
 from helpers import summary_of
-from pytest_agenteval import Agent, AgentCall, Executor
-from pytest_agenteval.core.model import AgentResult, GraderSpec, Manifest, Task, TaskSpec
+from pytest_agenteval import AgentCall, Executor
+from pytest_agenteval.core.errors import AgentUnavailable
+from pytest_agenteval.core.model import (
+    AgentResult,
+    AnyAgentSpec,
+    CallableAgentSpec,
+    GraderSpec,
+    Manifest,
+    Task,
+    TaskSpec,
+)
+from pytest_agenteval.execution.agents import (
+    Agent,
+    AgentRef,
+    AgentResolver,
+    make_builtin_agent,
+    spec_label,
+)
 from pytest_agenteval.execution.attempt import AttemptJob, AttemptRunner
 from pytest_agenteval.execution.concurrent import Ahead, NotStarted
-from pytest_agenteval.execution.environment import ChangedFile, Environments, ExecResult
+from pytest_agenteval.execution.environment import (
+    ChangedFile,
+    Environments,
+    ExecResult,
+    LocalEnvironment,
+)
+from pytest_agenteval.execution.executor import SerialExecutor
 from pytest_agenteval.execution.graders import make_builtin_grader
 from pytest_agenteval.execution.workspaces import Workspaces
 from pytest_agenteval.sources.dataset import Dataset, TaskDef
@@ -116,8 +140,8 @@ def unused(task: Task) -> str:
     raise AssertionError("the fake executor answers for the agent")
 
 
-def agent() -> tuple[Agent, str]:
-    return unused, "fake:agent"
+def agent() -> AgentRef:
+    return AgentRef.in_process(unused, "fake:agent")
 
 
 def test_fake_executor_satisfies_the_protocol() -> None:
@@ -193,25 +217,107 @@ def test_calls_ahead_go_through_the_same_executor_path(tmp_path: Path) -> None:
     assert [e.files for e in made] == [{"answer.txt": b"written"}] * 2
 
 
+def built_in(spec: AnyAgentSpec, base: Path) -> Agent:
+    made = make_builtin_agent(spec, base)
+    assert made is not None
+    return made
+
+
+WRITES_AND_ANSWERS = "open('seen', 'w').write('x'); print(4)"
+AGENT_SPECS: dict[str, Any] = {
+    "callable": "agent.py:run",
+    "command": {"command": ["{python}", "-c", WRITES_AND_ANSWERS], "stdin": "none"},
+    "openai": {"openai": {"model": "m", "api_key_env": "AGENTEVAL_TEST_KEY", "backoff": 0.01}},
+}
+
+
+@pytest.mark.parametrize("kind", list(AGENT_SPECS))
+def test_an_agent_call_pickles_and_its_copy_runs_the_agent(
+    kind: str, tmp_path: Path, chat_server: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent call crosses a process boundary as data: its pickled copy names the same agent
+    (spec, folder, label), carries the Task and its environment, and the built-in executor
+    builds and runs the agent from the copy in the attempt's files."""
+    monkeypatch.setenv("AGENTEVAL_TEST_KEY", "sk-test")
+    (tmp_path / "agent.py").write_text(
+        "def run(task):\n    open(task.workspace / 'seen', 'w').write('x')\n    return '4'\n"
+    )
+    raw = AGENT_SPECS[kind]
+    if kind == "openai":
+        raw = {"openai": {**raw["openai"], "base_url": chat_server.base_url}}
+    spec = Manifest.model_validate({"name": "ds", "agent": raw}).agent
+    assert spec is not None
+    ref = AgentRef.declared(spec, tmp_path)
+    environment = LocalEnvironment.create(tmp_path / "work", None)
+    task = Task(
+        id="t",
+        input="2+2? <<4>>",
+        metadata={"m": 1},
+        attempt=1,
+        seed=7,
+        workspace=lambda: environment.root,
+        environment=lambda: environment,
+    )
+    call = AgentCall(("ds", "t", 1), ref, task, 30.0)
+    copy = pickle.loads(pickle.dumps(call))
+    assert (copy.key, copy.agent, copy.timeout) == (call.key, ref, 30.0)
+    assert copy.label == spec_label(spec) and copy.agent.spec == spec
+    shown = (copy.task.id, copy.task.input, copy.task.metadata, copy.task.attempt, copy.task.seed)
+    assert shown == ("t", "2+2? <<4>>", {"m": 1}, 1, 7)
+    assert copy.task.workspace == environment.root
+    executor = SerialExecutor(AgentResolver(built_in))
+    try:
+        assert executor.call_agent(copy).output.strip() == "4"
+    finally:
+        executor.close()
+    assert (environment.root / "seen").exists() == (kind != "openai")
+
+
+def test_one_agent_is_built_per_spec_and_the_fixture_agent_stays_home(tmp_path: Path) -> None:
+    """The resolver builds an agent once per spec (equal specs, and the unpickled copy of a
+    reference, find the one built); the fixture's live agent resolves in its own process
+    only: its reference pickles without it and then says so."""
+    (tmp_path / "agent.py").write_text("def run(task):\n    return '4'\n")
+    built: list[AnyAgentSpec] = []
+
+    def counting(spec: AnyAgentSpec, base: Path) -> Agent:
+        built.append(spec)
+        return built_in(spec, base)
+
+    resolver = AgentResolver(counting)
+    first, second = (
+        AgentRef.declared(CallableAgentSpec(callable="agent.py:run"), tmp_path) for _ in "12"
+    )
+    copy = pickle.loads(pickle.dumps(second))
+    assert resolver.resolve(first) is resolver.resolve(second) is resolver.resolve(copy)
+    assert len(built) == 1
+    live = AgentRef.in_process(unused, "fixture:agenteval_agent")
+    assert resolver.resolve(live) is unused
+    with pytest.raises(AgentUnavailable, match="live object of the pytest process"):
+        resolver.resolve(pickle.loads(pickle.dumps(live)))
+
+
 EXAMPLE_SUITE = Path(__file__).parent.parent / "example_suite"
 
-COUNTING_EXECUTOR = """
+PICKLING_EXECUTOR = """
+import pickle
 from pathlib import Path
-from typing import Any
 
 from pytest_agenteval.execution.executor import SerialExecutor
 
 
-class CountingExecutor:
-    '''Runs each call with the built-in executor and notes its attempt.'''
+class PicklingExecutor:
+    '''Runs a pickled copy of each call with the built-in executor (which builds the agent
+    from the copy's reference) and notes its attempt.'''
 
-    def __init__(self):
-        self.inner = SerialExecutor()
+    def __init__(self, agents):
+        self.inner = SerialExecutor(agents)
 
     def call_agent(self, call):
+        copy = pickle.loads(pickle.dumps(call))
         with Path("calls.log").open("a") as log:
-            log.write(f"{call.key} {call.label}\\n")
-        return self.inner.call_agent(call)
+            log.write(f"{copy.key} {copy.label}\\n")
+        return self.inner.call_agent(copy)
 
     def kill_running(self):
         return self.inner.kill_running()
@@ -220,8 +326,8 @@ class CountingExecutor:
         self.inner.close()
 
 
-def pytest_agenteval_make_executor(config, isolate, concurrency):
-    return CountingExecutor()
+def pytest_agenteval_make_executor(config, isolate, concurrency, agents):
+    return PicklingExecutor(agents)
 """
 
 
@@ -230,11 +336,12 @@ def test_a_plugin_executor_gives_the_example_suite_the_same_summary(
     pytester: pytest.Pytester,
 ) -> None:
     """An executor a conftest returns from `pytest_agenteval_make_executor` runs every agent
-    call, and the example suite's summary counts and metrics equal the built-in executor's."""
+    call from its pickled copy, and the example suite's summary counts and metrics equal the
+    built-in executor's."""
     shutil.copytree(EXAMPLE_SUITE, pytester.path / "example_suite")
     pytester.runpytest_subprocess("--agenteval", "example_suite", "--agenteval-run-id", "builtin")
     builtin = summary_of(pytester, "builtin")
-    pytester.makeconftest(COUNTING_EXECUTOR)
+    pytester.makeconftest(PICKLING_EXECUTOR)
     pytester.runpytest_subprocess("--agenteval", "example_suite", "--agenteval-run-id", "plugin")
     plugin = summary_of(pytester, "plugin")
     assert plugin["counts"] == builtin["counts"]

@@ -347,19 +347,23 @@ def test_records_on_reports_are_complete_plain_json(
     pytester.makeconftest(
         """
         import json
-        from pytest_agenteval.core.records import unship
+        from pytest_agenteval.core.records import NewRecord, unship
 
         def pytest_runtest_logreport(report):
             carried = getattr(report, "agenteval", None)
-            if isinstance(carried, str):
-                record = json.loads(unship(carried)["record"])
+            if isinstance(carried, NewRecord):
+                record = json.loads(unship(carried.ship())["record"])
+                assert record == carried.record.to_json()
                 assert json.loads(json.dumps(record)) == record, "not plain JSON types"
-                print("RECORD-ON-REPORT", report.when)
+                with open("on-reports.log", "a") as log:
+                    log.write(carried.record.task_id + "\\n")
         """
     )
     reprec = pytester.inline_run("--agenteval", "ds", "--attempts", "2", "-s")
     records = [call.record for call in reprec.getcalls("pytest_agenteval_record_committed")]
     assert len(records) == 4
+    on_reports = (pytester.path / "on-reports.log").read_text().split()
+    assert sorted(on_reports) == ["a", "a", "e", "e"]
     seeds = set()
     for rec in records:
         AttemptRecord.from_json(rec)

@@ -81,6 +81,53 @@ def test_a_new_record_travels_as_one_string_and_is_stored_as_it_came(
     assert sorted(entries, key=str) == sorted((json.loads(s["entry"]) for s in shipped), key=str)
 
 
+TYPED_IN_PROCESS = """
+import json
+
+import pytest_agenteval.glue.recorder as recorder
+from pytest_agenteval.core.records import AttemptRecord, NewRecord
+
+
+class NoParsing:
+    def __getattr__(self, name):
+        if name == "loads":
+            raise AssertionError("the lone process parsed a record it made")
+        return getattr(json, name)
+
+
+def pytest_configure(config):
+    recorder.json = NoParsing()
+
+
+def pytest_runtest_logreport(report):
+    carried = getattr(report, "agenteval", None)
+    if carried is not None and report.when == "call":
+        assert isinstance(carried, NewRecord), type(carried)
+        assert isinstance(carried.record, AttemptRecord)
+        print("TYPED", carried.action, carried.record.status)
+
+
+def pytest_agenteval_record_committed(record):
+    print("COMMITTED", record["status"])
+"""
+
+
+def test_a_lone_process_commits_the_typed_record_its_report_carries(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Alone, an attempt's report carries its typed record (no side channel, no JSON text to
+    parse back): the recorder commits it and the hook gets its JSON, parsing nothing."""
+    dataset({"a.yaml": task("ok"), "b.yaml": task("wrong")})
+    pytester.makeconftest(TYPED_IN_PROCESS)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "-s", "-p", "no:xdist")
+    result.assert_outcomes(passed=1, failed=1)
+    typed = sorted(line.split()[-1] for line in result.outlines if "TYPED run" in line)
+    committed = sorted(line.split()[-1] for line in result.outlines if "COMMITTED" in line)
+    assert typed == committed == ["fail", "pass"]
+    (records,) = pytester.path.glob(".pytest_cache/agenteval/runs/*/records.jsonl")
+    assert len(records.read_text(encoding="utf-8").splitlines()) == 2
+
+
 def test_records_from_xdist_workers_are_stored_as_they_came(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:

@@ -141,14 +141,20 @@ def check_junit_error_element(pytester: pytest.Pytester) -> None:
 
 def check_worker_queue(pytester: pytest.Pytester) -> None:
     import execnet
-    from xdist.remote import TestQueue, WorkerInteractor
+    from xdist import remote
 
-    init = inspect.getsource(WorkerInteractor.__init__)
-    assert "self.torun = TestQueue(" in init
+    init = inspect.getsource(remote.WorkerInteractor.__init__)
     assert "self.nextitem_index" in init
-    queue = TestQueue(execnet.gateway_base.get_execmodel("thread"))
+    execmodel = execnet.gateway_base.get_execmodel("thread")
+    if hasattr(remote, "TestQueue"):  # xdist 3.7+
+        assert "self.torun = TestQueue(" in init
+        queue = remote.TestQueue(execmodel)
+    else:  # xdist 3.6: execnet's standard queue
+        assert "self.torun = self._make_queue()" in init
+        assert "execmodel.queue.Queue()" in inspect.getsource(remote.WorkerInteractor._make_queue)
+        queue = execmodel.queue.Queue()
     queue.put(3)
-    with queue.lock() as queued:
+    with internals._queued(queue) as queued:
         assert list(queued) == [3]
 
 

@@ -190,14 +190,14 @@ def test_without_the_extra_the_error_names_the_install_command(
     assert chat_server.requests == []
 
 
-def test_sessions_in_one_process_share_the_agent_but_not_its_connections(
+def test_sessions_in_one_process_do_not_share_connections(
     pytester: pytest.Pytester, dataset: DatasetMaker, chat_server: ChatServer
 ) -> None:
-    """Two sessions in one process (as `agenteval validate` or an IDE may run them) reuse the
-    agent built for the same settings, each on its own event loop's connections."""
+    """Two sessions in one process (as `agenteval validate` or an IDE may run them) each
+    answer, on their own event loop's connections."""
     import openai  # noqa: F401 - kept loaded across both inline runs
 
-    import pytest_agenteval.providers.openai  # noqa: F401 - its agents outlive a session
+    import pytest_agenteval.providers.openai  # noqa: F401 - loaded once for both runs
 
     dataset(
         {"t.yaml": {"input": "<<ok>>", "expected": "ok"}},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -15,14 +16,19 @@ from pytest_agenteval.core.records import (
     UNATTRIBUTED_CRASH,
     AttemptId,
     AttemptRecord,
+    Detail,
+    NewRecord,
     attempt_seed,
     index_entry,
     new_record,
     placed,
     record_schema,
     ship,
+    stored_key,
     to_json_text,
+    unship,
 )
+from pytest_agenteval.core.text import excerpt
 from pytest_agenteval.reporting.metrics import Attempt
 from pytest_agenteval.store.index import IndexRow, explain, parse_line, row_of
 from pytest_agenteval.store.runs import Store
@@ -162,6 +168,32 @@ def test_an_index_line_holds_exactly_the_declared_index_fields() -> None:
         back = {name: getattr(row, name) for name in row_columns}
         assert back == {name: _as_row(entry, name) for name in row_columns}
         assert row_of(entry) == replace(row, digest="", run_digest="", replay="")
+
+
+def test_what_a_report_carries_and_a_failure_shows_agree_with_the_record() -> None:
+    """A new record on a report (typed in its process, one string to xdist's controller) is
+    its record's JSON and index entry, naming its key; the detail a failure shows is the
+    record's own fields (same names and types), also when replayed from its index line."""
+    annotations = {f.name: f.type for f in fields(AttemptRecord)}
+    assert {f.name: f.type for f in fields(Detail)}.items() <= annotations.items()
+    for record in (*examples().values(), _with_variant(examples()["full"], "v1")):
+        shipped = unship(NewRecord("regrade", record).ship())
+        entry = to_json_text(index_entry(record))
+        assert shipped == {"action": "regrade", "entry": entry, "record": record.to_text()}
+        assert stored_key(json.loads(shipped["entry"])) == record.key
+        detail = record.detail()
+        shown = {f.name: getattr(detail, f.name) for f in fields(Detail)}
+        assert shown == {name: getattr(record, name) for name in shown}
+        row, _ = parse_line(placed(entry, 0, 1).encode(), {}, True)
+        replayed = row.detail()
+        if record.status == "pass":
+            assert replayed == Detail()
+            continue
+        assert replayed.output == excerpt(record.output or "", 300)
+        assert replayed.error == record.error
+        assert [v.as_dict(details=False) for v in replayed.verdicts] == [
+            v.as_dict(details=False) for v in record.verdicts
+        ]
 
 
 def _as_row(entry: dict[str, Any], name: str) -> Any:

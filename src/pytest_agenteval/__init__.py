@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .core.errors import AgentError
     from .core.model import AgentResult, Manifest, Task, TaskSpec, Usage, Verdict
     from .core.records import AttemptRecord
-    from .execution.agents import Agent
+    from .execution.agents import Agent, AgentRef, AgentResolver
     from .execution.environment import ChangedFile, Environment, ExecResult
     from .execution.executor import AgentCall, Executor
     from .execution.graders import GradeContext, Grader
@@ -24,6 +24,8 @@ __version__ = "0.1.0"
 _WHERE = {
     "Agent": "execution.agents",
     "AgentCall": "execution.executor",
+    "AgentRef": "execution.agents",
+    "AgentResolver": "execution.agents",
     "AgentResult": "core.model",
     "AgentError": "core.errors",
     "AttemptRecord": "core.records",
@@ -44,6 +46,8 @@ __all__ = [
     "Agent",
     "AgentCall",
     "AgentError",
+    "AgentRef",
+    "AgentResolver",
     "AgentResult",
     "AttemptRecord",
     "ChangedFile",

@@ -9,6 +9,7 @@ import pytest
 
 if TYPE_CHECKING:
     from .core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
+    from .execution.agents import AgentResolver
     from .reporting.summary import Summary
 
 
@@ -52,16 +53,19 @@ def pytest_agenteval_make_environment(
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_agenteval_make_executor(config: pytest.Config, isolate: bool, concurrency: int) -> Any:
+def pytest_agenteval_make_executor(
+    config: pytest.Config, isolate: bool, concurrency: int, agents: AgentResolver
+) -> Any:
     """Make the executor that runs this process's agent calls, or return None to let others
     try (as pytest-xdist's `pytest_xdist_make_scheduler`). Called once per process.
 
     `isolate` is `--agenteval-isolate`; `concurrency` is how many attempts this process keeps
-    in flight (`--agenteval-concurrency`). Return an object satisfying
+    in flight (`--agenteval-concurrency`); `agents` builds (once per spec) the agent a call
+    names: `agents.resolve(call.agent)`. Return an object satisfying
     `pytest_agenteval.Executor` (`call_agent(call)`, `kill_running()`, `close()`); each
-    `AgentCall` names its attempt, agent, agent-facing Task and deadline. Anything else is a
-    usage error naming your plugin. The built-in executors (in-process, or a forked child
-    per call with `isolate`) answer last.
+    `AgentCall` names its attempt, agent (a serialisable `AgentRef`), agent-facing Task and
+    deadline, and pickles. Anything else is a usage error naming your plugin. The built-in
+    executors (in-process, or a forked child per call with `isolate`) answer last.
     """
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,6 +19,9 @@ from . import hookspecs
 from .core import options
 from .core.shards import parse_shard
 from .sources.discovery import TemplateFolders, dataset_args
+
+if TYPE_CHECKING:
+    from .execution.agents import AgentResolver
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -342,14 +345,15 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.collectonly = True
     size = declared_concurrency(settings, datasets)
     check_combination(config, size, bool(settings.isolate))
+    agents = AgentResolver(TaskHooks.agent_maker(config))
     made = Parts(
         settings,
         datasets,
         make_grader=TaskHooks.grader_maker(config),
-        agents=AgentResolver(TaskHooks.agent_maker(config)),
+        agents=agents,
         agenteval_dir=folder,
         specs=specs,
-        executor=make_executor(config, bool(settings.isolate), size),
+        executor=make_executor(config, bool(settings.isolate), size, agents),
         environments=Environments(
             Workspaces(lambda: _basetemp(config)),
             TaskHooks.environment_maker(config),
@@ -380,12 +384,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_agenteval_make_executor(config: pytest.Config, isolate: bool, concurrency: int) -> Any:
+def pytest_agenteval_make_executor(
+    config: pytest.Config, isolate: bool, concurrency: int, agents: AgentResolver
+) -> Any:
     """The built-in executors: agent calls in this process, or each in a forked child."""
     from .execution.executor import SerialExecutor
     from .execution.isolation import IsolatingExecutor
 
-    return IsolatingExecutor() if isolate else SerialExecutor(concurrent=concurrency > 1)
+    if isolate:
+        return IsolatingExecutor(agents)
+    return SerialExecutor(agents, concurrent=concurrency > 1)
 
 
 def _basetemp(config: pytest.Config) -> Path | None:

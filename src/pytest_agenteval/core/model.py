@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -23,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from .errors import AgentError
 from .llm import JudgeSettings, ModelPrice
 
 if TYPE_CHECKING:
@@ -563,5 +565,45 @@ class Task:
             **({"budget": self.budget.model_dump()} if self.budget else {}),
         }
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A Task pickles (for an executor that runs the call in another process) as its data
+        and its environment, made first so the copy reaches the same files; a Task made by
+        hand with a folder, as that folder."""
+        environment = self.environment
+        folder = self.workspace if environment is None else None
+        data = (self.id, self.input, self.metadata, self.attempt, self.seed, self.budget)
+        return (_unpickled_task, (*data, folder, environment))
+
     def __repr__(self) -> str:
         return f"Task(id={self.id!r}, attempt={self.attempt})"
+
+
+def _unpickled_task(
+    id: str,
+    input: Any,
+    metadata: dict[str, Any],
+    attempt: int,
+    seed: int,
+    budget: Budget | None,
+    folder: Path | None,
+    environment: Environment | None,
+) -> Task:
+    """The Task `Task.__reduce__` packed."""
+    data = {"id": id, "input": input, "metadata": metadata, "attempt": attempt, "seed": seed}
+    if environment is None:
+        assert folder is not None
+        return Task(**data, workspace=folder, budget=budget)
+    task = Task(**data, workspace=partial(local_folder, environment), budget=budget)
+    task._environment = environment
+    return task
+
+
+def local_folder(environment: Environment) -> Path:
+    """The folder on this machine holding the environment's files (`task.workspace`)."""
+    path = environment.local_path
+    if path is None:
+        raise AgentError(
+            f"this attempt's files are not on this machine ({environment.where})",
+            detail="use task.environment (exec, read_file, write_file) instead of task.workspace",
+        )
+    return path

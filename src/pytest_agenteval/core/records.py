@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import NoneType
 from typing import Any, NamedTuple
 
@@ -99,7 +99,9 @@ def attempt_score(verdicts: tuple[Verdict, ...] | list[Verdict]) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Detail:
-    """What a failed or errored attempt shows when it is reported: verdicts, output, error."""
+    """What a failed or errored attempt shows when it is reported: its record's verdicts,
+    output and error (attributes of `AttemptRecord`, by the same names), new or replayed from
+    the index line (`to_json` is the line's `replay`)."""
 
     verdicts: tuple[Verdict, ...] = ()
     output: str | None = None
@@ -120,6 +122,10 @@ class Detail:
             data.get("output_excerpt"),
             data.get("error"),
         )
+
+
+DETAIL_FIELDS = tuple(f.name for f in fields(Detail))
+"""The record's attributes a Detail holds (the same names and types)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +232,8 @@ class AttemptRecord:
         return spend_sum((self.cost, self.judge_cost))
 
     def detail(self) -> Detail:
-        return Detail(self.verdicts, self.output, self.error)
+        """What the attempt shows when it did not pass: the record's fields `Detail` names."""
+        return Detail(*[getattr(self, name) for name in DETAIL_FIELDS])
 
     def result(self) -> AgentResult:
         """The agent's answer as recorded, for regrading without calling the agent."""
@@ -383,10 +390,29 @@ def ship(action: str, entry: str, text: str) -> str:
     return f"{action}\n{entry}\n{text}"
 
 
-def unship(shipped: str) -> dict[str, str]:
+def unship(shipped: str) -> dict[str, Any]:
     """What `ship` packed, as the dict other reports carry: action, entry, record."""
     action, entry, text = shipped.split("\n", 2)
     return {"action": action, "entry": entry, "record": text}
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A new record as an attempt's report carries it in the process that made it: typed, so a
+    lone process's recorder commits it without parsing anything; `ship()` is the one string
+    that crosses to xdist's controller instead (`unship` reads it there)."""
+
+    action: str
+    """What the plan decided for the attempt (`run`, `regrade`)."""
+    record: AttemptRecord
+    """The attempt's new record."""
+    crashed: bool = False
+    """Made by the controller for an attempt whose worker died (no index entry comes with it:
+    the store writes one)."""
+
+    def ship(self) -> str:
+        """The one string that crosses to another process: action, index entry, record."""
+        return ship(self.action, to_json_text(index_entry(self.record)), self.record.to_text())
 
 
 def placed(entry: str, offset: int, length: int) -> str:

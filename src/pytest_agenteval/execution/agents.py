@@ -11,6 +11,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -195,15 +196,74 @@ def spec_label(spec: AnyAgentSpec) -> str:
     return f"{spec.type}:{json.dumps(spec.options, sort_keys=True, default=str)}"
 
 
+@dataclass(frozen=True, slots=True)
+class AgentRef:
+    """An attempt's agent as an agent call names it: serialisable, so the call can be run by
+    an executor in another process, which builds the agent from it (`AgentResolver.resolve`).
+
+    A declared agent is named by its spec (validated data) and the folder its references are
+    resolved from. The `agenteval_agent` fixture's agent is a live object of the pytest process
+    that set it up and cannot travel: its reference holds it (`live`), pickles without it, and
+    resolves only in that process.
+    """
+
+    label: str
+    """The agent as the record names it (its spec's label, or the fixture's name)."""
+    spec: AnyAgentSpec | None = None
+    """The declared spec; None for the fixture's agent."""
+    base: Path | None = None
+    """The folder the spec's references are resolved from (the dataset's, or the invocation
+    folder for `--agenteval-agent`)."""
+    key: str = ""
+    """What the resolver's cache knows the agent by (made from spec and base, once)."""
+    live: Agent | None = field(default=None, compare=False)
+    """The fixture's agent, in the process that made it (never pickled)."""
+
+    @classmethod
+    def declared(cls, spec: AnyAgentSpec, base: Path) -> AgentRef:
+        """The reference of a declared agent (made once per spec: see the runtime)."""
+        return cls(spec_label(spec), spec, base, f"{base}\0{spec!r}")
+
+    @classmethod
+    def in_process(cls, agent: Agent, label: str) -> AgentRef:
+        """The reference of a live agent (the fixture's): resolvable only in this process."""
+        return cls(label, live=agent)
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.label, self.spec, self.base, self.key)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        names = ("label", "spec", "base", "key", "live")
+        for name, value in zip(names, (*state, None), strict=True):
+            object.__setattr__(self, name, value)
+
+
 class AgentResolver:
-    """Builds a declared agent, turning every way that fails into AgentUnavailable (the caller
-    keeps what it built: the runtime builds each spec once, when an attempt first needs it)."""
+    """Builds agents, turning every way that fails into AgentUnavailable; the one cache of
+    built agents of a process: each spec is built once (when an attempt first needs it)."""
 
     def __init__(self, make: MakeAgent) -> None:
         self._make = make
+        self._built: dict[str, Agent] = {}
+
+    def resolve(self, ref: AgentRef) -> Agent:
+        """The agent `ref` names, built on first use; raises AgentUnavailable when it cannot be
+        built, or names a live agent of another process."""
+        agent = self._built.get(ref.key) if ref.live is None else ref.live
+        if agent is not None:
+            return agent
+        if ref.spec is None or ref.base is None:
+            raise AgentUnavailable(
+                f"the {ref.label} agent is a live object of the pytest process that made it "
+                "and cannot be used by an executor in another process",
+                hint="declare the agent (`agent:` in agenteval.yaml or --agenteval-agent) for "
+                "executors that run agent calls elsewhere",
+            )
+        agent = self._built[ref.key] = self.agent(ref.spec, ref.base)
+        return agent
 
     def agent(self, spec: AnyAgentSpec, base: Path) -> Agent:
-        """The agent `spec` names; raises AgentUnavailable when it cannot be built."""
+        """The agent `spec` names, built now; raises AgentUnavailable when it cannot be."""
         built = self._build(spec, base)
         if isinstance(built, AgentUnavailable):
             raise built

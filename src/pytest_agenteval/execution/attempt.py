@@ -28,7 +28,7 @@ from ..providers.pricing import priced, with_prices
 from ..sources.dataset import TaskDef
 from ..store.plan import Decision
 from ..store.runs import IndexRow
-from .agents import Agent, as_result
+from .agents import AgentRef, as_result
 from .concurrent import Ahead, NotStarted, Started, Stopped
 from .environment import Environment, Environments, host_folder
 from .executor import AgentCall, Executor, call_with_deadline
@@ -38,8 +38,8 @@ from .graders import GradeContext, as_verdict
 DEFAULT_GRADER_TIMEOUT = 60.0
 PACKAGE_DIR = str(Path(__file__).parent.parent)
 
-AgentSource = Callable[[], tuple[Agent, str]]
-"""Gives the attempt's agent and its label for the record; called only when the agent runs."""
+AgentSource = Callable[[], AgentRef]
+"""Names the attempt's agent (and its label for the record); called only when the agent runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +127,10 @@ class AttemptRunner:
         if self.environments.at_turn_only(job.task):
             return True
         try:
-            agent, label = source()
+            agent = source()
         except Exception:
             return False
-        context = _Attempt(job, self.environments, self._used(label))
+        context = _Attempt(job, self.environments, self._used(agent.label))
         self.ahead.schedule(job.key, partial(self._answer, agent, context, ahead=True), context)
         return True
 
@@ -187,8 +187,8 @@ class AttemptRunner:
             return Answer(stored.result())
         if early is not None:
             return early.result()
-        agent, label = source()
-        context.used = self._used(label)
+        agent = source()
+        context.used = self._used(agent.label)
         try:
             return self._answer(agent, context)
         finally:
@@ -213,7 +213,7 @@ class AttemptRunner:
         if reason is not None:
             raise NotStarted(reason)
 
-    def _answer(self, agent: Agent, context: _Attempt, ahead: bool = False) -> Answer:
+    def _answer(self, agent: AgentRef, context: _Attempt, ahead: bool = False) -> Answer:
         """The one path of an agent call, at its item's turn or `ahead` of it (in a pool
         thread, where the graders that wait on a program or a server run right after it)."""
         job = context.job
@@ -233,7 +233,7 @@ class AttemptRunner:
             return Answer(result, grade_waiting(job.task, context.task, result, waiting))
         return Answer(result)
 
-    def _counted(self, agent: Agent, context: _Attempt) -> AgentResult:
+    def _counted(self, agent: AgentRef, context: _Attempt) -> AgentResult:
         """The agent's answer, its spend counted the moment it arrives (before the call gives
         up its limit slot); a call abandoned at its deadline is counted when it really ends."""
         job = context.job
@@ -268,7 +268,7 @@ class AttemptRunner:
         if self.spent is not None and record.judge_cost:
             self.spent(record.judge_cost, 0)
 
-    def _call_agent(self, agent: Agent, context: _Attempt) -> AgentResult:
+    def _call_agent(self, agent: AgentRef, context: _Attempt) -> AgentResult:
         """The agent call itself, noted while it runs (a process that dies is blamed on the
         calls it had in flight) and marked as an agent's (its `os._exit` is its error)."""
         job = context.job
@@ -277,9 +277,7 @@ class AttemptRunner:
             note(key, True)
         was = in_agent_call(True)
         try:
-            call = AgentCall(
-                key, agent, context.used.get("used", ""), context.task, job.task.timeout, context
-            )
+            call = AgentCall(key, agent, context.task, job.task.timeout, context)
             return self.executor.call_agent(call)
         finally:
             in_agent_call(was)

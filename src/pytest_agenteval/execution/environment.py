@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from ..core.errors import AgentError
-from ..core.model import Key
+from ..core.model import Key, local_folder
 from ..sources.templates import copy_template, template_entries
 from .process import Finished, run_program
 
@@ -294,10 +293,4 @@ def environment_of(task: Task) -> Environment:
 
 def host_folder(environment: Environment) -> Path:
     """The folder on this machine holding the environment's files (`task.workspace`)."""
-    path = environment.local_path
-    if path is None:
-        raise AgentError(
-            f"this attempt's files are not on this machine ({environment.where})",
-            detail="use task.environment (exec, read_file, write_file) instead of task.workspace",
-        )
-    return path
+    return local_folder(environment)

@@ -34,7 +34,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..core.errors import AgentTimeout
 from ..core.model import AgentResult, Key, Task
-from .agents import Agent, CommandAgent, as_result
+from .agents import Agent, AgentRef, AgentResolver, CommandAgent, as_result
 from .process import child_pids, kill_running, kill_tree, thread_children
 
 T = TypeVar("T")
@@ -53,23 +53,49 @@ class Place(Protocol):
         """Take on the environment the call made elsewhere, after it."""
 
 
+class _Here:
+    """The place of an unpickled call: its environment travelled with its Task."""
+
+    def share(self) -> None:
+        pass
+
+    def adopt(self) -> None:
+        pass
+
+
+HERE = _Here()
+
+
 @dataclass(slots=True)  # not frozen: made once per attempt, and frozen fields cost a setattr each
 class AgentCall:
-    """One agent call an executor carries out: the attempt it belongs to, the agent and its
-    label, the agent-facing Task and the deadline."""
+    """One agent call an executor carries out: the attempt it belongs to, the agent (named by
+    a serialisable `AgentRef`), the agent-facing Task and the deadline.
+
+    A call pickles (for an executor that runs it in another process) as its key, agent
+    reference, Task (its data and its environment) and deadline; its `place` stays behind.
+    The `agenteval_agent` fixture's agent does not travel: the copy's reference resolves only
+    in the process that made it (declare the agent instead).
+    """
 
     key: Key
     """The attempt (dataset, task id, attempt index)."""
-    agent: Agent
-    """The agent, live (an executor in this process calls it)."""
-    label: str
-    """The agent as the record names it (its spec's label, or the fixture's name)."""
+    agent: AgentRef
+    """The agent: a declared spec and its folder, or the fixture's live agent (this process
+    only); `AgentResolver.resolve` gives the agent itself."""
     task: Task
     """What the agent receives."""
     timeout: float | None
     """Seconds the call may take (None: no limit)."""
-    place: Place
-    """The attempt's environment, for an executor that runs the call elsewhere."""
+    place: Place = HERE
+    """The attempt's environment, for an executor that runs the call elsewhere (not pickled)."""
+
+    @property
+    def label(self) -> str:
+        """The agent as the record names it."""
+        return self.agent.label
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (AgentCall, (self.key, self.agent, self.task, self.timeout))
 
 
 @runtime_checkable
@@ -94,7 +120,9 @@ class SerialExecutor:
     """Runs agent calls in this process, each within its attempt's timeout: one at a time,
     or side by side in the threads of `--agenteval-concurrency` (`concurrent`)."""
 
-    def __init__(self, concurrent: bool = False) -> None:
+    def __init__(self, agents: AgentResolver, concurrent: bool = False) -> None:
+        self.agents = agents
+        """Builds the agent a call names (once per spec) from its reference."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
@@ -104,7 +132,7 @@ class SerialExecutor:
         self._async: dict[int, tuple[Agent, bool]] = {}
 
     def call_agent(self, call: AgentCall) -> AgentResult:
-        return self.call(call.agent, call.task, call.timeout)
+        return self.call(self.agents.resolve(call.agent), call.task, call.timeout)
 
     def call(self, agent: Agent, task: Task, timeout: float | None) -> AgentResult:
         """Call the agent once and normalize its answer; exceptions from the agent propagate

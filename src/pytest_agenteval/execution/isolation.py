@@ -40,7 +40,7 @@ class IsolatingExecutor(SerialExecutor):
     def call_agent(self, call: AgentCall) -> AgentResult:
         call.place.share()  # a forked agent must find, not make, what attempts share
         try:
-            return self.call(call.agent, call.task, call.timeout)
+            return self.call(self.agents.resolve(call.agent), call.task, call.timeout)
         finally:
             call.place.adopt()
 
@@ -51,7 +51,7 @@ class IsolatingExecutor(SerialExecutor):
         pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(read_end)
-            _child(agent, task, write_end)
+            _child(SerialExecutor(self.agents), agent, task, write_end)
         os.close(write_end)
         try:
             data, timed_out = _read_until(read_end, timeout)
@@ -69,12 +69,13 @@ class IsolatingExecutor(SerialExecutor):
         return _answer(data, status)
 
 
-def _child(agent: Agent, task: Task, out: int) -> None:
-    """Call the agent, send back its answer or its error as JSON, and exit."""
+def _child(executor: SerialExecutor, agent: Agent, task: Task, out: int) -> None:
+    """Call the agent (with a fresh in-process executor), send back its answer or its error
+    as JSON, and exit."""
     code = 0
     try:
         os.setsid()
-        result = SerialExecutor().call(agent, task, None)
+        result = executor.call(agent, task, None)
         payload: dict[str, Any] = {"result": result.model_dump(mode="json")}
     except BaseException as exc:
         from .attempt import error_text

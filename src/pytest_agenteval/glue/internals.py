@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -49,7 +49,7 @@ __all__ = [
     "worker_queue",
 ]
 
-CHECKED = {"pytest": ("9.0.3", "9.1.1", "9.2.0"), "pytest-xdist": ("3.8.0",)}
+CHECKED = {"pytest": ("9.0.0", "9.2.0"), "pytest-xdist": ("3.6.1", "3.8.0")}
 """The releases every internal below was checked against."""
 
 
@@ -159,7 +159,7 @@ def worker_queue(config: pytest.Config) -> Callable[[], list[int]] | None:
     """On an xdist worker, a function giving the indices of the items the controller sent it
     that follow the one running, in order (None elsewhere). xdist says nothing about them:
     they are its WorkerInteractor's (registered without a name) `nextitem_index` and
-    `torun` queue."""
+    `torun` queue (xdist 3.7+: a `TestQueue`; 3.6: a standard `queue.Queue`)."""
     if not hasattr(config, "workerinput"):
         return None
     for plugin in config.pluginmanager.get_plugins():
@@ -170,12 +170,23 @@ def worker_queue(config: pytest.Config) -> Callable[[], list[int]] | None:
         return None
 
     def following() -> list[int]:
-        with interactor.torun.lock() as queued:
+        with _queued(interactor.torun) as queued:
             indices = [i for i in queued if isinstance(i, int)]
         upcoming = interactor.nextitem_index
         return [upcoming, *indices] if isinstance(upcoming, int) else indices
 
     return following
+
+
+@contextlib.contextmanager
+def _queued(torun: Any) -> Iterator[Iterable[Any]]:
+    """The items of a worker's `torun` queue, held still while they are read."""
+    if hasattr(torun, "lock"):  # xdist 3.7+
+        with torun.lock() as queued:
+            yield queued
+    else:  # xdist 3.6: execnet's queue.Queue
+        with torun.mutex:
+            yield torun.queue
 
 
 def queued_reports(config: pytest.Config) -> list[tuple[pytest.TestReport, Any]]:

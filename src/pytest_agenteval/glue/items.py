@@ -15,9 +15,15 @@ import pytest
 
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
-from ..core.records import Detail, index_entry, ship, to_json_text
+from ..core.records import Detail, NewRecord
 from ..core.text import excerpt
-from ..execution.agents import BUILTIN_AGENT_KINDS, Agent, make_builtin_agent, unknown_agent_kind
+from ..execution.agents import (
+    BUILTIN_AGENT_KINDS,
+    Agent,
+    AgentRef,
+    make_builtin_agent,
+    unknown_agent_kind,
+)
 from ..execution.attempt import AttemptJob, Outcome
 from ..execution.concurrent import NotStarted
 from ..execution.environment import Environment, MakeEnvironment
@@ -35,6 +41,10 @@ phase: pytest's heading then reads `ERROR at agent call of ...`, not `at setup o
 is the attempt's, not its setup's); `pytest_report_teststatus` keeps it an *error*."""
 
 
+FIXTURE_LABEL = f"fixture:{FIXTURE_NAME}"
+"""How records name the `agenteval_agent` fixture's agent."""
+
+
 class AttemptFailed(Exception):
     """The attempt's output did not pass its graders (a wrong answer: a test failure)."""
 
@@ -46,7 +56,7 @@ class ReplayedError(Exception):
 class AgentevalItem(pytest.Item):
     """An item whose reports carry agenteval data to the controller (`report.agenteval`)."""
 
-    def report_extras(self) -> dict[str, Any] | str:
+    def report_extras(self) -> dict[str, Any] | NewRecord:
         raise NotImplementedError
 
 
@@ -121,10 +131,10 @@ class AttemptItem(AgentevalItem):
             with contextlib.suppress(AgentUnavailable):
                 self.check_agent()
 
-    def _agent(self) -> tuple[Any, str]:
+    def _agent(self) -> AgentRef:
         """The agent of this attempt: the `agenteval_agent` fixture when it supplies it."""
         if self.uses_fixture():
-            return fixture_value(self, FIXTURE_NAME), f"fixture:{FIXTURE_NAME}"
+            return AgentRef.in_process(fixture_value(self, FIXTURE_NAME), FIXTURE_LABEL)
         return self.runtime.declared_agent(self.task)
 
     def uses_fixture(self) -> bool:
@@ -132,7 +142,7 @@ class AttemptItem(AgentevalItem):
         declared = self.runtime.settings.agent_override or self.task.spec.agent
         return declared is None and self._has_fixture()
 
-    def _agent_ahead(self) -> tuple[Any, str]:
+    def _agent_ahead(self) -> AgentRef:
         """The agent, when it may be made before the item's turn: a declared agent or a
         session-scoped fixture (a narrower fixture belongs to its item's setup)."""
         if self.runtime.settings.agent_override or self.task.spec.agent or not self._has_fixture():
@@ -141,7 +151,7 @@ class AttemptItem(AgentevalItem):
         made = defs[-1].cached_result if defs and defs[-1].scope == "session" else None
         if made is None or made[2] is not None:  # (value, cache key, exception info)
             raise LookupError("made at an item's setup: a session fixture's first, or each")
-        return made[0], f"fixture:{FIXTURE_NAME}"
+        return AgentRef.in_process(made[0], FIXTURE_LABEL)
 
     def _has_fixture(self) -> bool:
         folders = self.runtime.fixture_folders
@@ -150,10 +160,11 @@ class AttemptItem(AgentevalItem):
             found = folders[self.parent] = bool(fixture_defs(self, FIXTURE_NAME))
         return found
 
-    def report_extras(self) -> dict[str, Any] | str:
-        """What the report carries to the controller: a new record shipped with its action and
-        index entry (which names the attempt), else the action and the attempt's key. JUnit
-        properties are the controller's to add: few values cross the process boundary."""
+    def report_extras(self) -> dict[str, Any] | NewRecord:
+        """What the report carries to the controller: a new record with its action (typed:
+        `TaskHooks.pytest_report_to_serializable` ships it as one string to xdist's
+        controller), else the action and the attempt's key. JUnit properties are the
+        controller's to add: few values cross the process boundary."""
         outcome = self.outcome
         if self.not_started is not None:
             return {
@@ -166,10 +177,7 @@ class AttemptItem(AgentevalItem):
         record = outcome.record
         if record is None:
             return {"action": outcome.decision.action, "key": list(self.key)}
-        data, entry = record.to_json(), index_entry(record)
-        text = to_json_text(data)
-        self.runtime.last_made = (text, record, data, entry)
-        return ship(outcome.decision.action, to_json_text(entry), text)
+        return NewRecord(outcome.decision.action, record)
 
     def repr_failure(
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
@@ -364,6 +372,15 @@ class TaskHooks:
             if call.when == "call" or report.failed:
                 report.agenteval = item.report_extras()
         return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_to_serializable(self, report: pytest.TestReport) -> Any:
+        """A new record crosses to xdist's controller as one string (execnet ships one value
+        far more cheaply than a dict of them); in this process it stays typed."""
+        data = yield
+        if isinstance(data, dict) and isinstance(data.get("agenteval"), NewRecord):
+            data["agenteval"] = data["agenteval"].ship()
+        return data
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:

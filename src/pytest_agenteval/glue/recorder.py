@@ -21,9 +21,12 @@ from ..core.model import Key
 from ..core.records import (
     UNATTRIBUTED_CRASH,
     AttemptRecord,
-    attempt_key,
+    NewRecord,
+    index_entry,
     junit_properties,
     parse_item_name,
+    stored_key,
+    to_json_text,
     unship,
 )
 from ..execution.attempt import interrupted_record
@@ -210,38 +213,49 @@ class Recorder:
                 self.progress.counts["skipped"] += 1
                 self.show_progress()
             return (yield)
-        info: dict[str, Any] = unship(carried) if isinstance(carried, str) else carried
+        made = carried if isinstance(carried, NewRecord) else None  # made in this process
+        info: dict[str, Any]
+        if made is not None:
+            info = {"action": made.action}
+        elif isinstance(carried, str):  # shipped by a worker
+            info = unship(carried)
+        else:  # no new record
+            info = carried
         if "load_error" in info:
             self._load_error(info["load_error"])
         elif "agent_error" in info:  # the attempt never started: nothing to commit
             self.agent_errors[info["agent_error"]] += 1
         else:
-            self._attempt_reported(report, info)
+            self._attempt_reported(report, info, made)
         result = yield
         if report.failed:  # after --junitxml's plugin saw it (an error, not a failure)
             junit_error_message(self.config, report)
         # Every plugin has seen the record; the terminal reporter keeps reports all session long.
         report.agenteval = None  # type: ignore[attr-defined]
-        if info.get("crashed"):
+        if made is not None and made.crashed:
             self._close_crashed(report)
         return result
 
-    def _attempt_reported(self, report: pytest.TestReport, info: dict[str, Any]) -> None:
+    def _attempt_reported(
+        self, report: pytest.TestReport, info: dict[str, Any], made: NewRecord | None
+    ) -> None:
+        """Count and commit what an attempt's report carried: a new record (typed when made in
+        this process, else shipped: `info` holds its texts), or the key of one not made."""
         action = info["action"]
         self.actions[action] += 1
         text: str | None = info.get("record")
-        if text is None and report.failed and action != "reuse":
-            text = self._vanished(report).to_text()
+        if made is None and text is None and report.failed and action != "reuse":
+            made = NewRecord(action, self._vanished(report))
         row: IndexRow | None
-        if text is not None:
-            row = self._commit(text, info.get("entry"), action == "regrade")
+        reused = made is None and text is None
+        if not reused:
+            row = self._commit(made, text, info.get("entry"), action == "regrade")
         else:  # its stored verdict was replayed (or it never began)
             key = tuple(info["key"])
             if action == "reuse":
                 self.reused.add(key)
             row = self.runtime.plan.stored(key)
         if row is not None:
-            reused = text is None
             if not reused or action == "reuse":
                 self.properties[report.nodeid] = junit_properties(row, reused)
             self.progress.attempt(row.status, reused=reused)
@@ -253,24 +267,28 @@ class Recorder:
         if where not in {(e["path"], e["label"]) for e in self.load_errors}:
             self.load_errors.append(error)
 
-    def _commit(self, text: str, entry: str | None, regraded: bool) -> IndexRow | None:
-        """Commit the record JSON a report carried, with its index entry's; returns its row.
-
-        Neither is parsed again when this process made them (a lone process); the record is
-        parsed only to replace a stored one (kept as its history) or when it came without an
-        entry (made here: a crash)."""
-        record, data, fields = self._made_here(text)
-        if entry is not None and fields is None:
+    def _commit(
+        self, made: NewRecord | None, text: str | None, entry: str | None, regraded: bool
+    ) -> IndexRow | None:
+        """Commit a new record, with its index entry; returns its row. `made`: the record this
+        process made (its JSON and entry are written here, nothing parsed); else the record's
+        and the entry's JSON texts a worker shipped, stored as they came (the record is parsed
+        only to replace a stored one, kept as its history)."""
+        record = data = fields = None
+        if made is not None:
+            record, data, fields = made.record, made.record.to_json(), index_entry(made.record)
+            text, entry = to_json_text(data), to_json_text(fields)
+        elif entry is not None:
             fields = json.loads(entry)
+        assert text is not None and entry is not None and fields is not None
         plan, run_id = self.runtime.plan, self.run.run_id
         try:
-            if entry is not None and plan.stored(_key_of(fields)) is None:
+            if plan.stored(stored_key(fields)) is None:
                 row = row_of(fields)
                 self.store.append(run_id, text, entry, row)
-            else:  # made here (a crash), or replacing a stored record: kept as its history
+            else:  # replacing a stored record: kept as its history
                 record = record or AttemptRecord.from_json(json.loads(text))
-                replaces = plan.stored(record.key) is not None
-                text, row = self.store.commit(run_id, record, replaces=replaces)
+                text, row = self.store.commit(run_id, record, replaces=True)
                 data = None
         except StoreError as exc:
             self.failed(exc)
@@ -282,15 +300,6 @@ class Recorder:
             hook(record=data, config=self.config)
         self._spend(row, regraded)
         return row
-
-    def _made_here(self, text: str) -> tuple[Any, Any, Any]:
-        """The record behind `text`, its JSON and index entry when this process's last attempt
-        made it (a lone process: the string its report carries); else Nones."""
-        made = self.runtime.last_made
-        if made is not None and made[0] == text:
-            self.runtime.last_made = None
-            return made[1:]
-        return None, None, None
 
     def _spend(self, row: IndexRow, regraded: bool) -> None:
         """Count the attempt's spend (a regrade spent only on its judges: the agent's usage
@@ -353,7 +362,7 @@ class Recorder:
         key: Key = (dataset, *parsed)
         task = self._task(nodeid, parsed[0])
         if task is not None:
-            decision = self.runtime.plan.decide(key, task.digest, task.run_digest, task.regradable)
+            decision = self.runtime.decide(key, task)
             if decision.action == "reuse":
                 report.agenteval = {"action": "reuse", "key": list(key)}  # type: ignore[attr-defined]
                 return
@@ -361,7 +370,7 @@ class Recorder:
         fingerprint = self.runtime.runner.fingerprint
         record = interrupted_record(task, key, fingerprint, message, error_type)
         report.when = "setup"
-        report.agenteval = {"action": "run", "record": record.to_text(), "crashed": True}  # type: ignore[attr-defined]
+        report.agenteval = NewRecord("run", record, crashed=True)  # type: ignore[attr-defined]
 
     def _crash_message(self, died: str, key: Key, worker: str | None) -> tuple[str, str]:
         """What the crash record of `key` says, and its error_type: its own crash, or one
@@ -456,10 +465,6 @@ def _narrowing_hints(config: pytest.Config, runtime: Runtime) -> list[str]:
 
 def _attempt_name(key: Key) -> str:
     return f"{key[1]} [attempt {key[2]}]"
-
-
-def _key_of(entry: dict[str, Any]) -> Key:
-    return attempt_key(entry["dataset"], entry["task_id"], entry["attempt"], entry.get("variant"))
 
 
 def _shown(value: object) -> str:

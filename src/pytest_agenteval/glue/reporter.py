@@ -70,11 +70,9 @@ class Reporter:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if self.dry and self.run.resumed:
-            plan = self.runtime.plan
+            decide = self.runtime.decide
             self.dry_plan = {
-                i.key: plan.decide(i.key, i.task.digest, i.task.run_digest, i.task.regradable)
-                for i in session.items
-                if isinstance(i, AttemptItem)
+                i.key: decide(i.key, i.task) for i in session.items if isinstance(i, AttemptItem)
             }
 
     @pytest.hookimpl(trylast=True)

@@ -17,9 +17,8 @@ import pytest
 
 from ..core.errors import AgentUnavailable, TaskFileError, display_path
 from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, Key, TaskSpec
-from ..core.records import AttemptRecord
 from ..core.shards import Shard
-from ..execution.agents import AgentResolver, spec_label
+from ..execution.agents import AgentRef, AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
 from ..execution.concurrent import Ahead
 from ..execution.environment import Environments
@@ -73,14 +72,12 @@ class Runtime:
     alone: frozenset[Key] = frozenset()
     """Attempts whose agent call was in flight when a worker of the run died: each runs with
     no other call in flight, so a crash is provably its own (shipped to xdist workers)."""
-    last_made: tuple[str, AttemptRecord, dict[str, Any], dict[str, Any]] | None = None
-    """The JSON text the report of this process's last new record carries, the record, its
-    JSON and its index entry: a lone process's recorder commits it without parsing again."""
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
-    _declared: dict[int, tuple[Any, str]] = field(default_factory=dict)
-    """Declared agents built, and their labels, by spec (specs live as long as the run)."""
+    _declared: dict[int, AgentRef] = field(default_factory=dict)
+    """References of the declared agents built (by spec: specs live as long as the run);
+    the resolver keeps the agents."""
     _unavailable: dict[Any, AgentUnavailable] = field(default_factory=dict)
     """Declared agents that cannot be built (by spec), located at their spec."""
 
@@ -152,8 +149,9 @@ class Runtime:
         """Which declared agent runs `task`: --agenteval-agent, task `agent:`, manifest `agent:`."""
         return agent_spec(self.settings, task)
 
-    def declared_agent(self, task: TaskDef) -> tuple[Any, str]:
-        """The agent the task's declared spec names (built once), and its label for records.
+    def declared_agent(self, task: TaskDef) -> AgentRef:
+        """The agent the task's declared spec names (built once, by the resolver), as the
+        agent call names it (its spec, folder and label).
 
         Raises AgentUnavailable, located at the spec's line, when there is no agent or it
         cannot be built; the located problem is made once per spec.
@@ -170,7 +168,9 @@ class Runtime:
                     raise AgentUnavailable("no agent for the tasks of this dataset", hint=NO_AGENT)
                 override = spec is self.settings.agent_override
                 base = self.settings.invocation_dir if override else task.dataset.root
-                made = self._declared[id(spec)] = (self.agents.agent(spec, base), spec_label(spec))
+                ref = AgentRef.declared(spec, base)
+                self.agents.resolve(ref)  # built now: a bad reference is known before a call
+                made = self._declared[id(spec)] = ref
                 return made
             except AgentUnavailable as exc:
                 problem = self._unavailable[key] = exc.located(self._spec_location(spec, task))
@@ -258,11 +258,13 @@ def agent_fingerprint(settings: Settings, datasets: list[Dataset]) -> dict[str, 
     }
 
 
-def make_executor(config: pytest.Config, isolate: bool, concurrency: int) -> Executor:
+def make_executor(
+    config: pytest.Config, isolate: bool, concurrency: int, agents: AgentResolver
+) -> Executor:
     """The executor `pytest_agenteval_make_executor` gives, checked. The hook is called plugin
     by plugin, as pluggy would (first result wins), so a bad one is named by its plugin."""
     hook = config.hook.pytest_agenteval_make_executor
-    given = {"config": config, "isolate": isolate, "concurrency": concurrency}
+    given = {"config": config, "isolate": isolate, "concurrency": concurrency, "agents": agents}
     for impl in reversed(hook.get_hookimpls()):
         if impl.hookwrapper or impl.wrapper:
             continue

@@ -1,7 +1,8 @@
 """The `openai` agent kind: a task's input sent to an OpenAI-compatible chat endpoint.
 
-`agent: {openai: {model: ..., base_url: ..., system: ...}}`. Built once per distinct setting
-(one async client, so concurrent attempts share the executor's event loop and connections).
+`agent: {openai: {model: ..., base_url: ..., system: ...}}`. Built once per distinct spec by
+the process's `AgentResolver` (one async client, so concurrent attempts share the executor's
+event loop and connections).
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ from ..core.errors import AgentUnavailable, did_you_mean
 from ..core.llm import OpenAIAgentOptions
 from ..core.model import AgentResult, Task
 from .client import INSTALL, Connection, api_key, load_sdk, mask_json
-
-_agents: dict[tuple[str, str], OpenAIAgent] = {}
-"""Agents by settings and key: tasks that each write the same `agent:` share one client."""
 
 
 class OpenAIAgent:
@@ -69,11 +67,7 @@ def make_openai_agent(options: dict[str, Any], dataset_root: Path) -> OpenAIAgen
             "is not set",
             hint=f"export {settings.key_env}=...; a local server that needs no key takes any value",
         )
-    shared = (settings.model_dump_json(), key)
-    agent = _agents.get(shared)
-    if agent is None:
-        agent = _agents[shared] = OpenAIAgent(settings, Connection(sdk, settings, key))
-    return agent
+    return OpenAIAgent(settings, Connection(sdk, settings, key))
 
 
 def agent_options(options: dict[str, Any]) -> OpenAIAgentOptions:
