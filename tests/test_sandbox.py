@@ -411,3 +411,40 @@ def test_sandboxes_under_xdist_workers_with_concurrency(
     )
     result.assert_outcomes(passed=8)
     assert _containers("-ds--xdist") == []
+
+
+def test_a_sandboxed_command_agents_program_is_looked_up_in_the_container(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """A command agent's program that only the image has (`ash` on the container's PATH, a
+    script in the workspace copy) runs in a sandbox; on the host the same program is still
+    looked up before any attempt and said missing."""
+    assert shutil.which("ash") is None, "the test needs a program the host does not have"
+    root = dataset(
+        {
+            "bare.yaml": {
+                "input": "x",
+                "expected": "inside",
+                "agent": {"command": ["ash", "-c", "echo -n inside"]},
+                "sandbox": _sandboxed(image),
+            },
+            "script.yaml": {
+                "input": "x",
+                "expected": "script",
+                "workspace": "ws",
+                "agent": {"command": ["/workspace/agent.sh"]},
+                "sandbox": _sandboxed(image),
+            },
+            "host.yaml": {
+                "input": "x",
+                "expected": "inside",
+                "agent": {"command": ["ash", "-c", "echo -n inside"]},
+            },
+        },
+    )
+    (root / "ws").mkdir()
+    (root / "ws/agent.sh").write_text("#!/bin/sh\necho -n script\n")
+    (root / "ws/agent.sh").chmod(0o755)
+    result = pytester.runpytest("--agenteval", "ds")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*host*not run*agent command 'ash' not found on PATH*"])

@@ -113,9 +113,9 @@ MakeAgent = Callable[[AnyAgentSpec, Path], Agent]
 
 def make_builtin_agent(spec: AnyAgentSpec, dataset_root: Path) -> Agent | None:
     """The agent a built-in spec names, resolved without starting anything: a callable's
-    module is imported, a command's program looked up. None for a kind a plugin provides."""
+    module is imported. None for a kind a plugin provides. A command's program is looked up
+    by `AgentResolver` (on this machine, or in the container it will run in)."""
     if isinstance(spec, CommandAgentSpec):
-        check_program(spec, dataset_root)
         return CommandAgent(spec, dataset_root)
     if isinstance(spec, PluginAgentSpec):
         if spec.type != "openai":
@@ -202,16 +202,22 @@ class AgentResolver:
     def __init__(self, make: MakeAgent) -> None:
         self._make = make
 
-    def agent(self, spec: AnyAgentSpec, base: Path) -> Agent:
-        """The agent `spec` names; raises AgentUnavailable when it cannot be built."""
-        built = self._build(spec, base)
+    def agent(self, spec: AnyAgentSpec, base: Path, on_host: bool = True) -> Agent:
+        """The agent `spec` names; raises AgentUnavailable when it cannot be built. A command
+        agent's program is looked up on this machine's PATH only when it runs `on_host`: in
+        a sandbox `docker exec` looks it up on the container's PATH (and says when it is not
+        there, as the attempt's error)."""
+        built = self._build(spec, base, on_host)
         if isinstance(built, AgentUnavailable):
             raise built
         return built
 
-    def _build(self, spec: AnyAgentSpec, base: Path) -> Agent | AgentUnavailable:
+    def _build(self, spec: AnyAgentSpec, base: Path, on_host: bool) -> Agent | AgentUnavailable:
         try:
-            return self._make(spec, base)
+            made = self._make(spec, base)
+            if on_host and isinstance(made, CommandAgent):
+                check_program(made.spec, made.dataset_root)
+            return made
         except AgentUnavailable as exc:
             return exc
         except AgentError as exc:  # what plugins raise for bad options

@@ -79,8 +79,8 @@ class Runtime:
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
-    _declared: dict[int, tuple[Any, str]] = field(default_factory=dict)
-    """Declared agents built, and their labels, by spec (specs live as long as the run)."""
+    _declared: dict[tuple[int, bool], tuple[Any, str]] = field(default_factory=dict)
+    """Declared agents built, and their labels, by spec and whether it runs on this machine (specs live as long as the run)."""
     _unavailable: dict[Any, AgentUnavailable] = field(default_factory=dict)
     """Declared agents that cannot be built (by spec), located at their spec."""
 
@@ -159,10 +159,11 @@ class Runtime:
         cannot be built; the located problem is made once per spec.
         """
         spec = self.agent_spec(task)
-        made = self._declared.get(id(spec))
+        on_host = task.sandbox is None  # a sandbox's programs are the container's
+        made = self._declared.get((id(spec), on_host))
         if made is not None:
             return made
-        key = id(spec) if spec is not None else task.dataset.name
+        key = (id(spec), on_host) if spec is not None else task.dataset.name
         problem = self._unavailable.get(key)
         if problem is None:
             try:
@@ -170,7 +171,8 @@ class Runtime:
                     raise AgentUnavailable("no agent for the tasks of this dataset", hint=NO_AGENT)
                 override = spec is self.settings.agent_override
                 base = self.settings.invocation_dir if override else task.dataset.root
-                made = self._declared[id(spec)] = (self.agents.agent(spec, base), spec_label(spec))
+                agent = self.agents.agent(spec, base, on_host)
+                made = self._declared[(id(spec), on_host)] = (agent, spec_label(spec))
                 return made
             except AgentUnavailable as exc:
                 problem = self._unavailable[key] = exc.located(self._spec_location(spec, task))
