@@ -80,7 +80,8 @@ class Runtime:
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
     _declared: dict[tuple[int, bool], tuple[Any, str]] = field(default_factory=dict)
-    """Declared agents built, and their labels, by spec and whether it runs on this machine (specs live as long as the run)."""
+    """Declared agents built, and their labels, by spec and whether it runs on this machine
+    (specs live as long as the run)."""
     _unavailable: dict[Any, AgentUnavailable] = field(default_factory=dict)
     """Declared agents that cannot be built (by spec), located at their spec."""
 
