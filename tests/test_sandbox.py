@@ -39,6 +39,12 @@ def _daemon_answers() -> bool:
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The busybox test image, built once (a no-op when it exists)."""
+    return busybox_image(tmp_path_factory)
+
+
+def busybox_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Build the busybox test image (a no-op when it exists); skip, or fail under `CI=true`,
+    when no daemon answers."""
     busybox = shutil.which("busybox")
     if not _daemon_answers() or busybox is None:
         why = "no Docker daemon answers" if busybox else "busybox-static is not installed"

@@ -179,6 +179,11 @@ class AttemptRecord:
     variant: str | None = None
     """The variant (agent configuration) the attempt ran; None for a dataset without variants,
     whose records do not name one."""
+    changed_files: list[dict[str, Any]] | None = None
+    """The files the agent created, changed or deleted in its workspace (against the
+    template): each one's `path`, `change`, `size`, and whether its bytes were `kept` in the
+    run store's `artifacts/` folder (up to `artifacts: {max_bytes}`). None when the task keeps
+    no artifacts (a local task without `artifacts:`)."""
 
     @property
     def key(self) -> Key:
@@ -295,6 +300,7 @@ def new_record(
     task_input: Any = None,
     expected: Any = None,
     wait: float = 0.0,
+    changed_files: list[dict[str, Any]] | None = None,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
@@ -324,6 +330,7 @@ def new_record(
         expected=json_safe(expected) if expected is not None else None,
         wait=wait,
         variant=variant_of(key),
+        changed_files=changed_files,
     )
 
 
@@ -537,6 +544,7 @@ FIELDS: tuple[Field, ...] = (
     Field("input", "r.task_input", _same, "task_input", omit="r.task_input is None"),
     Field("expected", "r.expected", _same, omit="r.expected is None"),
     Field("wait", "r.wait", lambda wait: float(wait or 0.0), omit="not r.wait"),
+    Field("changed_files", "r.changed_files", _same, omit="r.changed_files is None"),
     # Facts only the index line holds: what metrics and replays need without the record.
     Field("input_tokens", "r.input_tokens", stored=False, index=_MAYBE_INT),
     Field("output_tokens", "r.output_tokens", stored=False, index=_MAYBE_INT),

@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from ..core.errors import AgentError
 from ..core.model import DockerImage, Key, SandboxSpec
 from ..sources.templates import template_entries
-from .environment import ChangedFile
+from .environment import Change, ChangedFile
 from .process import Finished, run_program
 from .workspaces import folder_name
 
@@ -413,15 +413,20 @@ class DockerEnvironment:
         }
         now = self._files_now()
         changed = [ChangedFile(rel, "deleted", 0) for rel in before.keys() - now.keys()]
-        for rel, (size, digest) in now.items():
+        for rel, (member, data) in now.items():
             if rel not in before:
-                changed.append(ChangedFile(rel, "added", size))
-            elif before[rel] != digest:
-                changed.append(ChangedFile(rel, "modified", size))
+                change: Change = "added"
+            elif before[rel] != hashlib.sha256(data).digest():
+                change = "modified"
+            else:
+                continue
+            link = not member.isfile()
+            changed.append(ChangedFile(rel, change, member.size, link, None if link else data))
         return sorted(changed, key=lambda c: c.path)
 
-    def _files_now(self) -> dict[str, tuple[int, bytes]]:
-        """The files below `workdir` now: size and content digest by relative path."""
+    def _files_now(self) -> dict[str, tuple[tarfile.TarInfo, bytes]]:
+        """The files below `workdir` now, by relative path: each one's tar entry and bytes (a
+        link's: its target's name), copied out in one `docker cp`."""
         done = docker(["cp", f"{self.name}:{self.spec.workdir.rstrip('/')}/.", "-"])
         if done.returncode != 0:
             raise OSError(done.stderr.decode(errors="replace").strip())
@@ -434,7 +439,7 @@ class DockerEnvironment:
                     continue
                 body = tar.extractfile(member) if member.isfile() else None
                 data = body.read() if body is not None else member.linkname.encode()
-                found[rel.as_posix()] = (member.size, hashlib.sha256(data).digest())
+                found[rel.as_posix()] = (member, data)
         return found
 
     def teardown(self, keep: bool) -> None:

@@ -234,6 +234,7 @@ class Recorder:
             text = self._vanished(report).to_text()
         row: IndexRow | None
         if text is not None:
+            self._keep_files(report, text, info.get("entry"))
             row = self._commit(text, info.get("entry"), action == "regrade")
         else:  # its stored verdict was replayed (or it never began)
             key = tuple(info["key"])
@@ -246,6 +247,20 @@ class Recorder:
                 self.properties[report.nodeid] = junit_properties(row, reused)
             self.progress.attempt(row.status, reused=reused)
         self.show_progress()
+
+    def _keep_files(self, report: pytest.TestReport, text: str, entry: str | None) -> None:
+        """Before a new record commits: the bytes of its attempt's kept files (which came
+        beside it on the report) replace any earlier artifacts of the attempt."""
+        files: dict[str, bytes] | None = getattr(report, "agenteval_files", None)
+        run_id = self.run.run_id
+        if files is None and not self.store.has_artifacts(run_id):
+            return
+        report.agenteval_files = None  # type: ignore[attr-defined]
+        record = json.loads(entry) if entry is not None else json.loads(text)
+        try:
+            self.store.keep_artifacts(run_id, _key_of(record), files or {})
+        except StoreError as exc:
+            self.failed(exc)
 
     def _load_error(self, error: dict[str, str]) -> None:
         """Count each broken task once (also if a report should come twice)."""
