@@ -5,13 +5,13 @@ run store (up to `artifacts: {max_bytes}`), shown by `agenteval show`, the HTML 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from browser import Browser, needs_chromium
 from helpers import WORKERS, DatasetMaker, latest_record, latest_run
+from pytest_agenteval.cli import main
 from test_sandbox import busybox_image
 
 AGENT = [
@@ -55,16 +55,6 @@ def _artifacts(root: Path, attempt: int = 0) -> dict[str, bytes]:
     }
 
 
-def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest_agenteval.cli", *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.mark.parametrize("workers", WORKERS)
 def test_changed_files_are_kept_up_to_the_cap_and_listed(
     pytester: pytest.Pytester, dataset: DatasetMaker, image: str, workers: list[str]
@@ -91,3 +81,94 @@ def test_changed_files_are_kept_up_to_the_cap_and_listed(
         "seed.txt": b"changed",
         "small.txt": b"small",
     }
+
+
+def test_a_rerun_never_sees_the_earlier_attempts_artifacts(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """An attempt run again by a resume (its task changed) replaces its kept files: the
+    earlier session's are gone from the run store, the new ones are there."""
+    agent = ["sh", "-c", 'cd {workspace} && echo -n "$0" > "$0.txt"', "{input}"]
+
+    def write(answer: str) -> None:
+        dataset(
+            {"a.yaml": {"input": answer, "expected": answer}},
+            manifest={
+                "agent": {"command": agent},
+                "defaults": {"sandbox": {"docker": {"image": image}}},
+            },
+        )
+
+    write("first")
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(failed=1)
+    assert _artifacts(pytester.path) == {"first.txt": b"first"}
+    write("second")
+    pytester.runpytest("--agenteval", "ds", "--resume-suite").assert_outcomes(failed=1)
+    assert _artifacts(pytester.path) == {"second.txt": b"second"}
+    listed = latest_record(pytester.path, "a", 0)["changed_files"]
+    assert [f["path"] for f in listed] == ["second.txt"]
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Browser:
+    return Browser(tmp_path / "chromium-profile")
+
+
+LOCAL_AGENT = """
+def run(task):
+    (task.workspace / "page.html").write_text("<script>alert(1)</script>")
+    (task.workspace / "blob.bin").write_bytes(bytes(range(256)))
+    (task.workspace / "seed.txt").write_text("changed")
+    return task.input
+"""
+
+
+@needs_chromium
+def test_a_local_task_keeps_artifacts_only_when_asked_and_shows_them(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    browser: Browser,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A local task with `artifacts:` keeps its changed files (one without keeps none and
+    its record has no `changed_files`); `agenteval show` lists them, the HTML drill-down
+    shows names, sizes and a small text file's content as text, and `agenteval export
+    --artifacts DIR` writes them below DIR/<dataset>/<task>[attempt-N]/."""
+    root = dataset(
+        {
+            "kept.yaml": {"input": "ok", "expected": "ok", "workspace": "ws", "artifacts": {}},
+            "plain.yaml": {"input": "ok", "expected": "ok", "workspace": "ws"},
+        },
+        manifest={"agent": "agent:run"},
+    )
+    (root / "agent.py").write_text(LOCAL_AGENT)
+    (root / "ws").mkdir()
+    (root / "ws/seed.txt").write_text("seed")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-html", "r.html")
+    result.assert_outcomes(passed=2)
+    assert "changed_files" not in latest_record(pytester.path, "plain", 0)
+    assert [f["path"] for f in latest_record(pytester.path, "kept", 0)["changed_files"]] == [
+        "blob.bin",
+        "page.html",
+        "seed.txt",
+    ]
+    run = latest_run(pytester.path)
+    store = ["--cache-dir", str(pytester.path / ".pytest_cache")]
+    capsys.readouterr()
+    assert main(["show", run, "kept/0", *store]) == 0
+    shown = capsys.readouterr().out
+    assert "files changed: 3, 3 kept in" in shown
+    assert "  added           256 B  blob.bin\n" in shown
+    out = tmp_path / "exported"
+    assert main(["export", run, "--artifacts", str(out), *store]) == 0
+    assert (out / "ds/kept[attempt-0]/page.html").read_text() == "<script>alert(1)</script>"
+    assert (out / "ds/kept[attempt-0]/blob.bin").read_bytes() == bytes(range(256))
+    assert not (out / "ds/plain[attempt-0]").exists()
+    dom, console = browser.dom(pytester.path / "r.html", "#task=kept")
+    assert console == []
+    drill = dom[dom.index('class="drill-row"') :]
+    assert "files changed (3, 3 kept)" in drill
+    assert "added blob.bin 256 B" in drill
+    assert "<pre>&lt;script&gt;alert(1)&lt;/script&gt;</pre>" in drill
+    assert "<script>alert" not in drill

@@ -11,14 +11,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..core.options import rate
+from ..store.artifacts import attempt_folder
 from ..store.locate import cache_dir, find_rootdir
 from ..store.runs import Store
 from .diff import Diff, compare, diff_lines, task_rates
-from .export import WRITERS, attempt_row
+from .export import WRITERS, attempt_row, write_artifacts
 from .regression import diff_gate
 from .runref import load_summary, resolve_run, stored_run
 from .show import (
     ShowError,
+    artifact_lines,
     attempt_lines,
     earlier_sessions_end,
     reuse_of,
@@ -47,15 +49,22 @@ def show(store: Store, ref: str, target: str | None, full: bool = False) -> list
             f"the stored record of {task_id}/{attempt} cannot be read "
             f"(`agenteval repair {info.run_id}` checks the run)"
         )
-    return attempt_lines(record, reuse_of(record, earlier_sessions_end(info)), full)
+    lines = attempt_lines(record, reuse_of(record, earlier_sessions_end(info)), full)
+    return lines + artifact_lines(record, attempt_folder(store.runs_dir / info.run_id, key))
 
 
-def export(store: Store, ref: str, fmt: str, out: TextIO) -> int:
-    """Write every stored attempt of the run as `fmt` to `out`; returns how many."""
+def export(
+    store: Store, ref: str, fmt: str, out: TextIO, artifacts: Path | None = None
+) -> tuple[int, int]:
+    """Write every stored attempt of the run as `fmt` to `out`, and its kept artifacts below
+    `artifacts` when given; returns how many attempts and artifact files."""
     info, _ = stored_run(store, resolve_run(store, ref))
     since = earlier_sessions_end(info)
     records = sorted(store.records(info.run_id), key=lambda r: r.key)
-    return WRITERS[fmt]((attempt_row(r, since) for r in records), out)
+    count = WRITERS[fmt]((attempt_row(r, since) for r in records), out)
+    if artifacts is None:
+        return count, 0
+    return count, write_artifacts(store.runs_dir / info.run_id, records, artifacts)
 
 
 def diff(store: Store | None, base: str, new: str, cwd: Path) -> Diff:
@@ -105,6 +114,12 @@ def register(
         "--format", choices=sorted(WRITERS), default="csv", help="csv (default) or jsonl"
     )
     exported.add_argument("--out", type=Path, help="the file to write (default: stdout)")
+    exported.add_argument(
+        "--artifacts",
+        type=Path,
+        metavar="DIR",
+        help="also copy each attempt's kept artifacts into DIR/<dataset>/<task>[attempt-N]/",
+    )
     cache_option(exported)
     exported.set_defaults(command=lambda args: _export(args, open_store))
 
@@ -139,9 +154,11 @@ def _export(args: argparse.Namespace, open_store: OpenStore) -> int:
     if store is None:
         return 1
     with output(args.out, sys.stdout) as out:
-        count = export(store, args.run_id, args.format, out)
+        count, files = export(store, args.run_id, args.format, out, args.artifacts)
     if args.out:
         print(f"{count} attempts written to {args.out}", file=sys.stderr)
+    if args.artifacts:
+        print(f"{files} artifact files written below {args.artifacts}", file=sys.stderr)
     return 0
 
 
