@@ -5,6 +5,7 @@ run store (up to `artifacts: {max_bytes}`), shown by `agenteval show`, the HTML 
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,28 @@ def test_a_local_task_keeps_artifacts_only_when_asked_and_shows_them(
     assert "added blob.bin 256 B" in drill
     assert "<pre>&lt;script&gt;alert(1)&lt;/script&gt;</pre>" in drill
     assert "<script>alert" not in drill
+
+
+REGRADED_AGENT = """
+def run(task):
+    (task.workspace / "notes.txt").write_text("thinking")
+    return "ok"
+"""
+
+
+def test_a_regrade_removes_the_attempts_artifacts(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A regrade (a changed `expected`: the stored answer judged again, no agent call) makes
+    a new record without files, and the attempt's earlier artifacts are gone from the store."""
+    write = partial(dataset, manifest={"agent": "agent:run", "defaults": {"artifacts": {}}})
+    root = write({"a.yaml": {"input": "q", "expected": "ok"}})
+    (root / "agent.py").write_text(REGRADED_AGENT)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+    assert _artifacts(pytester.path) == {"notes.txt": b"thinking"}
+    write({"a.yaml": {"input": "q", "expected": "no"}})
+    result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
+    result.assert_outcomes(failed=1)
+    record = latest_record(pytester.path, "a", 0)
+    assert record["regraded"] is True and "changed_files" not in record
+    assert _artifacts(pytester.path) == {}
