@@ -198,3 +198,27 @@ def test_a_regrade_removes_the_attempts_artifacts(
     record = latest_record(pytester.path, "a", 0)
     assert record["regraded"] is True and "changed_files" not in record
     assert _artifacts(pytester.path) == {}
+
+
+def test_merged_shards_keep_their_artifacts(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`agenteval merge` copies each shard's artifacts into the merged run, in the same
+    layout."""
+    names = [f"t{i}" for i in range(4)]
+    root = dataset(
+        {f"{name}.yaml": {"input": "q", "expected": "ok"} for name in names},
+        manifest={"agent": "agent:run", "defaults": {"artifacts": {}}},
+    )
+    (root / "agent.py").write_text(REGRADED_AGENT)
+    caches = []
+    for shard in ("1/2", "2/2"):
+        cache = pytester.path / f"shard{shard[0]}"
+        args = ["--agenteval", "ds", "-p", "no:xdist", "--agenteval-shard", shard]
+        pytester.runpytest(*args, "-o", f"cache_dir={cache}")
+        caches.append(cache)
+    out = pytester.path / "merged"
+    assert main(["merge", *map(str, caches), "--out", str(out)]) == 0
+    (run,) = (out / "agenteval/runs").iterdir()
+    kept = sorted(p.relative_to(run / "artifacts").as_posix() for p in run.rglob("notes.txt"))
+    assert kept == [f"ds/{name}[attempt-0]/notes.txt" for name in names]
