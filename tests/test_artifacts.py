@@ -13,6 +13,8 @@ import pytest
 from browser import Browser, needs_chromium
 from helpers import WORKERS, DatasetMaker, latest_record, latest_run
 from pytest_agenteval.cli import main
+from pytest_agenteval.execution.artifacts import MAX_LISTED, collect, keepable
+from pytest_agenteval.execution.environment import LocalEnvironment
 from test_sandbox import busybox_image
 
 AGENT = [
@@ -222,3 +224,20 @@ def test_merged_shards_keep_their_artifacts(
     (run,) = (out / "agenteval/runs").iterdir()
     kept = sorted(p.relative_to(run / "artifacts").as_posix() for p in run.rglob("notes.txt"))
     assert kept == [f"ds/{name}[attempt-0]/notes.txt" for name in names]
+
+
+def test_collect_lists_a_thousand_files_keeps_what_fits_and_no_link(tmp_path: Path) -> None:
+    """Collecting a local folder's changes keeps files in path order while they fit, never
+    a link's target, lists the first MAX_LISTED files one by one and counts the rest."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for i in range(MAX_LISTED + 2):
+        (root / f"f{i:04}.txt").write_text("abc")
+    (root / "a-link").symlink_to("/etc/hostname")
+    made = collect(LocalEnvironment(root), max_bytes=7)
+    assert made.files[0] == {"path": "a-link", "change": "added", "size": 13, "kept": False}
+    assert made.kept == {"f0000.txt": b"abc", "f0001.txt": b"abc"}
+    assert len(made.files) == MAX_LISTED + 1
+    assert made.files[-1] == {"note": "3 more files (9 B) not listed"}
+    assert not keepable("../x") and not keepable("/etc/x") and not keepable("a//b")
+    assert keepable("out/page.html")

@@ -182,8 +182,9 @@ class AttemptRecord:
     changed_files: list[dict[str, Any]] | None = None
     """The files the agent created, changed or deleted in its workspace (against the
     template): each one's `path`, `change`, `size`, and whether its bytes were `kept` in the
-    run store's `artifacts/` folder (up to `artifacts: {max_bytes}`). None when the task keeps
-    no artifacts (a local task without `artifacts:`)."""
+    run store's `artifacts/` folder (up to `artifacts: {max_bytes}`); an entry with only a
+    `note` says what was not listed. None when the task keeps no artifacts (a local task
+    without `artifacts:`)."""
 
     @property
     def key(self) -> Key:

@@ -15,13 +15,18 @@ from typing import Any
 
 from .environment import ChangedFile, Environment
 
+MAX_LISTED = 1000
+"""Changed files an attempt's record lists one by one; the rest are counted in one note (an
+agent that installs packages into its workspace makes thousands)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Artifacts:
     """What an attempt keeps of its changed files."""
 
     files: list[dict[str, Any]]
-    """Every changed file (path, change, size, kept), sorted by path: the record's field."""
+    """Every changed file (path, change, size, kept), sorted by path, or a `note` entry (what
+    could not be listed): the record's field."""
     kept: dict[str, bytes] = field(default_factory=dict)
     """The bytes of the kept files, by path."""
 
@@ -36,7 +41,8 @@ def collect(environment: Environment | None, max_bytes: int) -> Artifacts:
     files: list[dict[str, Any]] = []
     kept: dict[str, bytes] = {}
     room = max_bytes
-    for change in environment.changed_files():
+    changes = environment.changed_files()
+    for change in changes[:MAX_LISTED]:
         wanted = change.change != "deleted" and not change.link and change.size <= room
         data = _bytes(environment, change) if wanted and keepable(change.path) else None
         if data is not None and len(data) <= room:
@@ -50,6 +56,10 @@ def collect(environment: Environment | None, max_bytes: int) -> Artifacts:
                 "kept": change.path in kept,
             }
         )
+    if len(changes) > MAX_LISTED:
+        rest = changes[MAX_LISTED:]
+        size = sum(c.size for c in rest)
+        files.append({"note": f"{len(rest):,} more files ({size:,} B) not listed"})
     return Artifacts(files, kept)
 
 
@@ -75,6 +85,7 @@ def _bytes(environment: Environment, change: ChangedFile) -> bytes | None:
 
 
 def failed(exc: BaseException) -> Artifacts:
-    """What an attempt whose changed files could not be listed (its container was killed at
-    the timeout, a daemon error) keeps: nothing, and why."""
-    return Artifacts([{"error": f"{type(exc).__name__}: {exc}"[:500]}])
+    """What an attempt whose changed files could not be listed (a daemon error, a plugin's
+    environment that cannot) keeps: nothing, and why."""
+    why = f"{type(exc).__name__}: {exc}"[:500]
+    return Artifacts([{"note": f"the changed files could not be listed: {why}"}])

@@ -92,13 +92,14 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
 
 
 def artifact_view(record: AttemptRecord, run_dir: Path) -> list[list[Any]]:
-    """The files the attempt's agent changed, each [path, change, size, kept, text]: `text`
+    """The files the attempt's agent changed, each [path, change, size, kept, text] (a note:
+    [text, "note", 0, false, null]): `text`
     is the content of a kept text file of at most SMALL_TEXT bytes (the page escapes it as
     all text), else None."""
     rows = []
     for entry in record.changed_files or ():
-        if "error" in entry:
-            rows.append([f"(could not be listed: {entry['error']})", "", 0, False, None])
+        if "note" in entry:
+            rows.append([entry["note"], "note", 0, False, None])
             continue
         text = None
         if entry["kept"] and entry["size"] <= SMALL_TEXT:

@@ -152,10 +152,11 @@ def artifact_lines(record: AttemptRecord, folder: Path) -> list[str]:
     if not record.changed_files:
         return ["", "files changed: none"]
     kept = sum(1 for f in record.changed_files if f.get("kept"))
-    lines = ["", f"files changed: {len(record.changed_files)}, {kept} kept in {folder}"]
+    listed = sum(1 for f in record.changed_files if "note" not in f)
+    lines = ["", f"files changed: {listed}, {kept} kept in {folder}"]
     for entry in record.changed_files:
-        if "error" in entry:
-            lines.append(f"  (could not be listed: {entry['error']})")
+        if "note" in entry:
+            lines.append(f"  ({entry['note']})")
             continue
         size = "" if entry["change"] == "deleted" else f"{entry['size']:,} B"
         note = "" if entry["kept"] or entry["change"] == "deleted" else "  (not kept)"
