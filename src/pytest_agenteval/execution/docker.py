@@ -158,6 +158,8 @@ class Images:
         self._lock = threading.Lock()
         self._orphans_checked = False
         self._removing: list[subprocess.Popen[bytes]] = []
+        self._doomed: list[str] = []
+        """Containers torn down while a removal ran: the next removal's."""
         self.alive: set[str] = set()
         """Containers of this process not torn down yet (an interrupted attempt's)."""
 
@@ -167,16 +169,25 @@ class Images:
             self.alive.add(name)
 
     def remove_later(self, name: str) -> None:
-        """Start removing a container without waiting for it (`wait` does, at the end)."""
-        removal = subprocess.Popen(
-            ["docker", "rm", "-f", name],
+        """Remove a container without waiting for it (`wait` does, at the end). One `docker
+        rm` runs at a time: the containers torn down meanwhile go together in the next, so
+        under concurrency an attempt costs less than one docker call to remove."""
+        with self._lock:
+            self.alive.discard(name)
+            self._doomed.append(name)
+            if self._removing and self._removing[-1].poll() is None:
+                return  # the next teardown (or `wait`) takes this one along
+            self._removing = [self._remove(self._doomed)]
+            self._doomed = []
+
+    @staticmethod
+    def _remove(names: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            ["docker", "rm", "-f", *names],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=_env(),
         )
-        with self._lock:
-            self._removing = [r for r in self._removing if r.poll() is None] + [removal]
-            self.alive.discard(name)
 
     def close(self) -> None:
         """The session is over: remove the containers no attempt tore down (Ctrl-C, a stop)
@@ -188,11 +199,14 @@ class Images:
         self.wait()
 
     def wait(self) -> None:
-        """Wait until the containers being removed are gone."""
+        """Wait until the containers being removed, and those waiting for it, are gone."""
         with self._lock:
             removing, self._removing = self._removing, []
+            doomed, self._doomed = self._doomed, []
         for removal in removing:
             removal.wait()
+        if doomed:
+            docker(["rm", "-f", *doomed])
 
     def ensure(self, docker: DockerImage, build: tuple[Path, str] | None = None) -> str:
         """The name of the image to start from, pulled or built first when needed; raises
