@@ -264,3 +264,24 @@ def test_containers_torn_down_together_are_all_removed(image: str) -> None:
         check=True,
     )
     assert listed.stdout.splitlines()[1:] == []
+
+
+def test_an_agent_that_fails_still_leaves_its_files(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """An agent that writes a file and then exits with an error is an error whose files are
+    kept all the same: they are what a person looks at (its container is gone)."""
+    agent = ["sh", "-c", "cd {workspace} && echo -n half > log.txt && exit 3"]
+    dataset(
+        {"a.yaml": {"input": "x", "expected": "x"}},
+        manifest={
+            "agent": {"command": agent},
+            "defaults": {"sandbox": {"docker": {"image": image}}},
+        },
+    )
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(errors=1)
+    record = latest_record(pytester.path, "a", 0)
+    assert record["phase"] == "agent" and record["changed_files"] == [
+        {"path": "log.txt", "change": "added", "size": 4, "kept": True}
+    ]
+    assert _artifacts(pytester.path) == {"log.txt": b"half"}
