@@ -285,3 +285,21 @@ def test_an_agent_that_fails_still_leaves_its_files(
         {"path": "log.txt", "change": "added", "size": 4, "kept": True}
     ]
     assert _artifacts(pytester.path) == {"log.txt": b"half"}
+
+
+def test_an_agent_killed_at_its_timeout_still_leaves_its_files(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """The files of an agent whose container was killed at the timeout are read from the
+    stopped container and kept."""
+    agent = ["sh", "-c", "cd {workspace} && echo -n begun > log.txt && sleep 600"]
+    dataset(
+        {"a.yaml": {"input": "x", "expected": "x", "timeout": 2}},
+        manifest={
+            "agent": {"command": agent},
+            "defaults": {"sandbox": {"docker": {"image": image}}},
+        },
+    )
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(errors=1)
+    assert latest_record(pytester.path, "a", 0)["error_type"] == "AgentTimeout"
+    assert _artifacts(pytester.path) == {"log.txt": b"begun"}
