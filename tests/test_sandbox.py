@@ -48,6 +48,12 @@ def _daemon_answers() -> bool:
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The busybox test image, built once (a no-op when it exists)."""
+    return busybox_image(tmp_path_factory)
+
+
+def busybox_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Build the busybox test image (a no-op when it exists); skip, or fail under `CI=true`,
+    when no daemon answers."""
     busybox = shutil.which("busybox")
     if not _daemon_answers() or busybox is None:
         why = "no Docker daemon answers" if busybox else "busybox-static is not installed"
@@ -773,3 +779,40 @@ def test_a_failed_build_errs_in_phase_build_and_a_resume_builds_the_fixed_docker
     )
     pytester.runpytest("--agenteval", "ds", "--resume-suite").assert_outcomes(passed=1)
     assert latest_record(pytester.path, "t", 0)["status"] == "pass"
+
+
+def test_a_sandboxed_command_agents_program_is_looked_up_in_the_container(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """A command agent's program that only the image has (`ash` on the container's PATH, a
+    script in the workspace copy) runs in a sandbox; on the host the same program is still
+    looked up before any attempt and said missing."""
+    assert shutil.which("ash") is None, "the test needs a program the host does not have"
+    root = dataset(
+        {
+            "bare.yaml": {
+                "input": "x",
+                "expected": "inside",
+                "agent": {"command": ["ash", "-c", "echo -n inside"]},
+                "sandbox": _sandboxed(image),
+            },
+            "script.yaml": {
+                "input": "x",
+                "expected": "script",
+                "workspace": "ws",
+                "agent": {"command": ["/workspace/agent.sh"]},
+                "sandbox": _sandboxed(image),
+            },
+            "host.yaml": {
+                "input": "x",
+                "expected": "inside",
+                "agent": {"command": ["ash", "-c", "echo -n inside"]},
+            },
+        },
+    )
+    (root / "ws").mkdir()
+    (root / "ws/agent.sh").write_text("#!/bin/sh\necho -n script\n")
+    (root / "ws/agent.sh").chmod(0o755)
+    result = pytester.runpytest("--agenteval", "ds")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*host*not run*agent command 'ash' not found on PATH*"])

@@ -16,6 +16,7 @@ from pydantic import (
     Discriminator,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     StringConstraints,
@@ -228,6 +229,18 @@ class SandboxSpec(UserModel):
     task's digest: changing it runs nothing again."""
 
 
+ARTIFACTS_MAX_BYTES = 1024 * 1024
+"""Bytes of an attempt's changed files kept by default (1 MiB)."""
+
+
+class ArtifactsSpec(UserModel):
+    """Keep the files an attempt's agent created or changed in its workspace with the attempt
+    in the run store (sandboxed attempts keep them by default; local ones only with this set)."""
+
+    max_bytes: NonNegativeInt = ARTIFACTS_MAX_BYTES
+    """Bytes kept per attempt (default 1 MiB); files past it are listed by name and size."""
+
+
 def _graders_before(value: Any) -> Any:
     return [normalize_grader(g) for g in value] if isinstance(value, list) else value
 
@@ -249,6 +262,9 @@ class Defaults(UserModel):
     """What each attempt may use (tokens, cost); a task's own `budget:` limits replace these."""
     sandbox: SandboxSpec | None = None
     """The Docker sandbox of every task that names none (default: none, the local machine)."""
+    artifacts: ArtifactsSpec | None = None
+    """What every task keeps of its attempts' changed files (default: 1 MiB for a sandboxed
+    task, nothing for a local one)."""
 
     _graders = field_validator("graders", mode="before")(_graders_before)
 
@@ -354,6 +370,9 @@ class TaskSpec(UserModel):
     sandbox: SandboxSpec | None = None
     """A Docker container per attempt for its command agent and command graders (default:
     the manifest's `defaults.sandbox`, else none)."""
+    artifacts: ArtifactsSpec | None = None
+    """Keep the files each attempt's agent created or changed, up to `max_bytes` (default: the
+    manifest's `defaults.artifacts`, else 1 MiB for a sandboxed task, nothing for a local one)."""
 
     _agent = field_validator("agent", mode="before")(_agent_shorthand)
     _graders = field_validator("graders", mode="before")(_graders_before)

@@ -190,6 +190,12 @@ class AttemptRecord:
     environment: dict[str, str] | None = None
     """What `sandbox: environment:` captured inside the attempt's container before its agent,
     by name (output stripped); None when nothing was asked."""
+    changed_files: list[dict[str, Any]] | None = None
+    """The files the agent created, changed or deleted in its workspace (against the
+    template): each one's `path`, `change`, `size`, and whether its bytes were `kept` in the
+    run store's `artifacts/` folder (up to `artifacts: {max_bytes}`); an entry with only a
+    `note` says what was not listed. None when the task keeps no artifacts (a local task
+    without `artifacts:`)."""
 
     @property
     def key(self) -> Key:
@@ -309,6 +315,7 @@ def new_record(
     wait: float = 0.0,
     image: str | None = None,
     environment: dict[str, str] | None = None,
+    changed_files: list[dict[str, Any]] | None = None,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
@@ -340,6 +347,7 @@ def new_record(
         variant=variant_of(key),
         image=image,
         environment=json_safe(environment) if environment is not None else None,  # type: ignore[arg-type]
+        changed_files=changed_files,
     )
 
 
@@ -574,6 +582,7 @@ FIELDS: tuple[Field, ...] = (
     Field("wait", "r.wait", lambda wait: float(wait or 0.0), omit="not r.wait"),
     Field("image", "r.image", _optional(str), omit="r.image is None"),
     Field("environment", "r.environment", _same, omit="r.environment is None", index=(dict,)),
+    Field("changed_files", "r.changed_files", _same, omit="r.changed_files is None"),
     # Facts only the index line holds: what metrics and replays need without the record.
     Field("input_tokens", "r.input_tokens", stored=False, index=_MAYBE_INT),
     Field("output_tokens", "r.output_tokens", stored=False, index=_MAYBE_INT),

@@ -114,9 +114,9 @@ MakeAgent = Callable[[AnyAgentSpec, Path], Agent]
 
 def make_builtin_agent(spec: AnyAgentSpec, dataset_root: Path) -> Agent | None:
     """The agent a built-in spec names, resolved without starting anything: a callable's
-    module is imported, a command's program looked up. None for a kind a plugin provides."""
+    module is imported. None for a kind a plugin provides. A command's program is looked up
+    by `AgentResolver` (on this machine, or in the container it will run in)."""
     if isinstance(spec, CommandAgentSpec):
-        check_program(spec, dataset_root)
         return CommandAgent(spec, dataset_root)
     if isinstance(spec, PluginAgentSpec):
         if spec.type != "openai":
@@ -216,13 +216,16 @@ class AgentRef:
     folder for `--agenteval-agent`)."""
     key: str = ""
     """What the resolver's cache knows the agent by (made from spec and base, once)."""
+    on_host: bool = True
+    """Whether the agent's programs run on this machine (a command agent's program is then
+    looked up on its PATH when the agent is built; in a sandbox, on the container's)."""
     live: Agent | None = field(default=None, compare=False)
     """The fixture's agent, in the process that made it (never pickled)."""
 
     @classmethod
-    def declared(cls, spec: AnyAgentSpec, base: Path) -> AgentRef:
+    def declared(cls, spec: AnyAgentSpec, base: Path, on_host: bool = True) -> AgentRef:
         """The reference of a declared agent (made once per spec: see the runtime)."""
-        return cls(spec_label(spec), spec, base, f"{base}\0{spec!r}")
+        return cls(spec_label(spec), spec, base, f"{base}\0{spec!r}\0{on_host}", on_host)
 
     @classmethod
     def in_process(cls, agent: Agent, label: str) -> AgentRef:
@@ -230,10 +233,10 @@ class AgentRef:
         return cls(label, live=agent)
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return (self.label, self.spec, self.base, self.key)
+        return (self.label, self.spec, self.base, self.key, self.on_host)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        names = ("label", "spec", "base", "key", "live")
+        names = ("label", "spec", "base", "key", "on_host", "live")
         for name, value in zip(names, (*state, None), strict=True):
             object.__setattr__(self, name, value)
 
@@ -259,19 +262,25 @@ class AgentResolver:
                 hint="declare the agent (`agent:` in agenteval.yaml or --agenteval-agent) for "
                 "executors that run agent calls elsewhere",
             )
-        agent = self._built[ref.key] = self.agent(ref.spec, ref.base)
+        agent = self._built[ref.key] = self.agent(ref.spec, ref.base, ref.on_host)
         return agent
 
-    def agent(self, spec: AnyAgentSpec, base: Path) -> Agent:
-        """The agent `spec` names, built now; raises AgentUnavailable when it cannot be."""
-        built = self._build(spec, base)
+    def agent(self, spec: AnyAgentSpec, base: Path, on_host: bool = True) -> Agent:
+        """The agent `spec` names; raises AgentUnavailable when it cannot be built. A command
+        agent's program is looked up on this machine's PATH only when it runs `on_host`: in
+        a sandbox `docker exec` looks it up on the container's PATH (and says when it is not
+        there, as the attempt's error)."""
+        built = self._build(spec, base, on_host)
         if isinstance(built, AgentUnavailable):
             raise built
         return built
 
-    def _build(self, spec: AnyAgentSpec, base: Path) -> Agent | AgentUnavailable:
+    def _build(self, spec: AnyAgentSpec, base: Path, on_host: bool) -> Agent | AgentUnavailable:
         try:
-            return self._make(spec, base)
+            made = self._make(spec, base)
+            if on_host and isinstance(made, CommandAgent):
+                check_program(made.spec, made.dataset_root)
+            return made
         except AgentUnavailable as exc:
             return exc
         except AgentError as exc:  # what plugins raise for bad options

@@ -29,6 +29,9 @@ from ..sources.dataset import TaskDef
 from ..store.plan import Decision
 from ..store.runs import IndexRow
 from .agents import AgentRef, as_result
+from .artifacts import Artifacts
+from .artifacts import collect as collect_artifacts
+from .artifacts import failed as artifacts_failed
 from .concurrent import Ahead, NotStarted, Started, Stopped
 from .environment import Environment, Environments, host_folder
 from .executor import AgentCall, Executor, call_with_deadline
@@ -66,6 +69,9 @@ class Outcome:
     """What made a new record an error, for the report (its traceback is the user's)."""
     environment: Environment | None = None
     """The attempt's environment, when it made one (torn down by whoever shows the outcome)."""
+    artifacts: Artifacts | None = None
+    """The files the agent changed and the bytes kept of them (for the store), when its task
+    keeps artifacts."""
 
     @property
     def facts(self) -> AttemptRecord | IndexRow:
@@ -171,11 +177,11 @@ class AttemptRunner:
             phase = getattr(exc, "phase", phase)  # a sandbox's image that cannot be had: build
             record = context.record("error", verdicts, result, started, t0, exc, phase)
             self._count_judges(record)
-            return Outcome(decision, record, exc, context.environment)
+            return Outcome(decision, record, exc, context.environment, context.artifacts)
         status: Status = "pass" if all(v.passed for v in verdicts) else "fail"
         record = context.record(status, verdicts, result, started, t0)
         self._count_judges(record)
-        return Outcome(decision, record, environment=context.environment)
+        return Outcome(decision, record, None, context.environment, context.artifacts)
 
     def _answer_at_turn(
         self, context: _Attempt, early: Started[_Attempt, Answer] | None, source: AgentSource
@@ -278,11 +284,16 @@ class AttemptRunner:
         was = in_agent_call(True)
         try:
             call = AgentCall(key, agent, context.task, job.task.timeout, context)
-            return self.executor.call_agent(call)
+            result = self.executor.call_agent(call)
+        except Exception:
+            context.keep_artifacts()  # a failed attempt's files are the ones worth a look
+            raise
         finally:
             in_agent_call(was)
             if note is not None:
                 note(key, False)
+        context.keep_artifacts()
+        return result
 
 
 def _calls_agent(decision: Decision) -> bool:
@@ -301,6 +312,8 @@ class _Attempt:
         self.environment: Environment | None = None
         self.wait = 0.0
         """Seconds waited for the agent's limits before the call started."""
+        self.artifacts: Artifacts | None = None
+        """What the attempt keeps of the files its agent changed (collected after the call)."""
         task = job.task
         self.task = Task(
             id=task.id,
@@ -320,6 +333,18 @@ class _Attempt:
 
     def _local_folder(self) -> Path:
         return host_folder(self._environment())
+
+    def keep_artifacts(self) -> None:
+        """After the agent call: list the files it changed and keep those that fit, when the
+        task keeps artifacts (listing that fails is said in the list, not the attempt's
+        error)."""
+        spec = self.job.task.artifacts
+        if spec is None:
+            return
+        try:
+            self.artifacts = collect_artifacts(self.environment, spec.max_bytes)
+        except Exception as exc:
+            self.artifacts = artifacts_failed(exc)
 
     def share(self) -> None:
         self.environments.ready()
@@ -360,6 +385,7 @@ class _Attempt:
             wait=self.wait,
             image=getattr(self.environment, "image_id", None),  # a sandbox's
             environment=getattr(self.environment, "captured", None),
+            changed_files=self.artifacts.files if self.artifacts is not None else None,
         )
         pricing = task.dataset.manifest.pricing
         return with_prices(record, pricing) if pricing else record

@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from ..core.errors import AgentError
 from ..core.model import DockerImage, Key, SandboxSpec
 from ..sources.templates import template_entries
-from .environment import ChangedFile, SandboxPolicy
+from .environment import Change, ChangedFile, SandboxPolicy
 from .limits import locked, release_slot, take_slot
 from .process import Finished, run_program
 from .workspaces import folder_name
@@ -205,6 +205,8 @@ class Images:
         self._lock = threading.Lock()
         self._orphans_checked = False
         self._removing: list[subprocess.Popen[bytes]] = []
+        self._doomed: list[str] = []
+        """Containers torn down while a removal ran: the next removal's."""
         self.alive: set[str] = set()
         """Containers of this process not torn down yet (an interrupted attempt's)."""
 
@@ -218,16 +220,25 @@ class Images:
             self.alive.add(name)
 
     def remove_later(self, name: str) -> None:
-        """Start removing a container without waiting for it (`wait` does, at the end)."""
-        removal = subprocess.Popen(
-            ["docker", "rm", "-f", name],
+        """Remove a container without waiting for it (`wait` does, at the end). One `docker
+        rm` runs at a time: the containers torn down meanwhile go together in the next, so
+        under concurrency an attempt costs less than one docker call to remove."""
+        with self._lock:
+            self.alive.discard(name)
+            self._doomed.append(name)
+            if self._removing and self._removing[-1].poll() is None:
+                return  # the next teardown (or `wait`) takes this one along
+            self._removing = [self._remove(self._doomed)]
+            self._doomed = []
+
+    @staticmethod
+    def _remove(names: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            ["docker", "rm", "-f", *names],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=_env(),
         )
-        with self._lock:
-            self._removing = [r for r in self._removing if r.poll() is None] + [removal]
-            self.alive.discard(name)
 
     def forget(self, name: str) -> None:
         """A container of this process is gone or kept: `close` leaves it."""
@@ -244,11 +255,14 @@ class Images:
         self.wait()
 
     def wait(self) -> None:
-        """Wait until the containers being removed are gone."""
+        """Wait until the containers being removed, and those waiting for it, are gone."""
         with self._lock:
             removing, self._removing = self._removing, []
+            doomed, self._doomed = self._doomed, []
         for removal in removing:
             removal.wait()
+        if doomed:
+            docker(["rm", "-f", *doomed])
 
     def ensure(self, docker: DockerImage, build: tuple[Path, str] | None = None) -> tuple[str, str]:
         """The name and id of the image to start from, pulled or built first when needed;
@@ -518,15 +532,20 @@ class DockerEnvironment:
         }
         now = self._files_now()
         changed = [ChangedFile(rel, "deleted", 0) for rel in before.keys() - now.keys()]
-        for rel, (size, digest) in now.items():
+        for rel, (member, data) in now.items():
             if rel not in before:
-                changed.append(ChangedFile(rel, "added", size))
-            elif before[rel] != digest:
-                changed.append(ChangedFile(rel, "modified", size))
+                change: Change = "added"
+            elif before[rel] != hashlib.sha256(data).digest():
+                change = "modified"
+            else:
+                continue
+            link = not member.isfile()
+            changed.append(ChangedFile(rel, change, member.size, link, None if link else data))
         return sorted(changed, key=lambda c: c.path)
 
-    def _files_now(self) -> dict[str, tuple[int, bytes]]:
-        """The files below `workdir` now: size and content digest by relative path."""
+    def _files_now(self) -> dict[str, tuple[tarfile.TarInfo, bytes]]:
+        """The files below `workdir` now, by relative path: each one's tar entry and bytes (a
+        link's: its target's name), copied out in one `docker cp`."""
         done = docker(["cp", f"{self.name}:{self.spec.workdir.rstrip('/')}/.", "-"])
         if done.returncode != 0:
             raise OSError(done.stderr.decode(errors="replace").strip())
@@ -539,7 +558,7 @@ class DockerEnvironment:
                     continue
                 body = tar.extractfile(member) if member.isfile() else None
                 data = body.read() if body is not None else member.linkname.encode()
-                found[rel.as_posix()] = (member.size, hashlib.sha256(data).digest())
+                found[rel.as_posix()] = (member, data)
         return found
 
     def teardown(self, keep: bool) -> None:

@@ -17,7 +17,7 @@ import shutil
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -45,6 +45,11 @@ class ChangedFile:
     change: Change
     size: int
     """Its size in bytes now (0 when deleted)."""
+    link: bool = field(default=False, compare=False)
+    """A symbolic link (its size is its target's name's; what it points to is never read)."""
+    data: bytes | None = field(default=None, compare=False, repr=False)
+    """Its bytes now, when the environment read them to compare (a container's, all copied
+    out at once); None: read them with `read_file`."""
 
 
 @runtime_checkable
@@ -250,10 +255,11 @@ class LocalEnvironment:
         now = _files_below(self.root)
         changed = [ChangedFile(rel, "deleted", 0) for rel in before.keys() - now.keys()]
         for rel, path in now.items():
+            link = path.is_symlink()
             if rel not in before:
-                changed.append(ChangedFile(rel, "added", os.lstat(path).st_size))
-            elif path.is_symlink() or not filecmp.cmp(before[rel], path, shallow=False):
-                changed.append(ChangedFile(rel, "modified", os.lstat(path).st_size))
+                changed.append(ChangedFile(rel, "added", os.lstat(path).st_size, link))
+            elif link or not filecmp.cmp(before[rel], path, shallow=False):
+                changed.append(ChangedFile(rel, "modified", os.lstat(path).st_size, link))
         return sorted(changed, key=lambda c: c.path)
 
     def teardown(self, keep: bool) -> None:

@@ -59,6 +59,11 @@ class AgentevalItem(pytest.Item):
     def report_extras(self) -> dict[str, Any] | NewRecord:
         raise NotImplementedError
 
+    def kept_files(self) -> dict[str, bytes] | None:
+        """The bytes of the artifacts a new record keeps, by path (`report.agenteval_files`:
+        the controller writes them into the run store)."""
+        return None
+
 
 class AttemptItem(AgentevalItem):
     """One attempt of one task: asks the attempt runner for its outcome in `setup()` and turns
@@ -178,6 +183,12 @@ class AttemptItem(AgentevalItem):
         if record is None:
             return {"action": outcome.decision.action, "key": list(self.key)}
         return NewRecord(outcome.decision.action, record)
+
+    def kept_files(self) -> dict[str, bytes] | None:
+        outcome = self.outcome
+        if outcome is None or outcome.record is None or outcome.artifacts is None:
+            return None
+        return outcome.artifacts.kept or None
 
     def repr_failure(
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
@@ -371,6 +382,9 @@ class TaskHooks:
                 report.longrepr = encodable(longrepr, call.excinfo)
             if call.when == "call" or report.failed:
                 report.agenteval = item.report_extras()
+                files = item.kept_files()
+                if files:
+                    report.agenteval_files = files
         return report
 
     @pytest.hookimpl(wrapper=True)

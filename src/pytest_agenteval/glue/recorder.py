@@ -249,6 +249,7 @@ class Recorder:
         row: IndexRow | None
         reused = made is None and text is None
         if not reused:
+            self._keep_files(report, made, text, info.get("entry"))
             row = self._commit(made, text, info.get("entry"), action == "regrade")
         else:  # its stored verdict was replayed (or it never began)
             key = tuple(info["key"])
@@ -260,6 +261,27 @@ class Recorder:
                 self.properties[report.nodeid] = junit_properties(row, reused)
             self.progress.attempt(row.status, reused=reused)
         self.show_progress()
+
+    def _keep_files(
+        self, report: pytest.TestReport, made: NewRecord | None, text: str | None, entry: str | None
+    ) -> None:
+        """Before a new record commits: the bytes of its attempt's kept files (which came
+        beside it on the report) replace any earlier artifacts of the attempt."""
+        files: dict[str, bytes] | None = getattr(report, "agenteval_files", None)
+        run_id = self.run.run_id
+        if files is None and not self.store.has_artifacts(run_id):
+            return
+        report.agenteval_files = None  # type: ignore[attr-defined]
+        if made is not None:
+            key = made.record.key
+        else:
+            shipped = entry if entry is not None else text
+            assert shipped is not None
+            key = stored_key(json.loads(shipped))
+        try:
+            self.store.keep_artifacts(run_id, key, files or {})
+        except StoreError as exc:
+            self.failed(exc)
 
     def _load_error(self, error: dict[str, str]) -> None:
         """Count each broken task once (also if a report should come twice)."""

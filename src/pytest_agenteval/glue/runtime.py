@@ -75,9 +75,9 @@ class Runtime:
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
-    _declared: dict[int, AgentRef] = field(default_factory=dict)
-    """References of the declared agents built (by spec: specs live as long as the run);
-    the resolver keeps the agents."""
+    _declared: dict[tuple[int, bool], AgentRef] = field(default_factory=dict)
+    """References of the declared agents built, by spec and whether it runs on this machine
+    (specs live as long as the run); the resolver keeps the agents."""
     _unavailable: dict[Any, AgentUnavailable] = field(default_factory=dict)
     """Declared agents that cannot be built (by spec), located at their spec."""
 
@@ -157,10 +157,11 @@ class Runtime:
         cannot be built; the located problem is made once per spec.
         """
         spec = self.agent_spec(task)
-        made = self._declared.get(id(spec))
+        on_host = task.sandbox is None  # a sandbox's programs are the container's
+        made = self._declared.get((id(spec), on_host))
         if made is not None:
             return made
-        key = id(spec) if spec is not None else task.dataset.name
+        key = (id(spec), on_host) if spec is not None else task.dataset.name
         problem = self._unavailable.get(key)
         if problem is None:
             try:
@@ -168,9 +169,9 @@ class Runtime:
                     raise AgentUnavailable("no agent for the tasks of this dataset", hint=NO_AGENT)
                 override = spec is self.settings.agent_override
                 base = self.settings.invocation_dir if override else task.dataset.root
-                ref = AgentRef.declared(spec, base)
+                ref = AgentRef.declared(spec, base, on_host)
                 self.agents.resolve(ref)  # built now: a bad reference is known before a call
-                made = self._declared[id(spec)] = ref
+                made = self._declared[(id(spec), on_host)] = ref
                 return made
             except AgentUnavailable as exc:
                 problem = self._unavailable[key] = exc.located(self._spec_location(spec, task))

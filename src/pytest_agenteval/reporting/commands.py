@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from ..core.model import Key
 from ..core.options import rate
 from ..core.records import variant_of
+from ..store.artifacts import attempt_folder
 from ..store.locate import cache_dir, find_rootdir
 from ..store.runs import Store
 from .diff import (
@@ -25,11 +26,12 @@ from .diff import (
     task_rates,
     variant_rates,
 )
-from .export import WRITERS, attempt_row, columns
+from .export import WRITERS, attempt_row, columns, write_artifacts
 from .regression import diff_gate
 from .runref import load_summary, resolve_run, stored_run
 from .show import (
     ShowError,
+    artifact_lines,
     attempt_lines,
     check_variant,
     earlier_sessions_end,
@@ -75,7 +77,8 @@ def show(
             f"the stored record of {task_id}/{attempt} cannot be read "
             f"(`agenteval repair {info.run_id}` checks the run)"
         )
-    return attempt_lines(record, reuse_of(record, earlier_sessions_end(info)), full)
+    lines = attempt_lines(record, reuse_of(record, earlier_sessions_end(info)), full)
+    return lines + artifact_lines(record, attempt_folder(store.runs_dir / info.run_id, keys[0]))
 
 
 def _which_variant(run_id: str, task_id: str, attempt: int, keys: list[Key]) -> str:
@@ -88,9 +91,17 @@ def _which_variant(run_id: str, task_id: str, attempt: int, keys: list[Key]) -> 
     )
 
 
-def export(store: Store, ref: str, fmt: str, out: TextIO, variant: str | None = None) -> int:
+def export(
+    store: Store,
+    ref: str,
+    fmt: str,
+    out: TextIO,
+    variant: str | None = None,
+    artifacts: Path | None = None,
+) -> tuple[int, int]:
     """Write every stored attempt of the run (of `variant` only, when given) as `fmt` to
-    `out`, with a `variant` column when the run has variants; returns how many."""
+    `out`, with a `variant` column when the run has variants, and its kept artifacts below
+    `artifacts` when given; returns how many attempts and artifact files."""
     info, rows = stored_run(store, resolve_run(store, ref))
     variants = variant_names(info, rows)
     if variant is not None:
@@ -100,7 +111,10 @@ def export(store: Store, ref: str, fmt: str, out: TextIO, variant: str | None = 
         (r for r in store.records(info.run_id) if variant is None or r.variant == variant),
         key=in_order(variants),
     )
-    return WRITERS[fmt]((attempt_row(r, since) for r in records), out, columns(bool(variants)))
+    count = WRITERS[fmt]((attempt_row(r, since) for r in records), out, columns(bool(variants)))
+    if artifacts is None:
+        return count, 0
+    return count, write_artifacts(store.runs_dir / info.run_id, records, artifacts)
 
 
 def diff(
@@ -197,6 +211,12 @@ def register(
         metavar="NAME",
         help="only the attempts of this variant (a run with variants has a `variant` column)",
     )
+    exported.add_argument(
+        "--artifacts",
+        type=Path,
+        metavar="DIR",
+        help="also copy each attempt's kept artifacts into DIR/<dataset>/<task>[attempt-N]/",
+    )
     cache_option(exported)
     exported.set_defaults(command=lambda args: _export(args, open_store))
 
@@ -243,9 +263,11 @@ def _export(args: argparse.Namespace, open_store: OpenStore) -> int:
     if store is None:
         return 1
     with output(args.out, sys.stdout) as out:
-        count = export(store, args.run_id, args.format, out, args.variant)
+        count, files = export(store, args.run_id, args.format, out, args.variant, args.artifacts)
     if args.out:
         print(f"{count} attempts written to {args.out}", file=sys.stderr)
+    if args.artifacts:
+        print(f"{files} artifact files written below {args.artifacts}", file=sys.stderr)
     return 0
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, TextIO
 
 from ..core.records import AttemptRecord
+from ..store.artifacts import copy_out
 from .show import reuse_of
 
 COLUMNS = (
@@ -86,3 +88,9 @@ def write_jsonl(
 
 
 WRITERS = {"csv": write_csv, "jsonl": write_jsonl}
+
+
+def write_artifacts(run_dir: Path, records: Iterable[AttemptRecord], out: Path) -> int:
+    """Copy each attempt's kept artifacts to `out/<dataset>/<task>[attempt-N]/` (the run
+    store's layout); returns how many files."""
+    return sum(copy_out(run_dir, record.key, out) for record in records if record.changed_files)

@@ -21,6 +21,7 @@ from typing import Any
 from ..core.errors import ReportError, os_failure
 from ..core.model import Key, Verdict
 from ..core.records import AttemptRecord
+from ..store.artifacts import read as read_artifact
 from ..store.runs import Store
 from .html_variants import leaderboard as _leaderboard
 from .html_variants import matrix_rows
@@ -33,6 +34,8 @@ from .svg import Bar, Series, histogram, interval_bars, line_plot, seconds
 TEXT_LIMIT = 2000
 """Characters of an output, error or transcript the page holds; the full length is shown."""
 MAX_TAG_BARS = 30
+SMALL_TEXT = 4096
+"""Bytes of a kept artifact up to which the drill-down shows its text."""
 _SCRIPT_SAFE = (
     ("<", "\\u003c"),
     (">", "\\u003e"),
@@ -53,6 +56,8 @@ def attempt_details(store: Store, run_id: str, reused: Iterable[Key] = ()) -> De
     details: Details = {}
     for record in store.records(run_id):
         view = attempt_view(record, record.key in replayed)
+        if record.changed_files is not None:
+            view["fs"] = artifact_view(record, store.runs_dir / run_id)
         details.setdefault((record.dataset, record.task_id, record.variant), []).append(view)
     for views in details.values():
         views.sort(key=lambda v: v["i"])
@@ -87,6 +92,33 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
         "cj": record.judge_cost,
         "f": flags,
     }
+
+
+def artifact_view(record: AttemptRecord, run_dir: Path) -> list[list[Any]]:
+    """The files the attempt's agent changed, each [path, change, size, kept, text] (a note:
+    [text, "note", 0, false, null]): `text`
+    is the content of a kept text file of at most SMALL_TEXT bytes (the page escapes it as
+    all text), else None."""
+    rows = []
+    for entry in record.changed_files or ():
+        if "note" in entry:
+            rows.append([entry["note"], "note", 0, False, None])
+            continue
+        text = None
+        if entry["kept"] and entry["size"] <= SMALL_TEXT:
+            text = _text_of(read_artifact(run_dir, record.key, entry["path"]))
+        rows.append([entry["path"], entry["change"], entry["size"], entry["kept"], text])
+    return rows
+
+
+def _text_of(data: bytes | None) -> str | None:
+    """`data` as text when it is UTF-8 without NUL bytes (a text file), else None."""
+    if data is None or b"\0" in data:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def _verdict_view(verdict: Verdict) -> list[Any]:

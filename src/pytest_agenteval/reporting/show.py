@@ -13,6 +13,7 @@ import difflib
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import AgentevalError
@@ -208,6 +209,26 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
         lines += ["", f"replaces {len(record.previous)} earlier record(s) of this attempt"]
     if cut.count:
         lines += ["", f"{cut.count} text(s) cut to {SHOWN_LIMIT} characters; --full shows all"]
+    return lines
+
+
+def artifact_lines(record: AttemptRecord, folder: Path) -> list[str]:
+    """The files the attempt's agent changed (path, change, size, kept) and where the kept
+    ones are; nothing for an attempt that keeps no artifacts."""
+    if record.changed_files is None:
+        return []
+    if not record.changed_files:
+        return ["", "files changed: none"]
+    kept = sum(1 for f in record.changed_files if f.get("kept"))
+    listed = sum(1 for f in record.changed_files if "note" not in f)
+    lines = ["", f"files changed: {listed}, {kept} kept in {folder}"]
+    for entry in record.changed_files:
+        if "note" in entry:
+            lines.append(f"  ({entry['note']})")
+            continue
+        size = "" if entry["change"] == "deleted" else f"{entry['size']:,} B"
+        note = "" if entry["kept"] or entry["change"] == "deleted" else "  (not kept)"
+        lines.append(f"  {entry['change']:8} {size:>12}  {entry['path']}{note}")
     return lines
 
 

@@ -23,6 +23,7 @@ from ..core.errors import (
     TemplateError,
 )
 from ..core.model import (
+    ArtifactsSpec,
     Budget,
     GraderSpec,
     Manifest,
@@ -328,6 +329,15 @@ class TaskDef:
     def sandbox(self) -> SandboxSpec | None:
         """The task's Docker sandbox, else the manifest's default, else None (the host)."""
         return self.spec.sandbox or self.dataset.manifest.defaults.sandbox
+
+    @property
+    def artifacts(self) -> ArtifactsSpec | None:
+        """What the task keeps of its attempts' changed files: its own `artifacts:`, else the
+        manifest's, else the default for a sandbox; None (nothing kept) for a local task."""
+        chosen = self.spec.artifacts or self.dataset.manifest.defaults.artifacts
+        if chosen is None and self.sandbox is not None:
+            return ArtifactsSpec()
+        return chosen
 
     @property
     def regradable(self) -> bool:

@@ -28,6 +28,7 @@ from ..core.errors import StoreError, os_failure
 from ..core.model import Key
 from ..core.records import AttemptRecord, index_entry, placed, to_json_text
 from ..core.shards import Shard, parse_shard
+from .artifacts import ARTIFACTS, copy_out
 from .files import RunFiles, locked, open_regular, read_at, write_json
 from .index import IndexRead, read_index
 from .lifecycle import fingerprint_drift
@@ -372,6 +373,8 @@ def _copy_records(parts: list[Part], folder: Path) -> int:
                 offset, length = files.append_record(data.decode("utf-8"))
                 files.append_index(placed(to_json_text(index_entry(record)), offset, length))
                 copied[key] = (digest, part)
+                if record.changed_files:  # and its artifacts, in the same layout
+                    copy_out(part.folder, key, folder / ARTIFACTS)
     finally:
         files.close()
     return len(copied)

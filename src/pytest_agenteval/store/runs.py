@@ -5,6 +5,7 @@
         index.jsonl     one small line per committed attempt: what planning and metrics read
         records.jsonl   one line per full record (outputs, transcripts), found by offset
         lock            held (flock) by the pytest session that is running the run
+        artifacts/      the files attempts' agents changed, kept per attempt (store/artifacts.py)
 
 Committing an attempt appends its record, then its index line: two `write()`s, no rewriting,
 O(1) whatever the run's size. The index line is the commit point. A kill -9 cannot tear a
@@ -26,7 +27,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from json.encoder import encode_basestring
@@ -36,6 +37,8 @@ from typing import Any, BinaryIO
 from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
 from ..core.records import AttemptRecord, index_entry, placed, stored_key, to_json_text
+from . import artifacts
+from .artifacts import ARTIFACTS
 from .files import (
     RUN_JSON_LIMIT,
     RunFiles,
@@ -134,6 +137,8 @@ class Store:
         self._reindexed: dict[str, tuple[int, list[str], int]] = {}
         """Index lines re-indexed from records.jsonl, not yet appended (with the index's size
         when they were made, and how many attempts they re-index)."""
+        self._artifacts: dict[str, bool] = {}
+        """Whether each run written or read holds artifacts (`has_artifacts`)."""
         self._checked: set[str] = set()
         """Runs whose records.jsonl this store has re-indexed (done at most once on a miss)."""
         """Rows of the runs this session writes, kept as it commits (`hold`)."""
@@ -435,6 +440,21 @@ class Store:
         offsets = self._offsets.get(run_id)  # loaded only once a plan or a replace needed it
         if offsets is not None:
             offsets[row.key] = (offset, length)
+
+    def keep_artifacts(self, run_id: str, key: Key, files: Mapping[str, bytes]) -> None:
+        """Replace the attempt's artifacts with `files` (`store/artifacts.py`), before its new
+        record is committed; raises StoreError."""
+        artifacts.replace(self.runs_dir / run_id, key, files)
+        if files:
+            self._artifacts[run_id] = True
+
+    def has_artifacts(self, run_id: str) -> bool:
+        """Whether the run keeps any attempt's artifacts (looked up once per run): only then
+        does a new record need to clear its attempt's folder."""
+        found = self._artifacts.get(run_id)
+        if found is None:
+            found = self._artifacts[run_id] = (self.runs_dir / run_id / ARTIFACTS).is_dir()
+        return found
 
     def hold(self, run_id: str, rows: Iterable[IndexRow]) -> None:
         """Keep `run_id`'s rows (as its index reads now) up to date as this session commits,

@@ -160,6 +160,22 @@
     parent.appendChild(box);
   }
 
+  // The files the agent changed: [path, change, size, kept, text of a small kept text file].
+  function filesBox(parent, files) {
+    var kept = files.filter(function (f) { return f[3]; }).length;
+    var listed = files.filter(function (f) { return f[1] !== "note"; }).length;
+    parent.appendChild(el("div", "label", "files changed (" + listed + ", " + kept + " kept)"));
+    var list = el("ul", "files");
+    files.forEach(function (f) {
+      if (f[1] === "note") { list.appendChild(el("li", "muted", f[0])); return; }
+      var size = f[1] === "deleted" ? "" : " " + f[2].toLocaleString("en") + " B";
+      var item = el("li", "mono", f[1] + " " + f[0] + size + (f[3] || f[1] === "deleted" ? "" : " (not kept)"));
+      if (f[4] !== null && f[4] !== undefined) item.appendChild(el("pre", null, f[4]));
+      list.appendChild(item);
+    });
+    parent.appendChild(list);
+  }
+
   function attemptBox(task, a) {
     var box = el("div", "attempt");
     box.dataset.attempt = a.i;
@@ -192,6 +208,7 @@
     }
     block(box, "output", a.o, a.ol);
     block(box, "transcript", a.t, a.tl);
+    if (a.fs) filesBox(box, a.fs);
     if (a.u) {
       var parts = [];
       Object.keys(a.u).forEach(function (key) {
