@@ -135,7 +135,7 @@ class Recorder:
             parsed = parse_item_name(nodeid)
             label = load_error_label(nodeid)
             if dataset and parsed:
-                keys.append((dataset, *parsed))
+                keys.append(parsed.key(dataset))
             elif dataset and label is not None:
                 broken.add((dataset, label))
         self._selected(keys, broken)
@@ -350,8 +350,8 @@ class Recorder:
         dataset = self._dataset_of(nodeid)
         if parsed is None or dataset is None:
             return
-        key: Key = (dataset, *parsed)
-        task = self._task(nodeid, parsed[0])
+        key = parsed.key(dataset)
+        task = self._task(nodeid, parsed.task_id)
         if task is not None:
             decision = self.runtime.plan.decide(key, task.digest, task.run_digest, task.regradable)
             if decision.action == "reuse":
@@ -399,12 +399,12 @@ class Recorder:
         parsed = parse_item_name(report.nodeid)
         assert parsed is not None
         dataset = self._dataset_of(report.nodeid) or ""
-        task = self._task(report.nodeid, parsed[0])
+        task = self._task(report.nodeid, parsed.task_id)
         message = (
             f"the attempt ended without a record (the plugin failed around it):\n{report.longrepr}"
         )
         return interrupted_record(
-            task, (dataset, *parsed), self.runtime.runner.fingerprint, message, "InternalError"
+            task, parsed.key(dataset), self.runtime.runner.fingerprint, message, "InternalError"
         )
 
     def _task(self, nodeid: str, task_id: str) -> TaskDef | None:
@@ -445,6 +445,7 @@ def _narrowing_hints(config: pytest.Config, runtime: Runtime) -> list[str]:
         value = getattr(config.option, dest, None)
         if value:
             hints.append(flag if value is True else f"{flag} {_shown(value)}")
+    hints.extend(f"--agenteval-variant {name}" for name in runtime.settings.variants)
     base = config.invocation_params.dir
     roots = [dataset.root for dataset in runtime.datasets]
     for arg in config.args:

@@ -59,6 +59,10 @@ class Settings:
     invocation_dir: Path
     shard: Shard | None = None
     """The shard this session runs (`--agenteval-shard`, `auto` resolved); None: all tasks."""
+    variants: tuple[str, ...] = ()
+    """The variants this session runs (`--agenteval-variant`); empty: all of them."""
+    reference: str | None = None
+    """The variant the others are compared with (`--agenteval-reference`); None: the first."""
 
 
 def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
@@ -115,7 +119,18 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
         shard=_shard(config),
+        variants=_variants(config),
+        reference=_setting(config, "agenteval_reference", options.variant_name),
     )
+
+
+def _variants(config: pytest.Config) -> tuple[str, ...]:
+    """`--agenteval-variant` (each), else ini `agenteval_variants`; in the order given."""
+    names = config.getoption("agenteval_variants") or config.getini("agenteval_variants")
+    try:
+        return tuple(dict.fromkeys(options.variant_name(name) for name in names))
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"ini setting agenteval_variants: {exc}") from None
 
 
 def _shard(config: pytest.Config) -> Shard | None:

@@ -287,6 +287,8 @@ class Store:
             meta.get("narrowed_by") if meta.get("narrowed") else None,
             meta.get("shard"),
             meta.get("merged_from"),
+            meta.get("variants"),
+            meta.get("reference"),
         )
 
     def runs(self) -> list[RunInfo]:
@@ -335,12 +337,20 @@ class Store:
 
     def note_running(self, run_id: str, key: Key) -> None:
         """Name the attempt whose agent starts now; see RunInfo.died_running."""
-        dataset, task_id, attempt = key  # json.dumps(key), without an encoder per attempt
-        self._open[run_id].note_running(f"[{_quoted(dataset)}, {_quoted(task_id)}, {attempt:d}]")
+        dataset, task_id, attempt = key[:3]  # json.dumps(key), without an encoder per attempt
+        variant = f", {_quoted(key[3])}" if len(key) > 3 else ""
+        self._open[run_id].note_running(
+            f"[{_quoted(dataset)}, {_quoted(task_id)}, {attempt:d}{variant}]"
+        )
 
     def set_agent(self, run_id: str, agent: dict[str, Any]) -> None:
-        """Replace the run's agent fingerprint (only while it has no records)."""
+        """Replace the run's agent fingerprint (while it has no records, or to add variants)."""
         self._update(run_id, agent=agent)
+
+    def set_variants(self, run_id: str, variants: list[str], reference: str) -> None:
+        """The variants the run's session selected (the reference first), for a run with
+        variants only: run.json of a run without them never names any."""
+        self._update(run_id, variants=variants, reference=reference)
 
     def set_planned(self, run_id: str, planned: int, narrowed_by: str | None = None) -> None:
         """How many attempts the run plans, and whether it covers only part of its datasets."""
@@ -623,12 +633,14 @@ def unfinished(note: str | None, rows: list[IndexRow]) -> str | None:
     """The attempt a dead session last started, unless it has a record (then it finished, and
     the session died somewhere else)."""
     try:
-        dataset, task_id, attempt = json.loads(note or "null")
+        dataset, task_id, attempt, *variant = json.loads(note or "null")
     except (ValueError, TypeError):
         return None
-    if any(row.key == (dataset, task_id, attempt) for row in rows):
+    key = (dataset, task_id, attempt, *variant)
+    if any(row.key == key for row in rows):
         return None
-    return f"{task_id} [attempt {attempt}] of {dataset}"
+    of = f" of variant {variant[0]}" if variant else ""
+    return f"{task_id} [attempt {attempt}]{of} of {dataset}"
 
 
 def parse_record(data: bytes, key: Key) -> tuple[AttemptRecord | None, str | None]:
