@@ -173,7 +173,7 @@ def fingerprint_drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     `variant_drift`)."""
     return [
         f"  {name}: stored {old.get(name)!r}, now {new.get(name)!r}"
-        for name in sorted(set(old) | set(new) - {"variants"})
+        for name in sorted((set(old) | set(new)) - {"variants"})
         if old.get(name) != new.get(name)
     ]
 

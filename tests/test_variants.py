@@ -1,0 +1,292 @@
+"""Variants: several agents on the same tasks in one run, each attempt keyed by its variant."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import WORKERS, DatasetMaker, latest_run, run_ids, task
+
+# Each variant's agent appends "<task> <attempt>" to its own log, so tests count its calls.
+AGENTS = """
+import pathlib
+
+HERE = pathlib.Path(__file__).parent
+
+
+def _called(name, task):
+    with (HERE / f"{name}.log").open("a") as log:
+        log.write(f"{task.id} {task.attempt}\\n")
+
+
+def base(task):
+    _called("base", task)
+    return "ok"
+
+
+def cand(task):
+    _called("cand", task)
+    return "ok" if task.id == "t1" else "no"
+"""
+
+COMMAND = (
+    "import json, sys\n"
+    "task = json.load(sys.stdin)\n"
+    "with open(sys.argv[1], 'a') as log:\n"
+    "    log.write(f\"{task['id']} {task['attempt']}\\n\")\n"
+    "print('ok')\n"
+)
+"""A command agent (a real subprocess): logs its call to the file its argument names."""
+
+TASKS = {"t1.yaml": task("ok"), "t2.yaml": task("ok")}
+
+
+def command_agent(root: Path, log: str = "cmd", version: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "agent": {"command": [sys.executable, "-c", COMMAND, str(root / "ds" / f"{log}.log")]}
+    }
+    return spec | ({"agent_version": version} if version else {})
+
+
+def write(
+    dataset: DatasetMaker, variants: dict[str, Any], tasks: dict[str, Any] | None = None
+) -> Path:
+    """A dataset whose manifest compares `variants` (and has no `agent:`)."""
+    root = dataset(tasks or TASKS, manifest={"agent": None, "variants": variants})
+    (root / "agents.py").write_text(AGENTS)
+    return root
+
+
+def calls(root: Path, name: str) -> list[str]:
+    log = root / f"{name}.log"
+    return sorted(log.read_text().splitlines()) if log.exists() else []
+
+
+def records(root: Path, run_id: str | None = None) -> list[tuple[str, int, str | None, str]]:
+    """(task, attempt, variant, status) of every record of the run's index, sorted."""
+    from pytest_agenteval.store.runs import Store
+
+    store = Store(root / ".pytest_cache/agenteval")
+    try:
+        rows, _ = store.index(run_id or latest_run(root))
+    finally:
+        store.close()
+    return sorted((r.key[1], r.key[2], r.variant, r.status) for r in rows)
+
+
+def run_json(root: Path) -> dict[str, Any]:
+    path = root / ".pytest_cache/agenteval/runs" / latest_run(root) / "run.json"
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def three(pytester: pytest.Pytester) -> dict[str, Any]:
+    return {"base": "agents:base", "cand": "agents:cand", "cmd": command_agent(pytester.path)}
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_each_variant_runs_every_task_with_its_own_agent(
+    pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
+) -> None:
+    """Three variants of different agent kinds (two callables, a command): one item per task x
+    attempt x variant, in task, attempt, variant order, each attempt run by its variant's agent
+    and recorded with its variant, the same records with or without xdist workers."""
+    root = write(dataset, three(pytester))
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--attempts", "2", "-v", "-p", "no:randomly", *workers
+    )
+    assert result.ret == 1  # cand answers t2 wrong
+    if not workers:
+        result.stdout.fnmatch_lines(
+            [
+                "*t1[[]base-attempt-0[]] PASSED*",
+                "*t1[[]cand-attempt-0[]] PASSED*",
+                "*t1[[]cmd-attempt-0[]] PASSED*",
+                "*t1[[]base-attempt-1[]] PASSED*",
+                "*t1[[]cand-attempt-1[]] PASSED*",
+                "*t1[[]cmd-attempt-1[]] PASSED*",
+                "*t2[[]base-attempt-0[]] PASSED*",
+                "*t2[[]cand-attempt-0[]] FAILED*",
+            ]
+        )
+    expected = sorted(
+        (t, a, v, "fail" if (t, v) == ("t2", "cand") else "pass")
+        for t in ("t1", "t2")
+        for a in (0, 1)
+        for v in ("base", "cand", "cmd")
+    )
+    assert records(pytester.path) == expected
+    every = ["t1 0", "t1 1", "t2 0", "t2 1"]
+    assert [calls(root, v) for v in ("base", "cand", "cmd")] == [every] * 3
+    meta = run_json(pytester.path)
+    assert (meta["variants"], meta["reference"]) == (["base", "cand", "cmd"], "base")
+    assert meta["agent"]["variants"] == {
+        "ds": {
+            "base": "callable:agents:base",
+            "cand": "callable:agents:cand",
+            "cmd": f"command:{sys.executable} -c {COMMAND} {root / 'cmd.log'}",
+        }
+    }
+
+
+def test_dataset_without_variants_keeps_its_run_json(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A run without `variants:` keeps its item ids, and its run.json and fingerprint name
+    no variant."""
+    dataset(TASKS)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "-v")
+    result.stdout.fnmatch_lines(["*t1[[]attempt-0[]] PASSED*"])
+    meta = run_json(pytester.path)
+    assert "variants" not in meta and "reference" not in meta
+    assert "variants" not in meta["agent"]
+
+
+def test_task_with_its_own_agent_is_not_compared(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A task naming its own agent in a dataset with variants runs once per attempt with that
+    agent, its item id and record without a variant."""
+    own = task(agent="agents:cand")
+    root = write(dataset, {"base": "agents:base", "b": "agents:base"}, {"t1.yaml": own})
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "-v", "--attempts", "2")
+    result.stdout.fnmatch_lines(["*t1[[]attempt-0[]] PASSED*", "*t1[[]attempt-1[]] PASSED*"])
+    result.assert_outcomes(passed=2)
+    assert records(pytester.path) == [("t1", 0, None, "pass"), ("t1", 1, None, "pass")]
+    assert (calls(root, "cand"), calls(root, "base")) == (["t1 0", "t1 1"], [])
+
+
+def test_agent_and_variants_in_one_manifest_is_a_located_error(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A manifest with both `agent:` and `variants:` is refused at its `agent:` line, saying
+    to put the agent in `variants:`; nothing runs."""
+    root = dataset(TASKS)
+    (root / "agenteval.yaml").write_text(
+        "name: ds\nversion: '1'\nagent: agent:run\nvariants:\n  a: agent:run\n"
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*agenteval.yaml:3: at agent: `agent:` and `variants:` both set*", "*put the agent in*"]
+    )
+    assert run_ids(pytester.path) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["--agenteval-agent", "agents:base"],
+            "*--agenteval-agent agents:base: dataset 'ds' compares variants (base, cand); "
+            "choose them with --agenteval-variant NAME*",
+        ),
+        (
+            ["--agenteval-variant", "nope"],
+            "*--agenteval-variant nope: dataset 'ds' has no such variant; its variants: base, cand",
+        ),
+        (
+            ["--agenteval-variant", "cand", "--agenteval-reference", "base"],
+            "*--agenteval-reference base: not selected; add --agenteval-variant base*",
+        ),
+    ],
+)
+def test_variant_options_are_checked(
+    pytester: pytest.Pytester, dataset: DatasetMaker, args: list[str], says: str
+) -> None:
+    """--agenteval-agent on a dataset with variants, an unknown variant and a reference not
+    selected are usage errors saying what to do; nothing runs."""
+    write(dataset, {"base": "agents:base", "cand": "agents:cand"})
+    result = pytester.runpytest("--agenteval", "ds", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([says])
+    assert run_ids(pytester.path) == []
+
+
+@pytest.mark.parametrize("how", [["-k", "cand"], ["--agenteval-variant", "cand"]])
+def test_one_variant_is_selected(
+    pytester: pytest.Pytester, dataset: DatasetMaker, how: list[str]
+) -> None:
+    """`-k VARIANT` and `--agenteval-variant VARIANT` run only that variant's attempts, and
+    the run says it is narrowed by them."""
+    root = write(dataset, {"base": "agents:base", "cand": "agents:cand"})
+    result = pytester.runpytest_subprocess("--agenteval", "ds", *how)
+    result.assert_outcomes(passed=1, failed=1)
+    assert records(pytester.path) == [("t1", 0, "cand", "pass"), ("t2", 0, "cand", "fail")]
+    assert (calls(root, "base"), calls(root, "cand")) == ([], ["t1 0", "t2 0"])
+    meta = run_json(pytester.path)
+    shown = "-k 'cand'" if how[0] == "-k" else "--agenteval-variant cand"
+    assert meta["narrowed_by"] == f"{shown} (2 of 4 attempts)"
+    if how[0] == "--agenteval-variant":
+        assert (meta["variants"], meta["reference"]) == (["cand"], "cand")
+
+
+def test_variants_from_ini_and_reference_first(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """ini `agenteval_variants` selects variants and `agenteval_reference` names the
+    reference, which run.json lists first."""
+    root = write(dataset, three(pytester))
+    pytester.makeini("[pytest]\nagenteval_variants = base cmd\nagenteval_reference = cmd\n")
+    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=4)
+    assert (calls(root, "cand"), len(calls(root, "cmd"))) == ([], 2)
+    meta = run_json(pytester.path)
+    assert (meta["variants"], meta["reference"]) == (["cmd", "base"], "cmd")
+
+
+def test_added_variant_runs_alone_and_removed_one_keeps_its_records(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A variant added to a finished run's manifest is the only one whose agent a resume
+    calls; a variant removed afterwards calls nothing and its records stay in the store."""
+    root = write(dataset, {"base": "agents:base", "cand": "agents:cand"})
+    pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2")
+    run_id = latest_run(pytester.path)
+    write(dataset, three(pytester))
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2", "--resume-suite")
+    result.stdout.fnmatch_lines(["*8 reused*4 run now*"])
+    every = ["t1 0", "t1 1", "t2 0", "t2 1"]
+    assert [calls(root, v) for v in ("base", "cand", "cmd")] == [every] * 3
+    assert len(records(pytester.path, run_id)) == 12
+    assert run_json(pytester.path)["variants"] == ["base", "cand", "cmd"]
+
+    write(dataset, {"base": "agents:base", "cmd": command_agent(pytester.path)})
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2", "--resume-suite")
+    assert result.ret == 0
+    assert [len(calls(root, v)) for v in ("base", "cand", "cmd")] == [4, 4, 4]
+    assert len(records(pytester.path, run_id)) == 12
+    meta = run_json(pytester.path)
+    assert (meta["run_id"], meta["variants"], meta["narrowed_by"]) == (
+        run_id,
+        ["base", "cmd"],
+        None,
+    )
+    assert set(meta["agent"]["variants"]["ds"]) == {"base", "cand", "cmd"}
+
+
+def test_drift_of_one_variant_is_refused_naming_it(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Changing one variant's agent refuses the resume naming that variant; with
+    --agenteval-allow-drift only the missing attempts run."""
+    root = write(dataset, {"base": "agents:base", "cmd": command_agent(pytester.path)})
+    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=4)
+    write(dataset, {"base": "agents:base", "cmd": command_agent(pytester.path, version="2")})
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*a variant's agent differs from the one its records were made with*",
+            "*variant 'cmd' of dataset ds: stored 'command:*', now 'command:* (version 2)'",
+        ]
+    )
+    assert "'base'" not in result.stderr.str()
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--resume-suite", "--agenteval-allow-drift"
+    )
+    result.stdout.fnmatch_lines(["*4 reused*"])
+    assert [len(calls(root, v)) for v in ("base", "cmd")] == [2, 2]
