@@ -78,10 +78,15 @@ def records(root: Path, run_id: str | None = None) -> list[tuple[str, int, str |
     return sorted((r.key[1], r.key[2], r.variant, r.status) for r in rows)
 
 
-def run_json(root: Path) -> dict[str, Any]:
-    path = root / ".pytest_cache/agenteval/runs" / latest_run(root) / "run.json"
+def run_file(root: Path, name: str) -> dict[str, Any]:
+    """A file of the newest run's folder (run.json, progress.json), as JSON."""
+    path = root / ".pytest_cache/agenteval/runs" / latest_run(root) / name
     data: dict[str, Any] = json.loads(path.read_text())
     return data
+
+
+def run_json(root: Path) -> dict[str, Any]:
+    return run_file(root, "run.json")
 
 
 def three(pytester: pytest.Pytester) -> dict[str, Any]:
@@ -122,6 +127,13 @@ def test_each_variant_runs_every_task_with_its_own_agent(
     assert records(pytester.path) == expected
     every = ["t1 0", "t1 1", "t2 0", "t2 1"]
     assert [calls(root, v) for v in ("base", "cand", "cmd")] == [every] * 3
+    progress = run_file(pytester.path, "progress.json")
+    counts = {"planned": 4, "done": 4, "fail": 0, "error": 0, "skipped": 0, "reused": 0}
+    assert progress["variants"] == {
+        "base": counts | {"pass": 4},
+        "cand": counts | {"pass": 2, "fail": 2},
+        "cmd": counts | {"pass": 4},
+    }
     meta = run_json(pytester.path)
     assert (meta["variants"], meta["reference"]) == (["base", "cand", "cmd"], "base")
     assert meta["agent"]["variants"] == {
@@ -144,6 +156,7 @@ def test_dataset_without_variants_keeps_its_run_json(
     meta = run_json(pytester.path)
     assert "variants" not in meta and "reference" not in meta
     assert "variants" not in meta["agent"]
+    assert "variants" not in run_file(pytester.path, "progress.json")
 
 
 def test_task_with_its_own_agent_is_not_compared(

@@ -164,7 +164,7 @@ class Recorder:
             self.store.set_planned(run.run_id, len(self.planned_keys), narrowed_by)
         except StoreError as exc:
             self.failed(exc)
-        self.progress.planned = len(self.planned_keys)
+        self.progress.plan(self.planned_keys)
         self.show_progress("running")
 
     def _whole(self, keys: list[Key], broken: set[tuple[str, str]]) -> set[Key]:
@@ -206,8 +206,12 @@ class Recorder:
                     report.user_properties.extend(properties)
             if report.failed:
                 self.other_failures += 1
-            elif report.skipped and report.when == "setup" and parse_item_name(report.nodeid):
-                self.progress.counts["skipped"] += 1
+            elif (
+                report.skipped
+                and report.when == "setup"
+                and (parsed := parse_item_name(report.nodeid))
+            ):
+                self.progress.skip(parsed.variant)
                 self.show_progress()
             return (yield)
         info: dict[str, Any] = unship(carried) if isinstance(carried, str) else carried
@@ -244,7 +248,7 @@ class Recorder:
             reused = text is None
             if not reused or action == "reuse":
                 self.properties[report.nodeid] = junit_properties(row, reused)
-            self.progress.attempt(row.status, reused=reused)
+            self.progress.attempt(row.status, reused, row.variant)
         self.show_progress()
 
     def _load_error(self, error: dict[str, str]) -> None:
