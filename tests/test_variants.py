@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from helpers import WORKERS, DatasetMaker, latest_run, run_ids, task
+from helpers import WORKERS, DatasetMaker, ids_in_shards, latest_run, run_ids, task
+from pytest_agenteval.cli import main
 
 # Each variant's agent appends "<task> <attempt>" to its own log, so tests count its calls.
 AGENTS = """
@@ -66,13 +67,17 @@ def calls(root: Path, name: str) -> list[str]:
     return sorted(log.read_text().splitlines()) if log.exists() else []
 
 
-def records(root: Path, run_id: str | None = None) -> list[tuple[str, int, str | None, str]]:
+def records(
+    root: Path, run_id: str | None = None, cache: str = ".pytest_cache"
+) -> list[tuple[str, int, str | None, str]]:
     """(task, attempt, variant, status) of every record of the run's index, sorted."""
     from pytest_agenteval.store.runs import Store
 
-    store = Store(root / ".pytest_cache/agenteval")
+    store = Store(root / cache / "agenteval")
     try:
-        rows, _ = store.index(run_id or latest_run(root))
+        if run_id is None:
+            (run_id,) = (p.name for p in (root / cache / "agenteval/runs").iterdir())
+        rows, _ = store.index(run_id)
     finally:
         store.close()
     return sorted((r.key[1], r.key[2], r.variant, r.status) for r in rows)
@@ -303,3 +308,30 @@ def test_drift_of_one_variant_is_refused_naming_it(
     )
     result.stdout.fnmatch_lines(["*4 reused*"])
     assert [len(calls(root, v)) for v in ("base", "cmd")] == [2, 2]
+
+
+def test_shards_keep_a_tasks_variants_together_and_merge_keeps_them(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Under --agenteval-shard every variant of a task runs in the task's shard; the shards
+    hold the unsharded run's records, and `agenteval merge` keeps them and the variants."""
+    sharded = ids_in_shards(2, 1)
+    tasks = {f"{t}.yaml": task("ok") for ids in sharded.values() for t in ids}
+    write(dataset, {"base": "agents:base", "cand": "agents:cand"}, tasks)
+    whole = ["--agenteval", "ds", "-p", "no:randomly"]
+    pytester.runpytest_subprocess(*whole, "-o", "cache_dir=whole")
+    parts = []
+    for i in (1, 2):
+        pytester.runpytest_subprocess(
+            *whole, "--agenteval-shard", f"{i}/2", "-o", f"cache_dir=s{i}"
+        )
+        parts.append(records(pytester.path, cache=f"s{i}"))
+        assert {(t, v) for t, _, v, _ in parts[-1]} == {
+            (t, v) for t in sharded[i] for v in ("base", "cand")
+        }
+    assert sorted(parts[0] + parts[1]) == records(pytester.path, cache="whole")
+    assert main(["merge", "s1", "s2", "--out", "merged"]) == 0
+    (merged,) = (pytester.path / "merged/agenteval/runs").iterdir()
+    assert records(pytester.path, merged.name, "merged") == records(pytester.path, cache="whole")
+    meta = json.loads((merged / "run.json").read_text())
+    assert (meta["variants"], meta["reference"]) == (["base", "cand"], "base")
