@@ -98,19 +98,22 @@ def three(pytester: pytest.Pytester) -> dict[str, Any]:
     return {"base": "agents:base", "cand": "agents:cand", "cmd": command_agent(pytester.path)}
 
 
-@pytest.mark.parametrize("workers", WORKERS)
+@pytest.mark.parametrize(
+    "workers", [*WORKERS, pytest.param(["--agenteval-concurrency", "8"], id="concurrency")]
+)
 def test_each_variant_runs_every_task_with_its_own_agent(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:
     """Three variants of different agent kinds (two callables, a command): one item per task x
     attempt x variant, in task, attempt, variant order, each attempt run by its variant's agent
-    and recorded with its variant, the same records with or without xdist workers."""
+    and recorded with its variant: the same records and item order with xdist workers or
+    attempts in flight as in one process."""
     root = write(dataset, three(pytester))
     result = pytester.runpytest_subprocess(
         "--agenteval", "ds", "--attempts", "2", "-v", "-p", "no:randomly", *workers
     )
     assert result.ret == 1  # cand answers t2 wrong
-    if not workers:
+    if "-n" not in workers:
         result.stdout.fnmatch_lines(
             [
                 "*t1[[]base-attempt-0[]] PASSED*",
