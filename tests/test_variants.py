@@ -338,3 +338,47 @@ def test_shards_keep_a_tasks_variants_together_and_merge_keeps_them(
     assert records(pytester.path, merged.name, "merged") == records(pytester.path, cache="whole")
     meta = json.loads((merged / "run.json").read_text())
     assert (meta["variants"], meta["reference"]) == (["base", "cand"], "base")
+
+
+TIMED = """
+import json, pathlib, time
+
+HERE = pathlib.Path(__file__).parent
+
+
+def _timed(name):
+    def run(task):
+        start = time.time()
+        time.sleep(0.3)
+        with (HERE / f"{name}.spans").open("a") as log:
+            log.write(json.dumps([start, time.time()]) + "\\n")
+        return "ok"
+    return run
+
+
+one, two = _timed("one"), _timed("two")
+"""
+
+
+def most_overlapping(root: Path, name: str) -> int:
+    spans = [json.loads(line) for line in (root / f"{name}.spans").read_text().splitlines()]
+    return max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+
+
+@pytest.mark.slow
+def test_each_variants_limits_hold_for_it_alone(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Each variant's `limits:` bound its own agent's calls in flight, apart from the other
+    variant's, with attempts in flight across xdist workers."""
+    variants = {
+        "one": {"agent": "timed:one", "limits": {"max_in_flight": 1}},
+        "two": {"agent": {"callable": "timed:two", "limits": {"max_in_flight": 2}}},
+    }
+    root = write(dataset, variants, {f"t{i}.yaml": task("ok") for i in range(6)})
+    (root / "timed.py").write_text(TIMED)
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "4"
+    )
+    result.assert_outcomes(passed=12)
+    assert (most_overlapping(root, "one"), most_overlapping(root, "two")) == (1, 2)
