@@ -32,6 +32,16 @@ def base(task):
 def cand(task):
     _called("cand", task)
     return "ok" if task.id == "t1" else "no"
+
+
+def crashy(task):
+    flag = HERE / "crashed.flag"
+    if task.id == "t1" and not flag.exists():
+        flag.touch()
+        import os
+        os._exit(3)
+    _called("crashy", task)
+    return "ok"
 """
 
 COMMAND = (
@@ -382,3 +392,22 @@ def test_each_variants_limits_hold_for_it_alone(
     )
     result.assert_outcomes(passed=12)
     assert (most_overlapping(root, "one"), most_overlapping(root, "two")) == (1, 2)
+
+
+@pytest.mark.slow
+def test_a_variants_attempt_in_flight_when_a_worker_died_runs_alone_on_resume(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A worker dying in a variant's attempt leaves its key (with the variant) noted in
+    flight; the resume ships the noted keys to the workers, which run them again alone."""
+    root = write(dataset, {"base": "agents:base", "crashy": "agents:crashy"})
+    args = ["--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "2"]
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == 1  # the crash is recorded on the item xdist names, as ever
+    assert [r for r in records(pytester.path) if r[3] == "error"]
+    inflight = root.parent / ".pytest_cache/agenteval/runs" / latest_run(root.parent) / "inflight"
+    noted = [json.loads(p.read_text()) for p in inflight.glob("*.json")]
+    assert ["ds", "t1", 0, "crashy"] in [key for keys in noted for key in keys]
+    result = pytester.runpytest_subprocess(*args, "--resume-suite")
+    assert result.ret == 0, result.stdout.str()
+    assert {r[3] for r in records(pytester.path)} == {"pass"}

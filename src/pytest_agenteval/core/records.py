@@ -88,6 +88,15 @@ def stored_key(data: dict[str, Any]) -> tuple[Any, ...]:
     return names if variant is None else (*names, variant)
 
 
+def key_from_json(values: Any) -> Key:
+    """A key read back from its JSON list (`[dataset, task, attempt]`, a variant's with the
+    variant last); TypeError or ValueError when it is none."""
+    dataset, task_id, attempt, *variant = values
+    if len(variant) > 1:
+        raise ValueError(f"not an attempt's key: {values!r}")
+    return attempt_key(str(dataset), str(task_id), int(attempt), *map(str, variant))
+
+
 def variant_of(key: Key) -> str | None:
     """The variant a key names (None: a dataset without variants)."""
     return key[3] if len(key) > 3 else None

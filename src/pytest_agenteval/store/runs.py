@@ -35,7 +35,15 @@ from typing import Any, BinaryIO
 
 from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import AttemptRecord, index_entry, placed, stored_key, to_json_text
+from ..core.records import (
+    AttemptRecord,
+    index_entry,
+    key_from_json,
+    placed,
+    stored_key,
+    to_json_text,
+    variant_of,
+)
 from .files import (
     RUN_JSON_LIMIT,
     RunFiles,
@@ -633,14 +641,14 @@ def unfinished(note: str | None, rows: list[IndexRow]) -> str | None:
     """The attempt a dead session last started, unless it has a record (then it finished, and
     the session died somewhere else)."""
     try:
-        dataset, task_id, attempt, *variant = json.loads(note or "null")
+        key = key_from_json(json.loads(note or "null"))
     except (ValueError, TypeError):
         return None
-    key = (dataset, task_id, attempt, *variant)
     if any(row.key == key for row in rows):
         return None
-    of = f" of variant {variant[0]}" if variant else ""
-    return f"{task_id} [attempt {attempt}]{of} of {dataset}"
+    variant = variant_of(key)
+    of = f" of variant {variant}" if variant else ""
+    return f"{key[1]} [attempt {key[2]}]{of} of {key[0]}"
 
 
 def parse_record(data: bytes, key: Key) -> tuple[AttemptRecord | None, str | None]:
