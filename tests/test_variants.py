@@ -411,3 +411,15 @@ def test_a_variants_attempt_in_flight_when_a_worker_died_runs_alone_on_resume(
     result = pytester.runpytest_subprocess(*args, "--resume-suite")
     assert result.ret == 0, result.stdout.str()
     assert {r[3] for r in records(pytester.path)} == {"pass"}
+
+
+def test_validate_builds_each_variants_agent_and_counts_tasks_once(
+    pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agenteval validate` builds every variant's agent, names a broken one at its line in
+    `variants:`, and counts each task once however many variants it has."""
+    root = write(dataset, {"base": "agents:base", "gone": "agents:missing"})
+    assert main(["validate", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "agenteval.yaml:1: at variants.gone.agent:" in out
+    assert "(the agent of 2 tasks)" in out and "2 tasks valid, 1 problems" in out
