@@ -6,10 +6,13 @@ variant, an agent looked up per variant, keys and records carrying the variant. 
 without `variants:` (`agent:`, 4 attempts) is measured beside them. Each layout runs at two
 sizes, alternately and several times; the per-attempt cost is the slope between the sizes
 (start-up cost cancels out), the median of the repeats. CPU time of the pytest process tree
-(`RUSAGE_CHILDREN`) is measured, which a busy shared machine disturbs far less than wall time.
+(`RUSAGE_CHILDREN`) is measured, which a busy shared machine disturbs far less than wall time;
+`--instructions` counts instructions instead (valgrind's cachegrind around the pytest process,
+one run per size), which the machine's load does not change at all.
 
     python bench/variants.py                  # 250 / 1,000 tasks x 4 attempts, 3 repeats
     python bench/variants.py --quick          # 100 / 400 tasks, 1 repeat
+    python bench/variants.py --instructions   # 100 / 400 tasks, instructions per attempt
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -48,21 +52,27 @@ def make_dataset(root: Path, tasks: int, manifest: dict[str, object], attempts: 
     return work
 
 
-def cpu_seconds(work: Path) -> float:
-    """CPU time (user + system) of one full run from an empty run store."""
+PYTEST = [sys.executable, "-m", "pytest", "-p", "agenteval", "--agenteval", "ds", "-q"]
+CACHEGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+ENV = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+INSTRUCTIONS = False
+"""Count instructions (cachegrind) instead of measuring CPU time (`--instructions`)."""
+
+
+def cost(work: Path) -> float:
+    """CPU seconds (user + system) of one full run from an empty run store, or with
+    INSTRUCTIONS the instructions it executed."""
     shutil.rmtree(work / ".pytest_cache", ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "agenteval", "--agenteval", "ds", "-q"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    argv = [*CACHEGRIND, *PYTEST] if INSTRUCTIONS else PYTEST
+    done = subprocess.run(argv, cwd=work, env=ENV, capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"run failed in {work}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    if INSTRUCTIONS:
+        found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+        assert found, done.stderr[-2000:]
+        return float(found[1].replace(",", ""))
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -70,9 +80,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 / 400 tasks, 1 repeat")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions (valgrind), 100 / 400"
+    )
     args = parser.parse_args()
-    small, large = (100, 400) if args.quick else (250, 1000)
-    repeats = 1 if args.quick else args.repeats
+    global INSTRUCTIONS
+    INSTRUCTIONS = args.instructions
+    small, large = (100, 400) if args.quick or args.instructions else (250, 1000)
+    repeats = 1 if args.quick or args.instructions else args.repeats
     with tempfile.TemporaryDirectory() as tmp:
         works = {
             (name, n): make_dataset(Path(tmp) / f"{i}-{n}", n, *layout)
@@ -80,20 +95,21 @@ def main() -> None:
             for n in (small, large)
         }
         for work in works.values():  # warm the spec cache and the page cache
-            cpu_seconds(work)
+            subprocess.run(PYTEST, cwd=work, capture_output=True, env=ENV)
         times: dict[tuple[str, int], list[float]] = {key: [] for key in works}
         for _ in range(repeats):
             for key, work in works.items():
-                times[key].append(cpu_seconds(work))
+                times[key].append(cost(work))
     attempts = 4 * (large - small)
     slopes = {
         name: (statistics.median(times[name, large]) - statistics.median(times[name, small]))
         / attempts
         for name in LAYOUTS
     }
-    print(f"CPU ms per attempt (slope {small} -> {large} tasks x 4 attempts, median of {repeats}):")
+    unit, scale = ("k instructions", 1e-3) if INSTRUCTIONS else ("CPU ms", 1e3)
+    print(f"{unit} per attempt (slope {small} -> {large} tasks x 4 attempts, median of {repeats}):")
     for name, slope in slopes.items():
-        print(f"  {name:<26} {slope * 1000:7.3f}")
+        print(f"  {name:<26} {slope * scale:9.3f}")
     ratio = slopes["4 variants, 1 attempt"] / slopes["1 variant, 4 attempts"]
     print(f"4 variants / 1 variant: {ratio:.3f}x")
     ratio = slopes["1 variant, 4 attempts"] / slopes["no variants, 4 attempts"]
