@@ -423,3 +423,18 @@ def test_validate_builds_each_variants_agent_and_counts_tasks_once(
     out = capsys.readouterr().out
     assert "agenteval.yaml:1: at variants.gone.agent:" in out
     assert "(the agent of 2 tasks)" in out and "2 tasks valid, 1 problems" in out
+
+
+def test_a_variant_without_records_may_change_its_agent(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A variant that never ran (left out with --agenteval-variant) has no records to mix
+    with: changing its agent is no drift, and the resume runs it with the new one."""
+    root = write(dataset, {"base": "agents:base", "cmd": command_agent(pytester.path)})
+    run = ["--agenteval", "ds", "--agenteval-run-id", "r1"]
+    pytester.runpytest_subprocess(*run, "--agenteval-variant", "base").assert_outcomes(passed=2)
+    write(dataset, {"base": "agents:base", "cmd": command_agent(pytester.path, version="2")})
+    result = pytester.runpytest_subprocess(*run, "--resume-suite")
+    result.assert_outcomes(passed=4)
+    assert [len(calls(root, v)) for v in ("base", "cmd")] == [2, 2]
+    assert run_json(pytester.path)["agent"]["variants"]["ds"]["cmd"].endswith("(version 2)")

@@ -120,7 +120,8 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
     # A run with no records (its agent could not be built, say) has no agent to drift from.
     recorded = bool(rows or damaged)
     drift = fingerprint_drift(info.agent, request.fingerprint) if recorded else []
-    changed = variant_drift(info.agent, request.fingerprint) if recorded else []
+    ran = {row.variant for row in rows}
+    changed = variant_drift(info.agent, request.fingerprint, ran) if recorded else []
     if (drift or changed) and not request.allow_drift:
         raise StoreError(_drift_message(info.run_id, drift, changed))
     plan = make_plan(rows, rerun_errors=request.rerun_errors, rerun_all=request.rerun_all)
@@ -178,16 +179,19 @@ def fingerprint_drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     ]
 
 
-def variant_drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Lines naming each variant whose agent differs between two fingerprints: a variant
-    added or removed is no drift (it runs alone, or its records stay out of the summary)."""
+def variant_drift(
+    old: dict[str, Any], new: dict[str, Any], ran: Collection[str | None] | None = None
+) -> list[str]:
+    """Lines naming each variant whose agent differs between two fingerprints (of those that
+    `ran`, when given: a variant without records has nothing to mix with). A variant added or
+    removed is no drift: it runs alone, or its records stay out of the summary."""
     before, now = old.get("variants") or {}, new.get("variants") or {}
     return [
         f"  variant {name!r} of dataset {dataset}: stored {label!r}, now {now[dataset][name]!r}"
         for dataset, labels in sorted(before.items())
         if isinstance(labels, dict) and dataset in now
         for name, label in labels.items()
-        if name in now[dataset] and now[dataset][name] != label
+        if name in now[dataset] and now[dataset][name] != label and (ran is None or name in ran)
     ]
 
 
