@@ -404,8 +404,14 @@ def test_a_variants_attempt_in_flight_when_a_worker_died_runs_alone_on_resume(
     args = ["--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "2"]
     result = pytester.runpytest_subprocess(*args)
     assert result.ret == 1  # the crash is recorded on the item xdist names, as ever
-    assert [r for r in records(pytester.path) if r[3] == "error"]
-    inflight = root.parent / ".pytest_cache/agenteval/runs" / latest_run(root.parent) / "inflight"
+    folder = root.parent / ".pytest_cache/agenteval/runs" / latest_run(root.parent)
+    lines = (folder / "records.jsonl").read_text().splitlines()
+    crashed = [r for r in map(json.loads, lines) if r["status"] == "error"]
+    assert crashed
+    for record in crashed:  # blamed on another attempt: it names the variant's in flight
+        if record["variant"] != "crashy":
+            assert "t1 [crashy attempt 0]" in record["error"]
+    inflight = folder / "inflight"
     noted = [json.loads(p.read_text()) for p in inflight.glob("*.json")]
     assert ["ds", "t1", 0, "crashy"] in [key for keys in noted for key in keys]
     result = pytester.runpytest_subprocess(*args, "--resume-suite")

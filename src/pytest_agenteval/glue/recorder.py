@@ -25,6 +25,7 @@ from ..core.records import (
     junit_properties,
     parse_item_name,
     unship,
+    variant_of,
 )
 from ..execution.attempt import interrupted_record
 from ..execution.exits import guarded_exits
@@ -460,7 +461,8 @@ def _narrowing_hints(config: pytest.Config, runtime: Runtime) -> list[str]:
 
 
 def _attempt_name(key: Key) -> str:
-    return f"{key[1]} [attempt {key[2]}]"
+    variant = variant_of(key)
+    return f"{key[1]} [{f'{variant} ' if variant else ''}attempt {key[2]}]"
 
 
 def _key_of(entry: dict[str, Any]) -> Key:
