@@ -444,3 +444,25 @@ def test_a_variant_without_records_may_change_its_agent(
     result.assert_outcomes(passed=4)
     assert [len(calls(root, v)) for v in ("base", "cmd")] == [2, 2]
     assert run_json(pytester.path)["agent"]["variants"]["ds"]["cmd"].endswith("(version 2)")
+
+
+@pytest.mark.parametrize(
+    ("extra", "read"),
+    [
+        ({}, (None, None)),
+        ({"variants": ["b", "a"], "reference": "b"}, (["b", "a"], "b")),
+        ({"variants": "a", "reference": "a"}, (None, None)),
+    ],
+)
+def test_run_json_variants_are_read_only_when_well_formed(
+    tmp_path: Path, extra: dict[str, Any], read: tuple[Any, Any]
+) -> None:
+    """RunInfo holds run.json's variants and reference; a run without them, or with a
+    hand-edited value that is no list of names, has none."""
+    from pytest_agenteval.store.runs import Store
+
+    store = Store(tmp_path / "agenteval")
+    store.create_run("r", [{"name": "ds", "version": "1"}], {}, extra=extra)
+    info = store.run("r")
+    store.close()
+    assert info is not None and (info.variants, info.reference) == read

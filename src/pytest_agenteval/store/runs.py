@@ -295,8 +295,7 @@ class Store:
             meta.get("narrowed_by") if meta.get("narrowed") else None,
             meta.get("shard"),
             meta.get("merged_from"),
-            meta.get("variants"),
-            meta.get("reference"),
+            *_variants(meta),
         )
 
     def runs(self) -> list[RunInfo]:
@@ -682,6 +681,15 @@ _META_FIELDS: dict[str, tuple[type, ...]] = {
     "status": (str,),
     "sessions": (list,),
 }
+
+
+def _variants(meta: dict[str, Any]) -> tuple[list[str] | None, str | None]:
+    """run.json's `variants` and `reference`, when they are what a session writes (names);
+    None and None otherwise (a run without variants, or a hand-edited file)."""
+    names, reference = meta.get("variants"), meta.get("reference")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None, None
+    return names, reference if isinstance(reference, str) else None
 
 
 def _meta_problem(meta: Any) -> str | None:
