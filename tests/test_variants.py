@@ -11,6 +11,7 @@ import pytest
 
 from helpers import WORKERS, DatasetMaker, ids_in_shards, latest_run, run_ids, task
 from pytest_agenteval.cli import main
+from pytest_agenteval.store.progress import progress_lines
 
 # Each variant's agent appends "<task> <attempt>" to its own log, so tests count its calls.
 AGENTS = """
@@ -152,6 +153,11 @@ def test_each_variant_runs_every_task_with_its_own_agent(
         "cand": counts | {"pass": 2, "fail": 2},
         "cmd": counts | {"pass": 4},
     }
+    assert progress_lines(progress)[-3:] == [
+        "  variant base: 4/4 done · 4 passed, 0 failed, 0 errors, 0 skipped",
+        "  variant cand: 4/4 done · 2 passed, 2 failed, 0 errors, 0 skipped",
+        "  variant cmd: 4/4 done · 4 passed, 0 failed, 0 errors, 0 skipped",
+    ]
     meta = run_json(pytester.path)
     assert (meta["variants"], meta["reference"]) == (["base", "cand", "cmd"], "base")
     assert meta["agent"]["variants"] == {

@@ -262,4 +262,9 @@ def progress_lines(data: dict[str, Any]) -> list[str]:
         f"{data['pass']} passed, {data['fail']} failed, {data['error']} errors, "
         f"{data['skipped']} skipped ({data['reused']} reused)",
         f"tokens {data['tokens']} · cost {data['cost']:.4f}",
+        *(
+            f"  variant {name}: {v['done']}/{v['planned']} done · {v['pass']} passed, "
+            f"{v['fail']} failed, {v['error']} errors, {v['skipped']} skipped"
+            for name, v in (data.get("variants") or {}).items()
+        ),
     ]
