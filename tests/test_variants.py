@@ -284,6 +284,12 @@ def test_added_variant_runs_alone_and_removed_one_keeps_its_records(
     pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2")
     run_id = latest_run(pytester.path)
     write(dataset, three(pytester))
+    plan = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--attempts", "2", "--resume-suite", "--agenteval-plan"
+    )
+    plan.stdout.fnmatch_lines(
+        ["*8 reused, 0 to regrade, 4 to run*", "  ds/t1 [[]cmd[]]: 2 to run*"]
+    )
     result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2", "--resume-suite")
     result.stdout.fnmatch_lines(["*8 reused*4 run now*"])
     every = ["t1 0", "t1 1", "t2 0", "t2 1"]
