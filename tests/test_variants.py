@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from chat_server import ChatServer
 from helpers import WORKERS, DatasetMaker, ids_in_shards, latest_run, run_ids, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.store.progress import progress_lines
@@ -54,6 +55,7 @@ COMMAND = (
 )
 """A command agent (a real subprocess): logs its call to the file its argument names."""
 
+KEY_ENV = "AGENTEVAL_TEST_KEY"
 TASKS = {"t1.yaml": task("ok"), "t2.yaml": task("ok")}
 
 
@@ -478,3 +480,26 @@ def test_run_json_variants_are_read_only_when_well_formed(
     info = store.run("r")
     store.close()
     assert info is not None and (info.variants, info.reference) == read
+
+
+def test_openai_variants_each_call_with_their_own_model(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    chat_server: ChatServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two `openai` variants (their own model and params) and a callable one on the same
+    tasks: each provider variant's requests name its model, to a real HTTP server."""
+    monkeypatch.setenv("AGENTEVAL_TEST_KEY", "sk-test-not-a-real-key")
+
+    def model(name: str, temperature: float) -> dict[str, Any]:
+        options = {"model": name, "temperature": temperature, "backoff": 0.01}
+        return {"openai": {**options, "base_url": chat_server.base_url, "api_key_env": KEY_ENV}}
+
+    tasks = {f"t{i}.yaml": task(input=f"question {i} <<ok>>") for i in (1, 2)}
+    variants = {"small": model("m-small", 0.0), "large": model("m-large", 0.7)}
+    write(dataset, {**variants, "base": "agents:base"}, tasks)
+    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=6)
+    sent = sorted((r["model"], r["temperature"]) for r in chat_server.requests)
+    assert sent == [("m-large", 0.7), ("m-large", 0.7), ("m-small", 0.0), ("m-small", 0.0)]
+    assert {v for _, _, v, _ in records(pytester.path)} == {"small", "large", "base"}
