@@ -1,92 +1,119 @@
-"""Per-attempt cost of a run with 4 variants against a run of one agent, attempts equal.
+"""Per-attempt cost of variants: 4 variants x 1 attempt against 1 variant x 4 attempts.
 
-Each size makes two datasets of the same number of attempts (3 per task): one agent on 4N
-tasks, and 4 variants (four trivial in-process agents) on N tasks. Both run alternately from
-an empty run store, several times; the per-attempt slope between consecutive sizes cancels
-start-up, and the ratio of the slopes is the price of variants. Plugin autoload is off; ours is
-loaded with `-p agenteval`, as in overhead.py.
+Both layouts hold the same number of attempts per task (4) and run the same trivial in-process
+agent with an `equals` grader, so any difference is what variants cost: items named by
+variant, an agent looked up per variant, keys and records carrying the variant. A dataset
+without `variants:` (`agent:`, 4 attempts) is measured beside them. Each layout runs at two
+sizes, alternately and several times; the per-attempt cost is the slope between the sizes
+(start-up cost cancels out), the median of the repeats. CPU time of the pytest process tree
+(`RUSAGE_CHILDREN`) is measured, which a busy shared machine disturbs far less than wall time;
+`--instructions` counts instructions instead (valgrind's cachegrind around the pytest process,
+one run per size), which the machine's load does not change at all.
 
-    python bench/variants.py             # N = 100 / 1,000, 3 repeats, CPU time
-    python bench/variants.py --quick     # N = 50 / 300, 1 repeat
+    python bench/variants.py                  # 250 / 1,000 tasks x 4 attempts, 3 repeats
+    python bench/variants.py --quick          # 100 / 400 tasks, 1 repeat
+    python bench/variants.py --instructions   # 100 / 400 tasks, instructions per attempt
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
+import os
+import re
+import resource
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-import overhead
+AGENT = "def run(task):\n    return 'answer ' + task.id\n"
+LAYOUTS: dict[str, tuple[dict[str, object], int]] = {
+    "no variants, 4 attempts": ({"agent": "agent:run"}, 4),
+    "1 variant, 4 attempts": ({"variants": {"a": "agent:run"}}, 4),
+    "4 variants, 1 attempt": ({"variants": {v: "agent:run" for v in "abcd"}}, 1),
+}
+"""Each layout: its manifest's agent part and its attempts per task (4 attempts a task)."""
 
-VARIANTS = ("a", "b", "c", "d")
-ATTEMPTS = 3
-AGENTS = "".join(f"def run_{v}(task):\n    return 'answer ' + task.id\n\n\n" for v in VARIANTS)
 
-
-def make_dataset(folder: Path, tasks: int, variants: bool) -> None:
-    """`tasks` task files under `folder`, run by one agent or by the four variants."""
-    folder.mkdir(parents=True)
-    manifest: dict[str, object] = {"name": "bench", "version": "1"}
-    if variants:
-        manifest["variants"] = {v: f"agent:run_{v}" for v in VARIANTS}
-    else:
-        manifest["agent"] = "agent:run_a"
-    manifest["defaults"] = {"attempts": ATTEMPTS}
-    (folder / "agenteval.yaml").write_text(json.dumps(manifest))
-    (folder / "agent.py").write_text(AGENTS)
+def make_dataset(root: Path, tasks: int, manifest: dict[str, object], attempts: int) -> Path:
+    work = root
+    (work / "ds").mkdir(parents=True)
+    (work / "pytest.ini").write_text("[pytest]\n")
+    data = {"name": "bench", "version": "1", "defaults": {"attempts": attempts}, **manifest}
+    (work / "ds/agenteval.yaml").write_text(json.dumps(data))
+    (work / "ds/agent.py").write_text(AGENT)
     for i in range(tasks):
-        (folder / f"t{i:05}.yaml").write_text(
+        (work / f"ds/t{i:05}.yaml").write_text(
             f"input: question {i}\nexpected: answer t{i:05}\ngraders: [equals]\n"
         )
-
-
-def make_workdir(root: Path, n: int) -> Path:
-    work = root / f"n{n}"
-    make_dataset(work / "one", 4 * n, variants=False)
-    make_dataset(work / "four", n, variants=True)
-    (work / "pytest.ini").write_text("[pytest]\n")
     return work
 
 
-def command(work: Path, side: str) -> list[str]:
-    """A fresh run of one side's dataset (its run store emptied first)."""
-    shutil.rmtree(work / ".pytest_cache/agenteval/runs", ignore_errors=True)
-    return ["-p", "agenteval", "--agenteval", side]
+PYTEST = [sys.executable, "-m", "pytest", "-p", "agenteval", "--agenteval", "ds", "-q"]
+CACHEGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+ENV = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+INSTRUCTIONS = False
+"""Count instructions (cachegrind) instead of measuring CPU time (`--instructions`)."""
+
+
+def cost(work: Path) -> float:
+    """CPU seconds (user + system) of one full run from an empty run store, or with
+    INSTRUCTIONS the instructions it executed."""
+    shutil.rmtree(work / ".pytest_cache", ignore_errors=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    argv = [*CACHEGRIND, *PYTEST] if INSTRUCTIONS else PYTEST
+    done = subprocess.run(argv, cwd=work, env=ENV, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"run failed in {work}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    if INSTRUCTIONS:
+        found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+        assert found, done.stderr[-2000:]
+        return float(found[1].replace(",", ""))
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
+    parser.add_argument("--quick", action="store_true", help="100 / 400 tasks, 1 repeat")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--wall", action="store_true", help="wall time, not CPU time")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions (valgrind), 100 / 400"
+    )
     args = parser.parse_args()
-    overhead.CPU_TIME = not args.wall
-    sizes = [50, 300] if args.quick else [100, 1000]
-    repeats = 1 if args.quick else args.repeats
-    with tempfile.TemporaryDirectory(prefix="agenteval-variants-") as tmp:
-        works = {n: make_workdir(Path(tmp), n) for n in sizes}
-        samples: dict[tuple[str, int], list[float]] = {}
+    global INSTRUCTIONS
+    INSTRUCTIONS = args.instructions
+    small, large = (100, 400) if args.quick or args.instructions else (250, 1000)
+    repeats = 1 if args.quick or args.instructions else args.repeats
+    with tempfile.TemporaryDirectory() as tmp:
+        works = {
+            (name, n): make_dataset(Path(tmp) / f"{i}-{n}", n, *layout)
+            for i, (name, layout) in enumerate(LAYOUTS.items())
+            for n in (small, large)
+        }
+        for work in works.values():  # warm the spec cache and the page cache
+            subprocess.run(PYTEST, cwd=work, capture_output=True, env=ENV)
+        times: dict[tuple[str, int], list[float]] = {key: [] for key in works}
         for _ in range(repeats):
-            for n, work in works.items():
-                for side in ("one", "four"):
-                    seconds, _ = overhead.run(work, command(work, side))
-                    samples.setdefault((side, n), []).append(seconds)
-        what = "wall time" if args.wall else "CPU time of the process tree"
-        print(f"{ATTEMPTS} attempts per task, median of {repeats}, {what}")
-        print(f"{'attempts':>18} {'one agent us':>13} {'4 variants us':>14} {'ratio':>6}")
-        for small, big in itertools.pairwise(sizes):
-            attempts = (big - small) * 4 * ATTEMPTS
-            one, four = (
-                (statistics.median(samples[(s, big)]) - statistics.median(samples[(s, small)]))
-                / attempts
-                for s in ("one", "four")
-            )
-            span = f"{small * 4 * ATTEMPTS:,}-{big * 4 * ATTEMPTS:,}"
-            print(f"{span:>18} {one * 1e6:13.0f} {four * 1e6:14.0f} {four / one:6.2f}")
+            for key, work in works.items():
+                times[key].append(cost(work))
+    attempts = 4 * (large - small)
+    slopes = {
+        name: (statistics.median(times[name, large]) - statistics.median(times[name, small]))
+        / attempts
+        for name in LAYOUTS
+    }
+    unit, scale = ("k instructions", 1e-3) if INSTRUCTIONS else ("CPU ms", 1e3)
+    print(f"{unit} per attempt (slope {small} -> {large} tasks x 4 attempts, median of {repeats}):")
+    for name, slope in slopes.items():
+        print(f"  {name:<26} {slope * scale:9.3f}")
+    ratio = slopes["4 variants, 1 attempt"] / slopes["1 variant, 4 attempts"]
+    print(f"4 variants / 1 variant: {ratio:.3f}x")
+    ratio = slopes["1 variant, 4 attempts"] / slopes["no variants, 4 attempts"]
+    print(f"1 variant / no variants: {ratio:.3f}x")
 
 
 if __name__ == "__main__":

@@ -59,6 +59,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="agent under test, module:function or file.py:function; overrides the manifest.",
     )
     option(
+        "--agenteval-variant",
+        action="append",
+        dest="agenteval_variants",
+        type=options.variant_name,
+        metavar="NAME",
+        default=[],
+        ini=("agenteval_variants", "args"),
+        help="run only variant NAME of the manifest's `variants:` (repeatable; default: all).",
+    )
+    option(
+        "--agenteval-reference",
+        dest="agenteval_reference",
+        type=options.variant_name,
+        metavar="NAME",
+        ini=("agenteval_reference", "string"),
+        help="the variant the others are compared with (default: the first selected).",
+    )
+    option(
         "--agenteval-agent-version",
         dest="agenteval_agent_version",
         metavar="VERSION",
@@ -326,7 +344,14 @@ def pytest_configure(config: pytest.Config) -> None:
     from .glue.concurrency import AheadHooks, check_combination, declared_concurrency
     from .glue.controller import agenteval_dir, open_controller_run, start_controller
     from .glue.items import TaskHooks
-    from .glue.runtime import RUNTIME, Parts, agent_fingerprint, build_runtime, make_executor
+    from .glue.runtime import (
+        RUNTIME,
+        Parts,
+        agent_fingerprint,
+        build_runtime,
+        check_variants,
+        make_executor,
+    )
     from .glue.settings import read_settings
     from .glue.xdist import worker_context
     from .sources.speccache import CACHE_NAME, SpecCache
@@ -336,6 +361,7 @@ def pytest_configure(config: pytest.Config) -> None:
     specs = SpecCache(folder / CACHE_NAME if folder else None)
     parts = load_datasets(named, specs)
     datasets = [dataset for dataset, _ in parts.values()]
+    check_variants(settings, datasets)
     guard.folders.adopt(datasets)
     for dataset in datasets:
         if str(dataset.root) not in sys.path:

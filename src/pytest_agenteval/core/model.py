@@ -296,7 +296,8 @@ class Variant(UserModel):
         )
 
 
-VariantName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]+$")]
+VARIANT_NAME_PATTERN = r"^[A-Za-z0-9_.\-]+$"
+VariantName = Annotated[str, StringConstraints(pattern=VARIANT_NAME_PATTERN)]
 
 
 class Manifest(UserModel):

@@ -71,6 +71,15 @@ def agent_ref(value: str) -> str:
     return value
 
 
+def variant_name(value: str) -> str:
+    """A variant's name as `variants:` in the manifest spells it."""
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a variant name (letters, digits, _ . -, as in `variants:`)"
+        )
+    return value
+
+
 def run_id(value: str) -> str:
     if not value or len(value) > 64 or not all(c.isalnum() or c in "_.-" for c in value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a run id (letters, digits, _ . -)")

@@ -3,8 +3,8 @@
 A record is made once, where the attempt ends; it travels to the controller on the pytest
 report as JSON text with its index entry (`index_entry`), is stored as that text, and its index
 line (the entry `placed`) is the one compact row planning and metrics read. Keys are (dataset,
-task id, attempt), never node ids; `item_name` / `parse_item_name` map between keys and pytest
-item names.
+task id, attempt[, variant]), never node ids; `item_name` / `parse_item_name` map between
+keys and pytest item names.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from .model import RECORD_SCHEMA, AgentResult, Key, Phase, Status, Usage, Verdic
 from .numbers import rounded
 from .text import clean_text, excerpt, json_safe
 
-ITEM_NAME_RE = re.compile(r"^(?P<task_id>.+)\[attempt-(?P<attempt>\d+)\](?:@.*)?$")
+ITEM_NAME_RE = re.compile(
+    r"^(?P<task_id>.+)\[(?:(?P<variant>[A-Za-z0-9_.\-]+)-)?attempt-(?P<attempt>\d+)\](?:@.*)?$"
+)
 HISTORY_LIMIT = 10
 """How many replaced records a record keeps in `previous`."""
 to_json_text = json.JSONEncoder(ensure_ascii=False).encode
@@ -29,15 +31,31 @@ to_json_text = json.JSONEncoder(ensure_ascii=False).encode
 records and index lines are encoded on the hot path)."""
 
 
-def item_name(task_id: str, attempt: int) -> str:
-    """The pytest item name of one attempt: `<task_id>[attempt-<i>]`."""
-    return f"{task_id}[attempt-{attempt}]"
+def item_name(task_id: str, attempt: int, variant: str | None = None) -> str:
+    """The pytest item name of one attempt: `<task_id>[attempt-<i>]`, or
+    `<task_id>[<variant>-attempt-<i>]` for a variant's (so `-k VARIANT` selects it)."""
+    if variant is None:
+        return f"{task_id}[attempt-{attempt}]"
+    return f"{task_id}[{variant}-attempt-{attempt}]"
 
 
-def parse_item_name(nodeid: str) -> tuple[str, int] | None:
-    """(task id, attempt) from a node id or item name; tolerates xdist's `@group` suffix."""
+class ItemName(NamedTuple):
+    """What an attempt item's name says: its task, attempt and variant (None: no variant)."""
+
+    task_id: str
+    attempt: int
+    variant: str | None = None
+
+    def key(self, dataset: str) -> Key:
+        """The attempt's key in `dataset`."""
+        return attempt_key(dataset, self.task_id, self.attempt, self.variant)
+
+
+def parse_item_name(nodeid: str) -> ItemName | None:
+    """Task id, attempt and variant from a node id or item name; tolerates xdist's `@group`
+    suffix."""
     match = ITEM_NAME_RE.match(nodeid.rpartition("::")[2])
-    return (match["task_id"], int(match["attempt"])) if match else None
+    return ItemName(match["task_id"], int(match["attempt"]), match["variant"]) if match else None
 
 
 class AttemptId(NamedTuple):
@@ -68,6 +86,15 @@ def stored_key(data: dict[str, Any]) -> tuple[Any, ...]:
     names = data.get("dataset"), data.get("task_id"), data.get("attempt")
     variant = data.get("variant")
     return names if variant is None else (*names, variant)
+
+
+def key_from_json(values: Any) -> Key:
+    """A key read back from its JSON list (`[dataset, task, attempt]`, a variant's with the
+    variant last); TypeError or ValueError when it is none."""
+    dataset, task_id, attempt, *variant = values
+    if len(variant) > 1:
+        raise ValueError(f"not an attempt's key: {values!r}")
+    return attempt_key(str(dataset), str(task_id), int(attempt), *map(str, variant))
 
 
 def variant_of(key: Key) -> str | None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..core.errors import AgentError, AgentTimeout, AgentUnavailable, GraderError, OverBudget
 from ..core.model import AgentResult, Key, Phase, Status, Task, Verdict
-from ..core.records import AttemptRecord, Detail, attempt_seed, new_record, usage_json
+from ..core.records import AttemptRecord, Detail, attempt_key, attempt_seed, new_record, usage_json
 from ..providers.pricing import priced, with_prices
 from ..sources.dataset import TaskDef
 from ..store.plan import Decision
@@ -47,15 +47,18 @@ AgentSource = Callable[[], AgentRef]
 
 @dataclass(frozen=True, slots=True)
 class AttemptJob:
-    """One attempt to carry out: the task, the attempt index and the resume decision."""
+    """One attempt to carry out: the task, the attempt index, the resume decision and the
+    variant whose agent runs it."""
 
     task: TaskDef
     attempt: int
     decision: Decision
+    variant: str | None = None
+    """None for a dataset without variants, or a task that names its own agent."""
 
     @property
     def key(self) -> Key:
-        return (self.task.dataset.name, self.task.id, self.attempt)
+        return attempt_key(self.task.dataset.name, self.task.id, self.attempt, self.variant)
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,14 +182,21 @@ class TaskFile(pytest.File):
                 )
                 continue
             marks = [_mark(state, self.config, tag) for tag in loaded.spec.tags]
+            variants = runtime.variants_of(loaded)
             for attempt in range(attempts):
-                name = item_name(loaded.id, attempt)
-                item = AttemptItem.from_parent(
-                    self, name=name, nodeid=self._child_id(name), task=loaded, attempt=attempt
-                )
-                for mark in marks:
-                    item.add_marker(mark)
-                yield item
+                for variant in variants:  # a task's variants side by side, attempt by attempt
+                    name = item_name(loaded.id, attempt, variant)
+                    item = AttemptItem.from_parent(
+                        self,
+                        name=name,
+                        nodeid=self._child_id(name),
+                        task=loaded,
+                        attempt=attempt,
+                        variant=variant,
+                    )
+                    for mark in marks:
+                        item.add_marker(mark)
+                    yield item
 
     def _child_id(self, name: str) -> str:
         """The node id as text, so pytest parses `[attempt-0]` into the id's params, as it does

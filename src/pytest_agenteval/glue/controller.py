@@ -25,7 +25,7 @@ from ..store.runs import Store
 from ..store.stops import Stops
 from .recorder import Recorder
 from .reporter import Reporter
-from .runtime import Parts, RunContext, Runtime
+from .runtime import Parts, RunContext, Runtime, selected_variants
 from .settings import Settings, dry_run
 
 
@@ -55,6 +55,7 @@ def open_controller_run(
     except StoreError as exc:
         raise pytest.UsageError(str(exc)) from None
     baseline = read_baseline(settings, store)  # before the run opens: `latest` is older
+    variants, reference = selected_variants(settings, parts.datasets) or (None, None)
     request = RunRequest(
         datasets=[{"name": d.name, "version": d.manifest.version} for d in parts.datasets],
         fingerprint=fingerprint,
@@ -65,6 +66,8 @@ def open_controller_run(
         allow_drift=settings.allow_drift,
         dry=dry_run(config),
         shard=str(settings.shard) if settings.shard else None,
+        variants=variants,
+        reference=reference,
     )
     try:
         run = open_run(store, request)

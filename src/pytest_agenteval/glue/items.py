@@ -15,7 +15,7 @@ import pytest
 
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
-from ..core.records import Detail, NewRecord
+from ..core.records import Detail, NewRecord, attempt_key
 from ..core.text import excerpt
 from ..execution.agents import (
     BUILTIN_AGENT_KINDS,
@@ -69,11 +69,15 @@ class AttemptItem(AgentevalItem):
     """One attempt of one task: asks the attempt runner for its outcome in `setup()` and turns
     it into an error (setup), a failure (`runtest`) or a pass."""
 
-    def __init__(self, *, task: TaskDef, attempt: int, **kwargs: Any) -> None:
+    def __init__(
+        self, *, task: TaskDef, attempt: int, variant: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.task = task
         self.attempt = attempt
-        self.key: Key = (task.dataset.name, task.id, attempt)
+        self.variant = variant
+        """The variant whose agent runs the attempt (None: no variant)."""
+        self.key: Key = attempt_key(task.dataset.name, task.id, attempt, variant)
         self.outcome: Outcome | None = None
         self.not_started: AgentUnavailable | None = None
         """Why the attempt could not start (its agent cannot be built); nothing is recorded."""
@@ -83,7 +87,7 @@ class AttemptItem(AgentevalItem):
 
     def job(self) -> AttemptJob:
         task = self.task
-        return AttemptJob(task, self.attempt, self.runtime.decide(self.key, task))
+        return AttemptJob(task, self.attempt, self.runtime.decide(self.key, task), self.variant)
 
     def schedule(self) -> bool:
         """Start this attempt's agent call ahead of its turn (`--agenteval-concurrency`);
@@ -121,14 +125,14 @@ class AttemptItem(AgentevalItem):
         """Build the agent this attempt declares, starting nothing (the fixture's is only set
         up when an attempt runs); raises AgentUnavailable, located at its spec."""
         if not self.uses_fixture():
-            self.runtime.declared_agent(self.task)
+            self.runtime.declared_agent(self.task, self.variant)
 
     def prepare_agent(self, checked: set[tuple[int, bool]]) -> None:
         """Before any attempt runs: build the agent now if this attempt will call it, so a bad
         reference is known once, up front (`checked`: what other attempts built already)."""
         runtime, task = self.runtime, self.task
         fixture = self.uses_fixture()  # cached per folder
-        key = (id(runtime.agent_spec(task)), fixture)
+        key = (id(runtime.agent_spec(task, self.variant)), fixture)
         if key in checked:
             return
         if runtime.decide(self.key, task).action == "run":
@@ -140,17 +144,17 @@ class AttemptItem(AgentevalItem):
         """The agent of this attempt: the `agenteval_agent` fixture when it supplies it."""
         if self.uses_fixture():
             return AgentRef.in_process(fixture_value(self, FIXTURE_NAME), FIXTURE_LABEL)
-        return self.runtime.declared_agent(self.task)
+        return self.runtime.declared_agent(self.task, self.variant)
 
     def uses_fixture(self) -> bool:
         """Whether the `agenteval_agent` fixture supplies this attempt's agent."""
-        declared = self.runtime.settings.agent_override or self.task.spec.agent
+        declared = self.runtime.settings.agent_override or self.task.spec.agent or self.variant
         return declared is None and self._has_fixture()
 
     def _agent_ahead(self) -> AgentRef:
         """The agent, when it may be made before the item's turn: a declared agent or a
         session-scoped fixture (a narrower fixture belongs to its item's setup)."""
-        if self.runtime.settings.agent_override or self.task.spec.agent or not self._has_fixture():
+        if not self.uses_fixture():
             return self._agent()
         defs = fixture_defs(self, FIXTURE_NAME)
         made = defs[-1].cached_result if defs and defs[-1].scope == "session" else None

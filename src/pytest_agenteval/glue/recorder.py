@@ -28,6 +28,7 @@ from ..core.records import (
     stored_key,
     to_json_text,
     unship,
+    variant_of,
 )
 from ..execution.attempt import interrupted_record
 from ..execution.exits import guarded_exits
@@ -138,7 +139,7 @@ class Recorder:
             parsed = parse_item_name(nodeid)
             label = load_error_label(nodeid)
             if dataset and parsed:
-                keys.append((dataset, *parsed))
+                keys.append(parsed.key(dataset))
             elif dataset and label is not None:
                 broken.add((dataset, label))
         self._selected(keys, broken)
@@ -167,7 +168,7 @@ class Recorder:
             self.store.set_planned(run.run_id, len(self.planned_keys), narrowed_by)
         except StoreError as exc:
             self.failed(exc)
-        self.progress.planned = len(self.planned_keys)
+        self.progress.plan(self.planned_keys)
         self.show_progress("running")
 
     def _whole(self, keys: list[Key], broken: set[tuple[str, str]]) -> set[Key]:
@@ -209,8 +210,12 @@ class Recorder:
                     report.user_properties.extend(properties)
             if report.failed:
                 self.other_failures += 1
-            elif report.skipped and report.when == "setup" and parse_item_name(report.nodeid):
-                self.progress.counts["skipped"] += 1
+            elif (
+                report.skipped
+                and report.when == "setup"
+                and (parsed := parse_item_name(report.nodeid))
+            ):
+                self.progress.skip(parsed.variant)
                 self.show_progress()
             return (yield)
         made = carried if isinstance(carried, NewRecord) else None  # made in this process
@@ -259,7 +264,7 @@ class Recorder:
         if row is not None:
             if not reused or action == "reuse":
                 self.properties[report.nodeid] = junit_properties(row, reused)
-            self.progress.attempt(row.status, reused=reused)
+            self.progress.attempt(row.status, reused, row.variant)
         self.show_progress()
 
     def _keep_files(
@@ -381,8 +386,8 @@ class Recorder:
         dataset = self._dataset_of(nodeid)
         if parsed is None or dataset is None:
             return
-        key: Key = (dataset, *parsed)
-        task = self._task(nodeid, parsed[0])
+        key = parsed.key(dataset)
+        task = self._task(nodeid, parsed.task_id)
         if task is not None:
             decision = self.runtime.decide(key, task)
             if decision.action == "reuse":
@@ -430,12 +435,12 @@ class Recorder:
         parsed = parse_item_name(report.nodeid)
         assert parsed is not None
         dataset = self._dataset_of(report.nodeid) or ""
-        task = self._task(report.nodeid, parsed[0])
+        task = self._task(report.nodeid, parsed.task_id)
         message = (
             f"the attempt ended without a record (the plugin failed around it):\n{report.longrepr}"
         )
         return interrupted_record(
-            task, (dataset, *parsed), self.runtime.runner.fingerprint, message, "InternalError"
+            task, parsed.key(dataset), self.runtime.runner.fingerprint, message, "InternalError"
         )
 
     def _task(self, nodeid: str, task_id: str) -> TaskDef | None:
@@ -476,6 +481,7 @@ def _narrowing_hints(config: pytest.Config, runtime: Runtime) -> list[str]:
         value = getattr(config.option, dest, None)
         if value:
             hints.append(flag if value is True else f"{flag} {_shown(value)}")
+    hints.extend(f"--agenteval-variant {name}" for name in runtime.settings.variants)
     base = config.invocation_params.dir
     roots = [dataset.root for dataset in runtime.datasets]
     for arg in config.args:
@@ -486,7 +492,8 @@ def _narrowing_hints(config: pytest.Config, runtime: Runtime) -> list[str]:
 
 
 def _attempt_name(key: Key) -> str:
-    return f"{key[1]} [attempt {key[2]}]"
+    variant = variant_of(key)
+    return f"{key[1]} [{f'{variant} ' if variant else ''}attempt {key[2]}]"
 
 
 def _shown(value: object) -> str:

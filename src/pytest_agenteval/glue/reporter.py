@@ -16,6 +16,7 @@ import pytest
 
 from ..core.errors import StoreError
 from ..core.model import Key
+from ..core.records import variant_of
 from ..reporting.finish import GateRule, finish_run
 from ..reporting.html import attempt_details, write_html
 from ..reporting.regression import with_regression
@@ -277,15 +278,17 @@ def plan_lines(decisions: dict[Key, Decision], run_id: str) -> list[str]:
         f"run {run_id}: {totals['reuse']} reused, {totals['regrade']} to regrade, "
         f"{totals['run']} to run (nothing was started)"
     ]
-    per_task: dict[tuple[str, str], Counter[str]] = {}
+    per_task: dict[tuple[str, str, str], Counter[str]] = {}
     for key, decision in decisions.items():
         if decision.action != "reuse":
             what = f"to {decision.action}" + (f" ({decision.why})" if decision.why else "")
-            per_task.setdefault(key[:2], Counter())[what] += 1
+            variant = variant_of(key)
+            task = (key[0], key[1], f" [{variant}]" if variant else "")  # a variant's apart
+            per_task.setdefault(task, Counter())[what] += 1
     if 0 < len(per_task) <= 20:
-        for (dataset, task_id), c in sorted(per_task.items()):
+        for (dataset, task_id, variant), c in sorted(per_task.items()):
             lines.append(
-                f"  {dataset}/{task_id}: "
+                f"  {dataset}/{task_id}{variant}: "
                 + ", ".join(f"{n} {what}" for what, n in sorted(c.items()))
             )
     return lines

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from ..core.errors import AgentUnavailable, TaskFileError, display_path
-from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, Key, TaskSpec
+from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, Key, TaskSpec, Variant
+from ..core.records import attempt_key
 from ..core.shards import Shard
 from ..execution.agents import AgentRef, AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
@@ -113,27 +114,34 @@ class Runtime:
                 if self.dataset_for(path) is dataset:  # not a nested dataset's file
                     yield dataset, path
 
-    def _task_ids(self, built: bool) -> Iterator[tuple[Dataset, str]]:
+    def _task_ids(self, built: bool) -> Iterator[tuple[Dataset, str, TaskSpec]]:
         if built:
             for task in self.all_tasks():
-                yield task.dataset, task.id
+                yield task.dataset, task.id, task.spec
             return
         for dataset, path in self._task_files():
             for read in dataset.read(path, self.specs).tasks:
                 if isinstance(read, CachedTask) and read.spec.id is not None:  # set as read
-                    yield dataset, read.spec.id
+                    yield dataset, read.spec.id, read.spec
 
     def whole_keys(self, *, built: bool = True) -> set[Key]:
         """Every attempt a session must select to be a run of its datasets whole (of its
-        shard's part of them, when sharded). `built=False`: of every task whose spec is valid,
-        without building its graders: cheap, and a superset (graders only take tasks away)."""
+        shard's part of them, when sharded), of every variant, selected or not. `built=False`:
+        of every task whose spec is valid, without building its graders: cheap, and a
+        superset (graders only take tasks away)."""
         shard = self.shard
         return {
-            (dataset.name, task_id, attempt)
-            for dataset, task_id in self._task_ids(built)
+            attempt_key(dataset.name, task_id, attempt, variant)
+            for dataset, task_id, spec in self._task_ids(built)
             if shard is None or shard.holds(dataset.name, task_id)
             for attempt in range(self.attempts_for(dataset))
+            for variant in task_variants(dataset, spec)
         }
+
+    def variants_of(self, task: TaskDef) -> tuple[str | None, ...]:
+        """The variants this session runs `task` with, in the manifest's order; `(None,)`
+        for a task of a dataset without variants, or one that names its own agent."""
+        return task_variants(task.dataset, task.spec, self.settings.variants)
 
     def grader_factory(self, dataset: Dataset) -> Callable[[GraderSpec, TaskSpec], Any]:
         def make(spec: GraderSpec, task: TaskSpec) -> Any:
@@ -145,18 +153,19 @@ class Runtime:
         """The one decision for attempt `key` of `task`: reuse, regrade or run (the plan's)."""
         return self.plan.decide(key, task.digest, task.run_digest, task.regradable)
 
-    def agent_spec(self, task: TaskDef) -> AnyAgentSpec | None:
-        """Which declared agent runs `task`: --agenteval-agent, task `agent:`, manifest `agent:`."""
-        return agent_spec(self.settings, task)
+    def agent_spec(self, task: TaskDef, variant: str | None = None) -> AnyAgentSpec | None:
+        """Which declared agent runs `task` (of `variant`): the variant's, else
+        --agenteval-agent, task `agent:`, manifest `agent:`."""
+        return agent_spec(self.settings, task, variant)
 
-    def declared_agent(self, task: TaskDef) -> AgentRef:
-        """The agent the task's declared spec names (built once, by the resolver), as the
-        agent call names it (its spec, folder and label).
+    def declared_agent(self, task: TaskDef, variant: str | None = None) -> AgentRef:
+        """The agent the task's declared spec names (of `variant`: the variant's; built once
+        per spec, by the resolver), as the agent call names it (its spec, folder and label).
 
         Raises AgentUnavailable, located at the spec's line, when there is no agent or it
         cannot be built; the located problem is made once per spec.
         """
-        spec = self.agent_spec(task)
+        spec = self.agent_spec(task, variant)
         on_host = task.sandbox is None  # a sandbox's programs are the container's
         made = self._declared.get((id(spec), on_host))
         if made is not None:
@@ -174,22 +183,99 @@ class Runtime:
                 made = self._declared[(id(spec), on_host)] = ref
                 return made
             except AgentUnavailable as exc:
-                problem = self._unavailable[key] = exc.located(self._spec_location(spec, task))
+                where = self._spec_location(spec, task, variant)
+                problem = self._unavailable[key] = exc.located(where)
         raise problem.with_traceback(None)
 
-    def _spec_location(self, spec: AnyAgentSpec | None, task: TaskDef) -> str:
+    def _spec_location(
+        self, spec: AnyAgentSpec | None, task: TaskDef, variant: str | None = None
+    ) -> str:
         """Where `spec` is written: `path:line: at field`, or the option that gave it."""
         if spec is not None and spec is self.settings.agent_override:
             return self.settings.agent_override_source
         if spec is not None and spec is task.spec.agent:
             return yaml_location(task.path, (*task.loc, "agent"))
         manifest = task.dataset.manifest_path
+        if variant is not None and manifest is not None:
+            return yaml_location(manifest, ("variants", variant, "agent"))
         return yaml_location(manifest, ("agent",)) if manifest else display_path(task.dataset.root)
 
 
-def agent_spec(settings: Settings, task: TaskDef) -> AnyAgentSpec | None:
-    """Which declared agent runs `task`: --agenteval-agent, task `agent:`, manifest `agent:`."""
+def agent_spec(
+    settings: Settings, task: TaskDef, variant: str | None = None
+) -> AnyAgentSpec | None:
+    """Which declared agent runs `task` (of `variant`: the variant's): --agenteval-agent,
+    task `agent:`, manifest `agent:`."""
+    if variant is not None:
+        return _variant(task.dataset, variant).agent
     return settings.agent_override or task.spec.agent or task.dataset.manifest.agent
+
+
+def _variant(dataset: Dataset, name: str) -> Variant:
+    variants = dataset.manifest.variants
+    assert variants is not None, "a variant's attempt of a dataset without variants"
+    return variants[name]
+
+
+NO_VARIANT: tuple[str | None, ...] = (None,)
+
+
+def task_variants(
+    dataset: Dataset, spec: TaskSpec, selected: tuple[str, ...] = ()
+) -> tuple[str | None, ...]:
+    """The variants a task runs with, in the manifest's order (those `selected`, when some
+    are); `(None,)` without `variants:` or for a task naming its own agent (not compared)."""
+    variants = dataset.manifest.variants
+    if not variants or spec.agent is not None:
+        return NO_VARIANT
+    if selected:
+        return tuple(name for name in variants if name in selected)
+    return tuple(variants)
+
+
+def check_variants(settings: Settings, datasets: list[Dataset]) -> None:
+    """Refuse what cannot run: --agenteval-agent on a dataset with variants, a variant or a
+    reference no dataset has (naming the ones it has), a reference not selected."""
+    varied = [d for d in datasets if d.manifest.variants]
+    if varied and settings.agent_override is not None:
+        raise pytest.UsageError(
+            f"{settings.agent_override_source}: dataset {varied[0].name!r} compares "
+            f"variants ({', '.join(varied[0].manifest.variants or ())}); choose them with "
+            "--agenteval-variant NAME, or edit `variants:` in its agenteval.yaml"
+        )
+    asked = [*settings.variants, *([settings.reference] if settings.reference else [])]
+    if asked and not varied:
+        raise pytest.UsageError(
+            "--agenteval-variant/--agenteval-reference: no dataset of this session has "
+            "`variants:` in its agenteval.yaml"
+        )
+    for dataset in varied:
+        known = list(dataset.manifest.variants or ())
+        unknown = [name for name in asked if name not in known]
+        if unknown:
+            raise pytest.UsageError(
+                f"--agenteval-variant {unknown[0]}: dataset {dataset.name!r} has no such "
+                f"variant; its variants: {', '.join(known)}"
+            )
+    if settings.variants and settings.reference and settings.reference not in settings.variants:
+        raise pytest.UsageError(
+            f"--agenteval-reference {settings.reference}: not selected; add "
+            f"--agenteval-variant {settings.reference} (selected: {', '.join(settings.variants)})"
+        )
+
+
+def selected_variants(settings: Settings, datasets: list[Dataset]) -> tuple[list[str], str] | None:
+    """The variants this session runs (manifest order, the reference first) and the
+    reference; None when no dataset has variants."""
+    names: dict[str, None] = {}
+    for dataset in datasets:
+        for name in dataset.manifest.variants or ():
+            if not settings.variants or name in settings.variants:
+                names[name] = None
+    if not names:
+        return None
+    reference = settings.reference or next(iter(names))
+    return [reference, *(name for name in names if name != reference)], reference
 
 
 @dataclass
@@ -198,26 +284,30 @@ class AgentLimitTable:
 
     settings: Settings
     gate: LimitGate
-    _found: dict[tuple[int, int], tuple[str, Limits]] = field(default_factory=dict)
+    _found: dict[tuple[int, int, str | None], tuple[str, Limits]] = field(default_factory=dict)
 
     def held(self, job: AttemptJob) -> AbstractContextManager[None] | None:
         """Wait for the limits of the attempt's agent; None when it has none."""
-        agent, limits = self.limits_for(job.task)
+        agent, limits = self.limits_for(job.task, job.variant)
         return self.gate.hold(agent, limits) if limits else None
 
-    def limits_for(self, task: TaskDef) -> tuple[str, Limits]:
-        """The task's agent (its label) and its limits: the command line's, else those of the
-        task's own agent, else the manifest's (worked out once per agent spec)."""
-        spec = agent_spec(self.settings, task)
+    def limits_for(self, task: TaskDef, variant: str | None = None) -> tuple[str, Limits]:
+        """The task's agent (its label; a variant's names the variant, so each variant has
+        its own) and its limits: the command line's, else those of the task's own agent (of
+        the variant's agent, then the variant's), else the manifest's (worked out once per
+        agent spec and variant)."""
+        spec = agent_spec(self.settings, task, variant)
         manifest = task.dataset.manifest
-        cache_key = (id(spec), id(manifest))  # both live as long as the run
+        cache_key = (id(spec), id(manifest), variant)  # both live as long as the run
         found = self._found.get(cache_key)
         if found is None:
-            declared = (spec.limits if spec else None) or manifest.limits or AgentLimits()
+            own = _variant(task.dataset, variant).limits if variant is not None else None
+            declared = (spec.limits if spec else None) or own or manifest.limits or AgentLimits()
             settings = self.settings
             interval = settings.min_interval
+            label = spec_label(spec) if spec else FIXTURE_NAME
             found = self._found[cache_key] = (
-                spec_label(spec) if spec else FIXTURE_NAME,
+                label if variant is None else f"{label} (variant {variant})",
                 Limits(
                     settings.max_in_flight or declared.max_in_flight,
                     interval if interval is not None else declared.min_interval,
@@ -243,20 +333,31 @@ def yaml_location(path: Path, loc: tuple[Any, ...]) -> str:
 
 
 def agent_fingerprint(settings: Settings, datasets: list[Dataset]) -> dict[str, Any]:
-    """What identifies the agent of a run: the override, each manifest's agent, the version."""
+    """What identifies the agent of a run: the override, each manifest's agent, the version;
+    and, only for datasets with variants, each variant's agent by name (`variants`)."""
     manifest = {}
+    variants = {}
     for ds in datasets:
         spec = ds.manifest.agent
-        label = spec_label(spec) if spec else None
-        manifest[ds.name] = (
-            f"{label} (version {ds.manifest.agent_version})" if ds.manifest.agent_version else label
+        manifest[ds.name] = _versioned(
+            spec_label(spec) if spec else None, ds.manifest.agent_version
         )
+        if ds.manifest.variants:
+            variants[ds.name] = {
+                name: _versioned(spec_label(v.agent), v.agent_version)
+                for name, v in ds.manifest.variants.items()
+            }
     override = settings.agent_override
-    return {
+    fingerprint = {
         "override": spec_label(override) if override else None,
         "manifest": manifest,
         "version": settings.agent_version,
     }
+    return fingerprint | {"variants": variants} if variants else fingerprint
+
+
+def _versioned(label: str | None, version: str | None) -> str | None:
+    return f"{label} (version {version})" if version else label
 
 
 def make_executor(

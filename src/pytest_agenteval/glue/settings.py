@@ -62,6 +62,10 @@ class Settings:
     """The shard this session runs (`--agenteval-shard`, `auto` resolved); None: all tasks."""
     sandboxes: SandboxPolicy = field(default_factory=SandboxPolicy)
     """`--agenteval-keep-sandboxes` and `--agenteval-max-sandboxes`."""
+    variants: tuple[str, ...] = ()
+    """The variants this session runs (`--agenteval-variant`); empty: all of them."""
+    reference: str | None = None
+    """The variant the others are compared with (`--agenteval-reference`); None: the first."""
 
 
 def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
@@ -122,7 +126,18 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
             keep=_setting(config, "agenteval_keep_sandboxes", options.keep_sandboxes),
             max_alive=_setting(config, "agenteval_max_sandboxes", options.positive_int),
         ),
+        variants=_variants(config),
+        reference=_setting(config, "agenteval_reference", options.variant_name),
     )
+
+
+def _variants(config: pytest.Config) -> tuple[str, ...]:
+    """`--agenteval-variant` (each), else ini `agenteval_variants`; in the order given."""
+    names = config.getoption("agenteval_variants") or config.getini("agenteval_variants")
+    try:
+        return tuple(dict.fromkeys(options.variant_name(name) for name in names))
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"ini setting agenteval_variants: {exc}") from None
 
 
 def _shard(config: pytest.Config) -> Shard | None:

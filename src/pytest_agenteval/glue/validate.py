@@ -31,8 +31,13 @@ class Validation:
         self.count = 0
         """Problems found: a task's load error counts each of its problems."""
         self.agent_problems: Counter[str] = Counter()
-        self.tasks = 0
+        self.valid: set[tuple[str, str]] = set()
+        """Tasks whose agent (one variant's at least) was built."""
         self.fixture_tasks = 0
+
+    @property
+    def tasks(self) -> int:
+        return len(self.valid)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -53,8 +58,10 @@ class Validation:
         except AgentUnavailable as exc:
             self.agent_problems[exc.render()] += 1
             return
-        self.tasks += 1
-        self.fixture_tasks += item.uses_fixture()
+        task = (item.key[0], item.key[1])
+        if task not in self.valid:  # each variant's agent is checked, each task counted once
+            self.valid.add(task)
+            self.fixture_tasks += item.uses_fixture()
 
     def report(self) -> list[str]:
         """What `validate` prints: each problem once, then the totals."""

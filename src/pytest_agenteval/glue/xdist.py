@@ -14,7 +14,7 @@ import pytest
 
 from ..core.errors import StoreError
 from ..core.model import Key
-from ..core.records import plan_key
+from ..core.records import key_from_json, plan_key
 from ..core.shards import parse_shard
 from ..store.inflight import InFlight, inflight_path
 from ..store.plan import Plan
@@ -119,7 +119,7 @@ def worker_context(config: pytest.Config, parts: Parts, fingerprint: dict[str, A
         plan = Plan.from_json(shipped["plan"])
     except StoreError as exc:
         raise pytest.UsageError(str(exc)) from None
-    alone = frozenset((ds, task, attempt) for ds, task, attempt in shipped.get("alone", ()))
+    alone = frozenset(key_from_json(values) for values in shipped.get("alone", ()))
     shard = shipped.get("shard")  # `auto` as the controller resolved it: a remote env may differ
     context = RunContext(
         shipped["fingerprint"],

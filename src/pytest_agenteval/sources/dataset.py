@@ -210,6 +210,14 @@ def load_dataset(path: Path, cache: SpecCache | None = None) -> Dataset:
     except ValidationError as exc:
         errors = validation_errors(exc, manifest_path, node, (), Manifest)
         raise TaskFileErrors(errors) from None
+    if manifest.agent is not None and manifest.variants:
+        raise TaskFileError(
+            manifest_path,
+            "`agent:` and `variants:` both set: which agent runs the tasks is unclear",
+            line=line_of(node, ("agent",)),
+            field="agent",
+            hint="put the agent in `variants:` (`NAME: AGENT-SPEC`), or drop `variants:`",
+        )
     return Dataset(root, manifest, manifest_path, cache)
 
 

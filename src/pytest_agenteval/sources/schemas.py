@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..core.llm import OpenAIAgentOptions
-from ..core.model import TAG_RE, Manifest, SourceTaskSpec, TaskSpec
+from ..core.model import TAG_RE, VARIANT_NAME_PATTERN, Manifest, SourceTaskSpec, TaskSpec
 from ..execution.graders import BUILTIN_GRADERS, BuiltinGrader, Contains
 from .docstrings import describe
 
@@ -76,8 +76,26 @@ def manifest_schema() -> Schema:
     props["agent"] = _keep_docs(props["agent"], {"anyOf": [ref("Agent"), {"type": "null"}]})
     props["defaults"] = _keep_docs(props["defaults"], ref("Defaults"))
     props["name"] |= _pattern(props["name"]["pattern"], "letters, digits and _ . -")
+    _variants(props, defs)
     root["title"] = "pytest-agenteval manifest (agenteval.yaml)"
     return finish(root, defs)
+
+
+def _variants(props: Schema, defs: dict[str, Schema]) -> None:
+    """`variants:` as written: each an agent spec alone, or `{agent, limits, agent_version}`."""
+    variant = defs["Variant"]["properties"]
+    variant["agent"] = _keep_docs(variant["agent"], ref("Agent"))
+    variant["agent_version"] = _keep_docs(
+        variant["agent_version"], {"type": ["string", "number", "null"]}
+    )
+    pattern = VARIANT_NAME_PATTERN
+    named = {
+        "type": "object",
+        "patternProperties": {pattern: {"anyOf": [ref("Variant"), ref("Agent")]}},
+        "additionalProperties": False,
+        "propertyNames": _pattern(pattern, "letters, digits and _ . -"),
+    }
+    props["variants"] = _keep_docs(props["variants"], {"anyOf": [named, {"type": "null"}]})
 
 
 def model_schema(model: type[BaseModel], title: str) -> Schema:

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from ..core.model import Key
+from ..core.records import key_from_json
 
 INFLIGHT_DIR = "inflight"
 
@@ -75,7 +76,7 @@ def read_in_flight(path: Path) -> list[Key] | None:
     if not isinstance(data, list):
         return None
     try:
-        return [(str(dataset), str(task_id), int(attempt)) for dataset, task_id, attempt in data]
+        return [key_from_json(values) for values in data]
     except (TypeError, ValueError):
         return None
 

@@ -35,6 +35,16 @@ class RunRequest:
     """Plan only (`--co`, `--agenteval-plan`): create nothing, claim nothing."""
     shard: str | None = None
     """`I/N` when the session runs one shard: part of the run's identity."""
+    variants: list[str] | None = None
+    """The variants the session runs (the reference first); None: no dataset has variants."""
+    reference: str | None = None
+    """The variant the others are compared with; None without variants."""
+
+    def run_variants(self) -> dict[str, Any]:
+        """run.json's `variants` and `reference`, for a run with variants only."""
+        if self.variants is None:
+            return {}
+        return {"variants": self.variants, "reference": self.reference}
 
 
 @dataclass
@@ -69,7 +79,13 @@ def open_run(store: Store, request: RunRequest) -> OpenRun:
 
 def _create(store: Store, request: RunRequest, run_id: str, note: str = "") -> OpenRun:
     if not request.dry:
-        store.create_run(run_id, request.datasets, request.fingerprint, shard=request.shard)
+        store.create_run(
+            run_id,
+            request.datasets,
+            request.fingerprint,
+            shard=request.shard,
+            extra=request.run_variants(),
+        )
         store.hold(run_id, ())
     return OpenRun(run_id, resumed=False, note=note)
 
@@ -104,20 +120,21 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
     # A run with no records (its agent could not be built, say) has no agent to drift from.
     recorded = bool(rows or damaged)
     drift = fingerprint_drift(info.agent, request.fingerprint) if recorded else []
-    if drift and not request.allow_drift:
-        raise StoreError(
-            f"run {info.run_id} was made with a different agent; resuming would mix two agents "
-            "in one summary:\n" + "\n".join(drift) + "\nUse the same agent, start a new run "
-            "(drop --resume-suite), or pass --agenteval-allow-drift to mix them on purpose"
-        )
+    ran = {row.variant for row in rows}
+    changed = variant_drift(info.agent, request.fingerprint, ran) if recorded else []
+    if (drift or changed) and not request.allow_drift:
+        raise StoreError(_drift_message(info.run_id, drift, changed))
     plan = make_plan(rows, rerun_errors=request.rerun_errors, rerun_all=request.rerun_all)
     plan.fetch = lambda key: store.record(info.run_id, key)
     alone = left_in_flight(store.runs_dir / info.run_id)
     if not request.dry:
         store.claim_run(info.run_id)
         store.hold(info.run_id, rows)
-        if not recorded and info.agent != request.fingerprint:
-            store.set_agent(info.run_id, request.fingerprint)
+        agent = request.fingerprint if not recorded else with_variants(info.agent, request)
+        if agent != info.agent:
+            store.set_agent(info.run_id, agent)
+        if request.variants is not None and request.reference is not None:
+            store.set_variants(info.run_id, request.variants, request.reference)
         clear_stops(store.runs_dir / info.run_id)
         clear_in_flight(store.runs_dir / info.run_id)
     died = unfinished(info.died_running, rows) if info.status == "interrupted" else None
@@ -153,12 +170,58 @@ def narrowing(selected: Collection[Key], whole: Collection[Key], how: Sequence[s
 
 
 def fingerprint_drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Lines naming what differs between two agent fingerprints."""
+    """Lines naming what differs between two agent fingerprints, but their variants (see
+    `variant_drift`)."""
     return [
         f"  {name}: stored {old.get(name)!r}, now {new.get(name)!r}"
-        for name in sorted(set(old) | set(new))
+        for name in sorted((set(old) | set(new)) - {"variants"})
         if old.get(name) != new.get(name)
     ]
+
+
+def variant_drift(
+    old: dict[str, Any], new: dict[str, Any], ran: Collection[str | None] | None = None
+) -> list[str]:
+    """Lines naming each variant whose agent differs between two fingerprints (of those that
+    `ran`, when given: a variant without records has nothing to mix with). A variant added or
+    removed is no drift: it runs alone, or its records stay out of the summary."""
+    before, now = old.get("variants") or {}, new.get("variants") or {}
+    return [
+        f"  variant {name!r} of dataset {dataset}: stored {label!r}, now {now[dataset][name]!r}"
+        for dataset, labels in sorted(before.items())
+        if isinstance(labels, dict) and dataset in now
+        for name, label in labels.items()
+        if name in now[dataset] and now[dataset][name] != label and (ran is None or name in ran)
+    ]
+
+
+def with_variants(stored: dict[str, Any], request: RunRequest) -> dict[str, Any]:
+    """The stored fingerprint with the session's variants added (a changed one, allowed to
+    drift, takes its new label): a variant once run keeps its agent in run.json, also while
+    it is left out, so bringing it back with another agent is drift too."""
+    now = request.fingerprint.get("variants")
+    if not now:
+        return stored
+    before = stored.get("variants") or {}
+    merged = {ds: {**before.get(ds, {}), **labels} for ds, labels in now.items()}
+    return {**stored, "variants": {**before, **merged}}
+
+
+def _drift_message(run_id: str, drift: list[str], changed: list[str]) -> str:
+    if drift:
+        return (
+            f"run {run_id} was made with a different agent; resuming would mix two agents "
+            "in one summary:\n" + "\n".join(drift + changed) + "\nUse the same agent, start "
+            "a new run (drop --resume-suite), or pass --agenteval-allow-drift to mix them on "
+            "purpose"
+        )
+    return (
+        f"run {run_id}: a variant's agent differs from the one its records were made with; "
+        "resuming would mix two agents in one variant:\n" + "\n".join(changed) + "\nUse the "
+        "same agent, give the changed agent a new variant name (it then runs as a new "
+        "variant), start a new run (drop --resume-suite), or pass --agenteval-allow-drift to "
+        "mix them on purpose"
+    )
 
 
 def _shard_words(shard: str | None) -> str:

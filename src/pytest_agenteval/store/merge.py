@@ -31,7 +31,7 @@ from ..core.shards import Shard, parse_shard
 from .artifacts import ARTIFACTS, copy_out
 from .files import RunFiles, locked, open_regular, read_at, write_json
 from .index import IndexRead, read_index
-from .lifecycle import fingerprint_drift
+from .lifecycle import fingerprint_drift, variant_drift
 from .problems import RUNS_AGAIN
 from .reindex import reindex
 from .runs import RUN_SCHEMA, RunInfo, Store, dataset_key, parse_record
@@ -296,6 +296,7 @@ def _drift(parts: list[Part], allow_drift: bool) -> list[str]:
                 f"{_versions(part)} (--allow-drift merges them anyway)"
             )
         drift = fingerprint_drift(first.info.agent, part.info.agent)
+        drift += variant_drift(first.info.agent, part.info.agent)
         if drift:
             problems.append(
                 f"different agents: {first} and {part} (--allow-drift merges them anyway):\n"
@@ -453,6 +454,7 @@ def merged_meta(
             }
         ],
         MERGED_FROM: [s.as_json() for s in shards],
+        **({"variants": first.variants, "reference": first.reference} if first.variants else {}),
     }
 
 

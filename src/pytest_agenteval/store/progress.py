@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -22,6 +23,8 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import StoreError
+from ..core.model import Key
+from ..core.records import variant_of
 from .files import write_json
 
 PROGRESS_FILE = "progress.json"
@@ -39,6 +42,27 @@ class SessionInfo(BaseModel):
     """The machine it runs on."""
     started_at: float
     """When it started (epoch seconds)."""
+
+
+class VariantProgress(BaseModel):
+    """One variant's part of the session's progress."""
+
+    model_config = ConfigDict(strict=True, populate_by_name=True)
+
+    planned: int
+    """Attempts of the variant the session planned."""
+    done: int
+    """Its attempts finished (passed, failed or errored), reused ones included."""
+    pass_: int = Field(alias="pass")
+    """Its attempts that passed."""
+    fail: int
+    """Its attempts that failed."""
+    error: int
+    """Its attempts that ended in an error."""
+    skipped: int
+    """Its attempts skipped."""
+    reused: int
+    """Its finished attempts replayed from the store."""
 
 
 class ProgressFile(BaseModel):
@@ -82,6 +106,8 @@ class ProgressFile(BaseModel):
     """Seconds left, estimated from the pace so far, while running."""
     updated_at: float | None = None
     """When this was written (epoch seconds)."""
+    variants: dict[str, VariantProgress] | None = None
+    """The counts of each variant, for a run with variants only (absent otherwise)."""
 
 
 @dataclass
@@ -98,12 +124,32 @@ class Progress:
     cost: float = 0.0
     in_flight: int | None = None
     started: float = field(default_factory=time.time)
+    by_variant: dict[str, tuple[int, Counter[str]]] = field(default_factory=dict)
+    """Each variant's planned attempts and counts (empty for a run without variants)."""
     _written: float = 0.0
 
-    def attempt(self, status: str, reused: bool) -> None:
-        self.counts[status] += 1
-        if reused:
-            self.counts["reused"] += 1
+    def plan(self, keys: Collection[Key]) -> None:
+        """The attempts the session plans, counted per variant too."""
+        self.planned = len(keys)
+        planned = Counter(variant for key in keys if (variant := variant_of(key)) is not None)
+        self.by_variant = {
+            name: (count, self.by_variant.get(name, (0, Counter()))[1])
+            for name, count in planned.items()
+        }
+
+    def attempt(self, status: str, reused: bool, variant: str | None = None) -> None:
+        for counts in self._counters(variant):
+            counts[status] += 1
+            if reused:
+                counts["reused"] += 1
+
+    def skip(self, variant: str | None = None) -> None:
+        for counts in self._counters(variant):
+            counts["skipped"] += 1
+
+    def _counters(self, variant: str | None) -> list[Counter[str]]:
+        found = self.by_variant.get(variant) if variant is not None else None
+        return [self.counts] if found is None else [self.counts, found[1]]
 
     def as_json(self, status: str) -> dict[str, Any]:
         c = self.counts
@@ -127,8 +173,20 @@ class Progress:
             "eta": None if eta is None else round(eta, 1),
             "updated_at": time.time(),
         }
+        if self.by_variant:
+            data["variants"] = {
+                name: {
+                    "planned": planned,
+                    "done": c["pass"] + c["fail"] + c["error"],
+                    **{count: c[count] for count in COUNTS},
+                }
+                for name, (planned, c) in self.by_variant.items()
+            }
         written = ProgressFile.model_validate(data)  # what is written is what the reader takes
-        return written.model_dump(by_alias=True)
+        dumped = written.model_dump(by_alias=True)
+        if written.variants is None:
+            del dumped["variants"]  # a run without variants: the file it always had
+        return dumped
 
     def due(self) -> bool:
         """Whether a write now would happen (the last was a second ago or more)."""
@@ -204,4 +262,9 @@ def progress_lines(data: dict[str, Any]) -> list[str]:
         f"{data['pass']} passed, {data['fail']} failed, {data['error']} errors, "
         f"{data['skipped']} skipped ({data['reused']} reused)",
         f"tokens {data['tokens']} · cost {data['cost']:.4f}",
+        *(
+            f"  variant {name}: {v['done']}/{v['planned']} done · {v['pass']} passed, "
+            f"{v['fail']} failed, {v['error']} errors, {v['skipped']} skipped"
+            for name, v in (data.get("variants") or {}).items()
+        ),
     ]

@@ -36,7 +36,15 @@ from typing import Any, BinaryIO
 
 from ..core.errors import StoreError, os_failure
 from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import AttemptRecord, index_entry, placed, stored_key, to_json_text
+from ..core.records import (
+    AttemptRecord,
+    index_entry,
+    key_from_json,
+    placed,
+    stored_key,
+    to_json_text,
+    variant_of,
+)
 from . import artifacts
 from .artifacts import ARTIFACTS
 from .files import (
@@ -292,6 +300,7 @@ class Store:
             meta.get("narrowed_by") if meta.get("narrowed") else None,
             meta.get("shard"),
             meta.get("merged_from"),
+            *_variants(meta),
         )
 
     def runs(self) -> list[RunInfo]:
@@ -340,12 +349,20 @@ class Store:
 
     def note_running(self, run_id: str, key: Key) -> None:
         """Name the attempt whose agent starts now; see RunInfo.died_running."""
-        dataset, task_id, attempt = key  # json.dumps(key), without an encoder per attempt
-        self._open[run_id].note_running(f"[{_quoted(dataset)}, {_quoted(task_id)}, {attempt:d}]")
+        dataset, task_id, attempt = key[:3]  # json.dumps(key), without an encoder per attempt
+        variant = f", {_quoted(key[3])}" if len(key) > 3 else ""
+        self._open[run_id].note_running(
+            f"[{_quoted(dataset)}, {_quoted(task_id)}, {attempt:d}{variant}]"
+        )
 
     def set_agent(self, run_id: str, agent: dict[str, Any]) -> None:
-        """Replace the run's agent fingerprint (only while it has no records)."""
+        """Replace the run's agent fingerprint (while it has no records, or to add variants)."""
         self._update(run_id, agent=agent)
+
+    def set_variants(self, run_id: str, variants: list[str], reference: str) -> None:
+        """The variants the run's session selected (the reference first), for a run with
+        variants only: run.json of a run without them never names any."""
+        self._update(run_id, variants=variants, reference=reference)
 
     def set_planned(self, run_id: str, planned: int, narrowed_by: str | None = None) -> None:
         """How many attempts the run plans, and whether it covers only part of its datasets."""
@@ -643,12 +660,14 @@ def unfinished(note: str | None, rows: list[IndexRow]) -> str | None:
     """The attempt a dead session last started, unless it has a record (then it finished, and
     the session died somewhere else)."""
     try:
-        dataset, task_id, attempt = json.loads(note or "null")
+        key = key_from_json(json.loads(note or "null"))
     except (ValueError, TypeError):
         return None
-    if any(row.key == (dataset, task_id, attempt) for row in rows):
+    if any(row.key == key for row in rows):
         return None
-    return f"{task_id} [attempt {attempt}] of {dataset}"
+    variant = variant_of(key)
+    of = f" of variant {variant}" if variant else ""
+    return f"{key[1]} [attempt {key[2]}]{of} of {key[0]}"
 
 
 def parse_record(data: bytes, key: Key) -> tuple[AttemptRecord | None, str | None]:
@@ -682,6 +701,15 @@ _META_FIELDS: dict[str, tuple[type, ...]] = {
     "status": (str,),
     "sessions": (list,),
 }
+
+
+def _variants(meta: dict[str, Any]) -> tuple[list[str] | None, str | None]:
+    """run.json's `variants` and `reference`, when they are what a session writes (names);
+    None and None otherwise (a run without variants, or a hand-edited file)."""
+    names, reference = meta.get("variants"), meta.get("reference")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None, None
+    return names, reference if isinstance(reference, str) else None
 
 
 def _meta_problem(meta: Any) -> str | None:
