@@ -3,7 +3,7 @@ the run folder, one folder per attempt.
 
     <run>/artifacts/<dataset>/<task id>[attempt-<N>]/<path in the workspace>
 
-(a variant's attempt: `<task id>[<variant>][attempt-<N>]`). The attempt's folder is named as
+(a variant's attempt: `<task id>[<variant>-attempt-<N>]`). The attempt's folder is named as
 its pytest item, so `ds/a[attempt-0]` and `ds/a/b[attempt-0]` never nest (a task id has no
 `[`). Written only by the controller, before the attempt's record (the commit point): a
 session killed between the two leaves files of an attempt without a record, which runs again
@@ -27,9 +27,7 @@ ARTIFACTS = "artifacts"
 
 def attempt_path(key: Key) -> str:
     """The attempt's folder below `artifacts/` (and below an export's DIR), in POSIX form."""
-    variant = variant_of(key)
-    task = key[1] if variant is None else f"{key[1]}[{variant}]"
-    return f"{key[0]}/{item_name(task, key[2])}"
+    return f"{key[0]}/{item_name(key[1], key[2], variant_of(key))}"
 
 
 def attempt_folder(run_dir: Path, key: Key) -> Path:
