@@ -78,6 +78,13 @@ A = [(2, 2), (2, 2), (2, 1), (2, 0)]
 B = [(2, 1), (2, 2), (2, 2), (2, 0)]
 
 
+def test_the_agent_label_names_the_variants_not_the_manifests_missing_agent() -> None:
+    """A manifest with `variants:` and no `agent:` is labelled by its variants, never `None`."""
+    info = replace(run_info(["a", "b"]), agent={**run_info(None).agent, "manifest": {"ds": None}})
+    summary = build_summary(info, rows_of("a", A), ks=None, session_counts={}, status="complete")
+    assert summary.agent.label == "variants a, b"
+
+
 def test_two_variants_of_one_task_are_two_tasks() -> None:
     """Metrics group attempts by (dataset, task, variant): two variants are never pooled."""
     attempts = [

@@ -602,7 +602,7 @@ def _agent_label(fingerprint: dict[str, Any]) -> str:
         label = _readable(str(fingerprint["override"]))
     else:
         manifest = (fingerprint.get("manifest") or {}).values()
-        labels = [_readable(str(v)) for v in manifest] + _variants_label(fingerprint)
+        labels = [_readable(str(v)) for v in manifest if v] + _variants_label(fingerprint)
         label = ", ".join(labels) or "fixture"
     version = fingerprint.get("version")
     return f"{label} (version {version})" if version else label
