@@ -125,16 +125,17 @@ class Progress:
     in_flight: int | None = None
     started: float = field(default_factory=time.time)
     by_variant: dict[str, tuple[int, Counter[str]]] = field(default_factory=dict)
-    """Each variant's planned attempts and counts (empty for a run without variants)."""
+    """Each variant's planned attempts and counts, by name (empty for a run without
+    variants)."""
     _written: float = 0.0
 
     def plan(self, keys: Collection[Key]) -> None:
         """The attempts the session plans, counted per variant too."""
         self.planned = len(keys)
         planned = Counter(variant for key in keys if (variant := variant_of(key)) is not None)
-        self.by_variant = {
-            name: (count, self.by_variant.get(name, (0, Counter()))[1])
-            for name, count in planned.items()
+        self.by_variant = {  # by name: the same order in every session and process layout
+            name: (planned[name], self.by_variant.get(name, (0, Counter()))[1])
+            for name in sorted(planned)
         }
 
     def attempt(self, status: str, reused: bool, variant: str | None = None) -> None:
