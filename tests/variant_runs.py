@@ -1,5 +1,5 @@
-"""A stored run with variants written record by record, and its summary joined from one
-summary per variant (as summary.json holds it): what the views of variants are tested on."""
+"""A stored run with variants written record by record, and its summary: what the views of
+variants are tested on."""
 
 from __future__ import annotations
 
@@ -7,14 +7,9 @@ from pathlib import Path
 
 from pytest_agenteval.core.model import AgentResult, Status, Usage, Verdict
 from pytest_agenteval.core.records import AttemptRecord, attempt_key, new_record
-from pytest_agenteval.reporting.diff import TaskChange, compare, variant_rates
 from pytest_agenteval.reporting.runref import stored_run
 from pytest_agenteval.reporting.summary import (
     Summary,
-    TaskMove,
-    TaskSummary,
-    VariantComparison,
-    VariantSummary,
     build_summary,
 )
 from pytest_agenteval.store.runs import Store
@@ -54,7 +49,9 @@ def write_variant_run(cache: Path, run_id: str = "vr") -> Store:
     """A finished run of OUTCOMES in the cache dir `cache`."""
     store = Store(cache / "agenteval")
     extra = {"variants": VARIANTS, "reference": VARIANTS[0]}
-    store.create_run(run_id, [{"name": "ds", "version": "1"}], {"override": None}, extra=extra)
+    agents = {"ds": {v: f"agent:{v}" for v in VARIANTS}}
+    fingerprint = {"override": None, "manifest": {"ds": None}, "variants": agents}
+    store.create_run(run_id, [{"name": "ds", "version": "1"}], fingerprint, extra=extra)
     for task, by_variant in OUTCOMES.items():
         for variant, statuses in by_variant.items():
             for attempt, status in enumerate(statuses):
@@ -64,70 +61,7 @@ def write_variant_run(cache: Path, run_id: str = "vr") -> Store:
 
 
 def variant_summary(store: Store, run_id: str = "vr") -> Summary:
-    """The run's summary with `variants`, `reference`, `comparison` and one task entry per
-    task and variant; top-level metrics absent (several variants)."""
+    """The run's summary as the session writes it: `variants`, `reference`, `comparison` and
+    one task entry per task and variant; top-level metrics absent (several variants)."""
     info, rows = stored_run(store, run_id)
-
-    def built(variant: str | None) -> Summary:
-        mine = [r for r in rows if r.variant == variant]
-        return build_summary(info, mine, ks=None, session_counts={}, status="complete")
-
-    parts = {v: built(v) for v in (*VARIANTS, None)}
-    tasks = [t.model_copy(update={"variant": v}) for v, s in parts.items() for t in s.tasks]
-    variants = {v: numbers(v, s) for v, s in parts.items() if v is not None}
-    pooled = build_summary(info, rows, ks=None, session_counts={}, status="complete")
-    whole = pooled.model_copy(
-        update={
-            "tasks": tasks,
-            "metrics": None,
-            "variants": variants,
-            "reference": VARIANTS[0],
-            "comparison": [comparison(tasks, VARIANTS[0], v) for v in VARIANTS[1:]],
-        }
-    )
-    return Summary.model_validate(whole.to_json())
-
-
-def numbers(variant: str, alone: Summary) -> VariantSummary:
-    """A variant's part of the summary: the numbers of its attempts summarized alone."""
-    assert alone.metrics is not None
-    return VariantSummary(
-        agent=f"agent:{variant}",
-        counts=alone.counts,
-        metrics=alone.metrics,
-        totals=alone.totals,
-        tags=alone.tags,
-    )
-
-
-def comparison(tasks: list[TaskSummary], reference: str, variant: str) -> VariantComparison:
-    """`variant` against `reference` with `agenteval diff`'s function, as the summary has it."""
-    diff = compare(variant_rates(tasks, reference), variant_rates(tasks, variant))
-
-    def moves(changes: list[TaskChange]) -> list[TaskMove]:
-        return [
-            TaskMove(
-                dataset=c.key[0],
-                task_id=c.key[1],
-                base=f"{c.base.c}/{c.base.n}",
-                new=f"{c.new.c}/{c.new.n}",
-            )
-            for c in changes
-        ]
-
-    change = diff.change
-    return VariantComparison(
-        variant=variant,
-        reference=reference,
-        shared_tasks=change.shared,
-        change=change.change,
-        ci95=list(change.interval) if change.interval else None,
-        method=change.method,
-        significant=change.significant,
-        better=moves(diff.improved),
-        worse=moves(diff.regressed),
-        cost_per_attempt=COST[variant],
-        cost_per_pass=None,
-        reference_cost_per_attempt=COST[reference],
-        reference_cost_per_pass=None,
-    )
+    return build_summary(info, rows, ks=None, session_counts={}, status="complete")
