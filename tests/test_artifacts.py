@@ -303,3 +303,38 @@ def test_an_agent_killed_at_its_timeout_still_leaves_its_files(
     pytester.runpytest("--agenteval", "ds").assert_outcomes(errors=1)
     assert latest_record(pytester.path, "a", 0)["error_type"] == "AgentTimeout"
     assert _artifacts(pytester.path) == {"log.txt": b"begun"}
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_each_variants_sandboxed_attempts_keep_their_own_artifacts(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    image: str,
+    workers: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two variants of one sandboxed task (with attempts in flight at once) each run in
+    containers of their own and keep their files apart, in folders named like their items,
+    which `agenteval show RUN TASK/VARIANT/N` lists."""
+    write = ["sh", "-c", 'cd {workspace} && echo -n "$0" > answer.txt && cat answer.txt']
+    dataset(
+        {"a.yaml": {"input": "x", "expected": "x"}},
+        manifest={
+            "agent": None,
+            "variants": {
+                "one": {"agent": {"command": [*write, "x"]}},
+                "two": {"agent": {"command": [*write, "y"]}},
+            },
+            "defaults": {"sandbox": {"docker": {"image": image}}},
+        },
+    )
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "2", *workers
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    run_id = latest_run(pytester.path)
+    kept = pytester.path / ".pytest_cache/agenteval/runs" / run_id / "artifacts/ds"
+    assert (kept / "a[one-attempt-0]/answer.txt").read_bytes() == b"x"
+    assert (kept / "a[two-attempt-0]/answer.txt").read_bytes() == b"y"
+    assert main(["show", run_id, "a/two/0"]) == 0
+    assert "answer.txt" in capsys.readouterr().out

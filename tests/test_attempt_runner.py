@@ -21,6 +21,7 @@ from pytest_agenteval.core.model import (
     AnyAgentSpec,
     CallableAgentSpec,
     GraderSpec,
+    Key,
     Manifest,
     Task,
     TaskSpec,
@@ -122,7 +123,7 @@ def make_runner(
 ) -> tuple[AttemptRunner, list[FakeEnvironment]]:
     made: list[FakeEnvironment] = []
 
-    def environment(task: TaskDef, attempt: int) -> FakeEnvironment:
+    def environment(task: TaskDef, key: Key) -> FakeEnvironment:
         made.append(FakeEnvironment())
         return made[-1]
 

@@ -503,3 +503,26 @@ def test_openai_variants_each_call_with_their_own_model(
     sent = sorted((r["model"], r["temperature"]) for r in chat_server.requests)
     assert sent == [("m-large", 0.7), ("m-large", 0.7), ("m-small", 0.0), ("m-small", 0.0)]
     assert {v for _, _, v, _ in records(pytester.path)} == {"small", "large", "base"}
+
+
+def test_each_variants_attempt_has_a_workspace_of_its_own(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Two variants' attempts of one task, in flight at once, each get their own copy of the
+    workspace template: neither sees (or removes) what the other wrote."""
+    answer = "import pathlib, sys, time\n"
+    answer += "p = pathlib.Path('answer.txt'); p.write_text(sys.argv[1]); time.sleep(0.5)\n"
+    answer += "print(p.read_text() + str(len(list(pathlib.Path().iterdir()))))\n"
+    agent = [sys.executable, "-c", answer]
+    root = write(
+        dataset,
+        {
+            "one": {"agent": {"command": [*agent, "x"]}},
+            "two": {"agent": {"command": [*agent, "y"]}},
+        },
+        tasks={"t.yaml": {"input": "q", "workspace": "ws", "graders": [{"regex": "^[xy]2$"}]}},
+    )
+    (root / "ws").mkdir()
+    (root / "ws/seed.txt").write_text("seed")
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "2")
+    result.assert_outcomes(passed=2)

@@ -331,7 +331,7 @@ class _Attempt:
 
     def _environment(self) -> Environment:
         if self.environment is None:
-            self.environment = self.environments.create(self.job.task, self.job.attempt)
+            self.environment = self.environments.create(self.job.task, self.job.key)
         return self.environment
 
     def _local_folder(self) -> Path:
@@ -355,7 +355,7 @@ class _Attempt:
     def adopt(self) -> None:
         """Take on the environment the agent made in another process (`--agenteval-isolate`)."""
         if self.environment is None:
-            self.environment = self.environments.adopt(self.job.task, self.job.attempt)
+            self.environment = self.environments.adopt(self.job.task, self.job.key)
 
     def record(
         self,

@@ -623,7 +623,7 @@ def _add(tar: tarfile.TarFile, name: str, source: Path | None, uid: int, gid: in
 
 def container_name(key: Key, pid: int) -> str:
     """A container name only this attempt of the session `pid` gets."""
-    return f"agenteval-{pid}-{folder_name(*key)}"
+    return f"agenteval-{pid}-{folder_name(*key)}"  # a variant's key names its variant
 
 
 def find(name: str, spec: SandboxSpec, template: Path | None) -> DockerEnvironment | None:

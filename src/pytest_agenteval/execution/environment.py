@@ -120,8 +120,8 @@ class SandboxPolicy:
     """Containers alive at once on this machine, across processes and sessions."""
 
 
-MakeEnvironment = Callable[["TaskDef", int], "Environment | None"]
-"""A plugin's environment for (task, attempt), or None to leave it to the built-in kinds."""
+MakeEnvironment = Callable[["TaskDef", Key], "Environment | None"]
+"""A plugin's environment for (task, attempt key), or None to leave it to the built-in kinds."""
 
 
 class Environments:
@@ -157,9 +157,10 @@ class Environments:
         """The run this process's attempts belong to: its containers are labelled with it."""
         self._run_id = run_id
 
-    def create(self, task: TaskDef, attempt: int) -> Environment:
-        """A fresh environment for one attempt, holding a copy of the task's template."""
-        made = self._plugins(task, attempt) if self._plugins is not None else None
+    def create(self, task: TaskDef, key: Key) -> Environment:
+        """A fresh environment for the attempt `key` (its variant's own, in a run with
+        variants), holding a copy of the task's template."""
+        made = self._plugins(task, key) if self._plugins is not None else None
         if made is not None:
             return made
         if task.sandbox is not None:
@@ -169,30 +170,26 @@ class Environments:
                 if self._images is None:
                     self._images = Images(session_label(self._session), self._sandboxes)
                     self._images.run_id = self._run_id
-            name = container_name(_key(task, attempt), self._session)
+            name = container_name(key, self._session)
             return DockerEnvironment(
                 task.sandbox, name, task.workspace_dir, self._images, task.sandbox_build
             )
-        return self.workspaces.create(_key(task, attempt), task.workspace_dir)
+        return self.workspaces.create(key, task.workspace_dir)
 
     def ready(self) -> None:
         """Make what this process's environments share (the base folder) now."""
         self.workspaces.base  # noqa: B018 - made on first use
 
-    def adopt(self, task: TaskDef, attempt: int) -> Environment | None:
+    def adopt(self, task: TaskDef, key: Key) -> Environment | None:
         """The local folder an attempt made in another process (`--agenteval-isolate`), if it
         made one."""
-        return self.workspaces.existing(_key(task, attempt), task.workspace_dir)
+        return self.workspaces.existing(key, task.workspace_dir)
 
     def close(self) -> None:
         """The session is over: the sandboxes being removed are gone."""
         if self._images is not None:
             self._images.close()
         self.workspaces.close()
-
-
-def _key(task: TaskDef, attempt: int) -> Key:
-    return (task.dataset.name, task.id, attempt)
 
 
 class LocalEnvironment:

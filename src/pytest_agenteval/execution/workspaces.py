@@ -68,12 +68,17 @@ class Workspaces:
                 self._base.rmdir()
 
 
-def folder_name(dataset: str, task_id: str, attempt: int) -> str:
-    """A short, file-name-safe name that only this (dataset, task id, attempt) gets.
+def folder_name(dataset: str, task_id: str, attempt: int, variant: str | None = None) -> str:
+    """A short, file-name-safe name that only this (dataset, task id, attempt, variant) gets.
 
-    Readable (`ds--arith_add--0-<hash>`), bounded in length whatever the id's length, and
-    collision-free: ids that read the same once made safe (`x/y`, `x_y`) differ in the hash.
+    Readable (`ds--arith_add--0-<hash>`, a variant's `ds--arith_add--base--0-<hash>`), bounded
+    in length whatever the id's length, and collision-free: ids that read the same once made
+    safe (`x/y`, `x_y`) differ in the hash.
     """
-    readable = _UNSAFE.sub("_", f"{dataset}--{task_id}")[:NAME_PREFIX_CHARS]
-    exact = json.dumps([dataset, task_id, attempt]).encode()
+    named = f"{dataset}--{task_id}" if variant is None else f"{dataset}--{task_id}--{variant}"
+    readable = _UNSAFE.sub("_", named)[:NAME_PREFIX_CHARS]
+    identity = (
+        [dataset, task_id, attempt] if variant is None else [dataset, task_id, attempt, variant]
+    )
+    exact = json.dumps(identity).encode()
     return f"{readable}--{attempt}-{hashlib.sha256(exact).hexdigest()[:12]}"

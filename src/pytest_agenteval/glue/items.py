@@ -328,14 +328,14 @@ class TaskHooks:
         """Plugins' environments for attempts (`pytest_agenteval_make_environment`), asked at
         the dataset's folder."""
 
-        def make(task: TaskDef, attempt: int) -> Environment | None:
+        def make(task: TaskDef, key: Key) -> Environment | None:
             root = task.dataset.root
             made, source = first_answer(
                 config,
                 "pytest_agenteval_make_environment",
                 root,
                 task=task.spec,
-                key=(task.dataset.name, task.id, attempt),
+                key=key,
                 template=task.workspace_dir,
                 dataset_root=root,
                 config=config,
