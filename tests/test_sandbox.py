@@ -655,15 +655,19 @@ def test_a_missing_image_is_counted_apart_fails_the_gate_and_runs_again_on_resum
     pytester: pytest.Pytester, dataset: DatasetMaker, image: str
 ) -> None:
     """Attempts whose image cannot be had are `counts.build_failed` in summary.json, said in
-    the terminal and summary.md, fail the gate even with `--agenteval-allow-errors`, and a
+    the terminal, summary.md and the HTML report, fail the gate even with `--agenteval-allow-errors`, and a
     resume runs them again once the image is there (the task unchanged)."""
     later = f"agenteval-test-later:{os.getpid()}"
     dataset(
         {"boxed.yaml": {"input": "x", "expected": "x", "sandbox": _sandboxed(later)}},
         manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
     )
-    first = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--agenteval-allow-errors")
+    first = pytester.runpytest(
+        "--agenteval", "ds", "--attempts", "2", "--agenteval-allow-errors",
+        "--agenteval-html", "page.html",
+    )  # fmt: skip
     first.assert_outcomes(errors=2)
+    assert "<dt>sandbox build failed</dt><dd>2</dd>" in (pytester.path / "page.html").read_text()
     assert first.ret == pytest.ExitCode.TESTS_FAILED
     first.stdout.fnmatch_lines(
         [
@@ -690,7 +694,7 @@ def test_the_record_keeps_the_image_and_the_captured_environment_and_drift_is_sa
     """`sandbox: environment:` runs its commands inside each container before the agent; the
     record keeps their outputs and the image id, and a value that differs across attempts
     (each container's hostname) is listed in summary.json's `environment_drift` and warned of
-    in the terminal and summary.md, while equal values are not."""
+    in the terminal, summary.md and the HTML report, while equal values are not."""
     capture = {"os": "uname -s", "host": "hostname", "gone": "no-such-program"}
     dataset(
         {"a.yaml": {"input": "x", "expected": "x"}},
@@ -699,8 +703,11 @@ def test_the_record_keeps_the_image_and_the_captured_environment_and_drift_is_sa
             "defaults": {"sandbox": _sandboxed(image, environment=capture)},
         },
     )
-    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2")
+    result = pytester.runpytest(
+        "--agenteval", "ds", "--attempts", "2", "--agenteval-html", "page.html"
+    )
     result.assert_outcomes(passed=2)
+    assert "environment drift: host" in (pytester.path / "page.html").read_text()
     image_id = _inspect(image, "{{.Id}}")
     hosts = []
     for attempt in (0, 1):

@@ -27,7 +27,7 @@ from .html_variants import leaderboard as _leaderboard
 from .html_variants import matrix_rows
 from .html_variants import matrix_shell as _matrix_shell
 from .metrics import INTERVAL_METHOD, MIN_TASKS, percentile
-from .reports import _atomic_write, fmt
+from .reports import _atomic_write, drift_lines, fmt
 from .summary import Metrics, Summary, TaskSummary, VariantSummary, narrowed_words
 from .svg import Bar, Series, histogram, interval_bars, line_plot, seconds
 
@@ -316,6 +316,7 @@ def _headline(summary: Summary) -> str:
         ("attempts", f"{summary.n_attempts}"),
         ("passed / failed / errors", f"{counts.passed} / {counts.fail} / {counts.error}"),
         *([("over budget", str(counts.over_budget))] if counts.over_budget else []),
+        *([("sandbox build failed", str(counts.build_failed))] if counts.build_failed else []),
         ("tokens in / out", f"{_int(tot.input_tokens)} / {_int(tot.output_tokens)}"),
         ("cost", "n/a" if tot.cost is None else f"{tot.cost:.4f}"),
         ("duration p50 / p95", f"{_sec(tot.duration_p50)} / {_sec(tot.duration_p95)}"),
@@ -334,6 +335,7 @@ agent <strong>{escape(summary.agent.label)}</strong>
 · started {_when(summary.created_at)} · finished {_when(summary.finished_at)}
 {" · last session: " + escape(", ".join(session)) if session else ""}</p>
 {f'<p class="meta" id="narrowed">{escape(narrowed)}</p>' if narrowed else ""}
+{"".join(f'<p class="meta drift">{escape(line)}</p>' for line in drift_lines(summary))}
 <p class="meta fingerprint">agent fingerprint <code>{escape(fingerprint)}</code></p>
 <dl class="headline">
 {"".join(f"<div><dt>{escape(k)}</dt><dd>{v}</dd></div>" for k, v in cells)}
