@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 
 from chat_server import ChatServer
-from helpers import WORKERS, DatasetMaker, ids_in_shards, latest_run, run_ids, task
+from helpers import (
+    WORKERS,
+    DatasetMaker,
+    comparable,
+    ids_in_shards,
+    latest_run,
+    run_ids,
+    summary_of,
+    task,
+)
 from pytest_agenteval.cli import main
 from pytest_agenteval.store.progress import progress_lines
 
@@ -362,6 +371,38 @@ def test_shards_keep_a_tasks_variants_together_and_merge_keeps_them(
     assert records(pytester.path, merged.name, "merged") == records(pytester.path, cache="whole")
     meta = json.loads((merged / "run.json").read_text())
     assert (meta["variants"], meta["reference"]) == (["base", "cand"], "base")
+    (unsharded,) = (pytester.path / "whole/agenteval/runs").iterdir()
+    whole, joined = (json.loads((r / "summary.json").read_text()) for r in (unsharded, merged))
+    assert whole["variants"] and numbers(joined) == numbers(whole)
+
+
+def numbers(summary: dict[str, Any]) -> dict[str, Any]:
+    """What a run with variants says of its agents, without timings: every variant's numbers,
+    the comparison, and each task's."""
+    same = comparable(summary)
+    return {
+        "variants": {
+            name: {**v, "totals": {k: n for k, n in v["totals"].items() if "duration" not in k}}
+            for name, v in summary["variants"].items()
+        },
+        "comparison": summary["comparison"],
+        "tasks": same["tasks"],
+    }
+
+
+@pytest.mark.slow
+def test_workers_and_calls_in_flight_give_the_one_process_summary(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Every variant's numbers and the comparison are the same with two xdist workers and
+    with 8 attempts in flight as in one process."""
+    write(dataset, three(pytester))
+    summaries = []
+    for how in ([], ["-n", "2"], ["--agenteval-concurrency", "8"]):
+        pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2", *how)
+        summaries.append(numbers(summary_of(pytester)))
+    assert len(summaries[0]["variants"]) == 3
+    assert summaries[1:] == [summaries[0], summaries[0]]
 
 
 TIMED = """
