@@ -81,7 +81,7 @@ def test_validate(
     assert (
         "b.yaml:2: at graders[0]: unknown grader 'equal'" in out and "duplicate task id 'a'" in out
     )
-    assert "1 tasks valid, 2 problems" in out
+    assert "1 task valid, 2 problems" in out
 
 
 @pytest.mark.parametrize("kind", ["task", "manifest", "record", "summary"])

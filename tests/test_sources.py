@@ -239,7 +239,7 @@ def test_validate_knows_sources_and_new_grader_options(
     out = capsys.readouterr().out
     assert "rows.csv:3: the record has 1 fields, the header 2" in out
     assert "bad.yaml:3: at graders[0].schema: not a valid JSON Schema: at schema.type" in out
-    assert "1 tasks valid, 2 problems" in out
+    assert "1 task valid, 2 problems" in out
 
 
 def test_schema_command_knows_source_files(

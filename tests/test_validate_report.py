@@ -38,7 +38,7 @@ def test_every_problem_at_once_with_unknown_keys_named(
     root = dataset({"t.yaml": FOUR_TYPOS, "ok.yaml": {"input": "q", "expected": "4"}})
     assert main(["validate", str(root)]) == 1
     out = capsys.readouterr().out
-    pytest.LineMatcher(out.splitlines()).fnmatch_lines([*PROBLEMS, "1 tasks valid, 4 problems"])
+    pytest.LineMatcher(out.splitlines()).fnmatch_lines([*PROBLEMS, "1 task valid, 4 problems"])
     assert "required" not in out.lower()
     result = pytester.runpytest("--agenteval", "ds", "-p", "no:randomly")
     result.assert_outcomes(errors=1, failed=1)

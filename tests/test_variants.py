@@ -225,6 +225,22 @@ def test_agent_and_variants_in_one_manifest_is_a_located_error(
     assert run_ids(pytester.path) == []
 
 
+def test_a_variant_name_items_cannot_carry_is_a_located_error(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A variant named with a space is refused at its line, saying which characters a name
+    may use (it becomes part of item ids)."""
+    root = dataset(TASKS)
+    (root / "agenteval.yaml").write_text(
+        "name: ds\nversion: '1'\nvariants:\n  ok: agent:run\n  my variant: agent:run\n"
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*agenteval.yaml:5: at variants.my variant*: variant name 'my variant': use letters*"]
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -483,7 +499,7 @@ def test_validate_builds_each_variants_agent_and_counts_tasks_once(
     assert main(["validate", str(root)]) == 1
     out = capsys.readouterr().out
     assert "agenteval.yaml:1: at variants.gone.agent:" in out
-    assert "(the agent of 2 tasks)" in out and "2 tasks valid, 1 problems" in out
+    assert "(the agent of 2 tasks)" in out and "2 tasks valid, 1 problem" in out
 
 
 def test_a_variant_without_records_may_change_its_agent(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from . import __version__
 from .core import options
 from .core.errors import AgentevalError
+from .core.text import counted
 
 if TYPE_CHECKING:
     from .reporting.summary import Summary
@@ -436,7 +437,7 @@ def _validate(args: argparse.Namespace) -> int:
         for line in lines:
             print(line)
         problems += found
-    print(f"{tasks} tasks valid, {problems} problems")
+    print(f"{counted(tasks, 'task')} valid, {counted(problems, 'problem')}")
     return 1 if problems else 0
 
 

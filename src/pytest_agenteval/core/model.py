@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -19,7 +20,6 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
-    StringConstraints,
     Tag,
     field_validator,
     model_validator,
@@ -297,7 +297,18 @@ class Variant(UserModel):
 
 
 VARIANT_NAME_PATTERN = r"^[A-Za-z0-9_.\-]+$"
-VariantName = Annotated[str, StringConstraints(pattern=VARIANT_NAME_PATTERN)]
+
+
+def _variant_name(name: str) -> str:
+    if not re.match(VARIANT_NAME_PATTERN, name):
+        raise ValueError(
+            f"variant name {name!r}: use letters, digits, `_`, `.` and `-` (it becomes part of "
+            "item ids, so `-k NAME` selects it)"
+        )
+    return name
+
+
+VariantName = Annotated[str, AfterValidator(_variant_name)]
 
 
 class Manifest(UserModel):

@@ -37,3 +37,8 @@ def json_safe(value: object) -> object:
 def decode_output(data: bytes) -> str:
     """Program output as text; invalid UTF-8 becomes replacement characters, never an error."""
     return data.decode("utf-8", errors="replace")
+
+
+def counted(n: int, word: str) -> str:
+    """`1 task`, `2 tasks`: a count and its noun, singular or plural."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"

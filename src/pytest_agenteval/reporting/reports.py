@@ -17,7 +17,7 @@ from junitparser import xunit2
 
 from ..core.errors import ReportError, os_failure
 from ..core.numbers import rounded_values, shown
-from ..core.text import excerpt, xml_safe
+from ..core.text import counted, excerpt, xml_safe
 from ..store.index import gc_paused
 from ..store.problems import StoreProblem
 from .leaderboard import leaderboard_markdown, leaderboard_terminal
@@ -116,8 +116,8 @@ def render_markdown(summary: Summary, rule: str) -> str:
         "",
         f"Run `{summary.run_id}` · agent {_md(summary.agent.label)} · "
         f"status **{summary.status}** · {f'**{_md(narrowed)}** · ' if narrowed else ''}"
-        f"{_plural(_n_tasks(summary), 'task')}, "
-        f"{_plural(summary.n_attempts, 'attempt')}",
+        f"{counted(_n_tasks(summary), 'task')}, "
+        f"{counted(summary.n_attempts, 'attempt')}",
         "",
     ]
     if summary.variants is not None or m is None:
@@ -155,7 +155,7 @@ def render_markdown(summary: Summary, rule: str) -> str:
         )
     broken = summary.load_errors
     if broken:
-        heading = f"**{_plural(len(broken), 'task')} could not be loaded** (not evaluated):"
+        heading = f"**{counted(len(broken), 'task')} could not be loaded** (not evaluated):"
         lines += ["", heading, ""]
         lines += [f"- {_md(e.name)}: {_md(excerpt(e.message, 300))}" for e in broken]
     for damage in summary.store_problems:
@@ -213,7 +213,7 @@ def _tasks_per_k(m: Metrics) -> str:
     if not per_k:
         return ""
     if not _uneven(m):
-        return f"  (over {_plural(per_k[0], 'task')} each)"
+        return f"  (over {counted(per_k[0], 'task')} each)"
     return f"  (over {', '.join(str(n) for n in per_k)} tasks: those with >= k attempts)"
 
 
@@ -301,12 +301,12 @@ def _pass_rate(task: TaskSummary) -> tuple[float, str, str]:
 
 
 def _counts_line(counts: Counts) -> str:
-    text = f"{counts.passed} passed, {counts.fail} failed, {_plural(counts.error, 'error')}"
+    text = f"{counts.passed} passed, {counts.fail} failed, {counted(counts.error, 'error')}"
     if counts.over_budget:
         text += f" ({counts.over_budget} over budget)"
     text += _build_failed_words(counts)
     if counts.load_error:
-        text += f", {_plural(counts.load_error, 'load error')}"
+        text += f", {counted(counts.load_error, 'load error')}"
     done = (("reused", counts.reused), ("regraded", counts.regraded))
     extra = [f"{n} {what}" for what, n in done if n]
     return text + (f" ({', '.join(extra)})" if extra else "")
@@ -324,10 +324,6 @@ def drift_lines(summary: Summary) -> list[str]:
         + ", ".join(repr(v) for v in d.values)
         for d in summary.environment_drift
     ]
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _first_line(text: str) -> str:
@@ -519,7 +515,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
     narrowed = narrowed_words(summary)
     lines = [
         f"run {summary.run_id} ({summary.status}) · dataset {ds.name} {ds.version} · "
-        f"{_plural(_n_tasks(summary), 'task')}, {_plural(summary.n_attempts, 'attempt')}",
+        f"{counted(_n_tasks(summary), 'task')}, {counted(summary.n_attempts, 'attempt')}",
         *([f"{narrowed}: the metrics cover these attempts only"] if narrowed else []),
         _counts_line(counts) + (f"; {counts.run} run now" if counts.run is not None else ""),
         *_agent_error_lines(summary.agent_errors),
@@ -539,7 +535,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
         lines.append(_interval(m))
     broken = summary.load_errors
     if broken:
-        lines.append(f"{_plural(len(broken), 'task')} could not be loaded (not evaluated):")
+        lines.append(f"{counted(len(broken), 'task')} could not be loaded (not evaluated):")
         shown_errors = broken if verbose else broken[:LOWEST_SHOWN]
         lines += [f"  {e.name}: {_first_line(e.message)}" for e in shown_errors]
         if len(broken) > len(shown_errors):
