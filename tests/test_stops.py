@@ -173,7 +173,8 @@ def test_cancel_from_another_shell(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:
     """`agenteval cancel` stops a running run, in every process: status cancelled, exit 2, the
-    rest skipped; a resume clears the request and runs only what was not recorded."""
+    rest skipped, the summary saying how many of the planned attempts it holds; a resume clears
+    the request and runs only what was not recorded."""
     costly(dataset, 40, sleep=0.2)
     proc = _start(pytester, "--agenteval-concurrency", "2", "-rs", *workers)
     _wait_for_records(pytester, 2)
@@ -189,13 +190,16 @@ def test_cancel_from_another_shell(
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()
     assert b"not started: cancelled" in out
     run_id = latest_run(pytester.path)
-    assert summary_of(pytester, run_id)["status"] == "cancelled"
+    stopped = summary_of(pytester, run_id)
+    assert stopped["status"] == "cancelled"
     recorded = len(stored(pytester.path))
-    assert recorded < 40
+    assert recorded < 40 and stopped["planned"] == 40
+    assert f"{recorded} of 40 planned attempts".encode() in out
     calls_before = len(dataset.calls())
     done = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
     done.assert_outcomes(passed=40)
     assert summary_of(pytester, run_id)["status"] == "complete"
+    assert "planned" not in summary_of(pytester, run_id)
     assert len(dataset.calls()) - calls_before == 40 - recorded
 
 

@@ -313,7 +313,7 @@ def _headline(summary: Summary) -> str:
     cells = [
         headline,
         ("tasks", f"{tasks}{_not_loaded(summary)}"),
-        ("attempts", f"{summary.n_attempts}"),
+        ("attempts", _attempts(summary)),
         ("passed / failed / errors", f"{counts.passed} / {counts.fail} / {counts.error}"),
         *([("over budget", str(counts.over_budget))] if counts.over_budget else []),
         *([("sandbox build failed", str(counts.build_failed))] if counts.build_failed else []),
@@ -341,6 +341,12 @@ agent <strong>{escape(summary.agent.label)}</strong>
 {"".join(f"<div><dt>{escape(k)}</dt><dd>{v}</dd></div>" for k, v in cells)}
 </dl>
 </header>"""
+
+
+def _attempts(summary: Summary) -> str:
+    """The attempts recorded, and of how many planned when the run ended early."""
+    planned = summary.planned
+    return f"{summary.n_attempts}" + (f" of {planned} planned" if planned is not None else "")
 
 
 def _variant_count(summary: Summary) -> str:

@@ -34,6 +34,7 @@ from .summary import (
     Summary,
     TaskSummary,
     Totals,
+    attempts_words,
     narrowed_words,
     task_passes,
 )
@@ -116,8 +117,7 @@ def render_markdown(summary: Summary, rule: str) -> str:
         "",
         f"Run `{summary.run_id}` · agent {_md(summary.agent.label)} · "
         f"status **{summary.status}** · {f'**{_md(narrowed)}** · ' if narrowed else ''}"
-        f"{counted(_n_tasks(summary), 'task')}, "
-        f"{counted(summary.n_attempts, 'attempt')}",
+        f"{counted(_n_tasks(summary), 'task')}, {attempts_words(summary)}",
         "",
     ]
     if summary.variants is not None or m is None:
@@ -515,7 +515,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
     narrowed = narrowed_words(summary)
     lines = [
         f"run {summary.run_id} ({summary.status}) · dataset {ds.name} {ds.version} · "
-        f"{counted(_n_tasks(summary), 'task')}, {counted(summary.n_attempts, 'attempt')}",
+        f"{counted(_n_tasks(summary), 'task')}, {attempts_words(summary)}",
         *([f"{narrowed}: the metrics cover these attempts only"] if narrowed else []),
         _counts_line(counts) + (f"; {counts.run} run now" if counts.run is not None else ""),
         *_agent_error_lines(summary.agent_errors),

@@ -16,6 +16,7 @@ from pydantic import (
     model_serializer,
 )
 
+from ..core.text import counted
 from ..store.index import IndexRow, gc_paused
 from ..store.runs import RunInfo
 from .metrics import (
@@ -373,6 +374,9 @@ class Summary(_Frozen):
     """Agents that could not be built; their attempts did not run and are not recorded."""
     n_attempts: int
     """Attempts recorded in the run."""
+    planned: int | None = None
+    """Attempts the run set out to record (its selection of its datasets' tasks times attempts),
+    when it ended before recording them all (a stop, an interruption); absent otherwise."""
     counts: Counts
     """pass / fail / error over the run (with variants: over the selected variants, and the
     tasks with their own agent), and over_budget: the errors whose agent used more than
@@ -426,6 +430,7 @@ class Summary(_Frozen):
 
 
 _OPTIONAL = (
+    "planned",
     "metrics",
     "shard",
     "regression",
@@ -478,6 +483,7 @@ def build_summary(
         "narrowed_by": run.narrowed_by,
         "agent_errors": agent_errors or [],
         "n_attempts": len(rows),
+        "planned": _planned(run, status, len(rows)),
         "counts": {
             **tot.counts,
             **build_failures(rows),
@@ -580,6 +586,19 @@ def environment_drift(rows: Sequence[IndexRow]) -> list[dict[str, Any]]:
         for name, values in sorted(seen.items())
         if len(values) > 1
     ]
+
+
+def _planned(run: RunInfo, status: str, recorded: int) -> int | None:
+    """The planned attempts of a run that ended before it recorded them all."""
+    return run.planned if status != "complete" and run.planned > recorded else None
+
+
+def attempts_words(summary: Summary) -> str:
+    """`40 attempts`, or `9 of 40 planned attempts` for a run that ended early."""
+    planned = summary.planned
+    if planned is None:
+        return counted(summary.n_attempts, "attempt")
+    return f"{summary.n_attempts} of {planned} planned attempts"
 
 
 def narrowed_words(summary: Summary) -> str | None:
