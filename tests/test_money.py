@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from chat_server import ChatServer
-from helpers import DatasetMaker, latest_record, task
+from helpers import DatasetMaker, latest_record, latest_run, task
+from pytest_agenteval.cli import main
 from pytest_agenteval.core.records import AttemptRecord
 from test_providers import KEY, KEY_ENV, openai_agent
 
@@ -231,17 +232,23 @@ def test_a_huge_max_in_flight_costs_no_memory(
 
 
 def test_an_attempt_s_duration_is_its_call_and_the_wait_for_a_slot_is_apart(
-    pytester: pytest.Pytester, dataset: DatasetMaker, chat_server: ChatServer
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    chat_server: ChatServer,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """With `max_in_flight: 1` at concurrency 4, each record's `started_at` and `duration` are
     of its own call (calls one after another: no two overlap) and the time it waited for the
-    slot is its `wait`; a record without `wait` still reads."""
+    slot is its `wait`, which `agenteval show` and the HTML report say; a record without `wait`
+    still reads."""
     chat_server.reset(latency=0.2)
     dataset(
         {f"t{i}.yaml": {"input": "<<ok>>", "expected": "ok"} for i in range(4)},
         manifest={"agent": openai_agent(chat_server), "limits": {"max_in_flight": 1}},
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "4")
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "4", "--agenteval-html", "page.html"
+    )
     result.assert_outcomes(passed=4)
     records = sorted(
         (latest_record(pytester.path, f"t{i}", 0) for i in range(4)),
@@ -250,6 +257,9 @@ def test_an_attempt_s_duration_is_its_call_and_the_wait_for_a_slot_is_apart(
     for before, after in itertools.pairwise(records):
         assert after["started_at"] >= before["started_at"] + before["duration"] - 0.1
     assert all(r.get("wait", 0) > 0 for r in records[1:])
+    assert main(["show", latest_run(pytester.path), f"{records[-1]['task_id']}/0"]) == 0
+    assert "s waiting for a slot)" in capsys.readouterr().out
+    assert f'"w":{records[-1]["wait"]}' in (pytester.path / "page.html").read_text()
     old = {key: value for key, value in records[1].items() if key != "wait"}
     assert AttemptRecord.from_json(old).wait == 0.0
 

@@ -75,6 +75,7 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
         "i": record.attempt,
         "s": record.status,
         "d": record.duration,
+        **({"w": record.wait} if record.wait else {}),
         "in": _clipped(_as_text(record.task_input)),
         "x": _clipped(_as_text(record.expected)),
         "o": output,

@@ -178,6 +178,7 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
         + f"): {record.status}"
         + (f" ({reuse})" if reuse else ""),
         f"score {_num(record.score)} · duration {record.duration:.3f}s"
+        + (f" (after {record.wait:.3f}s waiting for a slot)" if record.wait else "")
         + _usage(record.input_tokens, record.output_tokens, record.spend)
         + _split(record),
         "",

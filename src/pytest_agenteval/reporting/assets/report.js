@@ -182,6 +182,7 @@
     var head = el("h3", null, "attempt " + a.i + " ");
     head.appendChild(el("span", "badge status-" + a.s, a.s));
     head.appendChild(el("span", "muted", " " + seconds(a.d)));
+    if (a.w) { head.appendChild(el("span", "muted", " (after " + seconds(a.w) + " waiting for a slot)")); }
     (a.f || []).forEach(function (flag) { head.appendChild(el("span", "flag", flag)); });
     box.appendChild(head);
     if (a.lost) {
