@@ -76,7 +76,10 @@ def timed_dataset(dataset: DatasetMaker, n: int, agent: str = "timed:run", **met
     return root
 
 
-@pytest.mark.parametrize("extra", [[], ["-n", "2"]], ids=["solo", "n2"])
+@pytest.mark.parametrize(
+    "extra",
+    [pytest.param([], id="solo"), pytest.param(["-n", "2"], id="n2", marks=pytest.mark.slow)],
+)
 def test_summary_is_the_same_at_concurrency_1_and_16(
     pytester: pytest.Pytester, dataset: DatasetMaker, extra: list[str]
 ) -> None:
@@ -164,7 +167,14 @@ def test_timeouts_under_concurrency(
     result.stdout.fnmatch_lines(["*timed out after 0.5s*"])
 
 
-@pytest.mark.parametrize("dist", ["load", "loadscope", "loadfile"])
+@pytest.mark.parametrize(
+    "dist",
+    [
+        "load",
+        pytest.param("loadscope", marks=pytest.mark.slow),
+        pytest.param("loadfile", marks=pytest.mark.slow),
+    ],
+)
 def test_no_attempt_runs_twice_under_xdist(
     pytester: pytest.Pytester, dataset: DatasetMaker, dist: str
 ) -> None:
