@@ -86,9 +86,11 @@ def environment(image: str, tmp_path: Path) -> Iterator[DockerEnvironment]:
     made.teardown(keep=False)
 
 
-def _containers(name: str) -> list[str]:
+def _containers(name: str, by: str = "name") -> list[str]:
+    """The containers (running or not) whose `by` (name, or `label`: `key` or `key=value`)
+    matches `name`."""
     listed = subprocess.run(
-        ["docker", "ps", "-a", "--filter", f"name={name}", "--format", "{{.Names}}"],
+        ["docker", "ps", "-a", "--filter", f"{by}={name}", "--format", "{{.Names}}"],
         capture_output=True,
         text=True,
         check=True,
@@ -435,13 +437,7 @@ def test_sandboxes_under_xdist_workers_with_concurrency(
 
 def _labelled(label: str) -> list[str]:
     """The containers (running or not) carrying `label` (`name` or `name=value`)."""
-    listed = subprocess.run(
-        ["docker", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return listed.stdout.split()
+    return _containers(label, by="label")
 
 
 def _inspect(name: str, template: str) -> str:
