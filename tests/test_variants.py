@@ -342,7 +342,8 @@ def test_drift_of_one_variant_is_refused_naming_it(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
     """Changing one variant's agent refuses the resume naming that variant; with
-    --agenteval-allow-drift only the missing attempts run."""
+    --agenteval-allow-drift only the missing attempts run, the variant keeps the label of the
+    agent its records were made with, and the next resume without the flag is refused again."""
     root = write(dataset, {"base": "agents:base", "cmd": command_agent(pytester.path)})
     pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=4)
     write(dataset, {"base": "agents:base", "cmd": command_agent(pytester.path, version="2")})
@@ -360,6 +361,10 @@ def test_drift_of_one_variant_is_refused_naming_it(
     )
     result.stdout.fnmatch_lines(["*4 reused*"])
     assert [len(calls(root, v)) for v in ("base", "cmd")] == [2, 2]
+    (summary,) = [json.loads(p.read_text()) for p in pytester.path.rglob("summary.json")]
+    assert "version 2" not in summary["variants"]["cmd"]["agent"]  # its records' agent
+    again = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
+    assert again.ret == pytest.ExitCode.USAGE_ERROR  # still two agents: said every time
 
 
 def test_shards_keep_a_tasks_variants_together_and_merge_keeps_them(

@@ -130,7 +130,7 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
     if not request.dry:
         store.claim_run(info.run_id)
         store.hold(info.run_id, rows)
-        agent = request.fingerprint if not recorded else with_variants(info.agent, request)
+        agent = request.fingerprint if not recorded else with_variants(info.agent, request, ran)
         if agent != info.agent:
             store.set_agent(info.run_id, agent)
         if request.variants is not None and request.reference is not None:
@@ -195,15 +195,27 @@ def variant_drift(
     ]
 
 
-def with_variants(stored: dict[str, Any], request: RunRequest) -> dict[str, Any]:
-    """The stored fingerprint with the session's variants added (a changed one, allowed to
-    drift, takes its new label): a variant once run keeps its agent in run.json, also while
-    it is left out, so bringing it back with another agent is drift too."""
+def with_variants(
+    stored: dict[str, Any], request: RunRequest, ran: Collection[str | None]
+) -> dict[str, Any]:
+    """The stored fingerprint with the session's variants added: a variant once run keeps its
+    agent in run.json, also while it is left out (bringing it back with another agent is drift
+    too), and also when it is allowed to drift (`--agenteval-allow-drift`): its label stays
+    that of the agent its records were made with, as a run without variants keeps its agent,
+    and every later resume with the other agent is drift again. A variant without records
+    takes the session's label."""
     now = request.fingerprint.get("variants")
     if not now:
         return stored
     before = stored.get("variants") or {}
-    merged = {ds: {**before.get(ds, {}), **labels} for ds, labels in now.items()}
+
+    def label(dataset: str, name: str, given: str) -> str:
+        return before.get(dataset, {}).get(name, given) if name in ran else given
+
+    merged = {
+        ds: {**before.get(ds, {}), **{name: label(ds, name, v) for name, v in labels.items()}}
+        for ds, labels in now.items()
+    }
     return {**stored, "variants": {**before, **merged}}
 
 
