@@ -242,6 +242,29 @@ def test_a_variant_name_items_cannot_carry_is_a_located_error(
 
 
 @pytest.mark.parametrize(
+    ("variants", "says"),
+    [
+        (
+            "\n  a: agent:run\n  a: agent:other\n",
+            "*agenteval.yaml:5: invalid YAML: key 'a' given twice (first at line 4)",
+        ),
+        (" {}\n", "*agenteval.yaml:3: at variants: `variants:` names no variant*"),
+    ],
+)
+def test_a_variant_given_twice_or_none_is_a_located_error(
+    pytester: pytest.Pytester, dataset: DatasetMaker, variants: str, says: str
+) -> None:
+    """A variant name written twice (YAML would silently keep the last) and an empty
+    `variants:` are refused at their line; nothing runs."""
+    root = dataset(TASKS)
+    (root / "agenteval.yaml").write_text(f"name: ds\nversion: '1'\nvariants:{variants}")
+    result = pytester.runpytest("--agenteval", "ds")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([says])
+    assert run_ids(pytester.path) == []
+
+
+@pytest.mark.parametrize(
     ("args", "says"),
     [
         (
@@ -251,7 +274,13 @@ def test_a_variant_name_items_cannot_carry_is_a_located_error(
         ),
         (
             ["--agenteval-variant", "nope"],
-            "*--agenteval-variant nope: dataset 'ds' has no such variant; its variants: base, cand",
+            "*--agenteval-variant nope (or ini agenteval_variants): dataset 'ds' has no such "
+            "variant; its variants: base, cand",
+        ),
+        (
+            ["--agenteval-reference", "cnad"],
+            "*--agenteval-reference cnad (or ini agenteval_reference): dataset 'ds' has no such "
+            "variant (did you mean 'cand'?); its variants: base, cand",
         ),
         (
             ["--agenteval-variant", "cand", "--agenteval-reference", "base"],
@@ -262,8 +291,9 @@ def test_a_variant_name_items_cannot_carry_is_a_located_error(
 def test_variant_options_are_checked(
     pytester: pytest.Pytester, dataset: DatasetMaker, args: list[str], says: str
 ) -> None:
-    """--agenteval-agent on a dataset with variants, an unknown variant and a reference not
-    selected are usage errors saying what to do; nothing runs."""
+    """--agenteval-agent on a dataset with variants, an unknown variant or reference (named by
+    its own option, with a did-you-mean) and a reference not selected are usage errors saying
+    what to do; nothing runs."""
     write(dataset, {"base": "agents:base", "cand": "agents:cand"})
     result = pytester.runpytest("--agenteval", "ds", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR

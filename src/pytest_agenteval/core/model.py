@@ -350,6 +350,13 @@ class Manifest(UserModel):
             str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
         )
 
+    @field_validator("variants")
+    @classmethod
+    def _some_variant(cls, value: dict[str, Variant] | None) -> dict[str, Variant] | None:
+        if value is not None and not value:
+            raise ValueError("`variants:` names no variant: add `NAME: AGENT-SPEC`, or drop it")
+        return value
+
 
 class TaskSpec(UserModel):
     """One task as written in YAML."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ..core.errors import AgentUnavailable, TaskFileError, display_path
+from ..core.errors import AgentUnavailable, TaskFileError, did_you_mean, display_path
 from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, Key, TaskSpec, Variant
 from ..core.records import attempt_key
 from ..core.shards import Shard
@@ -243,7 +243,9 @@ def check_variants(settings: Settings, datasets: list[Dataset]) -> None:
             f"variants ({', '.join(varied[0].manifest.variants or ())}); choose them with "
             "--agenteval-variant NAME, or edit `variants:` in its agenteval.yaml"
         )
-    asked = [*settings.variants, *([settings.reference] if settings.reference else [])]
+    asked = [("variant", name) for name in settings.variants]
+    if settings.reference:
+        asked.append(("reference", settings.reference))
     if asked and not varied:
         raise pytest.UsageError(
             "--agenteval-variant/--agenteval-reference: no dataset of this session has "
@@ -251,11 +253,14 @@ def check_variants(settings: Settings, datasets: list[Dataset]) -> None:
         )
     for dataset in varied:
         known = list(dataset.manifest.variants or ())
-        unknown = [name for name in asked if name not in known]
+        unknown = [(option, name) for option, name in asked if name not in known]
         if unknown:
+            which, name = unknown[0]
+            meant = did_you_mean(name, known)
             raise pytest.UsageError(
-                f"--agenteval-variant {unknown[0]}: dataset {dataset.name!r} has no such "
-                f"variant; its variants: {', '.join(known)}"
+                f"--agenteval-{which} {name} (or ini agenteval_{which}"
+                f"{'s' if which == 'variant' else ''}): dataset {dataset.name!r} has no such "
+                f"variant{f' ({meant})' if meant else ''}; its variants: {', '.join(known)}"
             )
     if settings.variants and settings.reference and settings.reference not in settings.variants:
         raise pytest.UsageError(

@@ -21,6 +21,10 @@ PyYAML shares one object per anchor, so a "billion laughs" file parses small; wh
 is everything that walks the data afterwards (validation, digests)."""
 
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping key written twice."""
+
+
 class _Loader(_BaseLoader):  # type: ignore[misc]  # PyYAML picks its loader at runtime
     """Safe YAML loader (libyaml when present) that keeps dates as the strings they were.
 
@@ -39,6 +43,20 @@ class _Loader(_BaseLoader):  # type: ignore[misc]  # PyYAML picks its loader at 
                 self._tags.clear()
             tag = self._tags[value] = super().resolve(kind, value, implicit)
         return tag
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A mapping; a key written twice is an error (YAML would keep the last one silently:
+        a variant or a field defined twice must not lose its first definition unsaid)."""
+        first: dict[str, int] = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.value != "<<":
+                line = first.setdefault(key.value, key.start_mark.line)
+                if line != key.start_mark.line:
+                    raise _DuplicateKey(
+                        None, None, f"key {key.value!r} given twice (first at line {line + 1})",
+                        key.start_mark,
+                    )  # fmt: skip
+        return super().construct_mapping(node, deep)
 
 
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", _BaseLoader.construct_yaml_str)
@@ -60,9 +78,12 @@ def parse(path: Path) -> tuple[Any, Any]:
         mark = getattr(exc, "problem_mark", None)
         problem = f"invalid YAML: {getattr(exc, 'problem', None) or exc}"
         line = mark.line + 1 if mark is not None else None
-        raise TaskFileError(
-            path, problem, line=line, hint="check indentation and quoting"
-        ) from None
+        hint = (
+            "keep one of them"
+            if isinstance(exc, _DuplicateKey)
+            else "check indentation and quoting"
+        )
+        raise TaskFileError(path, problem, line=line, hint=hint) from None
     finally:
         loader.dispose()
     if data is None:
