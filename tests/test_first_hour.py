@@ -219,14 +219,14 @@ def test_validate_checks_agents_and_plugin_graders(
     assert "ds/name.yaml:1: at graders[0]: unknown grader 'lenght'" in out
     assert "ds/own.yaml:1: at agent: cannot load agent 'agent:rnu'" in out
     assert "did you mean 'run'?" in out
-    assert out.rstrip().endswith("1 tasks valid, 3 problems")
+    assert out.rstrip().endswith("1 task valid, 3 problems")
     write_manifest(root, "agnt:run")
     for name in ("opts.yaml", "name.yaml", "own.yaml"):
         (root / name).unlink()
     assert main(["validate", str(root)]) == 1
     out = capsys.readouterr().out
     assert "ds/agenteval.yaml:3: at agent: cannot load agent 'agnt:run'" in out
-    assert "0 tasks valid, 1 problems" in out
+    assert "0 tasks valid, 1 problem" in out
     assert not (pytester.path / ".pytest_cache").exists() and dataset.calls() == []
 
 

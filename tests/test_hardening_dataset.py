@@ -400,7 +400,7 @@ def test_template_detection_reads_tasks_not_text(
     result.assert_outcomes(passed=4, errors=1)
     result.stdout.fnmatch_lines(["*docs/guide.yaml::docs/guide*PASSED*"])
     cli = pytester.run(sys.executable, "-m", "pytest_agenteval.cli", "validate", "ds")
-    cli.stdout.fnmatch_lines(["*unknown key 'unknown'", "4 tasks valid, 1 problems"])
+    cli.stdout.fnmatch_lines(["*unknown key 'unknown'", "4 tasks valid, 1 problem"])
 
 
 # 6. Where workspaces live
