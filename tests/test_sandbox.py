@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from helpers import WORKERS, DatasetMaker, default_sigint, latest_record, stored, summary_of
+from helpers import (
+    WORKERS,
+    DatasetMaker,
+    default_sigint,
+    latest_record,
+    latest_run,
+    stored,
+    summary_of,
+)
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.docker import (
@@ -257,7 +265,9 @@ def test_command_agent_and_grader_share_one_container_and_leave_none(
     )
     (root / "ws").mkdir()
     (root / "ws/seed.txt").write_text("seed")
-    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1, failed=1)
+    result = pytester.runpytest("--agenteval", "ds")
+    result.assert_outcomes(passed=1, failed=1)
+    assert "workspace kept" not in result.stdout.str()  # the failed attempt's is gone too
     assert _containers(f"agenteval-{os.getpid()}-ds--") == []  # the run was in this process
     assert latest_record(pytester.path, "a", 0)["status"] == "pass"
 
@@ -685,12 +695,13 @@ def test_a_missing_image_is_counted_apart_fails_the_gate_and_runs_again_on_resum
 
 
 def test_the_record_keeps_the_image_and_the_captured_environment_and_drift_is_said(
-    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`sandbox: environment:` runs its commands inside each container before the agent; the
     record keeps their outputs and the image id, and a value that differs across attempts
     (each container's hostname) is listed in summary.json's `environment_drift` and warned of
-    in the terminal, summary.md and the HTML report, while equal values are not."""
+    in the terminal, summary.md and the HTML report, while equal values are not; `agenteval
+    show` shows the image and the captured values."""
     capture = {"os": "uname -s", "host": "hostname", "gone": "no-such-program"}
     dataset(
         {"a.yaml": {"input": "x", "expected": "x"}},
@@ -713,6 +724,9 @@ def test_the_record_keeps_the_image_and_the_captured_environment_and_drift_is_sa
         assert captured["os"] == "Linux" and "no-such-program" in captured["gone"]
         hosts.append(captured["host"])
     assert hosts[0] != hosts[1]
+    assert main(["show", latest_run(pytester.path), "a/1"]) == 0
+    shown = capsys.readouterr().out
+    assert f"sandbox image {image_id}" in shown and f"environment host: {hosts[1]}" in shown
     summary = summary_of(pytester)
     assert summary["environment_drift"] == [{"name": "host", "values": sorted(hosts)}]
     result.stdout.fnmatch_lines(["warning: environment drift: host differs across attempts: *"])

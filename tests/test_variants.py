@@ -146,6 +146,7 @@ def test_each_variant_runs_every_task_with_its_own_agent(
                 "*t1[[]cmd-attempt-1[]] PASSED*",
                 "*t2[[]base-attempt-0[]] PASSED*",
                 "*t2[[]cand-attempt-0[]] FAILED*",
+                "t2 [[]cand attempt 0[]] failed: *",  # the failure names the variant
             ]
         )
     expected = sorted(

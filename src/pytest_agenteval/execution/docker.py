@@ -445,7 +445,7 @@ class DockerEnvironment:
     @property
     def where(self) -> str:
         if self.keep is None:
-            return f"docker container {self.name} (removed when the attempt ends)"
+            return ""  # removed when the attempt ends; its changed files are its artifacts
         kept = self.kept_name
         return (
             f"docker container {kept} (kept, stopped: `docker start {kept}` to look inside, "

@@ -75,7 +75,8 @@ class Environment(Protocol):
 
     @property
     def where(self) -> str:
-        """Where the files are, for a person (the failure report's `workspace kept:`)."""
+        """Where the files are, for a person (the failure report's `workspace kept:`); empty
+        when nothing of the attempt's environment is kept after it."""
         ...
 
     def exec(

@@ -223,14 +223,16 @@ class AttemptItem(AgentevalItem):
         return ERROR_WHEN.get(outcome.facts.phase or "", "setup")
 
     def _headline(self) -> str:
-        return f"{self.task.id} [attempt {self.attempt}]"
+        variant = f"{self.variant} " if self.variant else ""
+        return f"{self.task.id} [{variant}attempt {self.attempt}]"
 
     def _text(self, text: str, message: str) -> TerminalRepr:
         return text_repr(text, message, self.path, self.task.line)
 
     def _workspace_line(self) -> str:
         environment = self.outcome.environment if self.outcome else None
-        return f"\nworkspace kept: {environment.where}" if environment else ""
+        where = environment.where if environment else ""
+        return f"\nworkspace kept: {where}" if where else ""
 
     def _describe(self) -> TerminalRepr:
         """A wrong answer (or a replayed error) in a few plain lines; the first says why."""

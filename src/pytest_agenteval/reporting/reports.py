@@ -553,7 +553,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
         lines.append("tasks, lowest pass rate first:" if not verbose else "tasks:")
         for t in shown:
             mark = "" if task_passes(t, rule) else "  ✗ rule " + rule
-            errors = f" ({t.errors} errors)" if t.errors else ""
+            errors = f" ({counted(t.errors, 'error')})" if t.errors else ""
             variant = f"[{t.variant}]" if t.variant else ""
             lines.append(f"  {t.c}/{t.n}  {t.task_id}{variant}{errors}{mark}")
         hidden = len([t for t in tasks if t.c < t.n]) - len(shown)

@@ -168,6 +168,14 @@ def task_lines(
     return lines
 
 
+def _sandbox_lines(record: AttemptRecord) -> list[str]:
+    """The image a sandboxed attempt's container was made of, and what it captured inside."""
+    lines = [f"sandbox image {record.image}"] if record.image else []
+    for name, value in (record.environment or {}).items():
+        lines.append(f"environment {name}: {value}")
+    return lines
+
+
 def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list[str]:
     """Everything stored about one attempt, section by section; long texts cut unless `full`."""
     cut = _Cut(full)
@@ -181,6 +189,7 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
         + (f" (after {record.wait:.3f}s waiting for a slot)" if record.wait else "")
         + _usage(record.input_tokens, record.output_tokens, record.spend)
         + _split(record),
+        *_sandbox_lines(record),
         "",
         "input:",
         *_indented(asked),
