@@ -287,6 +287,7 @@ def test_an_agent_that_fails_still_leaves_its_files(
     assert _artifacts(pytester.path) == {"log.txt": b"half"}
 
 
+@pytest.mark.slow
 def test_an_agent_killed_at_its_timeout_still_leaves_its_files(
     pytester: pytest.Pytester, dataset: DatasetMaker, image: str
 ) -> None:

@@ -38,6 +38,7 @@ def test_tasks_and_graders_are_built_once_per_session(
     result.stdout.fnmatch_lines(["*GRADERS-BUILT 3"])
 
 
+@pytest.mark.slow
 def test_a_new_record_travels_as_one_string_and_is_stored_as_it_came(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
@@ -128,6 +129,7 @@ def test_a_lone_process_commits_the_typed_record_its_report_carries(
     assert len(records.read_text(encoding="utf-8").splitlines()) == 2
 
 
+@pytest.mark.slow
 def test_records_from_xdist_workers_are_stored_as_they_came(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
