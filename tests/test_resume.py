@@ -376,3 +376,21 @@ def test_cache_clear_keeps_runs(pytester: pytest.Pytester, dataset: DatasetMaker
     )
     result.assert_outcomes(passed=6)
     assert len(dataset.calls()) == 6
+
+
+def test_a_usage_error_leaves_the_resumed_run_as_it_was(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A resume that ends in a usage error before any attempt (here a path that does not
+    exist: `--resume-suite RUNID` read as one) records no session and rewrites no report: the
+    run's status, sessions and summary stay as the last real session left them."""
+    dataset({"a.yaml": task("ok")})
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+    (run,) = (pytester.path / ".pytest_cache/agenteval/runs").iterdir()
+    before = {name: (run / name).read_bytes() for name in ("summary.json", "junit.xml")}
+    sessions = json.loads((run / "run.json").read_text())["sessions"]
+    result = pytester.runpytest("--agenteval", "ds", "--resume-suite", run.name)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    meta = json.loads((run / "run.json").read_text())
+    assert (meta["status"], meta["sessions"]) == ("complete", sessions)
+    assert {name: (run / name).read_bytes() for name in before} == before

@@ -84,6 +84,10 @@ class Reporter:
             self.store.drop_run(self.run.run_id)
             self.run.dropped = True
             return
+        if self._never_began(exitstatus):
+            self.store.release_run(self.run.run_id, self.run.was or "interrupted")
+            self.run.dropped = True
+            return
         if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and self._empty_shard():
             exitstatus = session.exitstatus = pytest.ExitCode.OK
         status = self._summarize(session, int(exitstatus))
@@ -149,6 +153,13 @@ class Reporter:
         happened = recorder.actions or recorder.agent_errors or recorder.load_errors
         sharded = self.runtime.shard is not None  # an empty shard is kept for merge
         return not (self.run.resumed or happened or sharded or self._stop() is not None)
+
+    def _never_began(self, exitstatus: int) -> bool:
+        """A resumed run whose session ended in a usage error (a path that does not exist, a
+        bad option) before any attempt: the run is left as it was, its reports untouched."""
+        recorder = self.recorder
+        happened = recorder.actions or recorder.agent_errors or recorder.load_errors
+        return self.run.resumed and exitstatus == pytest.ExitCode.USAGE_ERROR and not happened
 
     def _empty_shard(self) -> bool:
         """A shard that holds no task of a small suite did its part: CI must not fail it (but

@@ -65,6 +65,8 @@ class OpenRun:
     run with no other call in flight, so a crash is provably theirs (see store/inflight.py)."""
     dropped: bool = False
     """The session selected nothing, so its new run was removed again."""
+    was: str | None = None
+    """A resumed run's status before this session (restored if the session never began)."""
 
 
 def open_run(store: Store, request: RunRequest) -> OpenRun:
@@ -138,7 +140,7 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
         clear_stops(store.runs_dir / info.run_id)
         clear_in_flight(store.runs_dir / info.run_id)
     died = unfinished(info.died_running, rows) if info.status == "interrupted" else None
-    return OpenRun(info.run_id, True, plan, died, note, info.narrowed_by, alone)
+    return OpenRun(info.run_id, True, plan, died, note, info.narrowed_by, alone, was=info.status)
 
 
 def _never_planned(store: Store, request: RunRequest) -> str | None:

@@ -377,6 +377,16 @@ class Store:
             files.close()
         shutil.rmtree(self.runs_dir / run_id, ignore_errors=True)
 
+    def release_run(self, run_id: str, status: str) -> None:
+        """Give the run back as it was (its status), recording no session: this session
+        never began (a usage error before the first attempt)."""
+        try:
+            self._update(run_id, status=status)
+        finally:
+            files = self._open.pop(run_id, None)
+            if files is not None:
+                files.close()
+
     def finish_run(self, run_id: str, status: str, session: dict[str, Any]) -> None:
         """Record how the session ended and release the run, also when run.json cannot be
         written (the run then reads as interrupted: nobody holds its lock)."""
