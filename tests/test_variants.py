@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -619,3 +621,24 @@ def test_each_variants_attempt_has_a_workspace_of_its_own(
     (root / "ws/seed.txt").write_text("seed")
     result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "2")
     result.assert_outcomes(passed=2)
+
+
+@pytest.mark.slow
+def test_the_worked_comparison_of_the_guide(pytester: pytest.Pytester) -> None:
+    """examples/variants prints the leaderboard docs/guides/variants.md shows, and the third
+    variant uncommented there runs alone on --resume-suite, as the guide says."""
+    example = pytester.path / "examples/variants"
+    shutil.copytree(Path(__file__).parent.parent / "examples/variants", example)
+    first = pytester.runpytest_subprocess("--agenteval", "examples/variants")
+    first.stdout.fnmatch_lines(
+        [
+            "56 passed, 8 failed, 0 errors; 64 run now",
+            "  step-by-step  callable:agent:step_by_step  0.938 *+0.125     -0.031 to +0.312*",
+        ]
+    )
+    manifest = example / "agenteval.yaml"  # uncomment the `checked` variant
+    manifest.write_text(re.sub(r"(?m)^  # ", "  ", manifest.read_text()))
+    again = pytester.runpytest_subprocess("--agenteval", "examples/variants", "--resume-suite")
+    again.stdout.fnmatch_lines(
+        ["87 passed, 9 failed, 0 errors (64 reused); 32 run now", "  checked  *0.969*+0.156*"]
+    )
