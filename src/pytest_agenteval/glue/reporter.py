@@ -149,17 +149,19 @@ class Reporter:
         """A new run in which no attempt ran nor could even start (collection failed under
         --agenteval-strict, Ctrl-C before the first attempt ended) and no stop came: there is
         nothing to keep."""
-        recorder = self.recorder
-        happened = recorder.actions or recorder.agent_errors or recorder.load_errors
         sharded = self.runtime.shard is not None  # an empty shard is kept for merge
-        return not (self.run.resumed or happened or sharded or self._stop() is not None)
+        return not (self.run.resumed or self._began() or sharded or self._stop() is not None)
 
     def _never_began(self, exitstatus: int) -> bool:
         """A resumed run whose session ended in a usage error (a path that does not exist, a
         bad option) before any attempt: the run is left as it was, its reports untouched."""
+        usage_error = exitstatus == pytest.ExitCode.USAGE_ERROR
+        return self.run.resumed and usage_error and not self._began()
+
+    def _began(self) -> bool:
+        """Whether the session did anything: an attempt, an agent or a task that failed."""
         recorder = self.recorder
-        happened = recorder.actions or recorder.agent_errors or recorder.load_errors
-        return self.run.resumed and exitstatus == pytest.ExitCode.USAGE_ERROR and not happened
+        return bool(recorder.actions or recorder.agent_errors or recorder.load_errors)
 
     def _empty_shard(self) -> bool:
         """A shard that holds no task of a small suite did its part: CI must not fail it (but

@@ -63,6 +63,16 @@ class TaskChange:
     def delta(self) -> float:
         return self.new.rate - self.base.rate
 
+    def move(self) -> dict[str, str]:
+        """The task and its `c/n` on each side, as summary.json's task moves hold them."""
+        base, new = self.base, self.new
+        return {
+            "dataset": self.key[0],
+            "task_id": self.key[1],
+            "base": f"{base.c}/{base.n}",
+            "new": f"{new.c}/{new.n}",
+        }
+
 
 @dataclass(frozen=True)
 class Change:

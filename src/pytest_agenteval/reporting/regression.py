@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .diff import Change, Diff, TaskChange, TaskKey, change_line, compare, task_rates
+from .diff import Change, Diff, TaskKey, change_line, compare, task_rates
 from .summary import RegressionSummary, Summary, TaskMove, TaskRef, TaskSummary
 
 SHOWN = 10
@@ -85,8 +85,8 @@ def _block(
         significant=change.significant,
         failed=fell_beyond(change, max_regression),
         summary=change_line(change),
-        regressed=[_changed(c) for c in diff.regressed],
-        improved=[_changed(c) for c in diff.improved],
+        regressed=[TaskMove(**c.move()) for c in diff.regressed],
+        improved=[TaskMove(**c.move()) for c in diff.improved],
         only_in_new=[_task(k) for k in diff.appeared],
         only_in_base=[_task(k) for k in diff.disappeared],
     )
@@ -179,16 +179,6 @@ def _listed(title: str, entries: Sequence[TaskRef], verbose: bool) -> list[str]:
 def _entry(entry: TaskRef) -> str:
     name = f"{entry.dataset}::{entry.task_id}"
     return f"{name}: {entry.base} → {entry.new}" if isinstance(entry, TaskMove) else name
-
-
-def _changed(change: TaskChange) -> TaskMove:
-    base, new = change.base, change.new
-    return TaskMove(
-        dataset=change.key[0],
-        task_id=change.key[1],
-        base=f"{base.c}/{base.n}",
-        new=f"{new.c}/{new.n}",
-    )
 
 
 def _task(key: TaskKey) -> TaskRef:

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from ..store.index import IndexRow
 from ..store.runs import RunInfo
-from .diff import Diff, TaskChange, TaskKey, TaskRate, compare
+from .diff import Diff, TaskKey, TaskRate, compare
 from .metrics import TaskMetrics
 
 
@@ -103,21 +103,10 @@ def comparison(variant: Side, reference: Side) -> dict[str, Any]:
         "ci95": list(change.interval) if change.interval else None,
         "method": change.method,
         "significant": change.significant,
-        "better": [_move(c) for c in diff.improved],
-        "worse": [_move(c) for c in diff.regressed],
+        "better": [c.move() for c in diff.improved],  # base: the reference's c/n
+        "worse": [c.move() for c in diff.regressed],
         "cost_per_attempt": own[0],
         "cost_per_pass": own[1],
         "reference_cost_per_attempt": theirs[0],
         "reference_cost_per_pass": theirs[1],
-    }
-
-
-def _move(change: TaskChange) -> dict[str, str]:
-    """A task that flips: `base` is the reference's c/n, `new` the variant's."""
-    base, new = change.base, change.new
-    return {
-        "dataset": change.key[0],
-        "task_id": change.key[1],
-        "base": f"{base.c}/{base.n}",
-        "new": f"{new.c}/{new.n}",
     }
