@@ -27,6 +27,7 @@ from ..core.model import (
 )
 from ..core.text import excerpt
 from .environment import Environment, environment_of
+from .process import MAX_OUTPUT, was_cut
 
 
 class Agent(Protocol):
@@ -73,8 +74,10 @@ class CommandAgent:
             try:
                 return AgentResult.model_validate_json(done.stdout)
             except ValueError as exc:
+                cut = was_cut(done.stdout)
+                said = f" (its stdout was cut to {MAX_OUTPUT:,} bytes)" if cut else ""
                 raise AgentError(
-                    "agent command printed no valid AgentResult JSON", detail=str(exc)
+                    f"agent command printed no valid AgentResult JSON{said}", detail=str(exc)
                 ) from None
         return AgentResult.model_construct(output=done.stdout)
 

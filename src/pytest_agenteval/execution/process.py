@@ -1,16 +1,31 @@
-"""Run a program with a timeout that kills its whole process group."""
+"""Run a program with a timeout that kills its whole process group, keeping a bounded part of
+what it writes."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
+import selectors
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core.text import decode_output
+
+MAX_OUTPUT = 1024 * 1024
+"""Bytes kept of a program's stdout, and of its stderr: past it the first and the last half
+are kept around a note of the full size, so a program that writes gigabytes costs the pytest
+process (and the attempt's record) at most this much per stream."""
+OUTPUT_CUT = "\n…[output cut: {total:,} bytes written, the {cut:,} in the middle not kept]…\n"
+"""What stands in a kept output for the bytes cut from its middle."""
+_CUT_SAID = OUTPUT_CUT.partition("{")[0]
+DRAIN_SECONDS = 5.0
+"""How long a killed program's pipes are read before what it wrote is given up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +50,10 @@ def run_program(
     stdin: bytes | None,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    limit: int = MAX_OUTPUT,
 ) -> Finished:
     """Run `argv` (no shell) in its own session; on timeout SIGKILL the group, children included.
+    Of stdout and of stderr at most `limit` bytes each are kept (head and tail).
 
     Raises OSError when the program cannot be started.
     """
@@ -54,20 +71,123 @@ def run_program(
         start_new_session=True,
     )
     _RUNNING.add(proc)
+    pipes = _Pipes(proc, stdin, limit)
     try:
-        out, err = proc.communicate(stdin, timeout=timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = _drain(proc)
-        timed_out = True
+        timed_out = not pipes.read(timeout)
+        if timed_out:
+            _kill_group(proc)
+            if not pipes.read(DRAIN_SECONDS):  # a descendant that left the group holds them
+                pipes.lost()
+        proc.wait()
     except BaseException:
         _kill_group(proc)
         proc.wait()
         raise
     finally:
         _RUNNING.discard(proc)
-    return Finished(proc.returncode, decode_output(out), decode_output(err), timed_out)
+        pipes.close()
+    return Finished(proc.returncode, pipes.out.text(), pipes.err.text(), timed_out)
+
+
+def was_cut(text: str) -> bool:
+    """Whether a kept output had its middle cut."""
+    return _CUT_SAID in text
+
+
+class Kept:
+    """What is kept of one stream: its first and last `limit // 2` bytes, and its size."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.limit // 2 - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            keep = self.limit - self.limit // 2
+            if len(self.tail) > 2 * keep:  # trimmed now and then, not at every chunk
+                del self.tail[:-keep]
+
+    def text(self) -> str:
+        """The stream as text, its middle cut (and the cut said) when it was over `limit`."""
+        if self.total <= self.limit:
+            return decode_output(bytes(self.head + self.tail))
+        tail = self.tail[-(self.limit - self.limit // 2) :] if self.limit > 1 else b""
+        cut = self.total - len(self.head) - len(tail)
+        note = OUTPUT_CUT.format(total=self.total, cut=cut)
+        return decode_output(bytes(self.head)) + note + decode_output(bytes(tail))
+
+
+class _Pipes:
+    """A program's stdin fed and its stdout and stderr read at once, as `communicate` does,
+    but keeping only what `Kept` keeps."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None, limit: int) -> None:
+        self.proc = proc
+        self.out, self.err = Kept(limit), Kept(limit)
+        self.selector = selectors.DefaultSelector()
+        self.input = memoryview(stdin or b"")
+        self.written = 0
+        if proc.stdin is not None:
+            if self.input:
+                self.selector.register(proc.stdin, selectors.EVENT_WRITE)
+            else:
+                proc.stdin.close()
+        assert proc.stdout is not None and proc.stderr is not None
+        self.selector.register(proc.stdout, selectors.EVENT_READ, self.out)
+        self.selector.register(proc.stderr, selectors.EVENT_READ, self.err)
+
+    def read(self, timeout: float | None) -> bool:
+        """Feed and read until both outputs are closed (True) or `timeout` passes (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.selector.get_map():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            for key, _ in self.selector.select(left):
+                if key.data is None:
+                    self._write(key)
+                    continue
+                data = os.read(key.fd, 65536)
+                if data:
+                    key.data.add(data)
+                else:
+                    self._done(key.fileobj)
+        if deadline is None:
+            return True
+        try:  # the program closed its outputs: it ends, or it is still running at the timeout
+            self.proc.wait(max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def _write(self, key: selectors.SelectorKey) -> None:
+        chunk = self.input[self.written : self.written + select.PIPE_BUF]
+        try:
+            self.written += os.write(key.fd, chunk)
+        except BrokenPipeError:  # the program does not read its stdin: fine
+            self.written = len(self.input)
+        if self.written >= len(self.input):
+            self._done(key.fileobj)
+
+    def _done(self, pipe: Any) -> None:
+        self.selector.unregister(pipe)
+        pipe.close()
+
+    def lost(self) -> None:
+        self.err.add(b"(output lost: a process that left the group kept the pipes open)")
+
+    def close(self) -> None:
+        for key in list(self.selector.get_map().values()):
+            self._done(key.fileobj)
+        self.selector.close()
 
 
 _RUNNING: set[subprocess.Popen[bytes]] = set()
@@ -81,15 +201,6 @@ def kill_running() -> int:
     for proc in found:
         _kill_group(proc)
     return len(found)
-
-
-def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
-    """What the killed program wrote; a descendant that left the group may hold the pipes."""
-    try:
-        return proc.communicate(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return b"", b"(output lost: a process that left the group kept the pipes open)"
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
