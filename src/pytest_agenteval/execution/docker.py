@@ -20,6 +20,7 @@ renamed `agenteval-kept-...` and left alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -29,11 +30,11 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from ..core.errors import AgentError
-from ..core.model import DockerImage, Key, SandboxSpec
+from ..core.model import ARTIFACTS_MAX_BYTES, DockerImage, Key, SandboxSpec
 from ..sources.templates import template_entries
 from .environment import Change, ChangedFile, SandboxPolicy
 from .limits import locked, release_slot, take_slot
@@ -362,12 +363,15 @@ class DockerEnvironment:
         template: Path | None,
         images: Images,
         build: tuple[Path, str] | None = None,
+        max_bytes: int = ARTIFACTS_MAX_BYTES,
     ) -> None:
         """A started container of `spec`'s image (built from `build`, the folder and its
-        digest, when it has one) holding a copy of `template`."""
+        digest, when it has one) holding a copy of `template`; `changed_files` holds the
+        bytes of at most `max_bytes` of them (the task's `artifacts: {max_bytes}`)."""
         self.spec = spec
         self.name = name
         self.template = template
+        self.max_bytes = max_bytes
         self._dead: str | None = None
         image, image_id = images.ensure(spec.docker, build)
         self.image_id: str | None = image_id
@@ -399,6 +403,7 @@ class DockerEnvironment:
         """The environment of a container that exists already."""
         made = cls.__new__(cls)
         made.spec, made.name, made.template = spec, name, template
+        made.max_bytes = ARTIFACTS_MAX_BYTES
         made._dead, made._images, made._slot, made.keep = None, None, None, None
         made.image_id, made.captured = None, None
         return made
@@ -501,15 +506,15 @@ class DockerEnvironment:
         return state.stdout.strip() == b"true"
 
     def read_file(self, path: str) -> bytes:
-        done = docker(["cp", f"{self.name}:{self._inside(path)}", "-"])
-        if done.returncode != 0:
-            raise FileNotFoundError(f"{path}: {done.stderr.decode(errors='replace').strip()}")
-        with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+        with self._copy_out(self._inside(path)) as tar:
             member = tar.next()
-            extracted = tar.extractfile(member) if member is not None else None
-            if extracted is None:
+            if member is not None and member.isdir():
                 raise IsADirectoryError(path)
-            return extracted.read()
+            if member is None or not member.isfile():  # a link: never followed
+                raise OSError(f"{path}: not a regular file")
+            body = tar.extractfile(member)
+            assert body is not None
+            return body.read()
 
     def write_file(self, path: str, data: bytes) -> None:
         target = PurePosixPath(self._inside(path))
@@ -525,41 +530,70 @@ class DockerEnvironment:
             raise OSError(f"{path}: {done.stderr.decode(errors='replace').strip()}")
 
     def changed_files(self) -> list[ChangedFile]:
-        before = {
-            rel: hashlib.sha256(source.read_bytes()).digest()
-            for rel, source in (template_entries(self.template) if self.template else [])
-            if source is not None
-        }
-        now = self._files_now()
-        changed = [ChangedFile(rel, "deleted", 0) for rel in before.keys() - now.keys()]
-        for rel, (member, data) in now.items():
-            if rel not in before:
-                change: Change = "added"
-            elif before[rel] != hashlib.sha256(data).digest():
-                change = "modified"
-            else:
-                continue
-            link = not member.isfile()
-            changed.append(ChangedFile(rel, change, member.size, link, None if link else data))
+        """The changes against the template, from one `docker cp` of `workdir` read as its
+        tar streams: a file is hashed as it passes (only when its template has one of its
+        size), and only the bytes of changed files that fit in the room `max_bytes` leaves
+        are held, in the tar's order (artifacts' `collect` reads any other it keeps)."""
+        before = _template_files(self.template)
+        room = self.max_bytes
+        seen: set[str] = set()
+        changed: list[ChangedFile] = []
+        files: dict[str, tuple[int, bytes | None, bytes | None]] = {}
+        """Each changed file's size, digest (when hashed) and bytes (when held), for the
+        hard links to it that come later in the tar."""
+        with self._copy_out(f"{self.spec.workdir.rstrip('/')}/.") as tar:
+            for member in tar:
+                rel = _relative(member.name)
+                if member.isdir() or not rel:
+                    continue
+                seen.add(rel)
+                was = before.get(rel)
+                if member.isfile():
+                    size, digest, data = member.size, None, None
+                    if size <= room or (was is not None and was[0] == size):
+                        digest, data = _hashed(tar, member, keep=size <= room)
+                elif member.islnk():  # a second name of a file the tar gave before
+                    size, digest, data = files.get(_relative(member.linkname), (0, None, None))
+                else:  # a symbolic link (its size: its target's name's), a device: never read
+                    change: Change = "added" if was is None else "modified"
+                    changed.append(ChangedFile(rel, change, member.size, True))
+                    continue
+                if was is not None and was == (size, digest):
+                    continue
+                held = data if data is not None and size <= room else None
+                room -= size if held is not None else 0
+                files[rel] = size, digest, held
+                change = "added" if was is None else "modified"
+                changed.append(ChangedFile(rel, change, size, False, held))
+        changed += [ChangedFile(rel, "deleted", 0) for rel in before.keys() - seen]
         return sorted(changed, key=lambda c: c.path)
 
-    def _files_now(self) -> dict[str, tuple[tarfile.TarInfo, bytes]]:
-        """The files below `workdir` now, by relative path: each one's tar entry and bytes (a
-        link's: its target's name), copied out in one `docker cp`."""
-        done = docker(["cp", f"{self.name}:{self.spec.workdir.rstrip('/')}/.", "-"])
-        if done.returncode != 0:
-            raise OSError(done.stderr.decode(errors="replace").strip())
-        found = {}
-        with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
-            for member in tar:
-                rel = PurePosixPath(member.name)
-                rel = PurePosixPath(*rel.parts[1:]) if rel.parts[:1] == (".",) else rel
-                if member.isdir() or not rel.parts:
-                    continue
-                body = tar.extractfile(member) if member.isfile() else None
-                data = body.read() if body is not None else member.linkname.encode()
-                found[rel.as_posix()] = (member, data)
-        return found
+    @contextlib.contextmanager
+    def _copy_out(self, path: str) -> Iterator[tarfile.TarFile]:
+        """`path` of the container as a tar, read as `docker cp` streams it (never whole);
+        a copy that fails or is cut short raises OSError (FileNotFoundError: no such path)."""
+        proc = subprocess.Popen(
+            ["docker", "cp", f"{self.name}:{path}", "-"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(),
+        )
+        timer = threading.Timer(DOCKER_TIMEOUT, proc.kill)
+        timer.start()
+        assert proc.stdout is not None
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                yield tar
+        except (tarfile.TarError, EOFError):  # no tar, or one cut short
+            raise _copy_failed(proc, path) from None
+        finally:
+            timer.cancel()
+            proc.stdout.close()
+            if proc.poll() is None:
+                proc.kill()  # what was wanted is read (a file's first member): stop the copy
+            proc.wait()
+            assert proc.stderr is not None
+            proc.stderr.close()
 
     def teardown(self, keep: bool) -> None:
         """Remove the container, or keep it stopped and renamed when the run's
@@ -619,6 +653,47 @@ def _add(tar: tarfile.TarFile, name: str, source: Path | None, uid: int, gid: in
     stat = source.stat()
     info.size, info.mode, info.mtime = len(data), stat.st_mode & 0o777, int(stat.st_mtime)
     tar.addfile(info, io.BytesIO(data))
+
+
+def _relative(name: str) -> str:
+    """A tar member's path below the copied folder (`./src/a.py`: `src/a.py`; `.`: empty)."""
+    return "/".join(PurePosixPath(name).parts)
+
+
+def _hashed(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, *, keep: bool
+) -> tuple[bytes, bytes | None]:
+    """The digest of a member's bytes read as they stream, and the bytes when `keep`."""
+    body = tar.extractfile(member)
+    assert body is not None
+    if keep:
+        data = body.read()
+        return hashlib.sha256(data).digest(), data
+    sha = hashlib.sha256()
+    while chunk := body.read(1 << 20):
+        sha.update(chunk)
+    return sha.digest(), None
+
+
+def _template_files(template: Path | None) -> dict[str, tuple[int, bytes]]:
+    """The template's files by relative path: each one's size and digest (read in chunks)."""
+    found = {}
+    for rel, source in template_entries(template) if template else []:
+        if source is not None:
+            with source.open("rb") as f:
+                found[rel] = os.fstat(f.fileno()).st_size, hashlib.file_digest(f, "sha256").digest()
+    return found
+
+
+def _copy_failed(proc: subprocess.Popen[bytes], path: str) -> OSError:
+    """Why a copy out of a container gave no (whole) tar, from docker's own words."""
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    said = proc.stderr.read().decode(errors="replace").strip()
+    proc.wait()
+    if "Could not find the file" in said or "No such container:path" in said:
+        return FileNotFoundError(f"{path}: {said}")
+    return OSError(f"{path}: {said or 'the copy out of the sandbox was cut short'}")
 
 
 def container_name(key: Key, pid: int) -> str:

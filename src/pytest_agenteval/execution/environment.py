@@ -172,8 +172,9 @@ class Environments:
                     self._images = Images(session_label(self._session), self._sandboxes)
                     self._images.run_id = self._run_id
             name = container_name(key, self._session)
+            kept = task.artifacts.max_bytes if task.artifacts is not None else 0
             return DockerEnvironment(
-                task.sandbox, name, task.workspace_dir, self._images, task.sandbox_build
+                task.sandbox, name, task.workspace_dir, self._images, task.sandbox_build, kept
             )
         return self.workspaces.create(key, task.workspace_dir)
 

@@ -1,0 +1,124 @@
+"""The sandbox against what an attempt can do to the host and what a task file can ask for:
+memory bounded whatever an agent writes, hard links, build folders, the run's ceiling on
+isolation, daemon failures, and orphans said and swept. Against the real Docker daemon, as
+test_sandbox.py (skipped without one, except under `CI=true`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from helpers import DatasetMaker, latest_record
+from pytest_agenteval.core.model import DockerImage, SandboxSpec
+from pytest_agenteval.execution.artifacts import collect
+from pytest_agenteval.execution.docker import DockerEnvironment, Images
+from pytest_agenteval.execution.environment import LocalEnvironment
+from pytest_agenteval.execution.process import MAX_OUTPUT, was_cut
+from test_sandbox import busybox_image
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The busybox test image of test_sandbox.py."""
+    return busybox_image(tmp_path_factory)
+
+
+def _sandboxed(image: str, **fields: object) -> dict[str, object]:
+    return {"docker": {"image": image}, **fields}
+
+
+def test_a_programs_outputs_keep_their_head_and_tail_and_say_their_size(tmp_path: Path) -> None:
+    """Past MAX_OUTPUT a program's stdout (and its stderr) keeps its first and last half
+    around a note of the full size, so nothing it writes is held whole."""
+    local = LocalEnvironment(tmp_path)
+    script = f'printf a; head -c {3 * MAX_OUTPUT} /dev/zero | tr "\\0" m; printf z; echo -n e >&2'
+    done = local.exec(["sh", "-c", script])
+    assert done.returncode == 0 and done.stderr == "e"
+    assert len(done.stdout) < MAX_OUTPUT + 200 and was_cut(done.stdout)
+    assert done.stdout.startswith("am") and done.stdout.endswith("mz")
+    assert f"output cut: {3 * MAX_OUTPUT + 2:,} bytes written" in done.stdout
+    small = local.exec(["sh", "-c", f"head -c {MAX_OUTPUT} /dev/zero"])
+    assert len(small.stdout) == MAX_OUTPUT and not was_cut(small.stdout)
+
+
+def test_a_hard_linked_file_is_listed_and_kept_as_the_file_it_is(
+    image: str, tmp_path: Path
+) -> None:
+    """A file with a second hard link is two files of the same bytes: both listed with their
+    size and kept (the tar's link entry is not a symbolic link)."""
+    images = Images()
+    spec = SandboxSpec(docker=DockerImage(image=image))
+    sandbox = DockerEnvironment(spec, f"agenteval-test-hardlink-{os.getpid()}", None, images)
+    try:
+        done = sandbox.exec(["sh", "-c", "echo -n data > a.txt && ln a.txt b.txt"])
+        assert done.returncode == 0, done.stderr
+        made = collect(sandbox, max_bytes=100)
+    finally:
+        sandbox.teardown(keep=False)
+        images.wait()
+    assert made.files == [
+        {"path": "a.txt", "change": "added", "size": 4, "kept": True},
+        {"path": "b.txt", "change": "added", "size": 4, "kept": True},
+    ]
+    assert made.kept == {"a.txt": b"data", "b.txt": b"data"}
+
+
+PEAK = """
+import pathlib
+
+
+def pytest_unconfigure(config):
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            pathlib.Path("peak-kb.txt").write_text(line.split()[1])
+"""
+"""A conftest that writes the pytest process's peak resident memory (kB) as it ends."""
+
+BIG = 300_000_000
+"""Bytes of the big file and of the big output (a few hundred MB: what the host must not
+hold)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["local", "sandboxed"])
+def test_a_big_file_and_a_big_output_cost_the_host_little(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, where: str
+) -> None:
+    """An agent that writes a file of hundreds of MB into its workspace and prints as much, and
+    a command grader that prints as much again, leave the pytest process's peak memory within a
+    few tens of MB of a run that writes a thousand bytes: the copy-out is streamed, no body past
+    `max_bytes` is read, and programs' outputs keep their head and tail with the full size
+    said (locally and in a container)."""
+    agent = [
+        "sh",
+        "-c",
+        'cd {workspace} && echo -n "$0" > n.txt && head -c "$0" /dev/zero > big.bin'
+        ' && head -c "$0" /dev/zero | tr "\\0" x',
+        "{input}",
+    ]
+    grader = {"command": ["sh", "-c", 'head -c "$(cat n.txt)" /dev/zero | tr "\\0" y']}
+    defaults: dict[str, object] = {"artifacts": {"max_bytes": 4096}}
+    if where == "sandboxed":
+        defaults["sandbox"] = _sandboxed(image, memory="64m")
+    pytester.makeconftest(PEAK)
+    peaks = {}
+    for size in (1000, BIG):
+        dataset(
+            {"a.yaml": {"input": str(size), "graders": [{"contains": "xxx"}, grader]}},
+            manifest={"agent": {"command": agent}, "defaults": defaults},
+        )
+        pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=1)
+        peaks[size] = int((pytester.path / "peak-kb.txt").read_text()) * 1024
+        record = latest_record(pytester.path, "a", 0)
+        assert len(json.dumps(record)) < 4 * 1024 * 1024
+    assert f"output cut: {BIG:,} bytes written" in record["output"]
+    assert record["changed_files"][0] == {
+        "path": "big.bin",
+        "change": "added",
+        "size": BIG,
+        "kept": False,
+    }
+    assert peaks[BIG] - peaks[1000] < 40 * 1024 * 1024, peaks
