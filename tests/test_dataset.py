@@ -298,6 +298,6 @@ def test_a_sandbox_build_folder_is_in_the_run_digest(root: Path) -> None:
     assert isinstance(before, TaskDef) and isinstance(after, TaskDef)
     assert isinstance(plain, TaskDef) and isinstance(image, TaskDef)
     assert digest != after.run_digest
-    assert before.sandbox_build is not None and before.sandbox_build[0] == root / "img"
+    assert before.sandbox_build is not None and before.sandbox_build.folder == root / "img"
     assert plain.sandbox_build is None and image.sandbox_build is None
     assert len({plain.run_digest, image.run_digest, before.run_digest}) == 3

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,82 @@ def test_a_big_file_and_a_big_output_cost_the_host_little(
         "kept": False,
     }
     assert peaks[BIG] - peaks[1000] < 40 * 1024 * 1024, peaks
+
+
+def test_a_build_folder_outside_the_dataset_is_a_load_error(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A task's `build:` that leads out of the dataset is a load error at its line, as a
+    workspace is (the other tasks run); in the manifest's defaults it stops the session with
+    the manifest's line."""
+    (pytester.path / "outside").mkdir()
+    (pytester.path / "outside/Dockerfile").write_text("FROM scratch\n")
+    dataset(
+        {
+            "out.yaml": "input: x\nexpected: x\nsandbox:\n  docker: {build: ../outside}\n",
+            "fine.yaml": {"input": "ok", "expected": "ok"},
+        },
+        manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*out.yaml:4: at sandbox.docker.build: build folder '../outside' is outside the "
+            "dataset*",
+            "Hint: a build folder*inside the dataset*",
+        ]
+    )
+    dataset(
+        {"fine.yaml": {"input": "ok", "expected": "ok"}},
+        manifest={"defaults": {"sandbox": {"docker": {"build": "../outside"}}}},
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*agenteval.yaml*: at defaults.sandbox.docker.build: *outside*"])
+
+
+def test_an_unreadable_build_folder_is_build_failed_never_a_shared_tag(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """A `build:` folder holding a FIFO cannot be digested: its attempts are `build_failed`
+    saying why, and an image that happens to carry a shared tag is never used for them."""
+    root = dataset(
+        {"t.yaml": {"input": "x", "expected": "x", "sandbox": {"docker": {"build": "img"}}}},
+        manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
+    )
+    (root / "img").mkdir()
+    (root / "img/Dockerfile").write_text("FROM scratch\n")
+    os.mkfifo(root / "img/pipe")
+    subprocess.run(["docker", "tag", image, "agenteval-build:unreadable"], check=True)
+    try:
+        result = pytester.runpytest("--agenteval", "ds")
+    finally:
+        subprocess.run(["docker", "rmi", "agenteval-build:unreadable"], capture_output=True)
+    result.assert_outcomes(errors=1)
+    record = latest_record(pytester.path, "t", 0)
+    assert (record["phase"], record["error_type"]) == ("build", "build_failed")
+    assert "the build folder" in record["error"] and "pipe in the build folder" in record["error"]
+
+
+def test_a_failed_build_says_its_log_once_and_refers_to_it_after(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """A build that fails shows its log under the image's first attempt only; the later
+    attempts of that image say the same error in a line that refers to it."""
+    root = dataset(
+        {"t.yaml": {"input": "x", "expected": "x", "sandbox": {"docker": {"build": "img"}}}},
+        manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
+    )
+    (root / "img").mkdir()
+    (root / "img/Dockerfile").write_text(
+        f'# {time.time_ns()}\nFROM scratch\nRUN ["/bin/no-such-program"]\n'
+    )
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "3")
+    result.assert_outcomes(errors=3)
+    assert result.stdout.str().count("Step 2/2 : RUN") == 1
+    errors = [latest_record(pytester.path, "t", attempt)["error"] for attempt in range(3)]
+    assert "no-such-program" in errors[0]
+    for later in errors[1:]:
+        first_line, reference = later.splitlines()
+        assert first_line == errors[0].splitlines()[0] and "first attempt" in reference

@@ -35,6 +35,7 @@ from pathlib import Path, PurePosixPath
 
 from ..core.errors import AgentError
 from ..core.model import ARTIFACTS_MAX_BYTES, DockerImage, Key, SandboxSpec
+from ..sources.dataset import BuildFolder
 from ..sources.templates import template_entries
 from .environment import Change, ChangedFile, SandboxPolicy
 from .limits import locked, release_slot, take_slot
@@ -67,6 +68,10 @@ class SandboxUnavailable(AgentError):
     error_type = "sandbox_unavailable"
 
 
+AGAIN = "(its whole story is told at this image's first attempt)"
+"""The detail of a build failure said already."""
+
+
 class BuildFailed(SandboxUnavailable):
     """The task's image cannot be had: its build failed, or it is missing and cannot be
     pulled. The attempt errs in phase `build`, counted apart, and a resume runs it again."""
@@ -75,9 +80,9 @@ class BuildFailed(SandboxUnavailable):
     phase = "build"
 
     def again(self) -> BuildFailed:
-        """The same error for a later attempt, its story told once already (the terminal
-        shows it once)."""
-        return BuildFailed(self.message, detail="said at this image's first attempt")
+        """The same error for a later attempt, its story (what to do, the build's log) told
+        at the image's first attempt, so the terminal shows it once."""
+        return BuildFailed(self.message, detail=AGAIN)
 
 
 def machine_folder() -> Path:
@@ -265,22 +270,23 @@ class Images:
         if doomed:
             docker(["rm", "-f", *doomed])
 
-    def ensure(self, docker: DockerImage, build: tuple[Path, str] | None = None) -> tuple[str, str]:
+    def ensure(self, docker: DockerImage, build: BuildFolder | None = None) -> tuple[str, str]:
         """The name and id of the image to start from, pulled or built first when needed;
-        raises BuildFailed (a missing image's whole story only the first time)."""
-        key = docker.image if build is None else f"{BUILT}:{build[1]}"
+        raises BuildFailed: its whole story (what to do, the build's log) the first time,
+        a reference to it afterwards."""
+        key = docker.image if build is None else f"{BUILT}:{build.digest or build.folder}"
         assert key is not None
         with self._lock:
             if not self._orphans_checked:
                 remove_orphans()
                 self._orphans_checked = True
             if key not in self._known:
-                self._known[key] = self._find(key) if build is None else _build(key, build[0])
+                self._known[key] = self._find(key) if build is None else _build(key, build)
             found = self._known[key]
             said = key in self._said
             self._said.add(key)
         if isinstance(found, BuildFailed):
-            raise found if build is not None or not said else found.again()
+            raise found.again() if said else found
         return found
 
     @staticmethod
@@ -314,10 +320,17 @@ def _image_id(image: str) -> str | None:
     return done.stdout.decode().strip() if done.returncode == 0 else None
 
 
-def _build(tag: str, folder: Path) -> tuple[str, str] | BuildFailed:
-    """Build `folder` as `tag` unless an image of that tag (that content) exists; one process
-    of the machine builds a tag at a time, the others then find it built."""
-    with locked(machine_folder() / f"build-{tag.rpartition(':')[2]}.lock"):
+def _build(tag: str, build: BuildFolder) -> tuple[str, str] | BuildFailed:
+    """Build the folder as `tag` unless an image of that tag (that content) exists; one
+    process of the machine builds a tag at a time, the others then find it built. A folder
+    that cannot be read has no tag: it is never built, nor any image of a tag used."""
+    folder = build.folder
+    if build.digest is None:
+        return BuildFailed(
+            f"sandbox build: the build folder {folder} cannot be read: {build.problem}",
+            detail="make it a folder of plain files (a Dockerfile and what it copies)",
+        )
+    with locked(machine_folder() / f"build-{build.digest}.lock"):
         present = _image_id(tag)
         if present is not None:
             return tag, present
@@ -362,7 +375,7 @@ class DockerEnvironment:
         name: str,
         template: Path | None,
         images: Images,
-        build: tuple[Path, str] | None = None,
+        build: BuildFolder | None = None,
         max_bytes: int = ARTIFACTS_MAX_BYTES,
     ) -> None:
         """A started container of `spec`'s image (built from `build`, the folder and its

@@ -69,6 +69,7 @@ class Dataset:
     _templates: dict[Path, list[Entry] | TemplateError] = field(
         default_factory=dict, compare=False, repr=False
     )
+    _builds: dict[Path, BuildFolder] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -171,6 +172,32 @@ class Dataset:
             raise found
         return found
 
+    def build_folder(self, folder: Path) -> BuildFolder:
+        """The sandbox build folder `folder` (resolved) with its content digest, made once
+        for all the tasks that name it."""
+        found = self._builds.get(folder)
+        if found is None:
+            try:
+                found = BuildFolder(
+                    folder, template_digest(template_entries(folder, "build folder"))
+                )
+            except TemplateError as exc:
+                found = BuildFolder(folder, None, exc.problem)
+            except OSError as exc:
+                found = BuildFolder(folder, None, f"{exc.strerror} ({exc.filename})")
+            self._builds[folder] = found
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class BuildFolder:
+    """A sandbox's `build:` folder: where it is and its content digest (the image's tag), or
+    why it cannot be read (then there is no tag, and its attempts are `build_failed`)."""
+
+    folder: Path
+    digest: str | None
+    problem: str | None = None
+
 
 def _mentions_workspace(path: Path) -> bool:
     try:
@@ -217,6 +244,17 @@ def load_dataset(path: Path, cache: SpecCache | None = None) -> Dataset:
             line=line_of(node, ("agent",)),
             field="agent",
             hint="put the agent in `variants:` (`NAME: AGENT-SPEC`), or drop `variants:`",
+        )
+    default = manifest.defaults.sandbox
+    problem = build_problem(default, root) if default is not None else None
+    if problem is not None:
+        where = ("defaults", "sandbox", "docker", "build")
+        raise TaskFileError(
+            manifest_path,
+            problem[0],
+            line=line_of(node, where),
+            field=field_path(where),
+            hint=problem[1],
         )
     return Dataset(root, manifest, manifest_path, cache)
 
@@ -316,22 +354,22 @@ class TaskDef:
                     if self.sandbox
                     else {}
                 ),
-                **({"sandbox_build": self.sandbox_build[1]} if self.sandbox_build else {}),
+                **(
+                    {"sandbox_build": self.sandbox_build.digest or "unreadable"}
+                    if self.sandbox_build
+                    else {}
+                ),
             }
         )
 
     @cached_property
-    def sandbox_build(self) -> tuple[Path, str] | None:
+    def sandbox_build(self) -> BuildFolder | None:
         """The folder a sandbox's `build:` image is made from, and its content digest (the
         image's tag): a changed Dockerfile is a changed task. None without a `build:`."""
         build = self.sandbox.docker.build if self.sandbox else None
         if build is None:
             return None
-        folder = (self.dataset.root / build).resolve()
-        try:
-            return folder, template_digest(self.dataset.template(folder))
-        except (TemplateError, OSError):
-            return folder, "unreadable"  # the build says why, as the attempt's error
+        return self.dataset.build_folder((self.dataset.root / build).resolve())
 
     @property
     def sandbox(self) -> SandboxSpec | None:
@@ -415,7 +453,7 @@ def _finish(
         return _with_grader_problems(path, dataset, read, node, make_grader)
     spec, line, loc = read.spec, read.line, read.loc
     task = TaskDef(spec, dataset, path, line, loc, row=read.row)
-    errors = _check_workspace(task, node, loc)
+    errors = _check_workspace(task, node, loc) + _check_sandbox(task, node, loc)
     specs = spec.graders or dataset.manifest.defaults.graders
     if specs is None:
         if spec.expected is None:
@@ -494,6 +532,47 @@ def _check_workspace(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[Tas
             task.path, problem, line=line_of(node, where), field=field_path(where), hint=hint
         )
     ]
+
+
+def _check_sandbox(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[TaskFileError]:
+    """The task's own `sandbox:` against what the dataset may ask for: a `build:` folder
+    inside it (the manifest's defaults are checked when it is read)."""
+    sandbox = task.spec.sandbox
+    if sandbox is None:
+        return []
+    problem = build_problem(sandbox, task.dataset.root)
+    if problem is None:
+        return []
+    where = (*loc, "sandbox", "docker", "build")
+    return [
+        TaskFileError(
+            task.path,
+            problem[0],
+            line=line_of(node, where),
+            field=field_path(where),
+            hint=problem[1],
+        )
+    ]
+
+
+def build_problem(sandbox: SandboxSpec, root: Path) -> tuple[str, str] | None:
+    """Why a sandbox's `build:` folder cannot be used (outside the dataset), with a hint."""
+    build = sandbox.docker.build
+    if build is None:
+        return None
+    try:
+        folder = (root / build).resolve()
+    except (OSError, ValueError, RuntimeError) as exc:
+        return f"build folder {excerpt(build, 80)!r} is not a usable path: {exc}", BUILD_HINT
+    if folder.is_relative_to(root):
+        return None
+    return (
+        f"build folder {excerpt(build, 80)!r} is outside the dataset (it is {folder})",
+        BUILD_HINT,
+    )
+
+
+BUILD_HINT = "a build folder (holding a Dockerfile) lies inside the dataset, relative to its root"
 
 
 def _workspace_problem(task: TaskDef) -> tuple[str | None, str | None]:

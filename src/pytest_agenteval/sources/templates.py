@@ -18,8 +18,9 @@ Entry = tuple[str, Path | None]
 """(path below the template in POSIX form, the file to copy, or None for a folder)."""
 
 
-def template_entries(folder: Path) -> list[Entry]:
-    """Everything in the template `folder` (resolved), checked; raises TemplateError."""
+def template_entries(folder: Path, what: str = "workspace folder") -> list[Entry]:
+    """Everything in the template `folder` (resolved), checked; raises TemplateError (which
+    calls the folder `what`)."""
     entries: list[Entry] = []
     pending = [""]
     while pending:
@@ -29,7 +30,7 @@ def template_entries(folder: Path) -> list[Entry]:
         for entry in found:
             rel = f"{below}/{entry.name}" if below else entry.name
             if entry.is_symlink():
-                entries.append((rel, _link_target(folder, rel, entry.path)))
+                entries.append((rel, _link_target(folder, rel, entry.path, what)))
             elif entry.is_dir(follow_symlinks=False):
                 entries.append((rel, None))
                 pending.append(rel)
@@ -37,23 +38,23 @@ def template_entries(folder: Path) -> list[Entry]:
                 entries.append((rel, Path(entry.path)))
             else:
                 raise TemplateError(
-                    f"{rel} in the workspace folder is not a file, folder or symlink",
-                    hint="a workspace template holds plain files and folders only",
+                    f"{rel} in the {what} is not a file, folder or symlink",
+                    hint=f"a {what} holds plain files and folders only",
                 )
     return entries
 
 
-def _link_target(folder: Path, rel: str, link: str) -> Path:
+def _link_target(folder: Path, rel: str, link: str, what: str) -> Path:
     target = Path(os.path.realpath(link))
     if not target.is_relative_to(folder):
         raise TemplateError(
-            f"the symlink {rel} in the workspace folder points outside it (to {target})",
+            f"the symlink {rel} in the {what} points outside it (to {target})",
             hint="an attempt's workspace gets only what is inside the template: "
             "copy the file into the folder instead of linking to it",
         )
     if not target.is_file():
         raise TemplateError(
-            f"the symlink {rel} in the workspace folder points to "
+            f"the symlink {rel} in the {what} points to "
             f"{'a folder' if target.is_dir() else 'nothing'}",
             hint="links to files are copied as files; put folders in the template themselves",
         )
