@@ -203,3 +203,35 @@ def test_a_failed_build_says_its_log_once_and_refers_to_it_after(
     for later in errors[1:]:
         first_line, reference = later.splitlines()
         assert first_line == errors[0].splitlines()[0] and "first attempt" in reference
+
+
+def test_a_broken_build_never_calls_the_agent(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """The image of a sandboxed task is made sure of before its agent starts: with a build
+    that fails, neither a Python agent that never touches its container nor one that would
+    is called; every attempt is `build_failed`, also on a resume."""
+    root = dataset(
+        {
+            "quiet.yaml": {"input": "x", "expected": "x", "metadata": {"touch": False}},
+            "busy.yaml": {"input": "x", "expected": "x", "metadata": {"touch": True}},
+        },
+        manifest={"agent": "called:run", "defaults": {"sandbox": {"docker": {"build": "img"}}}},
+    )
+    (root / "called.py").write_text(
+        "import pathlib\n"
+        "def run(task):\n"
+        "    with pathlib.Path(__file__).with_name('calls.log').open('a') as log:\n"
+        "        log.write(task.id + '\\n')\n"
+        "    if task.metadata['touch']:\n"
+        "        task.environment.exec(['true'])\n"
+        "    return task.input\n"
+    )
+    (root / "img").mkdir()
+    (root / "img/Dockerfile").write_text(f'# {time.time_ns()}\nFROM scratch\nRUN ["/bin/none"]\n')
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(errors=2)
+    pytester.runpytest("--agenteval", "ds", "--resume-suite").assert_outcomes(errors=2)
+    assert dataset.calls() == []
+    for task_id in ("quiet", "busy"):
+        record = latest_record(pytester.path, task_id, 0)
+        assert (record["phase"], record["error_type"]) == ("build", "build_failed")

@@ -226,8 +226,10 @@ class AttemptRunner:
         """The one path of an agent call, at its item's turn or `ahead` of it (in a pool
         thread, where the graders that wait on a program or a server run right after it)."""
         job = context.job
-        if job.task.workspace_dir is not None:
-            context.task.environment  # noqa: B018 - the template is there before the agent
+        if job.task.workspace_dir is not None or job.task.sandbox is not None:
+            # the template is there before the agent, and a sandbox's image is had (its build
+            # failure never calls the agent, also one that never touches its container)
+            context.task.environment  # noqa: B018 - made on first use
         held = self.limits(job) if self.limits is not None else None
         if held is None:  # no limits: no context manager on the per-attempt path
             result = self._counted(agent, context)
