@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -235,3 +237,112 @@ def test_a_broken_build_never_calls_the_agent(
     for task_id in ("quiet", "busy"):
         record = latest_record(pytester.path, task_id, 0)
         assert (record["phase"], record["error_type"]) == ("build", "build_failed")
+
+
+def _listener() -> tuple[socket.socket, threading.Thread]:
+    """A TCP server on the host's loopback that answers every connection with `42`."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"42")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server, thread
+
+
+LIFTING = """\
+input: x
+expected: "42"
+sandbox:
+  docker: {{image: {image}}}
+  network: host
+  memory: unbounded
+"""
+
+
+@pytest.mark.parametrize(
+    "allow",
+    [
+        [],
+        ["--agenteval-sandbox-allow", "network,unbounded"],
+        ["-o", "agenteval_sandbox_allow=network,unbounded"],
+    ],
+    ids=["refused", "option", "ini"],
+)
+def test_a_task_file_cannot_lift_its_own_sandbox_unless_the_run_allows_it(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, allow: list[str]
+) -> None:
+    """A task whose `sandbox:` asks for the host's network and no memory limit, under a
+    manifest of `network: none` and 128m, is a load error at each field's line saying what
+    allows it; the other tasks run. With the run's `--agenteval-sandbox-allow` (or its ini
+    twin) it runs, and reaches a listener on the host's loopback."""
+    server, thread = _listener()
+    port = server.getsockname()[1]
+    agent = {"command": ["nc", "-w", "5", "127.0.0.1", str(port)]}
+    dataset(
+        {
+            "lifts.yaml": LIFTING.format(image=image),
+            "inside.yaml": {
+                "input": "x",
+                "expected": "x",
+                "agent": {"command": ["echo", "-n", "x"]},
+            },
+        },
+        manifest={
+            "agent": agent,
+            "defaults": {"sandbox": _sandboxed(image, network="none", memory="128m")},
+        },
+    )
+    try:
+        result = pytester.runpytest("--agenteval", "ds", *allow)
+    finally:
+        server.close()
+        thread.join(5)
+    if allow:
+        result.assert_outcomes(passed=2)
+        return
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*lifts.yaml:5: at sandbox.network: `network: host` lifts the sandbox's isolation*",
+            "Hint: *--agenteval-sandbox-allow network* (ini `agenteval_sandbox_allow = network`)*",
+            "*lifts.yaml:6: at sandbox.memory: `memory: unbounded` lifts*",
+            "Hint: *--agenteval-sandbox-allow unbounded*",
+        ]
+    )
+
+
+def test_memory_zero_is_refused_and_a_manifest_cannot_lift_either(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`memory: "0"` (Docker's "no limit") is refused at its line; a manifest whose default
+    sandbox has a network stops the session at the manifest's line; a bad allowance is a
+    usage error naming the allowed words."""
+    dataset(
+        {"zero.yaml": 'input: x\nexpected: x\nsandbox:\n  docker: {image: a}\n  memory: "0"\n'},
+        manifest={"agent": {"command": ["echo", "-n", "x"]}},
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*zero.yaml:5: at sandbox.memory: *0 is no memory at all*"])
+    dataset(
+        {"t.yaml": {"input": "x", "expected": "x"}},
+        manifest={"defaults": {"sandbox": {"docker": {"image": "a"}, "network": "bridge"}}},
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*agenteval.yaml*: at defaults.sandbox.network: `network: bridge`*"]
+    )
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-sandbox-allow", "everything")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*'everything' is not a comma-separated list of network and unbounded*"]
+    )

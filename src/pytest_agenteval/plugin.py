@@ -242,6 +242,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "session of this user (default: unbounded).",
     )
     option(
+        "--agenteval-sandbox-allow",
+        dest="agenteval_sandbox_allow",
+        type=options.sandbox_allow,
+        metavar="network,unbounded",
+        ini=("agenteval_sandbox_allow", "string"),
+        help="let the datasets' sandboxes lift this isolation: network (other than none), "
+        "unbounded (no memory limit); without it a task or manifest asking for one is an "
+        "error at its line.",
+    )
+    option(
         "--agenteval-max-cost",
         dest="agenteval_max_cost",
         type=options.positive_float,
@@ -359,7 +369,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = read_settings(config, list(named))
     folder = agenteval_dir(config)
     specs = SpecCache(folder / CACHE_NAME if folder else None)
-    parts = load_datasets(named, specs)
+    parts = load_datasets(named, specs, settings.sandboxes.allow)
     datasets = [dataset for dataset, _ in parts.values()]
     check_variants(settings, datasets)
     guard.folders.adopt(datasets)

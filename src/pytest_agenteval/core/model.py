@@ -214,8 +214,9 @@ class SandboxSpec(UserModel):
     """The container's network: `none` (default) has no interface but loopback."""
     cpus: PositiveFloat | None = None
     """CPUs the container may use (`docker --cpus`); default unbounded."""
-    memory: str = Field(default="1g", pattern=r"^[0-9]+[bkmgBKMG]?$")
-    """Memory the container may use, swap included (`512m`, `2g`); default `1g`."""
+    memory: str = Field(default="1g", pattern=r"^([0-9]+[bkmgBKMG]?|unbounded)$")
+    """Memory the container may use, swap included (`512m`, `2g`); default `1g`. `unbounded`
+    sets no limit, which the run must allow (`--agenteval-sandbox-allow unbounded`)."""
     pids_limit: PositiveInt = 256
     """Processes the container may run at once."""
     user: str | None = None
@@ -227,6 +228,22 @@ class SandboxSpec(UserModel):
     command whose output (stripped) the record keeps (`{python: "python3 --version"}`); the
     summary warns when a name's values differ across the run's attempts. Not part of the
     task's digest: changing it runs nothing again."""
+
+    @field_validator("memory")
+    @classmethod
+    def _some_memory(cls, value: str) -> str:
+        if value != "unbounded" and int(value.rstrip("bkmgBKMG")) == 0:
+            raise ValueError(
+                "0 is no memory at all (Docker reads it as no limit): give a size such as "
+                "`512m`, or `unbounded` (which the run must allow)"
+            )
+        return value
+
+    def lifts(self) -> list[tuple[str, str]]:
+        """What this sandbox lifts of the default isolation, as (field, the allowance of
+        `--agenteval-sandbox-allow` it needs): a network, no memory limit."""
+        found = [("network", "network")] if self.network != "none" else []
+        return found + ([("memory", "unbounded")] if self.memory == "unbounded" else [])
 
 
 ARTIFACTS_MAX_BYTES = 1024 * 1024

@@ -62,6 +62,22 @@ def keep_sandboxes(value: str) -> str:
     raise argparse.ArgumentTypeError(f"{value!r} is not 'failed' or 'all'")
 
 
+SANDBOX_ALLOWANCES = ("network", "unbounded")
+"""What `--agenteval-sandbox-allow` lets a dataset's sandboxes lift: a network other than
+`none`, no memory limit."""
+
+
+def sandbox_allow(value: str) -> frozenset[str]:
+    """`--agenteval-sandbox-allow`: what a dataset's sandboxes may lift (comma-separated)."""
+    names = frozenset(part.strip() for part in value.split(",") if part.strip())
+    unknown = sorted(names.difference(SANDBOX_ALLOWANCES))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a comma-separated list of {' and '.join(SANDBOX_ALLOWANCES)}"
+        )
+    return names
+
+
 def agent_ref(value: str) -> str:
     where, sep, name = value.rpartition(":")
     if not (sep and where and name.replace("_", "a").replace(".", "a").isalnum()):

@@ -428,7 +428,9 @@ class DockerEnvironment:
         argv = ["run", "--detach", "--name", self.name]
         for label, value in labels.items():
             argv += ["--label", f"{label}={value}"]
-        argv += ["--network", spec.network, "--memory", spec.memory, "--memory-swap", spec.memory]
+        argv += ["--network", spec.network]
+        if spec.memory != "unbounded":  # the run allowed no limit (`--agenteval-sandbox-allow`)
+            argv += ["--memory", spec.memory, "--memory-swap", spec.memory]
         argv += ["--pids-limit", str(spec.pids_limit), "--workdir", spec.workdir]
         argv += ["--security-opt", "no-new-privileges", "--init"]
         if spec.cpus is not None:

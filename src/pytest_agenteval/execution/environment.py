@@ -119,6 +119,9 @@ class SandboxPolicy:
     """Keep (stopped) the containers of failed attempts, or of all; None: remove them."""
     max_alive: int | None = None
     """Containers alive at once on this machine, across processes and sessions."""
+    allow: frozenset[str] = frozenset()
+    """What the datasets' sandboxes may lift (`--agenteval-sandbox-allow`): `network`,
+    `unbounded`."""
 
 
 MakeEnvironment = Callable[["TaskDef", Key], "Environment | None"]

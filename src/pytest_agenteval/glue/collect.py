@@ -33,13 +33,16 @@ Parts = dict[Path, tuple[Dataset, tuple[Path, ...] | None]]
 """Each named dataset by root, with the parts of it named (None: all of it)."""
 
 
-def load_datasets(named: dict[Path, str], specs: SpecCache | None = None) -> Parts:
-    """The datasets the paths are, or lie in; `named` gives the option naming each path."""
+def load_datasets(
+    named: dict[Path, str], specs: SpecCache | None = None, allow: frozenset[str] = frozenset()
+) -> Parts:
+    """The datasets the paths are, or lie in; `named` gives the option naming each path;
+    their sandboxes may lift what `allow` says (`--agenteval-sandbox-allow`)."""
     found: dict[Path, tuple[Dataset, list[Path]]] = {}
     by_name: dict[str, Path] = {}
     for path, how in named.items():
         try:
-            dataset = load_dataset(path, specs)
+            dataset = load_dataset(path, specs, allow)
         except TaskFileError as exc:
             raise pytest.UsageError(f"{how}: {exc}" if how else str(exc)) from None
         found.setdefault(dataset.root, (dataset, []))[1].append(path)

@@ -125,6 +125,7 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         sandboxes=SandboxPolicy(
             keep=_setting(config, "agenteval_keep_sandboxes", options.keep_sandboxes),
             max_alive=_setting(config, "agenteval_max_sandboxes", options.positive_int),
+            allow=_setting(config, "agenteval_sandbox_allow", options.sandbox_allow) or frozenset(),
         ),
         variants=_variants(config),
         reference=_setting(config, "agenteval_reference", options.variant_name),

@@ -56,6 +56,9 @@ class Dataset:
     manifest_path: Path | None
     cache: SpecCache | None = field(default=None, compare=False, repr=False)
     """Where validated specs of unchanged files are kept between sessions."""
+    sandbox_allow: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    """What its sandboxes may lift of the default isolation (the run's
+    `--agenteval-sandbox-allow`): a sandbox asking for more is a load error."""
     templates_only: bool = field(default=False, compare=False, repr=False)
     """Read only to know its templates (a session that does not evaluate it): a task file
     without the word `workspace` names none, and is not parsed."""
@@ -210,7 +213,9 @@ def _skipped_dir(name: str) -> bool:
     return name.startswith(".") or name in SKIP_DIRS or name.endswith(".egg")
 
 
-def load_dataset(path: Path, cache: SpecCache | None = None) -> Dataset:
+def load_dataset(
+    path: Path, cache: SpecCache | None = None, sandbox_allow: frozenset[str] = frozenset()
+) -> Dataset:
     """The dataset `path` is, or lies in: its manifest is the nearest `agenteval.yaml` at or
     above `path`, as pytest finds its rootdir, so a part of a dataset keeps its ids and agent.
 
@@ -225,7 +230,7 @@ def load_dataset(path: Path, cache: SpecCache | None = None) -> Dataset:
     root = find_dataset_root(path)
     if root is None:
         folder = path if path.is_dir() else path.parent
-        return Dataset(folder, Manifest(name=_safe_name(folder.name)), None, cache)
+        return Dataset(folder, Manifest(name=_safe_name(folder.name)), None, cache, sandbox_allow)
     manifest_path = root / MANIFEST_NAME
     node, data = parse(manifest_path)
     if not isinstance(data, dict):
@@ -246,17 +251,11 @@ def load_dataset(path: Path, cache: SpecCache | None = None) -> Dataset:
             hint="put the agent in `variants:` (`NAME: AGENT-SPEC`), or drop `variants:`",
         )
     default = manifest.defaults.sandbox
-    problem = build_problem(default, root) if default is not None else None
-    if problem is not None:
-        where = ("defaults", "sandbox", "docker", "build")
-        raise TaskFileError(
-            manifest_path,
-            problem[0],
-            line=line_of(node, where),
-            field=field_path(where),
-            hint=problem[1],
-        )
-    return Dataset(root, manifest, manifest_path, cache)
+    if default is not None:
+        errors = sandbox_problems(default, root, sandbox_allow, manifest_path, node, ("defaults",))
+        if errors:
+            raise TaskFileErrors(errors)
+    return Dataset(root, manifest, manifest_path, cache, sandbox_allow)
 
 
 def _safe_name(name: str) -> str:
@@ -535,23 +534,44 @@ def _check_workspace(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[Tas
 
 
 def _check_sandbox(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[TaskFileError]:
-    """The task's own `sandbox:` against what the dataset may ask for: a `build:` folder
-    inside it (the manifest's defaults are checked when it is read)."""
+    """The task's own `sandbox:` against what the dataset may ask for (the manifest's
+    defaults are checked when it is read)."""
     sandbox = task.spec.sandbox
     if sandbox is None:
         return []
-    problem = build_problem(sandbox, task.dataset.root)
-    if problem is None:
-        return []
-    where = (*loc, "sandbox", "docker", "build")
+    dataset = task.dataset
+    return sandbox_problems(sandbox, dataset.root, dataset.sandbox_allow, task.path, node, loc)
+
+
+def sandbox_problems(
+    sandbox: SandboxSpec,
+    root: Path,
+    allowed: frozenset[str],
+    path: Path,
+    node: Any,
+    loc: tuple[Any, ...],
+) -> list[TaskFileError]:
+    """What a sandbox asks for that a dataset may not: a `build:` folder outside it, and
+    isolation lifted that the run's user did not allow, located at their lines."""
+    found = []
+    build = build_problem(sandbox, root)
+    if build is not None:
+        found.append(((*loc, "sandbox", "docker", "build"), *build))
+    for name, allowance in sandbox.lifts():
+        if allowance not in allowed:
+            value = getattr(sandbox, name)
+            found.append(
+                (
+                    (*loc, "sandbox", name),
+                    f"`{name}: {value}` lifts the sandbox's isolation, which only the run may "
+                    "allow (a task file or manifest cannot)",
+                    f"if you trust this dataset, run with `--agenteval-sandbox-allow {allowance}` "
+                    f"(ini `agenteval_sandbox_allow = {allowance}`), or drop `{name}:`",
+                )
+            )
     return [
-        TaskFileError(
-            task.path,
-            problem[0],
-            line=line_of(node, where),
-            field=field_path(where),
-            hint=problem[1],
-        )
+        TaskFileError(path, problem, line=line_of(node, where), field=field_path(where), hint=hint)
+        for where, problem, hint in found
     ]
 
 
