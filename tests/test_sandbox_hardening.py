@@ -11,17 +11,19 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from daemons import Daemon, build_busybox, own_daemon
 from helpers import DatasetMaker, latest_record
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.artifacts import collect
-from pytest_agenteval.execution.docker import DockerEnvironment, Images
+from pytest_agenteval.execution.docker import RUN_LABEL, DockerEnvironment, Images
 from pytest_agenteval.execution.environment import LocalEnvironment
 from pytest_agenteval.execution.process import MAX_OUTPUT, was_cut
-from test_sandbox import busybox_image
+from test_sandbox import IMAGE, busybox_image
 
 
 @pytest.fixture(scope="module")
@@ -346,3 +348,96 @@ def test_memory_zero_is_refused_and_a_manifest_cannot_lift_either(
     result.stderr.fnmatch_lines(
         ["*'everything' is not a comma-separated list of network and unbounded*"]
     )
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """A Docker daemon of this test's own (its own socket, data root, exec root, pid file)
+    holding the busybox test image; removed with all it made."""
+    made = own_daemon()
+    try:
+        build_busybox(made, tmp_path / "image", IMAGE)
+        yield made
+    finally:
+        made.close()
+
+
+def _kill_when_a_container_runs(daemon: Daemon, label: str, then: float) -> threading.Thread:
+    """A thread that kills the daemon `then` seconds after a container labelled `label`
+    runs in it."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120  # hang guard
+        while time.monotonic() < deadline:
+            listed = daemon.docker("ps", "-q", "--filter", f"label={label}", check=False)
+            if listed.stdout.strip():
+                time.sleep(then)
+                daemon.kill()
+                return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_a_daemon_that_dies_mid_run_is_a_sandbox_error_a_plain_resume_runs_again(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    daemon: Daemon,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kill -9 of the Docker daemon while a command agent and then a Python agent wait on
+    programs in their containers: those attempts, and the one after whose container cannot
+    be made, are errors of type `sandbox_error` (phase `sandbox`), never wrong answers or
+    agent errors; the terminal counts them apart and the gate refuses them even with
+    `--agenteval-allow-errors`; once the daemon is back a plain `--resume-suite` runs them
+    again and they pass."""
+    sandbox = _sandboxed(IMAGE)
+    root = dataset(
+        {
+            "a_command.yaml": {
+                "input": "x",
+                "graders": [{"contains": "42"}],
+                "agent": {"command": ["sh", "-c", "sleep 4; echo -n 42"]},
+            },
+            "b_python.yaml": {"input": "x", "graders": [{"contains": "42"}]},
+            "c_after.yaml": {
+                "input": "x",
+                "graders": [{"contains": "42"}],
+                "agent": {"command": ["echo", "-n", "42"]},
+            },
+        },
+        manifest={"agent": "boxed:run", "defaults": {"sandbox": sandbox}},
+    )
+    (root / "boxed.py").write_text(
+        "def run(task):\n"
+        "    return task.environment.exec(['sh', '-c', 'sleep 4; echo -n 42']).stdout\n"
+    )
+    monkeypatch.setenv("DOCKER_HOST", daemon.host)
+    run_id = f"daemon{os.getpid()}"
+    killer = _kill_when_a_container_runs(daemon, f"{RUN_LABEL}={run_id}", 1.5)
+    try:
+        first = pytester.runpytest_subprocess(
+            *("--agenteval", "ds", "--agenteval-run-id", run_id, "--agenteval-allow-errors"),
+            *("--agenteval-concurrency", "2"),
+        )
+    finally:
+        killer.join()
+    first.assert_outcomes(errors=3)
+    first.stdout.fnmatch_lines(
+        [
+            "0 passed, 0 failed, 3 errors (3 sandbox errors)*",
+            "*gate NOT met: 3 attempt(s) lost their sandbox*",
+        ]
+    )
+    for task_id in ("a_command", "b_python", "c_after"):
+        record = latest_record(pytester.path, task_id, 0)
+        assert (record["error_type"], record["phase"]) == ("sandbox_error", "sandbox"), record
+    daemon.start()
+    again = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-run-id", run_id, "--resume-suite"
+    )
+    again.assert_outcomes(passed=3)
+    assert daemon.docker("ps", "-aq", "--filter", f"label={RUN_LABEL}={run_id}").stdout == ""

@@ -38,10 +38,11 @@ Status = Literal["pass", "fail", "error"]
 """An attempt's verdict: its graders passed, one failed (a wrong answer), or it errored."""
 Action = Literal["reuse", "regrade", "run"]
 """What a resume does with a planned attempt."""
-Phase = Literal["agent", "grading", "crash", "budget", "build"]
+Phase = Literal["agent", "grading", "crash", "budget", "build", "sandbox"]
 """Where an errored attempt stopped: in the agent, in a grader, its process died, its usage
-went over the task's budget (`over_budget`), or its sandbox's image could not be had
-(`build_failed`)."""
+went over the task's budget (`over_budget`), its sandbox's image could not be had
+(`build_failed`), or its sandbox failed under it: the Docker daemon or CLI (`sandbox_error`).
+A resume runs `crash`, `build` and `sandbox` attempts again: nothing of them was judged."""
 Key = tuple[str, str, int]
 """(dataset, task id, attempt index): how records are keyed, never by node id."""
 

@@ -63,9 +63,12 @@ SLOT_POLL = 0.05
 
 
 class SandboxUnavailable(AgentError):
-    """The attempt's container could not be made: no daemon, or docker refused it."""
+    """The attempt's sandbox could not be had or failed under it: no docker command, a
+    daemon that does not answer or died, a container docker refused or lost. Infrastructure,
+    not the agent's doing: phase `sandbox`, and a resume runs the attempt again."""
 
-    error_type = "sandbox_unavailable"
+    error_type = "sandbox_error"
+    phase = "sandbox"
 
 
 AGAIN = "(its whole story is told at this image's first attempt)"
@@ -114,13 +117,23 @@ def docker(
             "sandbox: the docker command is not installed",
             detail="install Docker (Debian: apt-get install docker.io) or remove `sandbox:`",
         ) from None
-    if done.returncode != 0 and b"Cannot connect to the Docker daemon" in done.stderr:
+    if done.returncode != 0:
+        unreachable(done.stderr.decode(errors="replace"))
+    return done
+
+
+DAEMON_GONE = ("Cannot connect to the Docker daemon", "error during connect")
+"""What the docker CLI says when its daemon does not answer (not running, died mid-call)."""
+
+
+def unreachable(said: str) -> None:
+    """Raise SandboxUnavailable when a failed docker command says its daemon is gone."""
+    if any(words in said for words in DAEMON_GONE):
         raise SandboxUnavailable(
             "sandbox: the Docker daemon is not running",
             detail="start it (`sudo systemctl start docker`, or as root `dockerd &`), "
-            "then run again: " + done.stderr.decode(errors="replace").strip(),
+            "then run again: " + said.strip(),
         )
-    return done
 
 
 def _env() -> dict[str, str]:
@@ -257,7 +270,7 @@ class Images:
         with self._lock:
             left, self.alive = sorted(self.alive), set()
         if left:
-            docker(["rm", "-f", *left])
+            _remove_now(left)
         self.wait()
 
     def wait(self) -> None:
@@ -268,7 +281,7 @@ class Images:
         for removal in removing:
             removal.wait()
         if doomed:
-            docker(["rm", "-f", *doomed])
+            _remove_now(doomed)
 
     def ensure(self, docker: DockerImage, build: BuildFolder | None = None) -> tuple[str, str]:
         """The name and id of the image to start from, pulled or built first when needed;
@@ -313,6 +326,12 @@ class Images:
             detail=f"build or load it (`docker build -t {image} DIR`, `docker load`), "
             f"or name one `docker images` lists: {why}",
         )
+
+
+def _remove_now(names: list[str]) -> None:
+    """`docker rm -f` of `names`; with its daemon gone they are left to the orphan sweep."""
+    with contextlib.suppress(SandboxUnavailable):
+        docker(["rm", "-f", *names])
 
 
 def _image_id(image: str) -> str | None:
@@ -514,7 +533,23 @@ class DockerEnvironment:
             raise OSError((done.stdout + done.stderr).strip())  # docker says it on stdout
         elif done.returncode == 137 and self._oom_killed():
             return Finished(137, done.stdout, done.stderr + "\n(sandbox: out of memory)", False)
+        elif _docker_failed(done):
+            self._check_alive(done.stderr)
         return done
+
+    def _check_alive(self, said: str) -> None:
+        """After an exit that may be docker's own (its daemon died mid-call, the container is
+        gone): raise SandboxUnavailable unless the container still runs, so the program's own
+        status stands."""
+        unreachable(said)
+        state = docker(["inspect", "--format", "{{.State.Running}}", self.name])
+        if state.returncode != 0 or state.stdout.strip() != b"true":
+            why = (said.strip() or state.stderr.decode(errors="replace").strip())[-2000:]
+            self._dead = "its container stopped under the attempt"
+            raise SandboxUnavailable(
+                f"sandbox: the container {self.name} stopped under the attempt",
+                detail=why or "the docker CLI ended the program's run without a word",
+            )
 
     def _oom_killed(self) -> bool:
         state = docker(["inspect", "--format", "{{.State.OOMKilled}}", self.name])
@@ -613,14 +648,19 @@ class DockerEnvironment:
     def teardown(self, keep: bool) -> None:
         """Remove the container, or keep it stopped and renamed when the run's
         `--agenteval-keep-sandboxes` asks (`failed`: when `keep`, the attempt did not pass)."""
-        if self.keep == "all" or (self.keep == "failed" and keep):
-            docker(["kill", self.name])
-            _checked(["rename", self.name, self.kept_name], "keeping the sandbox")
-            if self._images is not None:
-                self._images.forget(self.name)
-            release_slot(self._slot)
-            return
-        self._remove()
+        try:
+            if self.keep == "all" or (self.keep == "failed" and keep):
+                docker(["kill", self.name])
+                _checked(["rename", self.name, self.kept_name], "keeping the sandbox")
+            else:
+                self._remove()
+                return
+        except SandboxUnavailable:  # its daemon is gone: the next orphan sweep removes it
+            pass
+        if self._images is not None:
+            self._images.forget(self.name)
+        release_slot(self._slot)
+        self._slot = None
 
     def _remove(self) -> None:
         """Remove the container: in the background, or at once when it holds a slot (the
@@ -648,6 +688,15 @@ class DockerEnvironment:
 
     def __repr__(self) -> str:
         return f"DockerEnvironment({self.name!r})"
+
+
+def _docker_failed(done: Finished) -> bool:
+    """Whether a `docker exec` may have failed itself rather than its program: 255 (its
+    connection to the daemon broke), 125, or the daemon's own words on stderr."""
+    return done.returncode in (125, 255) or (
+        done.returncode != 0
+        and any(w in done.stderr for w in ("Error response from daemon", *DAEMON_GONE))
+    )
 
 
 def _owner(user: str | None) -> tuple[int, int]:
@@ -708,6 +757,7 @@ def _copy_failed(proc: subprocess.Popen[bytes], path: str) -> OSError:
     proc.wait()
     if "Could not find the file" in said or "No such container:path" in said:
         return FileNotFoundError(f"{path}: {said}")
+    unreachable(said)
     return OSError(f"{path}: {said or 'the copy out of the sandbox was cut short'}")
 
 

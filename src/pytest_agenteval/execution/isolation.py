@@ -26,9 +26,13 @@ from .executor import AgentCall, SerialExecutor
 class IsolatedAgentError(AgentError):
     """The agent raised in its child process; its traceback came back as text."""
 
-    def __init__(self, message: str, *, detail: str, error_type: str) -> None:
+    def __init__(
+        self, message: str, *, detail: str, error_type: str, phase: str | None = None
+    ) -> None:
         super().__init__(message, detail=detail)
         self.error_type = error_type
+        if phase is not None:  # where it happened, when the error knew (a sandbox's)
+            self.phase = phase
 
     def render(self) -> str:
         return self.detail
@@ -80,7 +84,12 @@ def _child(executor: SerialExecutor, agent: Agent, task: Task, out: int) -> None
     except BaseException as exc:
         from .attempt import error_text
 
-        payload = {"error": error_text(exc), "type": type(exc).__name__}
+        payload = {
+            "error": error_text(exc),
+            "type": type(exc).__name__,
+            "error_type": getattr(exc, "error_type", type(exc).__name__),
+            "phase": getattr(exc, "phase", None),
+        }
     try:
         data = json.dumps(payload, ensure_ascii=True).encode()
         view = memoryview(data)
@@ -131,7 +140,10 @@ def _answer(data: bytes, status: int) -> AgentResult:
     payload = json.loads(data)
     if "error" in payload:
         raise IsolatedAgentError(
-            f"agent raised {payload['type']}", detail=payload["error"], error_type=payload["type"]
+            f"agent raised {payload['type']}",
+            detail=payload["error"],
+            error_type=payload.get("error_type", payload["type"]),
+            phase=payload.get("phase"),
         )
     return AgentResult.model_validate(payload["result"])
 

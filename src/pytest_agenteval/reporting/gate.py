@@ -43,7 +43,8 @@ def gate(
     if min_pass_rate is None:
         if falls:
             return GateResult(keep, "gate NOT met: " + "; ".join(falls))
-        if allow_errors and summary.counts.build_failed:  # errors it does not allow: say so
+        counts = summary.counts
+        if allow_errors and (counts.build_failed or counts.sandbox_error):  # not allowed: say so
             return GateResult(keep, "gate NOT met: " + "; ".join(problems))
         only_errors = exitstatus == FAILED and not summary.counts.fail and not problems
         return GateResult(OK if allow_errors and only_errors else None)
@@ -98,6 +99,9 @@ def _problems(
     built = summary.counts.build_failed
     if built:  # nothing was evaluated: allowing errors does not allow these
         problems.append(f"{built} attempt(s) could not build or pull their sandbox image")
+    lost = summary.counts.sandbox_error
+    if lost:  # nor these: their sandbox failed under them (--resume-suite runs them again)
+        problems.append(f"{lost} attempt(s) lost their sandbox (its Docker daemon or CLI failed)")
     errors = summary.counts.error
     if errors and not allow_errors:
         problems.append(f"{errors} attempt(s) errored ({flag_prefix}allow-errors accepts them)")

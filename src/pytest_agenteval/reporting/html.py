@@ -318,6 +318,7 @@ def _headline(summary: Summary) -> str:
         ("passed / failed / errors", f"{counts.passed} / {counts.fail} / {counts.error}"),
         *([("over budget", str(counts.over_budget))] if counts.over_budget else []),
         *([("sandbox build failed", str(counts.build_failed))] if counts.build_failed else []),
+        *([("sandbox errors", str(counts.sandbox_error))] if counts.sandbox_error else []),
         ("tokens in / out", f"{_int(tot.input_tokens)} / {_int(tot.output_tokens)}"),
         ("cost", "n/a" if tot.cost is None else f"{tot.cost:.4f}"),
         ("duration p50 / p95", f"{_sec(tot.duration_p50)} / {_sec(tot.duration_p95)}"),

@@ -313,8 +313,11 @@ def _counts_line(counts: Counts) -> str:
 
 
 def _build_failed_words(counts: Counts) -> str:
-    """The errors whose sandbox image could not be had, counted apart."""
-    return f" ({counts.build_failed} sandbox build failed)" if counts.build_failed else ""
+    """The errors whose sandbox image could not be had, and those whose sandbox failed under
+    them, counted apart."""
+    text = f" ({counts.build_failed} sandbox build failed)" if counts.build_failed else ""
+    lost = counts.sandbox_error
+    return text + (f" ({counted(lost, 'sandbox error')})" if lost else "")
 
 
 def drift_lines(summary: Summary) -> list[str]:

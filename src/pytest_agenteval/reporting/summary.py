@@ -195,6 +195,9 @@ class Counts(_Frozen):
     build_failed: int | None = None
     """The errors whose sandbox image could not be built or pulled (phase `build`); absent
     when none did."""
+    sandbox_error: int | None = None
+    """The errors whose sandbox failed under them, its Docker daemon or CLI (phase
+    `sandbox`); absent when none did."""
     reused: int | None = None
     """Attempts the last session reused as they were recorded."""
     regraded: int | None = None
@@ -381,7 +384,8 @@ class Summary(_Frozen):
     """pass / fail / error over the run (with variants: over the selected variants, and the
     tasks with their own agent), and over_budget: the errors whose agent used more than
     the task's `budget:` allows; build_failed: the errors whose sandbox image could not be had
-    (absent when none); reused / regraded / run in the last session;
+    (absent when none); sandbox_error: the errors whose sandbox failed under them (absent
+    when none); reused / regraded / run in the last session;
     load_error: the tasks (or task files) that could not be loaded in the last session."""
     metrics: Metrics | None = None
     """pass@k and pass^k over the run's tasks, with pass@1's interval; with one selected
@@ -569,9 +573,14 @@ def _variant_label(fingerprint: dict[str, Any], name: str) -> str:
 
 
 def build_failures(rows: Sequence[IndexRow]) -> dict[str, int]:
-    """`build_failed`: the errors whose sandbox image could not be had, when there are any."""
+    """`build_failed`: the errors whose sandbox image could not be had, and `sandbox_error`:
+    those whose sandbox failed under them, each when there are any."""
     failed = sum(1 for row in rows if row.phase == "build")
-    return {"build_failed": failed} if failed else {}
+    lost = sum(1 for row in rows if row.phase == "sandbox")
+    return {
+        **({"build_failed": failed} if failed else {}),
+        **({"sandbox_error": lost} if lost else {}),
+    }
 
 
 def environment_drift(rows: Sequence[IndexRow]) -> list[dict[str, Any]]:

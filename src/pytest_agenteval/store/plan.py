@@ -73,6 +73,8 @@ class Plan:
             return Decision("run", why="crashed")
         if row.phase == "build":  # its image may be there now (fixed, loaded, reachable)
             return Decision("run", why="build failed")
+        if row.phase == "sandbox":  # its daemon may answer now
+            return Decision("run", why="sandbox failed")
         if row.digest == digest or (agent_error and row.run_digest == run_digest):
             return Decision("reuse", stored=row)
         if row.run_digest == run_digest and regradable:
