@@ -366,12 +366,12 @@ def test_the_next_session_removes_the_containers_of_a_dead_one(image: str, tmp_p
     )
     try:
         assert session.stdout is not None and session.stdout.readline() == b"ready\n"
-        assert name not in remove_orphans() and _containers(name) == [name]
+        assert name not in remove_orphans().names and _containers(name) == [name]
     finally:
         session.kill()
         session.wait(timeout=30)
     deadline = time.monotonic() + 30  # hang guard
-    while not remove_orphans() and time.monotonic() < deadline:
+    while not remove_orphans().names and time.monotonic() < deadline:
         pass
     assert _containers(name) == []
     labelled = subprocess.run(
@@ -523,7 +523,8 @@ def test_a_killed_session_leaves_an_orphan_that_the_resume_removes(
 def test_repair_removes_the_sandboxes_of_gone_sessions(
     pytester: pytest.Pytester, dataset: DatasetMaker, image: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`agenteval repair` removes the containers whose session is gone, says how many, and
+    """`agenteval repair` removes the containers whose session is gone, says how many and
+    whose (`removed 1 sandbox container of a session that is gone (pid N on host H)`), and
     leaves a live session's alone."""
     dataset(
         {"a.yaml": {"input": "x", "expected": "x"}},
@@ -562,9 +563,13 @@ def test_repair_removes_the_sandboxes_of_gone_sessions(
     try:
         assert main(["repair", "latest"]) == 0
         said = capsys.readouterr().out
-        assert re.search(
-            r"^[1-9]\d* sandbox container\(s\) of sessions that are gone removed$", said, re.M
-        ), said
+        said_line = re.search(
+            r"^removed [1-9]\d* sandbox containers? of (a session that is|sessions that are) "
+            r"gone \(pids? ([\d, ]+) on host \S+\)$",
+            said,
+            re.M,
+        )
+        assert said_line is not None, said
         assert _containers(names["gone"]) == [] and _containers(names["live"]) == [names["live"]]
     finally:
         subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
@@ -601,7 +606,7 @@ def test_kept_sandboxes_are_stopped_and_named_in_the_failure_report(
             ["docker", "cp", f"{kept[0]}:/workspace/answer.txt", "-"], capture_output=True
         )
         assert copied.returncode == 0 and b"answer.txt" in copied.stdout
-        assert kept[0] not in remove_orphans(), "a kept sandbox is no orphan"
+        assert kept[0] not in remove_orphans().names, "a kept sandbox is no orphan"
     finally:
         subprocess.run(["docker", "rm", "-f", *kept], capture_output=True)
 

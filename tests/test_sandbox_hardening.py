@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +23,7 @@ from daemons import Daemon, build_busybox, own_daemon
 from helpers import DatasetMaker, latest_record
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.artifacts import collect
-from pytest_agenteval.execution.docker import RUN_LABEL, DockerEnvironment, Images
+from pytest_agenteval.execution.docker import LABEL, RUN_LABEL, DockerEnvironment, Images
 from pytest_agenteval.execution.environment import LocalEnvironment
 from pytest_agenteval.execution.process import MAX_OUTPUT, was_cut
 from test_sandbox import IMAGE, busybox_image
@@ -441,3 +444,119 @@ def test_a_daemon_that_dies_mid_run_is_a_sandbox_error_a_plain_resume_runs_again
     )
     again.assert_outcomes(passed=3)
     assert daemon.docker("ps", "-aq", "--filter", f"label={RUN_LABEL}={run_id}").stdout == ""
+
+
+def _labelled(label: str) -> list[str]:
+    """The containers (running or not) carrying `label` (`name` or `name=value`)."""
+    listed = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return listed.stdout.split()
+
+
+def _gone_pid() -> int:
+    """The pid of a process that ran and is gone."""
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(child.stdout)
+
+
+def test_a_sessions_orphan_sweep_says_what_it_removed(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """The first sandbox of a session removes the containers of sessions that are gone and
+    says so in one line at the end, naming their pids and host."""
+    pid = _gone_pid()
+    name = f"agenteval-test-swept-{os.getpid()}"
+    subprocess.run(
+        [
+            *("docker", "run", "-d", "--name", name, "--network", "none"),
+            *("--label", f"{LABEL}={socket.gethostname()}/{pid}/1", "--entrypoint", "sleep"),
+            *(image, "infinity"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    dataset(
+        {"a.yaml": {"input": "x", "expected": "x"}},
+        manifest={
+            "agent": {"command": ["echo", "-n", "{input}"]},
+            "defaults": {"sandbox": _sandboxed(image)},
+        },
+    )
+    try:
+        result = pytester.runpytest("--agenteval", "ds")
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    result.assert_outcomes(passed=1)
+    said = [line for line in result.outlines if "sandbox container" in line]
+    assert len(said) == 1, said
+    assert re.fullmatch(
+        r"agenteval: removed \d+ sandbox containers? of (a session that is|sessions that are) "
+        rf"gone \(pids? [\d, ]*\b{pid}\b[\d, ]* on host {re.escape(socket.gethostname())}\)",
+        said[0],
+    ), said
+
+
+@pytest.mark.slow
+def test_a_worker_killed_with_its_sandbox_running_leaves_no_container_after_the_session(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """kill -9 of the xdist worker whose sandboxed attempt runs (`-n 2`) leaves its container
+    running; when the session ends the controller has removed it, and says so."""
+    root = dataset(
+        {
+            "fast.yaml": {"input": "a", "expected": "a"},
+            "slow.yaml": {"input": "b", "expected": "b"},
+        },
+        manifest={"agent": "boxed:run", "defaults": {"sandbox": _sandboxed(image)}},
+    )
+    (root / "boxed.py").write_text(
+        "def run(task):\n"
+        "    if task.id == 'slow':\n"
+        "        task.environment.exec(['sleep', '600'])\n"
+        "    return task.input\n"
+    )
+    run_id = f"killedworker{os.getpid()}"
+    session = pytester.popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--agenteval",
+            "ds",
+            "-n",
+            "2",
+            "--agenteval-run-id",
+            run_id,
+        ],
+        stdin=None,  # type: ignore[arg-type]
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120  # hang guard
+    slow: list[str] = []
+    while not slow and time.monotonic() < deadline:
+        slow = [n for n in _labelled(f"{RUN_LABEL}={run_id}") if "-ds--slow--" in n]
+        time.sleep(0.1)
+    (container,) = slow
+    label = subprocess.run(
+        ["docker", "inspect", "--format", f'{{{{index .Config.Labels "{LABEL}"}}}}', container],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    worker = int(label.split("/")[1])
+    os.kill(worker, signal.SIGKILL)
+    out, _ = session.communicate(timeout=120)
+    assert _labelled(f"{RUN_LABEL}={run_id}") == []
+    assert (
+        f"agenteval: removed 1 sandbox container of a session that is gone (pid {worker} on "
+        f"host {socket.gethostname()})"
+    ) in out.decode(), out.decode()[-3000:]

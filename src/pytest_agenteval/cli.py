@@ -295,10 +295,10 @@ def _sweep_sandboxes() -> str | None:
     from .execution.docker import SandboxUnavailable, remove_orphans
 
     try:
-        removed = remove_orphans()
+        swept = remove_orphans()
     except SandboxUnavailable as exc:
         return f"sandboxes not checked: {exc.message}"
-    return f"{len(removed)} sandbox container(s) of sessions that are gone removed"
+    return swept.line() if swept.names else "no sandbox container of a gone session left"
 
 
 def _cancel(args: argparse.Namespace) -> int:

@@ -362,6 +362,7 @@ def pytest_configure(config: pytest.Config) -> None:
         check_variants,
         make_executor,
     )
+    from .glue.sandboxes import SandboxNotes
     from .glue.settings import read_settings
     from .glue.xdist import worker_context
     from .sources.speccache import CACHE_NAME, SpecCache
@@ -407,6 +408,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # A bad file must fail alone, as its own collector, under --agenteval-strict.
     config.stash[CollectState.KEY] = CollectState(set() if settings.strict else whole_roots)
     config.pluginmanager.register(TaskHooks(config), "agenteval-tasks")
+    config.pluginmanager.register(SandboxNotes(runtime), "agenteval-sandboxes")
     hooks = CollectHooks({root: p for root, (_, p) in parts.items() if p is not None})
     config.pluginmanager.register(hooks, "agenteval-collect")
     # Cleanups run last-in first-out and pytest's builtin plugins register theirs after this

@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..core.errors import AgentError
@@ -182,28 +183,48 @@ def session_alive(label: str) -> bool:
     return started in ("?", _start_time(pid))
 
 
-def remove_orphans() -> list[str]:
-    """Remove the containers of this host's sessions that are gone (kept ones aside); their
-    names."""
+@dataclass(frozen=True)
+class Swept:
+    """The containers an orphan sweep removed, and the gone sessions (`host/pid/start`)
+    they belonged to."""
+
+    names: tuple[str, ...] = ()
+    sessions: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """What to tell a person: `removed 2 sandbox containers of sessions that are gone
+        (pid 1234 on host ci-3)`."""
+        hosts: dict[str, list[str]] = {}
+        for session in self.sessions:
+            host, _, rest = session.partition("/")
+            pid = rest.partition("/")[0]
+            if pid not in hosts.setdefault(host, []):
+                hosts[host].append(pid)
+        whose = "; ".join(
+            f"{'pid' if len(pids) == 1 else 'pids'} {', '.join(pids)} on host {host}"
+            for host, pids in hosts.items()
+        )
+        n = len(self.names)
+        of = "a session that is gone" if len(self.sessions) == 1 else "sessions that are gone"
+        return f"removed {n} sandbox container{'' if n == 1 else 's'} of {of} ({whose})"
+
+
+def remove_orphans(run_id: str | None = None) -> Swept:
+    """Remove the containers of this host's sessions that are gone (kept ones aside; of the
+    run `run_id` only, when given)."""
+    wanted = f"{RUN_LABEL}={run_id}" if run_id is not None else LABEL
     listed = _checked(
-        [
-            "ps",
-            "-a",
-            "--filter",
-            f"label={LABEL}",
-            "--format",
-            NAME_AND_SESSION,
-        ],
+        ["ps", "-a", "--filter", f"label={wanted}", "--format", NAME_AND_SESSION],
         "listing the sandboxes",
     )
-    gone = []
+    gone: dict[str, str] = {}
     for line in listed.decode().splitlines():
         name, _, label = line.partition("\t")
-        if name and not name.startswith(KEPT) and not session_alive(label):
-            gone.append(name)
+        if name and label and not name.startswith(KEPT) and not session_alive(label):
+            gone[name] = label
     if gone:
         docker(["rm", "-f", *gone])
-    return gone
+    return Swept(tuple(gone), tuple(dict.fromkeys(gone.values())))
 
 
 class Images:
@@ -223,6 +244,8 @@ class Images:
         self._said: set[str] = set()
         self._lock = threading.Lock()
         self._orphans_checked = False
+        self.swept: list[Swept] = []
+        """What this process's orphan sweeps removed (said at the session's end)."""
         self._removing: list[subprocess.Popen[bytes]] = []
         self._doomed: list[str] = []
         """Containers torn down while a removal ran: the next removal's."""
@@ -291,7 +314,9 @@ class Images:
         assert key is not None
         with self._lock:
             if not self._orphans_checked:
-                remove_orphans()
+                swept = remove_orphans()
+                if swept.names:
+                    self.swept.append(swept)
                 self._orphans_checked = True
             if key not in self._known:
                 self._known[key] = self._find(key) if build is None else _build(key, build)

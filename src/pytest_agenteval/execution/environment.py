@@ -144,6 +144,8 @@ class Environments:
         self._sandboxes = sandboxes
         self._run_id: str | None = None
         self._images: Images | None = None
+        self._swept: list[str] = []
+        """What the session's end sweep removed (`sweep`), a line each."""
         self._lock = threading.Lock()
 
     def at_turn_only(self, task: TaskDef) -> bool:
@@ -189,6 +191,25 @@ class Environments:
         """The local folder an attempt made in another process (`--agenteval-isolate`), if it
         made one."""
         return self.workspaces.existing(key, task.workspace_dir)
+
+    def sweep(self) -> None:
+        """Remove the sandboxes of this run whose session is gone (an xdist worker killed
+        with them running), as the session ends; no docker is asked when the run has none."""
+        if self._run_id is None:
+            return
+        from .docker import SandboxUnavailable, remove_orphans
+
+        try:
+            swept = remove_orphans(self._run_id)
+        except SandboxUnavailable:
+            return  # no docker, or its daemon is gone: the next session's sweep
+        if swept.names:
+            self._swept.append(swept.line())
+
+    def said(self) -> list[str]:
+        """What this process's orphan sweeps removed, a line each, for the terminal."""
+        images = self._images.swept if self._images is not None else []
+        return [swept.line() for swept in images] + self._swept
 
     def close(self) -> None:
         """The session is over: the sandboxes being removed are gone."""
