@@ -17,7 +17,7 @@ from helpers import WORKERS, DatasetMaker, latest_record, latest_run
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.artifacts import MAX_LISTED, collect, keepable
-from pytest_agenteval.execution.docker import DockerEnvironment, Images
+from pytest_agenteval.execution.docker import DockerEnvironment, DockerSession
 from pytest_agenteval.execution.environment import LocalEnvironment
 from test_sandbox import busybox_image
 
@@ -250,13 +250,13 @@ def test_collect_lists_a_thousand_files_keeps_what_fits_and_no_link(tmp_path: Pa
 def test_containers_torn_down_together_are_all_removed(image: str) -> None:
     """Containers torn down while a removal runs wait for the next one (one `docker rm` at a
     time, several containers each); once the session waits, none is left."""
-    images = Images()
+    session = DockerSession()
     spec = SandboxSpec(docker=DockerImage(image=image))
     names = [f"agenteval-test-batch-{os.getpid()}-{i}" for i in range(3)]
-    made = [DockerEnvironment(spec, name, None, images) for name in names]
+    made = [DockerEnvironment(spec, name, None, session) for name in names]
     for sandbox in made:
         sandbox.teardown(keep=False)
-    images.wait()
+    session.wait()
     listed = subprocess.run(
         ["docker", "ps", "-a", "--filter", f"name=agenteval-test-batch-{os.getpid()}-"],
         capture_output=True,

@@ -33,14 +33,13 @@ from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.docker import (
     LABEL,
     RUN_LABEL,
-    BuildFailed,
     DockerEnvironment,
-    Images,
-    SandboxUnavailable,
+    DockerSession,
     remove_orphans,
-    session_label,
 )
+from pytest_agenteval.execution.docker_cli import SandboxUnavailable
 from pytest_agenteval.execution.environment import ChangedFile, Environment
+from pytest_agenteval.execution.sandboxes import BuildFailed, session_label
 
 IMAGE = "agenteval-test-busybox:1"
 """A test image `FROM scratch` holding Debian's busybox-static (no registry is reachable)."""
@@ -88,7 +87,7 @@ def environment(image: str, tmp_path: Path) -> Iterator[DockerEnvironment]:
         SandboxSpec(docker=DockerImage(image=image), memory="64m"),
         f"agenteval-test-{os.getpid()}-{tmp_path.name}",
         template,
-        Images(),
+        DockerSession(),
     )
     yield made
     made.teardown(keep=False)
@@ -164,15 +163,15 @@ def test_a_numeric_user_runs_the_programs_and_owns_the_workspace(
     so the agent can write into it."""
     (tmp_path / "seed.txt").write_text("seed")
     spec = SandboxSpec(docker=DockerImage(image=image), user="1000:1000")
-    images = Images()
-    sandbox = DockerEnvironment(spec, f"agenteval-test-user-{os.getpid()}", tmp_path, images)
+    session = DockerSession()
+    sandbox = DockerEnvironment(spec, f"agenteval-test-user-{os.getpid()}", tmp_path, session)
     try:
         done = sandbox.exec(["sh", "-c", "id -u; stat -c %u seed.txt; echo x > new.txt"])
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["1000", "1000"]
     finally:
         sandbox.teardown(keep=False)
-        images.wait()
+        session.wait()
 
 
 def test_the_network_is_off_inside(environment: DockerEnvironment) -> None:
@@ -219,16 +218,16 @@ def test_a_missing_image_is_a_clear_error_said_once(image: str) -> None:
     """An image that is not present and cannot be pulled is a `build_failed` error naming
     it and what to do; a second attempt gets the same error without trying again, its story
     not told twice."""
-    images = Images()
+    session = DockerSession()
     spec = SandboxSpec(docker=DockerImage(image="agenteval-test-absent:none"))
-    with pytest.raises(SandboxUnavailable) as first:
-        DockerEnvironment(spec, f"agenteval-test-absent-{os.getpid()}", None, images)
+    with pytest.raises(BuildFailed) as first:
+        DockerEnvironment(spec, f"agenteval-test-absent-{os.getpid()}", None, session)
     assert "sandbox build: the image 'agenteval-test-absent:none' is not present" in str(
         first.value
     )
     assert "docker build" in first.value.detail
-    with pytest.raises(SandboxUnavailable) as second:
-        DockerEnvironment(spec, f"agenteval-test-absent-{os.getpid()}", None, images)
+    with pytest.raises(BuildFailed) as second:
+        DockerEnvironment(spec, f"agenteval-test-absent-{os.getpid()}", None, session)
     assert second.value.message == first.value.message and isinstance(first.value, BuildFailed)
     assert second.value.error_type == "build_failed" and "docker build" not in second.value.detail
 
@@ -240,7 +239,7 @@ def test_a_daemon_that_does_not_answer_is_a_clear_error(
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     spec = SandboxSpec(docker=DockerImage(image=image))
     with pytest.raises(SandboxUnavailable, match="the Docker daemon is not running") as raised:
-        DockerEnvironment(spec, "agenteval-test-nodaemon", None, Images())
+        DockerEnvironment(spec, "agenteval-test-nodaemon", None, DockerSession())
     assert "dockerd" in raised.value.detail
 
 
@@ -354,9 +353,9 @@ def test_the_next_session_removes_the_containers_of_a_dead_one(image: str, tmp_p
     script.write_text(
         "import sys, time\n"
         "from pytest_agenteval.core.model import DockerImage, SandboxSpec\n"
-        "from pytest_agenteval.execution.docker import DockerEnvironment, Images\n"
+        "from pytest_agenteval.execution.docker import DockerEnvironment, DockerSession\n"
         f"spec = SandboxSpec(docker=DockerImage(image={image!r}))\n"
-        "DockerEnvironment(spec, sys.argv[1], None, Images())\n"
+        "DockerEnvironment(spec, sys.argv[1], None, DockerSession())\n"
         "print('ready', flush=True)\n"
         "time.sleep(600)\n"
     )

@@ -23,7 +23,7 @@ from daemons import Daemon, build_busybox, own_daemon
 from helpers import DatasetMaker, latest_record
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.artifacts import collect
-from pytest_agenteval.execution.docker import LABEL, RUN_LABEL, DockerEnvironment, Images
+from pytest_agenteval.execution.docker import LABEL, RUN_LABEL, DockerEnvironment, DockerSession
 from pytest_agenteval.execution.environment import LocalEnvironment
 from pytest_agenteval.execution.process import MAX_OUTPUT, was_cut
 from test_sandbox import IMAGE, busybox_image
@@ -58,16 +58,16 @@ def test_a_hard_linked_file_is_listed_and_kept_as_the_file_it_is(
 ) -> None:
     """A file with a second hard link is two files of the same bytes: both listed with their
     size and kept (the tar's link entry is not a symbolic link)."""
-    images = Images()
+    session = DockerSession()
     spec = SandboxSpec(docker=DockerImage(image=image))
-    sandbox = DockerEnvironment(spec, f"agenteval-test-hardlink-{os.getpid()}", None, images)
+    sandbox = DockerEnvironment(spec, f"agenteval-test-hardlink-{os.getpid()}", None, session)
     try:
         done = sandbox.exec(["sh", "-c", "echo -n data > a.txt && ln a.txt b.txt"])
         assert done.returncode == 0, done.stderr
         made = collect(sandbox, max_bytes=100)
     finally:
         sandbox.teardown(keep=False)
-        images.wait()
+        session.wait()
     assert made.files == [
         {"path": "a.txt", "change": "added", "size": 4, "kept": True},
         {"path": "b.txt", "change": "added", "size": 4, "kept": True},

@@ -292,11 +292,12 @@ def _sweep_sandboxes() -> str | None:
     says how many (nothing to say where no docker command is installed)."""
     if shutil.which("docker") is None:
         return None
-    from .execution.docker import SandboxUnavailable, remove_orphans
+    from .execution.docker import remove_orphans
+    from .execution.sandboxes import EnvironmentUnavailable
 
     try:
         swept = remove_orphans()
-    except SandboxUnavailable as exc:
+    except EnvironmentUnavailable as exc:
         return f"sandboxes not checked: {exc.message}"
     return swept.line() if swept.names else "no sandbox container of a gone session left"
 

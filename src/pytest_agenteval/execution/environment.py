@@ -28,7 +28,8 @@ from .process import Finished, run_program
 if TYPE_CHECKING:
     from ..core.model import Task
     from ..sources.dataset import TaskDef
-    from .docker import Images
+    from .docker import DockerSession
+    from .sandboxes import SandboxSession
     from .workspaces import Workspaces
 
 Change = Literal["added", "modified", "deleted"]
@@ -143,7 +144,7 @@ class Environments:
         self._session = os.getpid()  # a forked agent's container is named for its session
         self._sandboxes = sandboxes
         self._run_id: str | None = None
-        self._images: Images | None = None
+        self._docker: DockerSession | None = None
         self._swept: list[str] = []
         """What the session's end sweep removed (`sweep`), a line each."""
         self._lock = threading.Lock()
@@ -170,16 +171,17 @@ class Environments:
         if made is not None:
             return made
         if task.sandbox is not None:
-            from .docker import DockerEnvironment, Images, container_name, session_label
+            from .docker import DockerEnvironment, DockerSession, container_name
+            from .sandboxes import session_label
 
             with self._lock:  # pool threads make sandboxes at once
-                if self._images is None:
-                    self._images = Images(session_label(self._session), self._sandboxes)
-                    self._images.run_id = self._run_id
+                if self._docker is None:
+                    self._docker = DockerSession(session_label(self._session), self._sandboxes)
+                    self._docker.run_id = self._run_id
             name = container_name(key, self._session)
             kept = task.artifacts.max_bytes if task.artifacts is not None else 0
             return DockerEnvironment(
-                task.sandbox, name, task.workspace_dir, self._images, task.sandbox_build, kept
+                task.sandbox, name, task.workspace_dir, self._docker, task.sandbox_build, kept
             )
         return self.workspaces.create(key, task.workspace_dir)
 
@@ -197,24 +199,25 @@ class Environments:
         with them running), as the session ends; no docker is asked when the run has none."""
         if self._run_id is None:
             return
-        from .docker import SandboxUnavailable, remove_orphans
+        from .docker import remove_orphans
+        from .sandboxes import EnvironmentUnavailable
 
         try:
             swept = remove_orphans(self._run_id)
-        except SandboxUnavailable:
+        except EnvironmentUnavailable:
             return  # no docker, or its daemon is gone: the next session's sweep
         if swept.names:
             self._swept.append(swept.line())
 
     def said(self) -> list[str]:
         """What this process's orphan sweeps removed, a line each, for the terminal."""
-        images = self._images.swept if self._images is not None else []
-        return [swept.line() for swept in images] + self._swept
+        sessions: list[SandboxSession] = [self._docker] if self._docker is not None else []
+        return [swept.line() for session in sessions for swept in session.swept] + self._swept
 
     def close(self) -> None:
         """The session is over: the sandboxes being removed are gone."""
-        if self._images is not None:
-            self._images.close()
+        if self._docker is not None:
+            self._docker.close()
         self.workspaces.close()
 
 

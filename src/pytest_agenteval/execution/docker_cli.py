@@ -1,0 +1,89 @@
+"""The docker CLI as the Docker sandbox calls it: argv lists, never a command string, with
+an explicit environment, and a daemon that cannot be reached said as such.
+
+Why the CLI and not the `docker` package: the CLI is what every Docker install has, speaks
+to whatever daemon the user configured (contexts, `DOCKER_HOST`, rootless) with no extra
+dependency, and its `exec` streams stdin/stdout exactly like a local program, so the timeout
+and output handling of `run_program` apply unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Sequence
+
+from .sandboxes import EnvironmentUnavailable
+
+DOCKER_TIMEOUT = 120.0
+"""Seconds a docker command other than an attempt's program may take."""
+DAEMON_GONE = ("Cannot connect to the Docker daemon", "error during connect")
+"""What the docker CLI says when its daemon does not answer (not running, died mid-call)."""
+
+
+class SandboxUnavailable(EnvironmentUnavailable):
+    """The Docker sandbox could not be had or failed under its attempt: no docker command, a
+    daemon that does not answer or died, a container docker refused or lost."""
+
+
+def docker(
+    args: Sequence[str], *, input: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run the docker CLI (`args` after `docker`); a missing CLI or a daemon that cannot be
+    reached raises SandboxUnavailable, any other failure is the caller's to read."""
+    try:
+        done = subprocess.run(
+            ["docker", *args],
+            input=input,
+            capture_output=True,
+            timeout=DOCKER_TIMEOUT,
+            env=docker_env(),
+        )
+    except FileNotFoundError:
+        raise SandboxUnavailable(
+            "sandbox: the docker command is not installed",
+            detail="install Docker (Debian: apt-get install docker.io) or remove `sandbox:`",
+        ) from None
+    if done.returncode != 0:
+        unreachable(done.stderr.decode(errors="replace"))
+    return done
+
+
+def checked(args: Sequence[str], what: str, *, input: bytes | None = None) -> bytes:
+    """The stdout of a docker command that must succeed; its failure is SandboxUnavailable
+    saying `what` failed."""
+    done = docker(args, input=input)
+    if done.returncode != 0:
+        raise SandboxUnavailable(
+            f"sandbox: {what} failed", detail=done.stderr.decode(errors="replace").strip()
+        )
+    return done.stdout
+
+
+def unreachable(said: str) -> None:
+    """Raise SandboxUnavailable when a failed docker command says its daemon is gone."""
+    if any(words in said for words in DAEMON_GONE):
+        raise SandboxUnavailable(
+            "sandbox: the Docker daemon is not running",
+            detail="start it (`sudo systemctl start docker`, or as root `dockerd &`), "
+            "then run again: " + said.strip(),
+        )
+
+
+def docker_env() -> dict[str, str]:
+    """An explicit copy of the variables: attempts in flight start docker from pool threads
+    while pytest's main thread rewrites the C environment (see `run_program`)."""
+    return os.environ.copy()
+
+
+def remove_now(names: list[str]) -> None:
+    """`docker rm -f` of `names`; with its daemon gone they are left to the orphan sweep."""
+    with contextlib.suppress(SandboxUnavailable):
+        docker(["rm", "-f", *names])
+
+
+def image_id(image: str) -> str | None:
+    """The id of the image `image` names, when the daemon has it."""
+    done = docker(["image", "inspect", "--format", "{{.Id}}", image])
+    return done.stdout.decode().strip() if done.returncode == 0 else None

@@ -1,0 +1,131 @@
+"""What every kind of sandbox needs, whoever runs it (Docker today, other kinds later): the
+errors of an environment that could not be had or failed under its attempt, each with its
+phase; who a session is and whether it is gone (what orphan sweeps decide by); what a sweep
+removed, in a line for a person; and this machine's sandbox slots.
+
+A kind's own module (`docker.py` and its helpers) keeps what only it knows: how to make,
+list and remove its sandboxes, where their images come from.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ..core.errors import AgentError
+from .limits import take_slot
+
+SLOT_POLL = 0.05
+"""Seconds between looks for a free sandbox slot (`--agenteval-max-sandboxes`)."""
+AGAIN = "(its whole story is told at this image's first attempt)"
+"""The detail of a build failure said already."""
+
+
+class EnvironmentUnavailable(AgentError):
+    """The attempt's sandbox could not be had, or failed under it (its daemon, its CLI, its
+    machine): infrastructure, not the agent's doing. Phase `sandbox`, error type
+    `sandbox_error`; a resume runs the attempt again, and the gate never allows it."""
+
+    error_type = "sandbox_error"
+    phase = "sandbox"
+
+
+class BuildFailed(EnvironmentUnavailable):
+    """The task's image cannot be had: its build failed, or it is missing and cannot be
+    pulled. The attempt errs in phase `build`, counted apart, and a resume runs it again."""
+
+    error_type = "build_failed"
+    phase = "build"
+
+    def again(self) -> BuildFailed:
+        """The same error for a later attempt, its story (what to do, the build's log) told
+        at the image's first attempt, so the terminal shows it once."""
+        return BuildFailed(self.message, detail=AGAIN)
+
+
+class SandboxSession(Protocol):
+    """What a kind keeps for one process's sandboxes: made with its first sandbox (which
+    first sweeps the orphans of sessions that are gone), closed once when the session ends
+    (nothing of its sandboxes left running)."""
+
+    swept: list[Swept]
+    """What its orphan sweeps removed, said at the session's end."""
+
+    def close(self) -> None: ...
+
+
+def session_label(pid: int | None = None) -> str:
+    """This process's (or `pid`'s) session label: host, pid, and the pid's start time, so a
+    reused pid is not taken for the session that had it."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}/{pid}/{_start_time(pid)}"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "?"
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
+
+
+def session_alive(label: str) -> bool:
+    """Whether the session a sandbox's label names still runs (other hosts' are alive)."""
+    host, _, rest = label.partition("/")
+    pid_text, _, started = rest.partition("/")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return started in ("?", _start_time(pid))
+
+
+@dataclass(frozen=True)
+class Swept:
+    """The sandboxes an orphan sweep removed, and the gone sessions (`host/pid/start`)
+    they belonged to."""
+
+    names: tuple[str, ...] = ()
+    sessions: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """What to tell a person: `removed 2 sandbox containers of sessions that are gone
+        (pid 1234 on host ci-3)`."""
+        hosts: dict[str, list[str]] = {}
+        for session in self.sessions:
+            host, _, rest = session.partition("/")
+            pid = rest.partition("/")[0]
+            if pid not in hosts.setdefault(host, []):
+                hosts[host].append(pid)
+        whose = "; ".join(
+            f"{'pid' if len(pids) == 1 else 'pids'} {', '.join(pids)} on host {host}"
+            for host, pids in hosts.items()
+        )
+        n = len(self.names)
+        of = "a session that is gone" if len(self.sessions) == 1 else "sessions that are gone"
+        return f"removed {n} sandbox container{'' if n == 1 else 's'} of {of} ({whose})"
+
+
+def machine_folder() -> Path:
+    """This user's folder for what all sessions on the machine share (sandbox slots, build
+    locks), under the temp dir."""
+    folder = Path(tempfile.gettempdir()) / f"agenteval-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def sandbox_slot(size: int) -> int:
+    """Wait for one of `size` sandbox slots of this machine's user and hold it (flock'd
+    files: a dead holder's slot is free again at once); `release_slot` gives it back."""
+    folder = machine_folder() / "sandboxes"
+    folder.mkdir(exist_ok=True)
+    return take_slot(folder, "sandbox", size, SLOT_POLL)
