@@ -196,7 +196,7 @@ class Environments:
 
     def sweep(self) -> None:
         """Remove the sandboxes of this run whose session is gone (an xdist worker killed
-        with them running), as the session ends; no docker is asked when the run has none."""
+        with them running), as the session ends (asked only of a run with sandboxes)."""
         if self._run_id is None:
             return
         from .docker import remove_orphans

@@ -21,6 +21,7 @@ from ..core.errors import AgentError, AgentTimeout
 from ..core.model import AgentResult, Task
 from .agents import Agent, CommandAgent
 from .executor import AgentCall, SerialExecutor
+from .sandboxes import EnvironmentUnavailable
 
 
 class IsolatedAgentError(AgentError):
@@ -88,7 +89,7 @@ def _child(executor: SerialExecutor, agent: Agent, task: Task, out: int) -> None
             "error": error_text(exc),
             "type": type(exc).__name__,
             "error_type": getattr(exc, "error_type", type(exc).__name__),
-            "phase": getattr(exc, "phase", None),
+            "phase": exc.phase if isinstance(exc, EnvironmentUnavailable) else None,
         }
     try:
         data = json.dumps(payload, ensure_ascii=True).encode()

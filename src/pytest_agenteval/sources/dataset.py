@@ -56,9 +56,10 @@ class Dataset:
     manifest_path: Path | None
     cache: SpecCache | None = field(default=None, compare=False, repr=False)
     """Where validated specs of unchanged files are kept between sessions."""
-    sandbox_allow: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    sandbox_allow: frozenset[str] | None = field(default=None, compare=False, repr=False)
     """What its sandboxes may lift of the default isolation (the run's
-    `--agenteval-sandbox-allow`): a sandbox asking for more is a load error."""
+    `--agenteval-sandbox-allow`): a sandbox asking for more is a load error. None: not
+    checked (read only to know its templates)."""
     templates_only: bool = field(default=False, compare=False, repr=False)
     """Read only to know its templates (a session that does not evaluate it): a task file
     without the word `workspace` names none, and is not parsed."""
@@ -214,13 +215,14 @@ def _skipped_dir(name: str) -> bool:
 
 
 def load_dataset(
-    path: Path, cache: SpecCache | None = None, sandbox_allow: frozenset[str] = frozenset()
+    path: Path, cache: SpecCache | None = None, sandbox_allow: frozenset[str] | None = None
 ) -> Dataset:
     """The dataset `path` is, or lies in: its manifest is the nearest `agenteval.yaml` at or
     above `path`, as pytest finds its rootdir, so a part of a dataset keeps its ids and agent.
 
     Without a manifest, the folder itself (a file's folder) is a dataset named after it. With a
-    cache, unchanged task files are not parsed again.
+    cache, unchanged task files are not parsed again. Its sandboxes may lift what
+    `sandbox_allow` says of the default isolation (None: not checked).
     """
     path = path.resolve()
     if not path.exists():
@@ -536,29 +538,29 @@ def _check_workspace(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[Tas
 def _check_sandbox(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[TaskFileError]:
     """The task's own `sandbox:` against what the dataset may ask for (the manifest's
     defaults are checked when it is read)."""
-    sandbox = task.spec.sandbox
+    sandbox, dataset = task.spec.sandbox, task.dataset
     if sandbox is None:
         return []
-    dataset = task.dataset
     return sandbox_problems(sandbox, dataset.root, dataset.sandbox_allow, task.path, node, loc)
 
 
 def sandbox_problems(
     sandbox: SandboxSpec,
     root: Path,
-    allowed: frozenset[str],
+    allowed: frozenset[str] | None,
     path: Path,
     node: Any,
     loc: tuple[Any, ...],
 ) -> list[TaskFileError]:
     """What a sandbox asks for that a dataset may not: a `build:` folder outside it, and
-    isolation lifted that the run's user did not allow, located at their lines."""
+    isolation lifted that the run's user did not allow (None: not checked), located at
+    their lines."""
     found = []
     build = build_problem(sandbox, root)
     if build is not None:
         found.append(((*loc, "sandbox", "docker", "build"), *build))
     for name, allowance in sandbox.lifts():
-        if allowance not in allowed:
+        if allowed is not None and allowance not in allowed:
             value = getattr(sandbox, name)
             found.append(
                 (
