@@ -10,16 +10,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .core.version import __version__
+
 if TYPE_CHECKING:
+    from .core.environment import ChangedFile, Environment, ExecResult
     from .core.errors import AgentError
     from .core.model import AgentResult, Manifest, Task, TaskSpec, Usage, Verdict
     from .core.records import AttemptRecord
     from .execution.agents import Agent, AgentRef, AgentResolver
-    from .execution.environment import ChangedFile, Environment, ExecResult
     from .execution.executor import AgentCall, Executor
     from .execution.graders import GradeContext, Grader
 
-__version__ = "0.1.0"
 
 _WHERE = {
     "Agent": "execution.agents",
@@ -29,9 +30,9 @@ _WHERE = {
     "AgentResult": "core.model",
     "AgentError": "core.errors",
     "AttemptRecord": "core.records",
-    "ChangedFile": "execution.environment",
-    "Environment": "execution.environment",
-    "ExecResult": "execution.environment",
+    "ChangedFile": "core.environment",
+    "Environment": "core.environment",
+    "ExecResult": "core.environment",
     "Executor": "execution.executor",
     "GradeContext": "execution.graders",
     "Grader": "execution.graders",

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import pytest
 
+from ..core.environment import Environment
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
 from ..core.records import Detail, NewRecord, attempt_key
@@ -26,7 +27,7 @@ from ..execution.agents import (
 )
 from ..execution.attempt import AttemptJob, Outcome
 from ..execution.concurrent import NotStarted
-from ..execution.environment import Environment, MakeEnvironment
+from ..execution.environment import MakeEnvironment
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
 from ..sources.dataset import TaskDef
 from .failures import as_crash_repr, encodable, text_repr, user_traceback
