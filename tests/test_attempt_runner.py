@@ -358,5 +358,5 @@ def test_a_plugin_executor_that_is_not_one_is_a_usage_error(pytester: pytest.Pyt
     result = pytester.runpytest_subprocess("--agenteval", "example_suite")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*plugin '*conftest.py': pytest_agenteval_make_executor returned int, not an Executor*"]
+        ["*conftest *conftest.py: pytest_agenteval_make_executor returned int, not an Executor*"]
     )

@@ -15,11 +15,22 @@ from .core.version import __version__
 if TYPE_CHECKING:
     from .core.environment import ChangedFile, Environment, ExecResult
     from .core.errors import AgentError
-    from .core.model import AgentResult, Manifest, Task, TaskSpec, Usage, Verdict
+    from .core.model import (
+        AgentResult,
+        AnyAgentSpec,
+        GraderSpec,
+        Key,
+        Manifest,
+        Task,
+        TaskSpec,
+        Usage,
+        Verdict,
+    )
     from .core.records import AttemptRecord
     from .execution.agents import Agent, AgentRef, AgentResolver
     from .execution.executor import AgentCall, Executor
     from .execution.graders import GradeContext, Grader
+    from .reporting.summary import Summary
 
 
 _WHERE = {
@@ -29,6 +40,7 @@ _WHERE = {
     "AgentResolver": "execution.agents",
     "AgentResult": "core.model",
     "AgentError": "core.errors",
+    "AnyAgentSpec": "core.model",
     "AttemptRecord": "core.records",
     "ChangedFile": "core.environment",
     "Environment": "core.environment",
@@ -36,7 +48,10 @@ _WHERE = {
     "Executor": "execution.executor",
     "GradeContext": "execution.graders",
     "Grader": "execution.graders",
+    "GraderSpec": "core.model",
+    "Key": "core.model",
     "Manifest": "core.model",
+    "Summary": "reporting.summary",
     "Task": "core.model",
     "TaskSpec": "core.model",
     "Usage": "core.model",
@@ -50,6 +65,7 @@ __all__ = [
     "AgentRef",
     "AgentResolver",
     "AgentResult",
+    "AnyAgentSpec",
     "AttemptRecord",
     "ChangedFile",
     "Environment",
@@ -57,7 +73,10 @@ __all__ = [
     "Executor",
     "GradeContext",
     "Grader",
+    "GraderSpec",
+    "Key",
     "Manifest",
+    "Summary",
     "Task",
     "TaskSpec",
     "Usage",

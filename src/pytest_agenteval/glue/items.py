@@ -32,7 +32,7 @@ from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_gr
 from ..sources.dataset import TaskDef
 from .failures import as_crash_repr, encodable, text_repr, user_traceback
 from .internals import TerminalRepr, fixture_defs, fixture_value, skip_at_item
-from .pluginhooks import first_answer
+from .pluginhooks import answered_by, hook_at
 from .runtime import FIXTURE_NAME, RUNTIME, Runtime
 from .settings import dry_run
 
@@ -266,6 +266,14 @@ def _why(detail: Detail) -> str:
     return error[-1] if error[0].startswith("Traceback") else error[0]
 
 
+def _grades(grader: object) -> bool:
+    return callable(getattr(grader, "grade", None))
+
+
+def _is_environment(made: object) -> bool:
+    return isinstance(made, Environment)
+
+
 class TaskHooks:
     """Hooks registered only while a dataset is active, so other runs pay nothing for them."""
 
@@ -278,22 +286,18 @@ class TaskHooks:
         plugins and the conftests there or above first, built-ins last."""
 
         def make(spec: GraderSpec, task: TaskSpec, root: Path) -> Any:
+            hook = hook_at(config, "pytest_agenteval_make_grader", root)
+            asked = {"spec": spec, "task": task, "dataset_root": root}
             try:
-                grader, source = first_answer(
-                    config,
-                    "pytest_agenteval_make_grader",
-                    root,
-                    spec=spec,
-                    task=task,
-                    dataset_root=root,
-                )
+                grader = hook(**asked)
             except GraderSpecError:
                 raise
             except ValueError as exc:
                 raise GraderSpecError(str(exc)) from None
             if grader is None:
                 raise unknown_grader(spec.type, list(BUILTIN_GRADERS))
-            if not callable(getattr(grader, "grade", None)):
+            if not _grades(grader):
+                source = answered_by(config, hook, asked, _grades)
                 raise GraderSpecError(
                     f"pytest_agenteval_make_grader returned {type(grader).__name__} for "
                     f"{spec.type!r}, which has no grade(ctx) method (answered by {source})",
@@ -310,12 +314,13 @@ class TaskHooks:
         and the conftests there or above first, built-ins last."""
 
         def make(spec: AnyAgentSpec, root: Path) -> Agent:
-            agent, source = first_answer(
-                config, "pytest_agenteval_make_agent", root, spec=spec, dataset_root=root
-            )
+            hook = hook_at(config, "pytest_agenteval_make_agent", root)
+            asked = {"spec": spec, "dataset_root": root}
+            agent = hook(**asked)
             if agent is None:
                 raise unknown_agent_kind(getattr(spec, "type", "?"), list(BUILTIN_AGENT_KINDS))
             if not callable(agent):
+                source = answered_by(config, hook, asked, callable)
                 raise AgentUnavailable(
                     f"pytest_agenteval_make_agent returned {type(agent).__name__}, which is "
                     f"not callable (answered by {source})",
@@ -333,18 +338,18 @@ class TaskHooks:
 
         def make(task: TaskDef, key: Key) -> Environment | None:
             root = task.dataset.root
-            made, source = first_answer(
-                config,
-                "pytest_agenteval_make_environment",
-                root,
-                task=task.spec,
-                key=key,
-                template=task.workspace_dir,
-                dataset_root=root,
-                config=config,
-            )
+            hook = hook_at(config, "pytest_agenteval_make_environment", root)
+            asked = {
+                "task": task.spec,
+                "key": key,
+                "template": task.workspace_dir,
+                "dataset_root": root,
+                "config": config,
+            }
+            made = hook(**asked)
             if made is None or isinstance(made, Environment):
                 return made
+            source = answered_by(config, hook, asked, _is_environment)
             raise AgentError(
                 f"pytest_agenteval_make_environment returned {type(made).__name__}, "
                 f"not an Environment (answered by {source})",
