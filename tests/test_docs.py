@@ -83,7 +83,7 @@ def test_tutorial_runs_as_written(tmp_path: Path) -> None:
     (counts,) = re.findall(r"^6 passed, 3 failed.*$", readme, re.M)
     assert counts in said["pytest --agenteval my_evals"].splitlines()
     assert "I don't know" in said["agenteval show latest geo/hard/0"]
-    assert "(9 reused); 0 run now" in said["pytest --agenteval my_evals --resume-suite"]
+    assert "0 errors; 9 reused; 0 run now" in said["pytest --agenteval my_evals --resume-suite"]
 
 
 @pytest.fixture(scope="module")

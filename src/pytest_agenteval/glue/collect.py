@@ -254,6 +254,14 @@ class LoadErrorItem(AgentevalItem):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         return self.failure.render()
 
+    def failed_at(self, exc: BaseException) -> str | None:
+        return "load"
+
+    def heading(self) -> None:
+        """None: the first line stays `path:line: at field: problem`, which terminals and
+        editors open at its line (`load` is in the crash message, and the item's name)."""
+        return None
+
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.failure.path, self.failure.line - 1, f"agenteval: {self.name}"
 

@@ -19,9 +19,11 @@ import pytest
 
 # Failure representations: `ExceptionInfo.getrepr()` returns them and reports carry them
 # across xdist, but pytest exports none of them; a failure with its own crash message (the
-# short test summary's and JUnit's) can only be built from them.
+# short test summary's and JUnit's) and a first line of its own can only be built from them.
 from _pytest._code.code import (
+    ExceptionChainRepr,
     ExceptionRepr,
+    ReprEntryNative,
     ReprExceptionInfo,
     ReprFileLocation,
     ReprTracebackNative,
@@ -30,7 +32,9 @@ from _pytest._code.code import (
 
 __all__ = [
     "CHECKED",
+    "ExceptionChainRepr",
     "ExceptionRepr",
+    "ReprEntryNative",
     "ReprExceptionInfo",
     "ReprFileLocation",
     "ReprTracebackNative",
@@ -40,9 +44,7 @@ __all__ = [
     "ends_with_session",
     "fixture_defs",
     "fixture_value",
-    "junit_error_element",
     "queued_reports",
-    "shorten_message",
     "skip_at_item",
     "stop_distributing",
     "uncaptured",
@@ -113,28 +115,6 @@ def skip_at_item(reason: str) -> BaseException:
     """A skip reported at the item's own location (its task's line), not at the plugin's line
     that raised it; `pytest.skip()` has no public way to say so."""
     return pytest.skip.Exception(reason, _use_item_location=True)
-
-
-def junit_error_element(config: pytest.Config, report: pytest.TestReport) -> Any:
-    """The `<error>` element --junitxml just wrote for `report` (None: there is none), to set
-    its message (pytest's reads `failed on setup with "..."`): pytest offers no hook for it,
-    so this reaches into its LogXML object."""
-    from _pytest.junitxml import xml_key
-
-    xml = config.stash.get(xml_key, None)
-    if xml is None:
-        return None
-    nodes = xml.node_reporter(report).nodes
-    return nodes[-1] if nodes and nodes[-1].tag == "error" else None
-
-
-def shorten_message(message: str) -> str:
-    """A JUnit message cut as pytest cuts its own (not exported); whole, as pytest writes its
-    own, before pytest 9.2 (which began cutting them)."""
-    import _pytest.junitxml
-
-    shorten = getattr(_pytest.junitxml, "shorten_message", None)
-    return message if shorten is None else str(shorten(message))
 
 
 def uncaptured(config: pytest.Config) -> contextlib.AbstractContextManager[object]:

@@ -30,16 +30,23 @@ from ..execution.concurrent import NotStarted
 from ..execution.environment import MakeEnvironment
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
 from ..sources.dataset import TaskDef
-from .failures import as_crash_repr, encodable, text_repr, user_traceback
+from .failures import as_crash_repr, at_phase, encodable, text_repr, user_traceback
 from .internals import TerminalRepr, fixture_defs, fixture_value, skip_at_item
 from .pluginhooks import answered_by, hook_at
 from .runtime import FIXTURE_NAME, RUNTIME, Runtime
 from .settings import dry_run
 
-ERROR_WHEN = {"agent": "agent call", "grading": "grading"}
-"""The report's `when` of an attempt that errored in its agent or a grader, by the record's
-phase: pytest's heading then reads `ERROR at agent call of ...`, not `at setup of` (the error
-is the attempt's, not its setup's); `pytest_report_teststatus` keeps it an *error*."""
+PHASE_WORDS = {
+    "agent": "agent call",
+    "grading": "grading",
+    "budget": "budget",
+    "build": "sandbox build",
+    "crash": "crash",
+}
+"""Where an errored attempt stopped (its record's phase), in the words its error's first line,
+crash message and JUnit `phase` property use. The report's `when` stays pytest's `setup`."""
+NOT_BUILT = "agent build"
+"""Where an attempt whose agent cannot be built stopped."""
 
 
 FIXTURE_LABEL = f"fixture:{FIXTURE_NAME}"
@@ -59,6 +66,16 @@ class AgentevalItem(pytest.Item):
 
     def report_extras(self) -> dict[str, Any] | NewRecord:
         raise NotImplementedError
+
+    def failed_at(self, exc: BaseException) -> str | None:
+        """Where the item's setup that raised `exc` failed (`agent call`, `load`, ...), when
+        it is the attempt's error rather than a plain setup error (None)."""
+        return None
+
+    def heading(self) -> str | None:
+        """What an error's first line calls it, before its crash message (None: its first
+        line stays as it is)."""
+        return self.name
 
     def kept_files(self) -> dict[str, bytes] | None:
         """The bytes of the artifacts a new record keeps, by path (`report.agenteval_files`:
@@ -215,13 +232,19 @@ class AttemptItem(AgentevalItem):
             return f"internal error in pytest-agenteval, please report it:\n{excinfo.getrepr()}"
         return user_traceback(excinfo)
 
-    def error_when(self, exc: BaseException) -> str:
-        """The `when` of the report of a setup that raised `exc`: where the attempt errored
-        (`agent call`, `grading`), or `setup` when it never began or the plugin failed."""
+    def failed_at(self, exc: BaseException) -> str | None:
+        """Where the attempt errored (`agent call`, `grading`, `budget`, `sandbox build`, a
+        replay's as stored; `agent build` when its agent cannot be built), or None when it
+        never began or the plugin failed."""
+        if exc is self.not_started:
+            return NOT_BUILT
         outcome = self.outcome
         if outcome is None or not (exc is outcome.error or isinstance(exc, ReplayedError)):
-            return "setup"
-        return ERROR_WHEN.get(outcome.facts.phase or "", "setup")
+            return None
+        return PHASE_WORDS.get(outcome.facts.phase or "")
+
+    def heading(self) -> str:
+        return f"{self._headline()} error"
 
     def _headline(self) -> str:
         variant = f"{self.variant} " if self.variant else ""
@@ -384,13 +407,16 @@ class TaskHooks:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
         if call.when != "teardown" and isinstance(item, AgentevalItem):
+            where = None
             if call.when == "setup" and report.failed and call.excinfo is not None:
                 report.longrepr = item.repr_failure(call.excinfo)
-                if isinstance(item, AttemptItem):
-                    report.when = item.error_when(call.excinfo.value)
+                where = item.failed_at(call.excinfo.value)
             if report.failed:
                 path, line, _ = item.reportinfo()
                 longrepr = as_crash_repr(report.longrepr, Path(path), (line or 0) + 1)
+                if where is not None:
+                    longrepr = at_phase(longrepr, where, item.heading())
+                    item.user_properties.append(("phase", where))  # --junitxml: the teardown's
                 report.longrepr = encodable(longrepr, call.excinfo)
             if call.when == "call" or report.failed:
                 report.agenteval = item.report_extras()
@@ -407,14 +433,6 @@ class TaskHooks:
         if isinstance(data, dict) and isinstance(data.get("agenteval"), NewRecord):
             data["agenteval"] = data["agenteval"].ship()
         return data
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
-        """An attempt that errored in its agent or a grader is an *error* (pytest's own rule
-        counts only `setup` and `teardown` reports as errors)."""
-        if report.failed and report.when in ERROR_WHEN.values():
-            return "error", "E", "ERROR"
-        return None
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         runner = config.stash[RUNTIME].runner

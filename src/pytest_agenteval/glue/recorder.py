@@ -43,7 +43,6 @@ from ..store.runs import Store
 from ..store.stops import Budget
 from .collect import LoadErrorItem, load_error_label
 from .concurrency import concurrency_of, say_now
-from .failures import junit_error_message
 from .internals import stop_distributing
 from .items import AttemptItem
 from .runtime import Runtime
@@ -233,8 +232,6 @@ class Recorder:
         else:
             self._attempt_reported(report, info, made)
         result = yield
-        if report.failed:  # after --junitxml's plugin saw it (an error, not a failure)
-            junit_error_message(self.config, report)
         # Every plugin has seen the record; the terminal reporter keeps reports all session long.
         report.agenteval = None  # type: ignore[attr-defined]
         if made is not None and made.crashed:
