@@ -49,21 +49,6 @@ def check_conftest_paths(pytester: pytest.Pytester) -> None:
     assert internals.conftest_paths(config, "collect_ignore_glob", pytester.path) is None
 
 
-def check_ends_with_session(pytester: pytest.Pytester) -> None:
-    import _pytest.config as entry
-
-    for name in ("console_main", "main"):  # 9.1 adds `_console_main` and `_main` below them
-        assert inspect.isfunction(getattr(entry, name)), name
-    pytester.makeconftest(
-        "from pytest_agenteval.glue.internals import ends_with_session\n"
-        "def pytest_sessionfinish():\n"
-        "    print('ENDS', ends_with_session())\n"
-    )
-    pytester.makepyfile("def test_one(): pass")
-    pytester.runpytest_subprocess("-s").stdout.fnmatch_lines(["*ENDS True*"])
-    pytester.runpytest_inprocess("-s").stdout.fnmatch_lines(["*ENDS False*"])
-
-
 def check_fixtures(pytester: pytest.Pytester) -> None:
     from _pytest.fixtures import FixtureManager, TopRequest
 
@@ -169,7 +154,6 @@ def check_stop_distributing(pytester: pytest.Pytester) -> None:
 CHECKS: dict[str, Callable[[pytest.Pytester], None]] = {
     "failure reprs (_pytest._code.code)": check_failure_reprs,
     "conftest_paths (Config._getconftest_pathlist)": check_conftest_paths,
-    "ends_with_session (_pytest.config entry points)": check_ends_with_session,
     "fixture_defs and fixture_value (FixtureManager, TopRequest)": check_fixtures,
     "basetemp (Config._tmp_path_factory)": check_basetemp,
     "skip_at_item (Skipped._use_item_location)": check_skip_at_item,
@@ -189,7 +173,6 @@ COVERS = {
         "TerminalRepr",
     ),
     check_conftest_paths: ("conftest_paths",),
-    check_ends_with_session: ("ends_with_session",),
     check_fixtures: ("fixture_defs", "fixture_value"),
     check_basetemp: ("basetemp",),
     check_skip_at_item: ("skip_at_item",),

@@ -402,7 +402,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Cleanups run last-in first-out and pytest's builtin plugins register theirs after this
     # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
     # the collected tree.
-    config.add_cleanup(lambda: hooks.thaw(config))
+    config.add_cleanup(hooks.thaw)
     if runtime.runner.ahead is not None:
         config.pluginmanager.register(AheadHooks(runtime, runtime.runner.ahead), "agenteval-ahead")
     if opened is not None:

@@ -68,10 +68,10 @@ def _user_frames(excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
 def at_phase(longrepr: Any, where: str, heading: str | None) -> Any:
     """An attempt's error saying where it happened (`agent call`, `grading`, `budget`, ...):
     its crash message (the short test summary's and JUnit's `message`) and its first line
-    begin with it, unless they say it already (`sandbox build: ...`, `over budget: ...`). pytest heads the error
-    `ERROR at setup of` (the attempt runs in its item's setup, and `when` stays pytest's);
-    a traceback gets a first line of its own: `<where>: <heading>: <crash message>`. With no
-    `heading` the first line stays as it is."""
+    begin with it, unless they say it already (`sandbox build: ...`, `over budget: ...`).
+    pytest heads the error `ERROR at setup of` (the attempt runs in its item's setup, and
+    `when` stays pytest's); a traceback gets a first line of its own: `<where>: <heading>:
+    <crash message>`. With no `heading` the first line stays as it is."""
     crash = getattr(longrepr, "reprcrash", None)
     if not isinstance(longrepr, ExceptionRepr) or crash is None:
         return longrepr

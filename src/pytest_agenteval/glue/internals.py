@@ -9,10 +9,8 @@ that breaks one fails one named test instead of a run.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -41,7 +39,6 @@ __all__ = [
     "TerminalRepr",
     "basetemp",
     "conftest_paths",
-    "ends_with_session",
     "fixture_defs",
     "fixture_value",
     "queued_reports",
@@ -60,25 +57,6 @@ def conftest_paths(config: pytest.Config, name: str, path: Path) -> list[Path] |
     there sets it). pytest reads these only inside its own `pytest_ignore_collect`."""
     found: list[Path] | None = config._getconftest_pathlist(name, path=path)
     return found
-
-
-def ends_with_session() -> bool:
-    """Whether this session was started by pytest's command line (`pytest`, `python -m
-    pytest`), not by `pytest.main()` called from code, so the process exits when it ends.
-    pytest says neither; the call stack does: `console_main` calls `main`, which calls the
-    private `_main`. Unsure (pytest's entry points renamed): False."""
-    import _pytest.config as entry
-
-    def codes(*names: str) -> set[Any]:
-        return {f.__code__ for f in (getattr(entry, n, None) for n in names) if f is not None}
-
-    consoles, mains = codes("_console_main", "console_main"), codes("_main", "main")
-    frame: FrameType | None = sys._getframe()
-    while frame is not None and frame.f_code not in mains:  # up to this session's main()
-        frame = frame.f_back
-    while frame is not None and frame.f_code in mains:  # main() calls _main()
-        frame = frame.f_back
-    return frame is not None and frame.f_code in consoles
 
 
 def fixture_defs(item: pytest.Item, name: str) -> tuple[pytest.FixtureDef[Any], ...]:
