@@ -31,7 +31,7 @@ from ..core.records import (
     variant_of,
 )
 from ..execution.attempt import interrupted_record
-from ..execution.exits import guarded_exits
+from ..execution.exits import guard_exits, unguard_exits
 from ..sources.dataset import TaskDef, load_task_file
 from ..sources.discovery import arg_path
 from ..store.index import IndexRow, row_of
@@ -102,8 +102,11 @@ class Recorder:
         a success (xdist workers that die are crashes the controller records)."""
         if self._distributed:
             return (yield)
-        with guarded_exits(partial(say_now, self.config)):
+        guard_exits(partial(say_now, self.config))
+        try:
             return (yield)
+        finally:
+            unguard_exits()
 
     def failed(self, exc: StoreError | ReportError) -> None:
         """A store or report write failed (disk full, read-only): stop cleanly and say where
