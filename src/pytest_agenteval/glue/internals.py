@@ -68,7 +68,18 @@ def fixture_defs(item: pytest.Item, name: str) -> tuple[pytest.FixtureDef[Any], 
 
 def fixture_value(item: pytest.Item, name: str) -> Any:
     """Fixture `name` made for `item` (set up with it, torn down at its teardown), as for a
-    test function; pytest's `FixtureRequest` cannot be made for another plugin's items."""
+    test function; pytest's `FixtureRequest` cannot be made for another plugin's items.
+
+    The most fragile internal here, kept because the public route costs more than it saves
+    (checked against pytest 9.2): an attempt item that is a `pytest.Function` (callobj
+    `def attempt(request)`) would get its request from pytest's own setup and reach the
+    fixture by the public `request.getfixturevalue`, but (1) `Function.__init__` resolves the
+    fixture closure of every item (`getfixtureinfo`, per attempt: tens of thousands), (2) its
+    setup runs every autouse fixture of the conftests above a dataset for every attempt,
+    replays included, which a user's Python-test fixtures never meant, and (3) knowing whether
+    the fixture exists before any setup (to build declared agents up front, `fixture_defs`)
+    and reading a session fixture's value ahead of its item's turn (`--agenteval-concurrency`)
+    stay private either way. So the request is made here, only for the items that ask."""
     from _pytest.fixtures import TopRequest
 
     request = getattr(item, "_request", None)
