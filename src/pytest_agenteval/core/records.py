@@ -410,6 +410,18 @@ def attempt_reason(record: AttemptRecord) -> str:
     return "; ".join(f"{v.grader}: {v.reason}".splitlines()[0] for v in wanted)
 
 
+def variant_agent(record: AttemptRecord) -> str | None:
+    """The agent a variant's attempt was made with, as its session's fingerprint labels the
+    variant (None for an attempt without variant, or a fingerprint that does not say): the
+    index keeps it, so a variant resumed with another agent (`--agenteval-allow-drift`) is
+    told to mix two agents."""
+    if record.variant is None:
+        return None
+    labels = (record.agent.get("variants") or {}).get(record.dataset)
+    label = labels.get(record.variant) if isinstance(labels, dict) else None
+    return label if isinstance(label, str) else None
+
+
 def index_entry(record: AttemptRecord) -> dict[str, Any]:
     """The record's line in index.jsonl but for where the record lies (`placed` adds that):
     what planning and metrics read (`INDEX_LINE`). Failures and errors keep what their replay
@@ -624,6 +636,13 @@ FIELDS: tuple[Field, ...] = (
     Field("crashes", "crash_count(r)", omit='r.phase != "crash"', stored=False, index=_INT),
     Field("model", "r.model", omit="r.model is None", stored=False, index=_STR),
     Field("judge_cost", "r.judge_cost", omit="r.judge_cost is None", stored=False, index=_NUMBER),
+    Field(
+        "variant_agent",
+        "variant_agent(r)",
+        omit="variant_agent(r) is None",
+        stored=False,
+        index=_STR,
+    ),
 )
 """Every field of a stored record (in its JSON's order) and of its index line. A new field is
 one entry here (and the attribute it holds): the stored JSON, the index line, the shipped form
@@ -632,7 +651,7 @@ and the hook's payload follow."""
 INDEX_LINE: tuple[str, ...] = (
     *("schema", "dataset", "variant", "task_id", "attempt", "digest", "run_digest", "status"),
     *("score", "duration", "input_tokens", "output_tokens", "cost", "tags", "reason", "phase"),
-    *("replay", "crashes", "model", "judge_cost", "environment"),
+    *("replay", "crashes", "model", "judge_cost", "environment", "variant_agent"),
 )
 """The order of an index line's fields (format `/1`'s; `placed` appends `record`)."""
 
