@@ -25,7 +25,7 @@ from ..reporting.summary import Summary, build_summary
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, count_actions
 from ..store.runs import Store
-from ..store.stops import Budget, Stop
+from ..store.stops import CTRL_C, Budget, Stop
 from .items import AttemptItem
 from .recorder import Recorder
 from .runtime import Runtime
@@ -54,6 +54,8 @@ class Reporter:
         self.written: list[Path] = []
         self.gate_message: str | None = None
         self.dry_plan: dict[Key, Decision] = {}
+        self.ctrl_c = False
+        """A KeyboardInterrupt ended the session (pytest caught it)."""
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         state = self.run.note or ("resuming" if self.run.resumed else "new")
@@ -235,23 +237,38 @@ class Reporter:
                 tr.write_line(line)
         if self.written:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
-        stop = self._stop()
-        if stop is not None and self.summary is not None and self.summary.status == stop.kind:
-            then = "--resume-suite runs them"
-            if stop.kind == "budget":
-                then = budget_line(self.recorder.budget)
-            tr.write_line(
-                f"agenteval: stopped ({stop.reason}): attempts not started were skipped; {then}",
-                yellow=True,
-                bold=True,
-            )
+        stopped = self._stop_line()
+        if stopped:
+            tr.write_line(stopped, yellow=True, bold=True)
         if self.gate_message:
             tr.write_line(self.gate_message, bold=True, red="NOT" in self.gate_message)
         for failure in self.recorder.failures:
             tr.write_line(failure, red=True, bold=True)
 
+    def pytest_keyboard_interrupt(self) -> None:
+        self.ctrl_c = True
+
+    def _stop_line(self) -> str | None:
+        """Why the run stopped early and how it goes on, the same for every stop: cancel, a
+        cap, the deadline, and Ctrl-C (with attempts in flight or not)."""
+        if self.summary is None:
+            return None
+        stop = self._stop()
+        if stop is not None and self.summary.status == stop.kind:
+            then = RESUME if stop.kind != "budget" else budget_line(self.recorder.budget)
+            return f"agenteval: stopped ({stop.reason}): attempts not started were skipped; {then}"
+        if self.ctrl_c and self.summary.status == "interrupted":
+            return (
+                f"agenteval: stopped ({CTRL_C}): attempts still running and those not started "
+                f"were not recorded; {RESUME}"
+            )
+        return None
+
     def pytest_unconfigure(self) -> None:
         self.store.close()
+
+
+RESUME = "--resume-suite runs them"
 
 
 def variant_regressions(summary: Summary) -> dict[str, Any]:
