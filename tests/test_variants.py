@@ -348,7 +348,10 @@ def test_added_variant_runs_alone_and_removed_one_keeps_its_records(
         "--agenteval", "ds", "--attempts", "2", "--resume-suite", "--agenteval-plan"
     )
     plan.stdout.fnmatch_lines(
-        ["*8 reused, 0 to regrade, 4 to run*", "  ds/t1 [[]cmd[]]: 2 to run*"]
+        [
+            "*8 reused, 0 to regrade, 4 to run*",
+            "  to run (no record yet): 2 tasks (4 attempts): ds/t1 [[]cmd[]], ds/t2 [[]cmd[]]",
+        ]
     )
     result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2", "--resume-suite")
     result.stdout.fnmatch_lines(["*8 reused*4 run now*"])

@@ -223,6 +223,11 @@ class AttemptRecord:
     run store's `artifacts/` folder (up to `artifacts: {max_bytes}`); an entry with only a
     `note` says what was not listed. None when the task keeps no artifacts (a local task
     without `artifacts:`)."""
+    part_digests: dict[str, str] | None = None
+    """A short digest of each part of the task when the attempt ran (`input`, `metadata`,
+    `agent`, `workspace`, `sandbox`, `expected`, `graders`, `timeout`, `budget`, `tags`,
+    `description`; those set): which parts changed since, when a resume finds the task
+    changed. None in records written before it was kept."""
 
     @property
     def key(self) -> Key:
@@ -343,6 +348,7 @@ def new_record(
     image: str | None = None,
     environment: dict[str, str] | None = None,
     changed_files: list[dict[str, Any]] | None = None,
+    part_digests: dict[str, str] | None = None,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
@@ -375,6 +381,7 @@ def new_record(
         image=image,
         environment=json_safe(environment) if environment is not None else None,  # type: ignore[arg-type]
         changed_files=changed_files,
+        part_digests=part_digests,
     )
 
 
@@ -622,6 +629,7 @@ FIELDS: tuple[Field, ...] = (
     Field("image", "r.image", _optional(str), omit="r.image is None"),
     Field("environment", "r.environment", _same, omit="r.environment is None", index=(dict,)),
     Field("changed_files", "r.changed_files", _same, omit="r.changed_files is None"),
+    Field("part_digests", "r.part_digests", _same, omit="r.part_digests is None"),
     # Facts only the index line holds: what metrics and replays need without the record.
     Field("input_tokens", "r.input_tokens", stored=False, index=_MAYBE_INT),
     Field("output_tokens", "r.output_tokens", stored=False, index=_MAYBE_INT),
