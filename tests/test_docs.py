@@ -41,7 +41,13 @@ def test_reference_pages_hold_every_option_and_command() -> None:
 
 def tutorial() -> tuple[dict[str, str], list[tuple[str, int]]]:
     """The tutorial's files (by caption) and its commands with the exit status each expects."""
-    text = (DOCS / "getting-started" / "first-dataset.md").read_text()
+    return worked_example(DOCS / "getting-started" / "first-dataset.md")
+
+
+def worked_example(page: Path) -> tuple[dict[str, str], list[tuple[str, int]]]:
+    """A page's files (its code blocks with a caption naming their path) and its console
+    commands with the exit status each expects (`# exits N`, else 0)."""
+    text = page.read_text()
     files: dict[str, str] = {}
     commands: list[tuple[str, int]] = []
     for match in re.finditer(r"^```(\{code-block\} \w+|console)\n(.*?)^```", text, re.S | re.M):
@@ -84,6 +90,35 @@ def test_tutorial_runs_as_written(tmp_path: Path) -> None:
     assert counts in said["pytest --agenteval my_evals"].splitlines()
     assert "I don't know" in said["agenteval show latest geo/hard/0"]
     assert "(9 reused); 0 run now" in said["pytest --agenteval my_evals --resume-suite"]
+
+
+def test_the_graders_guide_example_runs_as_written(pytester: pytest.Pytester) -> None:
+    """The graders guide's plugin grader (a conftest returning `Verdict(...)`) and its dataset
+    run as written: the command exits as the page says, with the failure line it shows; the
+    `Verdict(...)` the page spells out has the real constructor's parameters, in order."""
+    page = DOCS / "guides" / "graders.md"
+    files, commands = worked_example(page)
+    assert set(files) >= {"conftest.py", "answers/agenteval.yaml"}
+    for name, content in files.items():
+        (pytester.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (pytester.path / name).write_text(content)
+    ((command, expected),) = commands
+    argv = shlex.split(command)
+    assert argv[0] == "pytest"
+    result = pytester.runpytest(*argv[1:])
+    assert result.ret == expected
+    result.assert_outcomes(passed=1, failed=1)
+    text = page.read_text()
+    (shown,) = re.findall(r"fails with `(\[FAIL\] [^`]+)`", text)
+    result.stdout.fnmatch_lines([f"  {shown}"])
+    from dataclasses import fields
+
+    from pytest_agenteval import Verdict
+
+    (spelled,) = re.findall(r"`Verdict\((grader=[^`]*)\)`:", text)
+    assert [part.split("=")[0] for part in spelled.split(", ")] == [
+        f.name for f in fields(Verdict)
+    ]
 
 
 @pytest.fixture(scope="module")
