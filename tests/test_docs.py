@@ -3,11 +3,13 @@ written, and the site builds and renders (its YAML examples are checked in test_
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -145,6 +147,36 @@ def test_site_pages_render_with_content_and_no_console_errors(site: Path, tmp_pa
     assert console == [] and "Your first dataset in five minutes" in dom
     dom, console = browser.dom(site / "reference" / "options.html")
     assert console == [] and "--agenteval-max-cost" in dom and "agenteval_html" in dom
+
+
+OPTION_LINES = """<script>
+(function () {
+  var broken = [], names = 0;
+  document.querySelectorAll("table tbody td:first-child code").forEach(function (code) {
+    names += 1;
+    if (code.getClientRects().length > 1) broken.push(code.textContent);
+  });
+  var node = document.createElement("pre");
+  node.id = "driver";
+  node.textContent = JSON.stringify({names: names, broken: broken});
+  document.body.appendChild(node);
+})();
+</script>"""
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_options_reference_keeps_each_option_name_on_one_line(site: Path, tmp_path: Path) -> None:
+    """In the built options reference, seen in Chromium's default (narrow) window, no option
+    name with its value (`--agenteval-agent REF`) is broken across lines."""
+    page = site / "reference" / "options.html"
+    driven = page.with_name("options-driven.html")
+    driven.write_text(page.read_text().replace("</body>", OPTION_LINES + "</body>"))
+    dom, console = Browser(tmp_path / "profile").dom(driven)
+    assert console == []
+    found = json.loads(unescape(re.search(r'id="driver">(.*?)</pre>', dom, re.S)[1]))
+    assert found["names"] > 25
+    assert found["broken"] == []
 
 
 @pytest.mark.slow
