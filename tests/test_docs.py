@@ -118,9 +118,7 @@ def test_the_graders_guide_example_runs_as_written(pytester: pytest.Pytester) ->
     from pytest_agenteval import Verdict
 
     (spelled,) = re.findall(r"`Verdict\((grader=[^`]*)\)`:", text)
-    assert [part.split("=")[0] for part in spelled.split(", ")] == [
-        f.name for f in fields(Verdict)
-    ]
+    assert [part.split("=")[0] for part in spelled.split(", ")] == [f.name for f in fields(Verdict)]
 
 
 @pytest.fixture(scope="module")
