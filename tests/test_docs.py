@@ -172,7 +172,9 @@ def test_options_reference_keeps_each_option_name_on_one_line(site: Path, tmp_pa
     driven.write_text(page.read_text().replace("</body>", OPTION_LINES + "</body>"))
     dom, console = Browser(tmp_path / "profile").dom(driven)
     assert console == []
-    found = json.loads(unescape(re.search(r'id="driver">(.*?)</pre>', dom, re.S)[1]))
+    driver = re.search(r'id="driver">(.*?)</pre>', dom, re.S)
+    assert driver is not None
+    found = json.loads(unescape(driver[1]))
     assert found["names"] > 25
     assert found["broken"] == []
 
