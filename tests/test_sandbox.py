@@ -29,6 +29,7 @@ from helpers import (
     summary_of,
 )
 from pytest_agenteval.cli import main
+from pytest_agenteval.core.environment import ChangedFile, Environment
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.docker import (
     LABEL,
@@ -38,7 +39,6 @@ from pytest_agenteval.execution.docker import (
     remove_orphans,
 )
 from pytest_agenteval.execution.docker_cli import SandboxUnavailable
-from pytest_agenteval.execution.environment import ChangedFile, Environment
 from pytest_agenteval.execution.sandboxes import BuildFailed, session_label
 
 IMAGE = "agenteval-test-busybox:1"

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
+from ..core.environment import ChangedFile, Finished
 from ..core.model import ARTIFACTS_MAX_BYTES, DockerImage, Key, SandboxSpec
 from ..sources.dataset import BuildFolder
 from .docker_cli import (
@@ -36,9 +37,9 @@ from .docker_cli import (
 )
 from .docker_files import changes, copy_out, file_tar, first_file, workspace_tar
 from .docker_images import DockerImages
-from .environment import ChangedFile, SandboxPolicy
+from .environment import SandboxPolicy
 from .limits import release_slot
-from .process import Finished, run_program
+from .process import run_program
 from .sandboxes import Swept, sandbox_slot, session_alive, session_label
 from .workspaces import folder_name
 

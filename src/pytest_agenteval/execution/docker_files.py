@@ -15,9 +15,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
+from ..core.environment import Change, ChangedFile
 from ..sources.templates import template_entries
 from .docker_cli import DOCKER_TIMEOUT, docker_env, unreachable
-from .environment import Change, ChangedFile
 
 
 def workspace_tar(template: Path | None, workdir: str, owner: tuple[int, int]) -> bytes:

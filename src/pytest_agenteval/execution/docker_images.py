@@ -12,8 +12,8 @@ from pathlib import Path
 
 from ..core.model import DockerImage
 from ..sources.dataset import BuildFolder
+from ..store.locks import locked
 from .docker_cli import docker_env, image_id, unreachable
-from .limits import locked
 from .sandboxes import BuildFailed, machine_folder
 
 PULL_TIMEOUT = 300.0

@@ -11,10 +11,10 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.environment import Finished
 from ..core.text import decode_output
 
 MAX_OUTPUT = 1024 * 1024
@@ -26,21 +26,6 @@ OUTPUT_CUT = "\n…[output cut: {total:,} bytes written, the {cut:,} in the midd
 _CUT_SAID = OUTPUT_CUT.partition("{")[0]
 DRAIN_SECONDS = 5.0
 """How long a killed program's pipes are read before what it wrote is given up."""
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """How a program ended."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    timed_out: bool
-
-    def tail(self, lines: int = 15) -> str:
-        """The last lines of stdout and stderr, for a failure reason."""
-        text = (self.stdout.rstrip() + "\n" + self.stderr.rstrip()).strip()
-        return "\n".join(text.splitlines()[-lines:])
 
 
 def run_program(
