@@ -69,6 +69,10 @@ class Daemon:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)
+        # what the dead containerd left would make the next start wait for it, in vain
+        for stale in (self.root / "exec/containerd").glob("containerd*"):
+            if stale.suffix != ".toml":
+                stale.unlink(missing_ok=True)
 
     def close(self) -> None:
         """Remove every container (a killed daemon is started again for it: it stops the
