@@ -27,6 +27,7 @@ from pydantic import (
 
 from .errors import AgentError
 from .llm import JudgeSettings, ModelPrice
+from .trace import Trace
 
 if TYPE_CHECKING:
     from ..execution.environment import Environment
@@ -38,10 +39,13 @@ Status = Literal["pass", "fail", "error"]
 """An attempt's verdict: its graders passed, one failed (a wrong answer), or it errored."""
 Action = Literal["reuse", "regrade", "run"]
 """What a resume does with a planned attempt."""
-Phase = Literal["agent", "grading", "crash", "budget", "build"]
+Phase = Literal["agent", "grading", "crash", "budget", "build", "stopped"]
 """Where an errored attempt stopped: in the agent, in a grader, its process died, its usage
-went over the task's budget (`over_budget`), or its sandbox's image could not be had
-(`build_failed`)."""
+went over the task's budget (`over_budget`), its sandbox's image could not be had
+(`build_failed`), or a run-wide stop ended its agent's loop between turns (`stopped`: a
+resume runs it again)."""
+Stopped = Literal["max_turns", "budget", "timeout"]
+"""The attempt's own limit that ended its agent's loop (it was graded on what it produced)."""
 Key = tuple[str, str, int]
 """(dataset, task id, attempt index): how records are keyed, never by node id."""
 
@@ -549,6 +553,7 @@ class Task:
         "input",
         "metadata",
         "seed",
+        "trace",
     )
 
     def __init__(
@@ -574,6 +579,15 @@ class Task:
         self._make_workspace = None if isinstance(workspace, Path) else workspace
         self._environment: Environment | None = None
         self._make_environment = environment
+        self.trace = Trace()
+        """This attempt's typed trace: append its model calls, tool calls and messages as
+        they happen (kept in the record's `transcript`)."""
+
+    def check(self) -> None:
+        """Ask before each turn of your own loop whether to go on: raises `RunStopped` when the
+        run stops (cancel, deadline, a spend or token cap) and `LimitReached` when this
+        attempt's `budget` or `timeout` is passed by the model calls its trace holds."""
+        self.trace.check(self.budget)
 
     @property
     def workspace(self) -> Path:

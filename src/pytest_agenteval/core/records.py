@@ -223,6 +223,13 @@ class AttemptRecord:
     run store's `artifacts/` folder (up to `artifacts: {max_bytes}`); an entry with only a
     `note` says what was not listed. None when the task keeps no artifacts (a local task
     without `artifacts:`)."""
+    stopped: str | None = None
+    """The attempt's own limit that ended its agent's loop: `max_turns`, `budget` or
+    `timeout` (it was graded on what it produced); None when the agent finished."""
+    timings: dict[str, Any] | None = None
+    """Seconds spent in each phase: `wait` (for the agent's limits), `environment` (making
+    it), `agent`, `graders` (one per grader, in order, judges included), `artifacts`; None in
+    records written before they were kept."""
 
     @property
     def key(self) -> Key:
@@ -343,10 +350,16 @@ def new_record(
     image: str | None = None,
     environment: dict[str, str] | None = None,
     changed_files: list[dict[str, Any]] | None = None,
+    transcript: list[Any] | None = None,
+    stopped: str | None = None,
+    timings: dict[str, Any] | None = None,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
-    UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
+    UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt.
+    `transcript`: the trace of an attempt that ended without an answer (an error)."""
     usage = result.usage if result is not None else None
+    if result is not None and result.transcript:
+        transcript = result.transcript
     return AttemptRecord(
         dataset=key[0],
         task_id=key[1],
@@ -364,7 +377,7 @@ def new_record(
         error=clean_text(error) if error else None,
         error_type=error_type,
         phase=phase,
-        transcript=json_safe(result.transcript) if result and result.transcript else None,  # type: ignore[arg-type]
+        transcript=json_safe(transcript) if transcript else None,  # type: ignore[arg-type]
         artifacts=json_safe(result.artifacts) if result and result.artifacts else None,  # type: ignore[arg-type]
         call=json_safe(result.call) if result and result.call else None,  # type: ignore[arg-type]
         regraded=regraded,
@@ -375,6 +388,8 @@ def new_record(
         image=image,
         environment=json_safe(environment) if environment is not None else None,  # type: ignore[arg-type]
         changed_files=changed_files,
+        stopped=stopped,
+        timings=timings,
     )
 
 
@@ -610,6 +625,8 @@ FIELDS: tuple[Field, ...] = (
     Field("image", "r.image", _optional(str), omit="r.image is None"),
     Field("environment", "r.environment", _same, omit="r.environment is None", index=(dict,)),
     Field("changed_files", "r.changed_files", _same, omit="r.changed_files is None"),
+    Field("stopped", "r.stopped", _optional(str), omit="r.stopped is None"),
+    Field("timings", "r.timings", _same, omit="r.timings is None"),
     # Facts only the index line holds: what metrics and replays need without the record.
     Field("input_tokens", "r.input_tokens", stored=False, index=_MAYBE_INT),
     Field("output_tokens", "r.output_tokens", stored=False, index=_MAYBE_INT),
