@@ -10,6 +10,7 @@ typed events of a transcript (`read_events`) and show the rest as it is.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -371,3 +372,59 @@ class ToolRun:
             error=self.error,
             started_at=self.started,
         )
+
+
+RENDER_LIMIT = 2000
+"""Characters of one event's text `render` keeps."""
+
+
+def render(events: Sequence[AnyEvent], limit: int = RENDER_LIMIT) -> str:
+    """The trace as plain text, an event a paragraph (what a judge `on: trajectory` reads)."""
+    return "\n".join(render_event(n, e, limit) for n, e in enumerate(events, 1))
+
+
+def render_event(number: int, event: AnyEvent, limit: int = RENDER_LIMIT) -> str:
+    """One event as text: a heading line, then its content indented."""
+    head, body = describe(event)
+    lines = [f"[{number}] {head}"]
+    if body:
+        text = body if len(body) <= limit else body[:limit] + f"… [{len(body) - limit} more]"
+        lines += ["    " + line for line in text.splitlines()]
+    return "\n".join(lines)
+
+
+def describe(event: AnyEvent) -> tuple[str, str]:
+    """(heading, content) of an event, for people and judges."""
+    if isinstance(event, ModelCall):
+        facts = [f"{event.input_tokens or 0} in / {event.output_tokens or 0} out"]
+        if event.cost is not None:
+            facts.append(f"cost {event.cost:.4g}")
+        if event.latency is not None:
+            facts.append(f"{event.latency:.2f}s")
+        if event.finish_reason:
+            facts.append(f"finish {event.finish_reason}")
+        if event.cached:
+            facts.append("cached")
+        model = event.model or event.request_model or "?"
+        return f"model call {model} ({', '.join(facts)})", ""
+    if isinstance(event, ToolCall):
+        status = "" if event.exit_status is None else f" → exit {event.exit_status}"
+        took = "" if event.duration is None else f" ({event.duration:.2f}s)"
+        error = f" error: {event.error}" if event.error else ""
+        size = f"\n… [{event.output_size} characters in all]" if event.output_size else ""
+        return (
+            f"tool {event.tool} {_compact(event.arguments)}{status}{took}{error}",
+            (event.output or "") + size,
+        )
+    if isinstance(event, ToolResult):
+        return f"tool result{f' ({event.tool})' if event.tool else ''}", _compact(event.content)
+    if isinstance(event, Message):
+        calls = "".join(f"\n→ {_compact(call)}" for call in event.tool_calls or ())
+        return f"{event.role}", _compact(event.content) + calls
+    return f"limit hit: {event.limit}", event.reason
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)

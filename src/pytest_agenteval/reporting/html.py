@@ -21,6 +21,7 @@ from typing import Any
 from ..core.errors import ReportError, os_failure
 from ..core.model import Key, Verdict
 from ..core.records import AttemptRecord
+from ..core.trace import describe, read_event
 from ..store.artifacts import read as read_artifact
 from ..store.runs import Store
 from .html_variants import leaderboard as _leaderboard
@@ -33,6 +34,8 @@ from .svg import Bar, Series, histogram, interval_bars, line_plot, seconds
 
 TEXT_LIMIT = 2000
 """Characters of an output, error or transcript the page holds; the full length is shown."""
+EVENT_LIMIT = 500
+"""Events of one attempt's trace the page holds (the rest are counted)."""
 MAX_TAG_BARS = 30
 SMALL_TEXT = 4096
 """Bytes of a kept artifact up to which the drill-down shows its text."""
@@ -69,7 +72,9 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
     `c` is everything it cost (agent + judges), `ca` and `cj` the split."""
     output, output_len = _clip(record.output)
     error, error_len = _clip(record.error)
-    transcript, transcript_len = _clip(_transcript_text(record.transcript))
+    timeline = trace_view(record.transcript)
+    plain = None if timeline is not None else record.transcript
+    transcript, transcript_len = _clip(_transcript_text(plain))
     flags = [*(["reused"] if reused else []), *_history_flags(record)]
     return {
         "i": record.attempt,
@@ -87,12 +92,54 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
         "ph": record.phase,
         "t": transcript,
         "tl": transcript_len,
+        **({"tr": timeline} if timeline is not None else {}),
+        **({"st": record.stopped} if record.stopped else {}),
+        **({"tm": _timings_view(record)} if record.timings else {}),
         "u": record.usage,
         "c": record.spend,
         "ca": record.cost,
         "cj": record.judge_cost,
         "f": flags,
     }
+
+
+def trace_view(transcript: list[Any] | None) -> dict[str, Any] | None:
+    """The timeline of a typed trace: each event as [type, heading, content cut to
+    TEXT_LIMIT, its full length] (a plain item among them as ["item", "", its JSON, length]),
+    with the turns and tool calls counted; None for a transcript without typed events."""
+    if not transcript:
+        return None
+    events = [read_event(item) for item in transcript]
+    if all(e is None for e in events):
+        return None
+    rows: list[list[Any]] = []
+    for item, event in zip(transcript[:EVENT_LIMIT], events, strict=False):
+        if event is None:
+            kind, head, body = "item", "", json.dumps(item, ensure_ascii=False)
+        else:
+            kind, (head, body) = event.type, describe(event)
+        text, length = _clip(body)
+        rows.append([kind, head, text or None, length])
+    return {
+        "e": rows,
+        "n": len(transcript),
+        "turns": sum(1 for e in events if e is not None and e.type == "model_call"),
+        "tools": sum(1 for e in events if e is not None and e.type == "tool_call"),
+    }
+
+
+def _timings_view(record: AttemptRecord) -> list[list[Any]]:
+    """[[phase, seconds], ...] with each grader named by its verdict."""
+    rows: list[list[Any]] = []
+    for name, value in (record.timings or {}).items():
+        if name == "graders" and isinstance(value, list):
+            names = [v.grader for v in record.verdicts]
+            for index, seconds in enumerate(value):
+                grader = names[index] if index < len(names) else f"grader {index}"
+                rows.append([grader, seconds])
+        else:
+            rows.append([name, value])
+    return rows
 
 
 def artifact_view(record: AttemptRecord, run_dir: Path) -> list[list[Any]]:

@@ -19,6 +19,7 @@ from typing import Any
 from ..core.errors import AgentevalError
 from ..core.model import Verdict
 from ..core.records import AttemptRecord
+from ..core.trace import read_event, render_event, turns
 from ..store.index import IndexRow
 from ..store.runs import RunInfo
 
@@ -189,6 +190,12 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
         + (f" (after {record.wait:.3f}s waiting for a slot)" if record.wait else "")
         + _usage(record.input_tokens, record.output_tokens, record.spend)
         + _split(record),
+        *(
+            [f"stopped at its {record.stopped} (graded on what it produced)"]
+            if record.stopped
+            else []
+        ),
+        *_timing_lines(record),
         *_sandbox_lines(record),
         "",
         "input:",
@@ -212,7 +219,7 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
         kind = f" ({record.error_type})" if record.error_type else ""
         lines += ["", f"error{where}{kind}:", *_indented(record.error)]
     if record.transcript:
-        lines += ["", "transcript:", *_transcript(record.transcript)]
+        lines += ["", *_trace_lines(record.transcript, cut)]
     if record.usage:
         lines += ["", "usage: " + json.dumps(record.usage, ensure_ascii=False)]
     if record.previous:
@@ -284,6 +291,46 @@ def _split(record: AttemptRecord) -> str:
     if judge is None:
         return ""
     return f" (agent {record.cost or 0:.4f}, judge {judge:.4f})"
+
+
+def _trace_lines(transcript: list[Any], cut: _Cut) -> list[str]:
+    """The attempt's trace, an event (a turn's model call, a tool call with its command and
+    output, a message) a paragraph; a transcript of plain items as before."""
+    events = [read_event(item) for item in transcript]
+    typed = [e for e in events if e is not None]
+    if not typed:
+        return ["transcript:", *_transcript(transcript)]
+    tools = sum(1 for e in typed if e.type == "tool_call")
+    lines = [f"trace: {turns(typed)} model turns, {tools} tool calls"]
+    for number, (item, event) in enumerate(zip(transcript, events, strict=True), 1):
+        if event is None:
+            lines += _transcript([item])
+            continue
+        text = render_event(number, event, limit=10**9)
+        head, _, body = text.partition("\n")
+        lines.append("  " + head)
+        if body:
+            lines += _indented(cut(body), "  ")
+    return lines
+
+
+def _timing_lines(record: AttemptRecord) -> list[str]:
+    """Seconds per phase (records written before they were kept have none)."""
+    timings = record.timings
+    if not timings:
+        return []
+    parts = []
+    for name, value in timings.items():
+        if name == "graders" and isinstance(value, list):
+            named = zip(
+                [v.grader for v in record.verdicts] or ["?"] * len(value), value, strict=False
+            )
+            shown = ", ".join(f"{g} {s:.3f}s" for g, s in named if isinstance(s, int | float))
+            if shown:
+                parts.append(f"graders {shown}")
+        elif isinstance(value, int | float):
+            parts.append(f"{name} {value:.3f}s")
+    return ["timings: " + " · ".join(parts)] if parts else []
 
 
 def _transcript(entries: list[Any], indent: str = "", cut: _Cut | None = None) -> list[str]:

@@ -71,10 +71,13 @@ class RunningAttempt(BaseModel):
     model_config = ConfigDict(strict=True)
 
     dataset: str
+    """The attempt's dataset."""
     task: str
+    """Its task's id."""
     variant: str | None
-    """None for a dataset without variants."""
+    """Its variant; None for a dataset without variants."""
     attempt: int
+    """Its attempt index."""
     phase: Literal["waiting", "environment", "agent", "tool", "grading", "judge", "artifacts"]
     """`waiting` (for its agent's limits, or its turn), `environment` (made), `agent` (its
     call runs), `tool` (the agent runs a tool), `grading`, `judge`, `artifacts` (collected)."""
