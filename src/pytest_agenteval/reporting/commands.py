@@ -111,7 +111,9 @@ def export(
         (r for r in store.records(info.run_id) if variant is None or r.variant == variant),
         key=in_order(variants),
     )
-    count = WRITERS[fmt]((attempt_row(r, since) for r in records), out, columns(bool(variants), fmt))
+    count = WRITERS[fmt](
+        (attempt_row(r, since) for r in records), out, columns(bool(variants), fmt)
+    )
     if artifacts is None:
         return count, 0
     return count, write_artifacts(store.runs_dir / info.run_id, records, artifacts)

@@ -43,7 +43,7 @@ TRACE = "trace"
 def columns(variants: bool, fmt: str = "csv") -> tuple[str, ...]:
     """The export's columns: with `variant` after `task` for a run with variants (empty for
     a task that names its own agent), else COLUMNS as ever; JSON Lines add `trace`."""
-    found = COLUMNS
+    found: tuple[str, ...] = COLUMNS
     if variants:
         at = COLUMNS.index("task") + 1
         found = (*COLUMNS[:at], "variant", *COLUMNS[at:])
