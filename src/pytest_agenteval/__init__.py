@@ -11,9 +11,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .core.errors import AgentError
+    from .core.errors import AgentError, AttemptStopped, LimitReached, RunStopped
     from .core.model import AgentResult, Manifest, Task, TaskSpec, Usage, Verdict
     from .core.records import AttemptRecord
+    from .core.trace import LimitHit, Message, ModelCall, ToolCall, ToolResult, Trace
     from .execution.agents import Agent, AgentRef, AgentResolver
     from .execution.environment import ChangedFile, Environment, ExecResult
     from .execution.executor import AgentCall, Executor
@@ -29,6 +30,15 @@ _WHERE = {
     "AgentResult": "core.model",
     "AgentError": "core.errors",
     "AttemptRecord": "core.records",
+    "AttemptStopped": "core.errors",
+    "LimitHit": "core.trace",
+    "LimitReached": "core.errors",
+    "Message": "core.trace",
+    "ModelCall": "core.trace",
+    "RunStopped": "core.errors",
+    "ToolCall": "core.trace",
+    "ToolResult": "core.trace",
+    "Trace": "core.trace",
     "ChangedFile": "execution.environment",
     "Environment": "execution.environment",
     "ExecResult": "execution.environment",
@@ -50,15 +60,24 @@ __all__ = [
     "AgentResolver",
     "AgentResult",
     "AttemptRecord",
+    "AttemptStopped",
     "ChangedFile",
     "Environment",
     "ExecResult",
     "Executor",
     "GradeContext",
     "Grader",
+    "LimitHit",
+    "LimitReached",
     "Manifest",
+    "Message",
+    "ModelCall",
+    "RunStopped",
     "Task",
     "TaskSpec",
+    "ToolCall",
+    "ToolResult",
+    "Trace",
     "Usage",
     "Verdict",
     "__version__",

@@ -193,7 +193,10 @@ class AttemptRecord:
     phase: Phase | None = None
     """Where an error happened: agent, grading, budget (usage over the task's budget) or crash."""
     transcript: list[Any] | None = None
-    """The agent's messages, as it reported them."""
+    """The attempt's trace: the typed events its agent recorded (`task.trace`: objects with a
+    `type` — `model_call`, `tool_call`, `tool_result`, `message`, `limit_hit` — and a
+    timestamp `at`), in order, then any transcript it returned (records written before
+    traces keep their plain lists)."""
     artifacts: dict[str, Any] | None = None
     """Files the agent produced, as it reported them."""
     previous: tuple[dict[str, Any], ...] = field(default=())

@@ -409,6 +409,7 @@ class _Attempt:
         """The attempt's own limit that ended its agent's loop (max_turns, budget, timeout)."""
         self.timings: dict[str, Any] = {}
         """Seconds per phase, for the record (`timings`)."""
+        self._identity: AttemptId | None = None
         """The record's `agent`: the fingerprint and the agent used (known once it is made)."""
         self.environment: Environment | None = None
         self.wait = 0.0
@@ -439,8 +440,11 @@ class _Attempt:
         """The attempt's phase changes (None: it ended), for live progress."""
         note = self.note_phase
         if note is not None:
-            job = self.job
-            identity = AttemptId(job.task.dataset.name, job.task.id, job.variant, job.attempt)
+            identity = self._identity
+            if identity is None:
+                job = self.job
+                identity = AttemptId(job.task.dataset.name, job.task.id, job.variant, job.attempt)
+                self._identity = identity
             note(identity, name, self.watch.turns if self.watch is not None else 0)
 
     def _local_folder(self) -> Path:
