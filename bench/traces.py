@@ -143,9 +143,8 @@ def main() -> None:
             print(f"  {side:<22} {slopes[side] * scale:10.1f}")
         first = next(iter(sides))
         print(f"after / before: {slopes['after'] / slopes[first]:.3f}x")
-        print(
-            f"otel installed (off) / not installed: {slopes['after'] / slopes['after, no otel']:.3f}x"
-        )
+        off = slopes["after"] / slopes["after, no otel"]
+        print(f"otel installed (off) / not installed: {off:.3f}x")
     finally:
         subprocess.run(
             ["git", "-C", str(HERE), "worktree", "remove", "--force", str(before)],
