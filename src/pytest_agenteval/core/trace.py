@@ -200,8 +200,9 @@ class Trace:
     def __init__(self) -> None:
         self._events: list[AnyEvent] = []
         self._lock = threading.Lock()
-        self.on_event: Callable[[AnyEvent], None] | None = None
-        """Told each event as it is appended (set by the attempt runner)."""
+        self.on_event: Callable[[AnyEvent, bool], None] | None = None
+        """Told each event as it is appended, and whether its spend is counted already (set
+        by the attempt runner)."""
         self.on_phase: Callable[[str], None] | None = None
         """Told when a tool starts (`tool`) and ends (`agent`), for live progress."""
         self.run_stop: Callable[[], str | None] | None = None
@@ -217,8 +218,10 @@ class Trace:
 
     # --- writing ------------------------------------------------------------------------
 
-    def append(self, event: AnyEvent | dict[str, Any]) -> AnyEvent:
-        """Add one event (a typed event, or its JSON form with a `type`); returns it."""
+    def append(self, event: AnyEvent | dict[str, Any], *, counted: bool = False) -> AnyEvent:
+        """Add one event (a typed event, or its JSON form with a `type`); returns it. A model
+        call's cost and tokens count in the run's spend as it is appended, unless `counted`
+        (a provider that settled them in the run's ledger itself)."""
         if isinstance(event, dict):
             event = _EVENT.validate_python(event)
         with self._lock:
@@ -226,7 +229,7 @@ class Trace:
         if isinstance(event, LimitHit):
             self.stopped = event
         if self.on_event is not None:
-            self.on_event(event)
+            self.on_event(event, counted)
         return event
 
     def extend(self, events: Sequence[AnyEvent]) -> None:
@@ -237,11 +240,12 @@ class Trace:
         if hits:
             self.stopped = hits[-1]
 
-    def model_call(self, **fields: Any) -> ModelCall:
+    def model_call(self, *, counted: bool = False, **fields: Any) -> ModelCall:
         """Record one model call (the fields of `ModelCall`): what a provider writes per
-        request, and what a user's loop calls after each of its own."""
+        request, and what a user's loop calls after each of its own. Its cost and tokens
+        count in the run's spend now (`counted`: already counted by the caller)."""
         event = ModelCall(**fields)
-        self.append(event)
+        self.append(event, counted=counted)
         return event
 
     def message(self, role: str, content: Any, **fields: Any) -> Message:

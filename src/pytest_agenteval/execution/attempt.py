@@ -410,6 +410,7 @@ class _Attempt:
         self.timings: dict[str, Any] = {}
         """Seconds per phase, for the record (`timings`)."""
         self._identity: AttemptId | None = None
+        self._noted: tuple[str | None, int] = ("", -1)
         """The record's `agent`: the fingerprint and the agent used (known once it is made)."""
         self.environment: Environment | None = None
         self.wait = 0.0
@@ -439,13 +440,18 @@ class _Attempt:
     def phase(self, name: str | None) -> None:
         """The attempt's phase changes (None: it ended), for live progress."""
         note = self.note_phase
-        if note is not None:
-            identity = self._identity
-            if identity is None:
-                job = self.job
-                identity = AttemptId(job.task.dataset.name, job.task.id, job.variant, job.attempt)
-                self._identity = identity
-            note(identity, name, self.watch.turns if self.watch is not None else 0)
+        if note is None:
+            return
+        turn = self.watch.turns if self.watch is not None else 0
+        if (name, turn) == self._noted:  # a second grader of the same kind: nothing new
+            return
+        self._noted = (name, turn)
+        identity = self._identity
+        if identity is None:
+            job = self.job
+            identity = AttemptId(job.task.dataset.name, job.task.id, job.variant, job.attempt)
+            self._identity = identity
+        note(identity, name, turn)
 
     def _local_folder(self) -> Path:
         return host_folder(self._environment())

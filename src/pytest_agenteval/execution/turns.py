@@ -54,7 +54,10 @@ class Watch:
         trace.on_phase = phase
         trace.traceparent = traceparent
 
-    def _seen(self, event: AnyEvent) -> None:
+    def _seen(self, event: AnyEvent, counted: bool) -> None:
+        """A new event: a model call is a turn, and its spend counts now (unless its caller
+        counted it in the run's ledger already); either way the answer's usage at the end
+        is counted less what the calls counted."""
         if not isinstance(event, ModelCall):
             return
         with self._lock:
@@ -65,7 +68,8 @@ class Watch:
         cost = self.trace.cost_of(event)
         tokens = (event.input_tokens or 0) + (event.output_tokens or 0)
         if cost or tokens:
-            self.spent(cost, tokens)
+            if not counted:
+                self.spent(cost, tokens)
             with self._lock:
                 self.counted = (self.counted[0] + (cost or 0.0), self.counted[1] + tokens)
 
