@@ -353,3 +353,29 @@ def test_a_rendered_trace_names_every_event() -> None:
         "[1] model call m1 (5 in / 2 out, finish stop)\n"
         '[2] tool bash {"cmd": "ls"} → exit 0 (0.50s)\n    a\n    b'
     )
+
+
+def test_each_model_call_counts_in_the_run_s_spend_once() -> None:
+    """A recorded model call's tokens and cost (priced from `pricing:` when it reported
+    none) reach the run's spend as it is recorded, unless its caller counted it already;
+    either way the watch knows what was counted, so the answer's usage is not counted twice."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from pytest_agenteval.core.llm import ModelPrice
+    from pytest_agenteval.execution.turns import Watch
+    from pytest_agenteval.sources.dataset import TaskDef
+
+    spent: list[tuple[float | None, int]] = []
+    pricing = {"m1": ModelPrice(input_per_mtok=1.0, output_per_mtok=2.0)}
+    manifest = SimpleNamespace(pricing=pricing)
+    task = cast(TaskDef, SimpleNamespace(timeout=None, dataset=SimpleNamespace(manifest=manifest)))
+    trace = Task(id="t", input="q", metadata={}, attempt=0, seed=0, workspace=Path(".")).trace
+    watch = Watch(
+        trace, task, lambda cost, tokens: spent.append((cost, tokens)), None, lambda p: None
+    )
+    trace.model_call(model="m1", input_tokens=1_000_000, output_tokens=0)
+    trace.model_call(model="m1", input_tokens=0, output_tokens=10, cost=0.5, counted=True)
+    trace.message("assistant", "hi")
+    assert spent == [(1.0, 1_000_000)]
+    assert watch.counted == (1.5, 1_000_010) and watch.turns == 2
