@@ -230,9 +230,9 @@ class AttemptRecord:
     """The attempt's own limit that ended its agent's loop: `max_turns`, `budget` or
     `timeout` (it was graded on what it produced); None when the agent finished."""
     timings: dict[str, Any] | None = None
-    """Seconds spent in each phase: `wait` (for the agent's limits), `environment` (making
-    it), `agent`, `graders` (one per grader, in order, judges included), `artifacts`; None in
-    records written before they were kept."""
+    """Seconds spent in each phase: `wait` (for the agent's limits, when it waited),
+    `environment` (making it), `agent`, `graders` (one per grader, in order, judges included),
+    `artifacts`; None in records written before they were kept."""
 
     @property
     def key(self) -> Key:

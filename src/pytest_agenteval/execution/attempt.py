@@ -520,18 +520,19 @@ class _Attempt:
         return with_prices(record, pricing) if pricing else record
 
     def timings_json(self) -> dict[str, Any]:
-        """The record's `timings`: seconds per phase, in the order they happen."""
-        found = {"wait": self.wait, **self.timings}
-        seconds = self.timings.get("graders")
-        if isinstance(seconds, dict):  # by grader index: a list in the graders' order
-            found["graders"] = [seconds.get(i) for i in range(len(self.job.task.graders))]
-        return {name: _rounded(value) for name, value in found.items()}
+        """The record's `timings`: seconds per phase, in the order they happen (the wait for
+        the agent's limits only when there was one)."""
+        found: dict[str, Any] = {"wait": round(self.wait, 6)} if self.wait else {}
+        for name, value in self.timings.items():
+            if name == "graders":  # by grader index: a list in the graders' order
+                found[name] = [_rounded(value.get(i)) for i in range(len(self.job.task.graders))]
+            else:
+                found[name] = _rounded(value)
+        return found
 
 
-def _rounded(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return round(value, 6) if isinstance(value, float) else value
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def check_budget(task: TaskDef, result: AgentResult) -> None:

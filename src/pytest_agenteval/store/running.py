@@ -29,29 +29,29 @@ EVERY = 1.0
 
 
 class Running:
-    """The attempts of this process in flight and the phase of each (thread-safe)."""
+    """The attempts of this process in flight and the phase of each. Thread-safe without a
+    lock: each change is one dict operation (atomic under the GIL), and an attempt's phases
+    are noted by the thread that runs it at the time."""
 
     def __init__(self) -> None:
         self._slots: dict[AttemptId, tuple[str, float, int]] = {}
-        self._lock = threading.Lock()
         self.changes = 0
-        """Counts every change (a writer compares it with the last one it wrote)."""
+        """Counts changes (a writer compares it with the last one it wrote; two changes at
+        once may count as one, which still differs from what was written)."""
 
     def note(self, key: AttemptId, phase: str | None, turn: int = 0) -> None:
         """The attempt `key` is now in `phase` at model turn `turn` (None: it ended)."""
-        with self._lock:
-            self.changes += 1
-            if phase is None:
-                self._slots.pop(key, None)
-                return
-            old = self._slots.get(key)
-            since = old[1] if old is not None and old[0] == phase else time.time()
-            self._slots[key] = (phase, since, turn)
+        self.changes += 1
+        if phase is None:
+            self._slots.pop(key, None)
+            return
+        old = self._slots.get(key)
+        since = old[1] if old is not None and old[0] == phase else time.time()
+        self._slots[key] = (phase, since, turn)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The attempts running now as progress.json lists them, oldest phase first."""
-        with self._lock:
-            slots = list(self._slots.items())
+        slots = list(self._slots.items())  # one C call: no other thread changes it meanwhile
         return sorted(
             (entry(key, phase, since, turn) for key, (phase, since, turn) in slots),
             key=lambda e: (e["since"], e["task"], e["attempt"]),
