@@ -10,17 +10,29 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .core.version import __version__
+
 if TYPE_CHECKING:
+    from .core.environment import ChangedFile, Environment, ExecResult
     from .core.errors import AgentError, AttemptStopped, LimitReached, RunStopped
-    from .core.model import AgentResult, Manifest, Task, TaskSpec, Usage, Verdict
+    from .core.model import (
+        AgentResult,
+        AnyAgentSpec,
+        GraderSpec,
+        Key,
+        Manifest,
+        Task,
+        TaskSpec,
+        Usage,
+        Verdict,
+    )
     from .core.records import AttemptRecord
     from .core.trace import LimitHit, Message, ModelCall, ToolCall, ToolResult, Trace
     from .execution.agents import Agent, AgentRef, AgentResolver
-    from .execution.environment import ChangedFile, Environment, ExecResult
     from .execution.executor import AgentCall, Executor
     from .execution.graders import GradeContext, Grader
+    from .reporting.summary import Summary
 
-__version__ = "0.1.0"
 
 _WHERE = {
     "Agent": "execution.agents",
@@ -29,6 +41,7 @@ _WHERE = {
     "AgentResolver": "execution.agents",
     "AgentResult": "core.model",
     "AgentError": "core.errors",
+    "AnyAgentSpec": "core.model",
     "AttemptRecord": "core.records",
     "AttemptStopped": "core.errors",
     "LimitHit": "core.trace",
@@ -39,13 +52,16 @@ _WHERE = {
     "ToolCall": "core.trace",
     "ToolResult": "core.trace",
     "Trace": "core.trace",
-    "ChangedFile": "execution.environment",
-    "Environment": "execution.environment",
-    "ExecResult": "execution.environment",
+    "ChangedFile": "core.environment",
+    "Environment": "core.environment",
+    "ExecResult": "core.environment",
     "Executor": "execution.executor",
     "GradeContext": "execution.graders",
     "Grader": "execution.graders",
+    "GraderSpec": "core.model",
+    "Key": "core.model",
     "Manifest": "core.model",
+    "Summary": "reporting.summary",
     "Task": "core.model",
     "TaskSpec": "core.model",
     "Usage": "core.model",
@@ -59,6 +75,7 @@ __all__ = [
     "AgentRef",
     "AgentResolver",
     "AgentResult",
+    "AnyAgentSpec",
     "AttemptRecord",
     "AttemptStopped",
     "ChangedFile",
@@ -67,12 +84,15 @@ __all__ = [
     "Executor",
     "GradeContext",
     "Grader",
+    "GraderSpec",
+    "Key",
     "LimitHit",
     "LimitReached",
     "Manifest",
     "Message",
     "ModelCall",
     "RunStopped",
+    "Summary",
     "Task",
     "TaskSpec",
     "ToolCall",

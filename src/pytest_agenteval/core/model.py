@@ -30,7 +30,7 @@ from .llm import JudgeSettings, ModelPrice
 from .trace import Trace
 
 if TYPE_CHECKING:
-    from ..execution.environment import Environment
+    from .environment import Environment
 
 RECORD_SCHEMA = "agenteval.record/1"
 TASK_ID_RE = re.compile(r"[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*")

@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ..core.environment import Environment
 from ..core.errors import (
     AgentError,
     AgentTimeout,
@@ -50,7 +51,7 @@ from .artifacts import Artifacts
 from .artifacts import collect as collect_artifacts
 from .artifacts import failed as artifacts_failed
 from .concurrent import Ahead, NotStarted, Started, Stopped
-from .environment import Environment, Environments, host_folder
+from .environment import Environments, host_folder
 from .executor import AgentCall, Executor, call_with_deadline
 from .exits import in_agent_call
 from .graders import GradeContext, as_verdict
@@ -512,6 +513,7 @@ class _Attempt:
             image=getattr(self.environment, "image_id", None),  # a sandbox's
             environment=getattr(self.environment, "captured", None),
             changed_files=self.artifacts.files if self.artifacts is not None else None,
+            part_digests=task.part_digests,
             transcript=trace.to_json() if result is None and len(trace) else None,
             stopped=self.stopped,
             timings=self.timings_json(),

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..core.environment import Environment
 from ..core.errors import GraderError, GraderSpecError, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
 from ..core.llm import JudgeOptions
@@ -22,7 +23,7 @@ from ..core.model import AgentResult, GraderSpec, Task, TaskSpec, Verdict
 from ..core.text import excerpt
 from ..core.trace import AnyEvent, ToolCall, read_events, render, turns
 from ..providers import judge
-from .environment import Environment, environment_of, host_folder
+from .environment import environment_of, host_folder
 
 
 @dataclass(slots=True)

@@ -7,25 +7,10 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.environment import Finished
 from ..core.text import decode_output
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """How a program ended."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    timed_out: bool
-
-    def tail(self, lines: int = 15) -> str:
-        """The last lines of stdout and stderr, for a failure reason."""
-        text = (self.stdout.rstrip() + "\n" + self.stderr.rstrip()).strip()
-        return "\n".join(text.splitlines()[-lines:])
 
 
 def run_program(

@@ -42,6 +42,11 @@ _connections: dict[tuple[str, str], Connection] = {}
 """One client per judge setting and key, shared by every task of the session."""
 
 
+def forget() -> None:
+    """The session is over: its judges' clients are not a later session's."""
+    _connections.clear()
+
+
 def prompt(
     rubric: str, task_input: Any, expected: Any, output: str, trajectory: str | None = None
 ) -> list[dict[str, str]]:

@@ -231,14 +231,16 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
 
 def artifact_lines(record: AttemptRecord, folder: Path) -> list[str]:
     """The files the attempt's agent changed (path, change, size, kept) and where the kept
-    ones are; nothing for an attempt that keeps no artifacts."""
+    ones are (no folder when none was kept: deletions keep nothing); nothing for an attempt
+    that keeps no artifacts."""
     if record.changed_files is None:
         return []
     if not record.changed_files:
         return ["", "files changed: none"]
     kept = sum(1 for f in record.changed_files if f.get("kept"))
     listed = sum(1 for f in record.changed_files if "note" not in f)
-    lines = ["", f"files changed: {listed}, {kept} kept in {folder}"]
+    where = f"{kept} kept in {folder}" if kept else "none kept"  # no folder was made
+    lines = ["", f"files changed: {listed}, {where}"]
     for entry in record.changed_files:
         if "note" in entry:
             lines.append(f"  ({entry['note']})")
