@@ -17,6 +17,7 @@ import pytest
 from ..core.errors import StoreError
 from ..core.model import Key
 from ..core.records import variant_of
+from ..core.text import printable
 from ..reporting.finish import GateRule, finish_run
 from ..reporting.html import attempt_details, write_html
 from ..reporting.regression import with_regression
@@ -223,7 +224,7 @@ class Reporter:
                 for line in plan_lines(self.dry_plan, self.run.run_id):
                     tr.write_line(line)
                 for line in store_damage_lines(self.store.problems):
-                    tr.write_line(line)
+                    tr.write_line(printable(line))
             return
         if self.run.dropped:
             tr.write_line(f"agenteval: no attempt ran; run {self.run.run_id} was not kept")
@@ -232,7 +233,7 @@ class Reporter:
             tr.write_sep("=", "agenteval")
             verbose = tr.config.option.verbose > 0
             for line in terminal_lines(self.summary, verbose, self.settings.task_rule):
-                tr.write_line(line)
+                tr.write_line(printable(line))  # agents' and load errors' messages among them
         if self.written:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
         stop = self._stop()

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from ..core.model import Key
 from ..core.options import rate
 from ..core.records import variant_of
+from ..core.text import printable
 from ..store.artifacts import attempt_folder
 from ..store.locate import cache_dir, find_rootdir
 from ..store.runs import Store
@@ -254,7 +255,8 @@ def _show(args: argparse.Namespace, open_store: OpenStore) -> int:
     store = open_store(args)
     if store is None:
         return 1
-    print("\n".join(show(store, args.run_id, args.target, args.full, args.variant)))
+    lines = show(store, args.run_id, args.target, args.full, args.variant)
+    print(printable("\n".join(lines)))  # what agents wrote, file names: never raw escapes
     return 0
 
 
