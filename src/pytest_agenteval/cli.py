@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from . import __version__
 from .core import options
 from .core.errors import AgentevalError
-from .core.text import counted
+from .core.text import counted, printable
 
 if TYPE_CHECKING:
     from .reporting.summary import Summary
@@ -210,7 +210,7 @@ def _open_store(args: argparse.Namespace) -> Store | None:
 
 def _print_damage(store: Store) -> None:
     for problem in store.problems:
-        print(f"agenteval: store damage: {problem}", file=sys.stderr)
+        print(printable(f"agenteval: store damage: {problem}"), file=sys.stderr)
 
 
 def _runs(args: argparse.Namespace) -> int:
@@ -258,7 +258,7 @@ def _report(args: argparse.Namespace) -> int:
     html = html_page if args.html else None
     finished = finish_run(summary, out_dir=out_dir, task_rule=args.task_rule, html=html)
     for problem in store.problems[known:]:  # found while reading the full records
-        print(f"agenteval: store damage: {problem}", file=sys.stderr)
+        print(printable(f"agenteval: store damage: {problem}"), file=sys.stderr)
     if finished.failures:
         exc = finished.failures[0]
         hint = "; write them elsewhere with --out DIR" if out_dir and not args.out else ""

@@ -25,6 +25,7 @@ from ..reporting.reports import store_damage_lines, terminal_lines
 from ..reporting.summary import Summary, build_summary
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, count_actions
+from ..store.problems import StoreProblem
 from ..store.runs import Store
 from ..store.stops import Budget, Stop
 from .items import AttemptItem
@@ -146,6 +147,11 @@ class Reporter:
         store, run_id, reused = self.store, self.run.run_id, self.recorder.reused
         return lambda summary: write_html(summary, attempt_details(store, run_id, reused), path)
 
+    def _damage_found_since(self) -> list[StoreProblem]:
+        """Store damage found after the summary was made (the HTML report reading records)."""
+        told = {p.where for p in self.summary.store_problems} if self.summary else set()
+        return [p for p in self.store.problems if p.where not in told]
+
     def _nothing_happened(self) -> bool:
         """A new run in which no attempt ran nor could even start (collection failed under
         --agenteval-strict, Ctrl-C before the first attempt ended) and no stop came: there is
@@ -236,6 +242,8 @@ class Reporter:
                 tr.write_line(printable(line))  # agents' and load errors' messages among them
         if self.written:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
+        for line in store_damage_lines(self._damage_found_since()):  # by the HTML report
+            tr.write_line(printable(line))
         stop = self._stop()
         if stop is not None and self.summary is not None and self.summary.status == stop.kind:
             then = "--resume-suite runs them"
