@@ -365,7 +365,7 @@ def _status_lines(store: Store, run_id: str) -> tuple[list[str], bool, bool]:
     """What `agenteval status` prints of a run now, whether a session of it is live (or
     starting: `--watch` goes on), and whether its progress.json was readable."""
     from .core.errors import StoreError
-    from .store.progress import LIVE, progress_lines, read_progress, writer_alive
+    from .store.progress import LIVE, progress_lines, read_progress, stale_lines, writer_alive
 
     locked = store.running(run_id)
     try:
@@ -388,11 +388,16 @@ def _status_lines(store: Store, run_id: str) -> tuple[list[str], bool, bool]:
         return progress_lines(data), True, True
     if locked:
         return [f"{starting} died at {last}"], True, True
-    info = store.run(run_id)
-    data["status"] = info.status if info else "interrupted"
-    pid = (data.get("session") or {}).get("pid", "?")
-    stale = f"stale: the session that wrote this (pid {pid}) is gone; {_holds(store, run_id)}"
-    return [*progress_lines(data), stale], False, True
+    try:
+        info = store.run(run_id)
+        rows, _ = store.index(run_id, for_plan=False)  # damage: in store.problems
+    except StoreError as exc:
+        pid = (data.get("session") or {}).get("pid", "?")
+        stale = f"stale: the session that wrote this (pid {pid}) is gone; {_holds(store, run_id)}"
+        return [*progress_lines(data), stale, f"agenteval: {exc}"], False, True
+    status = info.status if info else "interrupted"
+    planned = info.planned if info else data["planned"]
+    return stale_lines(data, rows, planned, status), False, True
 
 
 def _holds(store: Store, run_id: str) -> str:
