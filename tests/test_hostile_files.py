@@ -19,7 +19,7 @@ from helpers import WORKERS, DatasetMaker, ids_in_shards, latest_record, latest_
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.records import attempt_key
 from pytest_agenteval.execution.artifacts import collect
-from pytest_agenteval.execution.environment import LocalEnvironment
+from pytest_agenteval.execution.environment import ChangedFile, LocalEnvironment
 from pytest_agenteval.store.artifacts import (
     Refused,
     attempt_folder,
@@ -27,6 +27,7 @@ from pytest_agenteval.store.artifacts import (
     copy_kept,
     read,
 )
+from pytest_agenteval.store.files import RunFiles
 from pytest_agenteval.store.runs import Store
 from test_sandbox import busybox_image
 
@@ -222,6 +223,27 @@ def test_a_file_name_that_is_not_utf8_is_recorded_escaped(
     capsys.readouterr()
     assert main(["show", run.name, "a/0", "--cache-dir", str(pytester.path / ".pytest_cache")]) == 0
     assert "  added             5 B  caf\\xe9 \\xff.txt\n" in capsys.readouterr().out
+
+
+class _NamedOddly(LocalEnvironment):
+    """A plugin's environment whose listing names a file with a surrogate no byte made."""
+
+    def changes_until(self, deadline: float | None) -> tuple[list[ChangedFile], bool]:
+        return [ChangedFile("odd\ud800.txt", "added", 1, data=b"x")], True
+
+
+def test_a_name_no_byte_made_is_escaped_and_the_store_never_fails_on_one(tmp_path: Path) -> None:
+    """A lone surrogate in a plugin environment's file name is listed as `\\ud800`; a record
+    text that still holds one is stored with U+FFFD in its place, not lost with the session."""
+    made = collect(_NamedOddly(tmp_path), max_bytes=10)
+    assert made.files[0]["path"] == "odd\\ud800.txt" and made.kept == {"odd\\ud800.txt": b"x"}
+    files = RunFiles(tmp_path)
+    assert files.lock()
+    offset, length = files.append_record('{"path": "a\udcff"}')
+    files.append_index(f'{{"offset": {offset}, "length": {length}}}')
+    files.close()
+    assert (tmp_path / "records.jsonl").read_text() == '{"path": "a\ufffd"}\n'
+    assert length == len('{"path": "a\ufffd"}'.encode())
 
 
 SPECIAL = f"""
