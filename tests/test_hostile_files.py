@@ -435,6 +435,8 @@ def test_no_host_file_outside_the_run_reaches_a_report_merge_export_or_page(
     args = ["--agenteval", "ds", "--resume-suite", "--agenteval-html", "session.html"]
     result = pytester.runpytest(*args, "--agenteval-shard", "1/2", "-o", f"cache_dir={caches[0]}")
     result.stdout.fnmatch_lines(["*store damage:*'notes.txt' is a symbolic link*; not read"])
+    page = (pytester.path / "session.html").read_text()
+    assert "not read: 'notes.txt' is a symbolic link, not a regular file" in page
 
     leaked = [
         path
