@@ -30,3 +30,5 @@ html_theme = "furo"
 html_title = f"pytest-agenteval {version}"
 # Offline: no fonts or scripts from elsewhere.
 html_theme_options = {"navigation_with_keys": True}
+html_static_path = ["_static"]
+html_css_files = ["agenteval.css"]

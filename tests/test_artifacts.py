@@ -339,3 +339,27 @@ def test_each_variants_sandboxed_attempts_keep_their_own_artifacts(
     assert (kept / "a[two-attempt-0]/answer.txt").read_bytes() == b"y"
     assert main(["show", run_id, "a/two/0"]) == 0
     assert "answer.txt" in capsys.readouterr().out
+
+
+def test_a_deletion_only_attempt_names_no_artifacts_folder(
+    pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An attempt whose agent only deleted a file keeps no bytes: `agenteval show` says none
+    was kept and names no artifacts folder (none exists)."""
+    root = dataset(
+        {"a.yaml": {"input": "ok", "expected": "ok", "workspace": "ws", "artifacts": {}}},
+        manifest={"agent": {"command": ["sh", "-c", "rm {workspace}/seed.txt && echo ok"]}},
+    )
+    (root / "ws").mkdir()
+    (root / "ws/seed.txt").write_text("seed")
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+    run = latest_run(pytester.path)
+    assert latest_record(pytester.path, "a", 0)["changed_files"] == [
+        {"path": "seed.txt", "change": "deleted", "size": 0, "kept": False}
+    ]
+    capsys.readouterr()
+    assert main(["show", run, "a/0", "--cache-dir", str(pytester.path / ".pytest_cache")]) == 0
+    shown = capsys.readouterr().out
+    assert "files changed: 1, none kept\n" in shown
+    assert "artifacts" not in shown.partition("files changed")[2]
+    assert not (pytester.path / ".pytest_cache/agenteval/runs" / run / "artifacts").exists()

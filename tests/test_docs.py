@@ -3,11 +3,13 @@ written, and the site builds and renders (its YAML examples are checked in test_
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -41,7 +43,13 @@ def test_reference_pages_hold_every_option_and_command() -> None:
 
 def tutorial() -> tuple[dict[str, str], list[tuple[str, int]]]:
     """The tutorial's files (by caption) and its commands with the exit status each expects."""
-    text = (DOCS / "getting-started" / "first-dataset.md").read_text()
+    return worked_example(DOCS / "getting-started" / "first-dataset.md")
+
+
+def worked_example(page: Path) -> tuple[dict[str, str], list[tuple[str, int]]]:
+    """A page's files (its code blocks with a caption naming their path) and its console
+    commands with the exit status each expects (`# exits N`, else 0)."""
+    text = page.read_text()
     files: dict[str, str] = {}
     commands: list[tuple[str, int]] = []
     for match in re.finditer(r"^```(\{code-block\} \w+|console)\n(.*?)^```", text, re.S | re.M):
@@ -86,6 +94,33 @@ def test_tutorial_runs_as_written(tmp_path: Path) -> None:
     assert "(9 reused); 0 run now" in said["pytest --agenteval my_evals --resume-suite"]
 
 
+def test_the_graders_guide_example_runs_as_written(pytester: pytest.Pytester) -> None:
+    """The graders guide's plugin grader (a conftest returning `Verdict(...)`) and its dataset
+    run as written: the command exits as the page says, with the failure line it shows; the
+    `Verdict(...)` the page spells out has the real constructor's parameters, in order."""
+    page = DOCS / "guides" / "graders.md"
+    files, commands = worked_example(page)
+    assert set(files) >= {"conftest.py", "answers/agenteval.yaml"}
+    for name, content in files.items():
+        (pytester.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (pytester.path / name).write_text(content)
+    ((command, expected),) = commands
+    argv = shlex.split(command)
+    assert argv[0] == "pytest"
+    result = pytester.runpytest(*argv[1:])
+    assert result.ret == expected
+    result.assert_outcomes(passed=1, failed=1)
+    text = page.read_text()
+    (shown,) = re.findall(r"fails with `(\[FAIL\] [^`]+)`", text)
+    result.stdout.fnmatch_lines([f"  {shown}"])
+    from dataclasses import fields
+
+    from pytest_agenteval import Verdict
+
+    (spelled,) = re.findall(r"`Verdict\((grader=[^`]*)\)`:", text)
+    assert [part.split("=")[0] for part in spelled.split(", ")] == [f.name for f in fields(Verdict)]
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site, built the way `.ci/run` builds it: warnings are errors."""
@@ -110,6 +145,36 @@ def test_site_pages_render_with_content_and_no_console_errors(site: Path, tmp_pa
     assert console == [] and "Your first dataset in five minutes" in dom
     dom, console = browser.dom(site / "reference" / "options.html")
     assert console == [] and "--agenteval-max-cost" in dom and "agenteval_html" in dom
+
+
+OPTION_LINES = """<script>
+(function () {
+  var broken = [], names = 0;
+  document.querySelectorAll("table tbody td:first-child code").forEach(function (code) {
+    names += 1;
+    if (code.getClientRects().length > 1) broken.push(code.textContent);
+  });
+  var node = document.createElement("pre");
+  node.id = "driver";
+  node.textContent = JSON.stringify({names: names, broken: broken});
+  document.body.appendChild(node);
+})();
+</script>"""
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_options_reference_keeps_each_option_name_on_one_line(site: Path, tmp_path: Path) -> None:
+    """In the built options reference, seen in Chromium's default (narrow) window, no option
+    name with its value (`--agenteval-agent REF`) is broken across lines."""
+    page = site / "reference" / "options.html"
+    driven = page.with_name("options-driven.html")
+    driven.write_text(page.read_text().replace("</body>", OPTION_LINES + "</body>"))
+    dom, console = Browser(tmp_path / "profile").dom(driven)
+    assert console == []
+    found = json.loads(unescape(re.search(r'id="driver">(.*?)</pre>', dom, re.S)[1]))
+    assert found["names"] > 25
+    assert found["broken"] == []
 
 
 @pytest.mark.slow

@@ -130,7 +130,7 @@ def test_a_crashed_attempt_runs_again_on_resume_until_it_crashed_twice(
     )
     assert dataset.calls().count("dies 0") == 1
     plan = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-plan")
-    plan.stdout.fnmatch_lines(["*ds/dies: 1 to run (crashed)"])
+    plan.stdout.fnmatch_lines(["  to run (crashed): 1 task (1 attempt): ds/dies"])
     pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite")
     assert dataset.calls().count("dies 0") == 2
     result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite")

@@ -18,6 +18,7 @@ from helpers import (
     comparable,
     default_sigint,
     latest_record,
+    latest_run,
     stored,
     summary_of,
     task,
@@ -356,11 +357,58 @@ def test_plan_is_printed_and_nothing_starts(
             [
                 "*agenteval plan*",
                 "run *: 2 reused, 2 to regrade, 2 to run (nothing was started)",
-                "  ds/a: 1 to run",
-                "  ds/b: 2 to regrade, 1 to run",
+                "  to regrade (graders changed): 1 task (2 attempts): ds/b",
+                "  to run (no record yet): 2 tasks (2 attempts): ds/a, ds/b",
             ]
         )
     assert len(dataset.calls()) == 4
+
+
+def test_plan_names_what_changed_and_prints_no_tree(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`--agenteval-plan` prints the plan alone (the collected tree only with -v) and counts
+    the tasks per changed part (input, expected, metadata, graders, ...), naming the first
+    few of each (-v: all); a task with two changed parts counts under both."""
+    tasks = {f"t{i}.yaml": task("ok") for i in range(8)}
+    dataset(tasks)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=8)
+    changed = dict(tasks)
+    changed["t0.yaml"] = {**task("ok"), "input": "another question"}
+    changed["t1.yaml"] = {**task("ok"), "expected": "OK", "tags": ["new"]}
+    changed["t2.yaml"] = {**task("ok", metadata={"seed": 1}), "graders": ["contains"]}
+    for i in range(3, 8):
+        changed[f"t{i}.yaml"] = {**task("ok"), "description": "now described"}
+    dataset(changed)
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-plan")
+    assert result.ret == 0
+    lines = result.stdout.str().splitlines()
+    plan = lines[lines.index(next(x for x in lines if "agenteval plan" in x)) + 1 :]
+    assert plan[:6] == [
+        "run " + latest_run(pytester.path) + ": 0 reused, 6 to regrade, 2 to run "
+        "(nothing was started)",
+        "  to regrade (description changed): 5 tasks (5 attempts): ds/t3, ds/t4, ds/t5, "
+        "ds/t6, ds/t7",
+        "  to regrade (expected changed): 1 task (1 attempt): ds/t1",
+        "  to regrade (tags changed): 1 task (1 attempt): ds/t1",
+        "  to run (graders changed): 1 task (1 attempt): ds/t2",
+        "  to run (input changed): 1 task (1 attempt): ds/t0",
+    ]
+    assert "  to run (metadata changed): 1 task (1 attempt): ds/t2" in plan
+    assert not any("AttemptItem" in line or "TaskFile" in line for line in lines)
+    verbose = pytester.runpytest("--agenteval", "ds", "--agenteval-plan", "-v").stdout.str()
+    assert "<AttemptItem t0[attempt-0]>" in verbose and "ds/t7" in verbose
+    many = {f"t{i}.yaml": {**task("ok"), "timeout": 9} for i in range(9)}
+    dataset(many)
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-plan")
+    result.stdout.fnmatch_lines(
+        [
+            "  to regrade (timeout changed): 8 tasks (8 attempts): ds/t0, ds/t1, ds/t2, ds/t3, "
+            "ds/t4, … 3 more (-v shows all)",
+            "  to run (no record yet): 1 task (1 attempt): ds/t8",
+        ]
+    )
+    assert len(dataset.calls()) == 8
 
 
 @pytest.mark.slow

@@ -167,6 +167,29 @@ def _wait_for_records(pytester: pytest.Pytester, at_least: int) -> None:
     raise AssertionError("the run stored too few records in 60s")
 
 
+def test_a_serial_ctrl_c_says_how_to_resume(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A real Ctrl-C of a serial run (no attempt in flight ahead of its turn) ends with the
+    line a concurrent Ctrl-C, cancel and the deadline end with: why it stopped and that
+    --resume-suite runs the rest."""
+    dataset({"a.yaml": task("ok"), "b.yaml": task("ok", metadata={"sleep": 60})})
+    proc = _start(pytester, "-p", "no:xdist")
+    end = time.monotonic() + 60
+    while "b 0" not in dataset.calls() and time.monotonic() < end:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()
+    text = out.decode()
+    assert (
+        "agenteval: stopped (interrupted (Ctrl-C)): attempts still running and those not started "
+        "were not recorded; --resume-suite runs them"
+    ) in text
+    assert text.index("--resume-suite runs them") < text.index("KeyboardInterrupt")
+    assert summary_of(pytester)["status"] == "interrupted"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", WORKERS)
 def test_cancel_from_another_shell(
@@ -216,6 +239,8 @@ def test_ctrl_c_lets_attempts_in_flight_finish(
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()
     assert b"Ctrl-C: no new attempt starts" in out
+    assert b"agenteval: stopped (interrupted (Ctrl-C)): " in out  # as a serial Ctrl-C
+    assert b"; --resume-suite runs them" in out
     assert summary_of(pytester)["status"] == "interrupted"
     assert all(status == "pass" for _, _, status in stored(pytester.path))
     pytester.runpytest_subprocess(

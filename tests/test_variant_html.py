@@ -165,7 +165,7 @@ def test_marked_lines_differ_without_color() -> None:
     svg = line_plot("p", [1, 2], [Series(n, [0.5, 0.6]) for n in names], ["", ""], "k", "y", True)
     lines = re.findall(r'<polyline class="series" points="[^"]*" stroke="[^"]*"([^/]*)/>', svg)
     marks = re.findall(r"<(circle|rect|polygon class=\"marker-\w+\")", svg)
-    styles = list(zip(lines, marks[0::3][:16], strict=False))
+    styles = list(zip(lines, marks[-16:], strict=True))  # the legend's, in order
     assert len(set(styles)) == 16
     plain = line_plot("p", [1], [Series("a", [0.5]), Series("b", [0.4])], [""], "k", "y")
     assert "stroke-dasharray" not in plain and "<polygon" not in plain
@@ -230,3 +230,97 @@ def test_leaderboard_says_significance_in_words_and_names_variants_left_out(
     rise = fall.model_copy(update={"change": 0.5, "ci95": [0.1, 0.9]})
     page = render_html(summary.model_copy(update={"comparison": [rise]}), {})
     assert 'class="sig-better">▲ significant<' in page and 'id="not-selected"' not in page
+
+
+@needs_chromium
+def test_tags_by_variant_in_chromium(report: Path, browser: Browser) -> None:
+    """A run with variants whose tasks have tags shows each tag's pass@1 with its interval per
+    variant (a table and a bar per tag and variant), offers every tag in the task filter, and
+    never says that no task has tags."""
+    dom, console = browser.dom(report)
+    assert console == []
+    table = dom[dom.index('id="tag-matrix"') :]
+    table = table[: table.index("</table>")]
+    rows = [
+        [unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td.*?</td>", row)]
+        for row in re.findall(r"<tr data-tag=.*?</tr>", table)
+    ]
+    assert rows == [
+        ["all", "3", "0.500 0.000\u20131.000", "0.500 0.000\u20131.000"],
+        ["easy", "2", "0.750 n/a", "0.500 n/a"],
+        ["hard", "2", "0.250 n/a", "0.250 n/a"],
+    ]
+    assert "pass@1 (95% CI) by tag and variant" in dom
+    plot = dom[dom.index('aria-label="pass@1 by tag and variant, 95% CI"') :]
+    plot = plot[: plot.index("</svg>")]
+    bars = re.findall(r"<title>([^<]*): ([\d.]+) \(", plot)
+    assert bars == [
+        ("all · base", "0.500"),
+        ("all · cand", "0.500"),
+        ("easy · base", "0.750"),
+        ("easy · cand", "0.500"),
+        ("hard · base", "0.250"),
+        ("hard · cand", "0.250"),
+    ]
+    assert "no task has tags" not in dom
+    tags = re.search(r'<select id="filter-tag".*?</select>', dom, re.S)
+    assert tags is not None
+    assert re.findall(r"<option[^>]*>([^<]*)</option>", tags[0]) == [
+        "all tags",
+        "all",
+        "easy",
+        "hard",
+        "own",
+    ]
+
+
+def test_tags_of_tasks_with_their_own_agent_only_are_not_called_no_tags(tmp_path: Path) -> None:
+    """When only tasks naming their own agent have tags (not compared), the tag plot says so
+    rather than "no task has tags"; a variant that ran no task of a tag shows a dash."""
+    summary = variant_summary(write_variant_run(tmp_path / "cache"))
+    assert summary.variants is not None
+    bare = {name: part.model_copy(update={"tags": {}}) for name, part in summary.variants.items()}
+    page = render_html(summary.model_copy(update={"variants": bare}), {})
+    assert "only tasks with their own agent have tags" in page
+    assert "no task has tags" not in page and 'id="tag-matrix"' not in page
+    one = {**summary.variants, "cand": summary.variants["cand"].model_copy(update={"tags": {}})}
+    page = render_html(summary.model_copy(update={"variants": one}), {})
+    cell = re.search(r'<tr data-tag="all">.*?<td class="num" data-variant="cand">(.*?)</td>', page)
+    assert cell is not None and 'title="no task of this tag">&ndash;' in cell[1]
+
+
+@needs_chromium
+def test_fingerprint_cost_split_and_coinciding_curves_in_chromium(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """The agent fingerprint of a run with variants reads as `path = value` pairs (no Python
+    repr); the cost card gives US dollars and the agent / judge split; when pass@k equals
+    pass^k at every k the plot says they coincide and draws them with distinct markers."""
+    summary = variant_summary(write_variant_run(tmp_path / "cache"))
+    totals = summary.totals.model_copy(
+        update={"cost": 4.612, "agent_cost": 3.968, "judge_cost": 0.644}
+    )
+    page = write_html(summary.model_copy(update={"totals": totals}), {}, tmp_path / "variants.html")
+    dom, console = browser.dom(page)
+    assert console == []
+    assert text_of(dom, "cost-split") == "agent $3.9680 · judge $0.6440"
+    assert "<dt>cost (US$)</dt><dd>$4.6120<" in dom
+    fingerprint = re.search(r'class="meta fingerprint">agent fingerprint <code>(.*?)</code>', dom)
+    assert fingerprint is not None
+    assert unescape(fingerprint[1]) == "variants: ds/base = agent:base, ds/cand = agent:cand"
+    rows = [
+        IndexRow(("ds", t, i), "", "", s, 1.0, 0.5, None, None, None, (), "", None, "")
+        for t, s in (("a", "pass"), ("b", "fail"))
+        for i in range(3)
+    ]
+    run = RunInfo("r1", [{"name": "ds", "version": "1"}], {}, 0.0, 0.0, 6, 6, "complete", [])
+    plain = build_summary(run, rows, ks=None, session_counts={}, status="complete")
+    page = write_html(plain, {}, tmp_path / "plain.html")
+    dom, console = browser.dom(page)
+    assert console == []
+    plot = dom[dom.index('aria-label="pass@k and pass^k"') :]
+    plot = plot[: plot.index("</svg>")]
+    assert "pass@k = pass^k at every k: each task passed all its attempts or none" in plot
+    assert plot.count("<circle") == 3 + 1 and plot.count("<rect") == 3 + 1  # points + legend
+    assert 'stroke-dasharray="7 3"' in plot
+    assert "<dd>n/a</dd>" in dom  # no cost: no dollar sign

@@ -348,7 +348,10 @@ def test_added_variant_runs_alone_and_removed_one_keeps_its_records(
         "--agenteval", "ds", "--attempts", "2", "--resume-suite", "--agenteval-plan"
     )
     plan.stdout.fnmatch_lines(
-        ["*8 reused, 0 to regrade, 4 to run*", "  ds/t1 [[]cmd[]]: 2 to run*"]
+        [
+            "*8 reused, 0 to regrade, 4 to run*",
+            "  to run (no record yet): 2 tasks (4 attempts): ds/t1 [[]cmd[]], ds/t2 [[]cmd[]]",
+        ]
     )
     result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2", "--resume-suite")
     result.stdout.fnmatch_lines(["*8 reused*4 run now*"])
@@ -398,6 +401,47 @@ def test_drift_of_one_variant_is_refused_naming_it(
     assert "version 2" not in summary["variants"]["cmd"]["agent"]  # its records' agent
     again = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
     assert again.ret == pytest.ExitCode.USAGE_ERROR  # still two agents: said every time
+
+
+def test_a_variant_resumed_with_another_agent_is_marked_mixed(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """After --agenteval-allow-drift, a variant whose attempts two agents made says so in
+    summary.json (`agents`, each with its attempts), the terminal's and summary.md's
+    leaderboard and the HTML report, instead of naming the old agent alone; a variant whose
+    attempts one agent made is not marked."""
+    write(dataset, {"base": "agents:base", "cand": "agents:cand"})
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=3, failed=1)
+    write(dataset, {"base": "agents:base", "cand": "agents:base"})
+    result = pytester.runpytest(
+        "--agenteval",
+        "ds",
+        "--attempts",
+        "2",
+        "--resume-suite",
+        "--agenteval-allow-drift",
+        "--agenteval-html",
+        "r.html",
+    )
+    result.assert_outcomes(passed=7, failed=1)
+    mixed = (
+        "cand is mixed: callable:agents:base (2 attempts), callable:agents:cand (2 attempts) "
+        "(resumed with --agenteval-allow-drift)"
+    )
+    result.stdout.fnmatch_lines(["  cand * mixed: 2 agents *", f"  {mixed}"])
+    summary = summary_of(pytester)
+    cand, base = summary["variants"]["cand"], summary["variants"]["base"]
+    assert cand["agent"] == "mixed: 2 agents"
+    assert cand["agents"] == {"callable:agents:base": 2, "callable:agents:cand": 2}
+    assert base["agent"] == "callable:agents:base" and "agents" not in base
+    markdown = next(pytester.path.rglob("summary.md")).read_text()
+    assert "| cand | mixed: 2 agents |" in markdown and f"- {mixed}" in markdown
+    page = (pytester.path / "r.html").read_text()
+    assert (
+        '<td class="mixed" title="callable:agents:base: 2, callable:agents:cand: 2">'
+        "mixed: 2 agents</td>" in page
+    )
+    assert f'<p class="mixed">{mixed}</p>' in page
 
 
 def test_shards_keep_a_tasks_variants_together_and_merge_keeps_them(

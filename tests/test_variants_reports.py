@@ -172,3 +172,35 @@ def test_merged_shards_of_variants_are_gated_per_variant(
     assert summary["comparison"][0]["change"] == -0.5
     suites = [s.name for s in xunit2.JUnitXml.fromfile(str(run / "junit.xml"))]
     assert suites == ["agenteval[a]", "agenteval[b]"]
+
+
+def test_tags_by_variant_in_the_terminal_and_markdown(tmp_path: Path) -> None:
+    """A run with variants shows each tag's pass@1 with its interval per variant in the
+    terminal (capped, -v shows all) and in summary.md; a variant without a task of the tag
+    shows a dash."""
+    from variant_runs import variant_summary, write_variant_run
+
+    summary = variant_summary(write_variant_run(tmp_path / "cache"))
+    lines = terminal_lines(summary, verbose=False, rule="any")
+    at = lines.index("pass@1 (95% CI) by tag and variant:")
+    assert lines[at + 1 : at + 5] == [
+        "  tag   tasks  base                 cand",
+        "  all       3  0.500 (0.000-1.000)  0.500 (0.000-1.000)",
+        "  easy      2  0.750 (n/a)          0.500 (n/a)",
+        "  hard      2  0.250 (n/a)          0.250 (n/a)",
+    ]
+    assert "by tag:" not in lines
+    text = render_markdown(summary, "any")
+    assert "| tag | tasks | base | cand |\n|---|---|---|---|\n" in text
+    assert "| all | 3 | 0.500 (0.000-1.000) | 0.500 (0.000-1.000) |" in text
+    assert summary.variants is not None
+    many = {f"tag{i:02}": summary.variants["base"].metrics for i in range(12)}
+    parts = {
+        "base": summary.variants["base"].model_copy(update={"tags": many}),
+        "cand": summary.variants["cand"],
+    }
+    wide = summary.model_copy(update={"variants": parts})
+    lines = terminal_lines(wide, verbose=False, rule="any")
+    assert "  … 5 more tags (-v shows all)" in lines  # 12 + all, easy, hard: 10 shown
+    assert any(line.startswith("  tag00") and line.endswith("  -") for line in lines)
+    assert "  … 5 more tags (-v shows all)" not in terminal_lines(wide, verbose=True, rule="any")

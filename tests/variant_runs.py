@@ -24,6 +24,14 @@ OUTCOMES: dict[str, dict[str | None, list[Status]]] = {
 }
 """Each task's statuses by variant and attempt; `solo` names its own agent (no variant)."""
 COST = {"base": 0.1, "cand": 0.3, None: 0.2}
+TAGS = {
+    "agree": ["all", "easy"],
+    "better": ["all", "hard"],
+    "worse": ["all", "easy", "hard"],
+    "solo": ["own"],
+}
+"""Each task's tags: `all` has three tasks (an interval), `own` only the task with its own
+agent."""
 
 
 def variant_record(task: str, attempt: int, variant: str | None, status: Status) -> AttemptRecord:
@@ -34,7 +42,7 @@ def variant_record(task: str, attempt: int, variant: str | None, status: Status)
         digest="d1",
         run_digest="r1",
         agent={"variant": variant},
-        tags=["t"],
+        tags=TAGS[task],
         status=status,
         verdicts=[] if status == "error" else [Verdict("equals", status == "pass", status, 1.0)],
         result=AgentResult(output=output, usage=Usage(input_tokens=10, cost=COST[variant])),

@@ -222,8 +222,17 @@ class _Generated(SphinxDirective):
 
 
 class OptionsDirective(_Generated):
+    """The options table, in a container of class `agenteval-options`: the site's CSS keeps
+    each option name (with its value) on one line there, never broken mid-name."""
+
     def markdown(self) -> str:
         return options_markdown()
+
+    def run(self) -> list[nodes.Node]:
+        return [nodes.container("", *super().run(), classes=[OPTIONS_CLASS])]
+
+
+OPTIONS_CLASS = "agenteval-options"
 
 
 class CommandsDirective(_Generated):

@@ -369,6 +369,10 @@ def pytest_configure(config: pytest.Config) -> None:
             sys.path.append(str(dataset.root))
     whole_roots = point_collection_at(config, parts, specs)
     if settings.show_plan:
+        if not (config.option.collectonly or config.option.verbose > 0):
+            from .glue.reporter import PlanAlone
+
+            config.pluginmanager.register(PlanAlone(), "agenteval-plan-alone")
         config.option.collectonly = True
     size = declared_concurrency(settings, datasets)
     check_combination(config, size, bool(settings.isolate))

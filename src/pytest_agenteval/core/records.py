@@ -223,6 +223,11 @@ class AttemptRecord:
     run store's `artifacts/` folder (up to `artifacts: {max_bytes}`); an entry with only a
     `note` says what was not listed. None when the task keeps no artifacts (a local task
     without `artifacts:`)."""
+    part_digests: dict[str, str] | None = None
+    """A short digest of each part of the task when the attempt ran (`input`, `metadata`,
+    `agent`, `workspace`, `sandbox`, `expected`, `graders`, `timeout`, `budget`, `tags`,
+    `description`; those set): which parts changed since, when a resume finds the task
+    changed. None in records written before it was kept."""
 
     @property
     def key(self) -> Key:
@@ -343,6 +348,7 @@ def new_record(
     image: str | None = None,
     environment: dict[str, str] | None = None,
     changed_files: list[dict[str, Any]] | None = None,
+    part_digests: dict[str, str] | None = None,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
@@ -375,6 +381,7 @@ def new_record(
         image=image,
         environment=json_safe(environment) if environment is not None else None,  # type: ignore[arg-type]
         changed_files=json_safe(changed_files) if changed_files else changed_files,  # type: ignore[arg-type]
+        part_digests=part_digests,
     )
 
 
@@ -408,6 +415,18 @@ def attempt_reason(record: AttemptRecord) -> str:
     verdicts = record.verdicts
     wanted = [v for v in verdicts if v.passed == (record.status == "pass")] or verdicts
     return "; ".join(f"{v.grader}: {v.reason}".splitlines()[0] for v in wanted)
+
+
+def variant_agent(record: AttemptRecord) -> str | None:
+    """The agent a variant's attempt was made with, as its session's fingerprint labels the
+    variant (None for an attempt without variant, or a fingerprint that does not say): the
+    index keeps it, so a variant resumed with another agent (`--agenteval-allow-drift`) is
+    told to mix two agents."""
+    if record.variant is None:
+        return None
+    labels = (record.agent.get("variants") or {}).get(record.dataset)
+    label = labels.get(record.variant) if isinstance(labels, dict) else None
+    return label if isinstance(label, str) else None
 
 
 def index_entry(record: AttemptRecord) -> dict[str, Any]:
@@ -610,6 +629,7 @@ FIELDS: tuple[Field, ...] = (
     Field("image", "r.image", _optional(str), omit="r.image is None"),
     Field("environment", "r.environment", _same, omit="r.environment is None", index=(dict,)),
     Field("changed_files", "r.changed_files", _same, omit="r.changed_files is None"),
+    Field("part_digests", "r.part_digests", _same, omit="r.part_digests is None"),
     # Facts only the index line holds: what metrics and replays need without the record.
     Field("input_tokens", "r.input_tokens", stored=False, index=_MAYBE_INT),
     Field("output_tokens", "r.output_tokens", stored=False, index=_MAYBE_INT),
@@ -624,6 +644,13 @@ FIELDS: tuple[Field, ...] = (
     Field("crashes", "crash_count(r)", omit='r.phase != "crash"', stored=False, index=_INT),
     Field("model", "r.model", omit="r.model is None", stored=False, index=_STR),
     Field("judge_cost", "r.judge_cost", omit="r.judge_cost is None", stored=False, index=_NUMBER),
+    Field(
+        "variant_agent",
+        "variant_agent(r)",
+        omit="variant_agent(r) is None",
+        stored=False,
+        index=_STR,
+    ),
 )
 """Every field of a stored record (in its JSON's order) and of its index line. A new field is
 one entry here (and the attribute it holds): the stored JSON, the index line, the shipped form
@@ -632,7 +659,7 @@ and the hook's payload follow."""
 INDEX_LINE: tuple[str, ...] = (
     *("schema", "dataset", "variant", "task_id", "attempt", "digest", "run_digest", "status"),
     *("score", "duration", "input_tokens", "output_tokens", "cost", "tags", "reason", "phase"),
-    *("replay", "crashes", "model", "judge_cost", "environment"),
+    *("replay", "crashes", "model", "judge_cost", "environment", "variant_agent"),
 )
 """The order of an index line's fields (format `/1`'s; `placed` appends `record`)."""
 

@@ -390,6 +390,7 @@ class _Attempt:
             image=getattr(self.environment, "image_id", None),  # a sandbox's
             environment=getattr(self.environment, "captured", None),
             changed_files=self.artifacts.files if self.artifacts is not None else None,
+            part_digests=task.part_digests,
         )
         pricing = task.dataset.manifest.pricing
         return with_prices(record, pricing) if pricing else record

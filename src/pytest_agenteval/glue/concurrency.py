@@ -31,7 +31,7 @@ import pytest
 
 from ..execution.concurrent import Ahead
 from ..sources.dataset import Dataset
-from ..store.stops import Stops
+from ..store.stops import CTRL_C, Stops
 from .internals import uncaptured, worker_queue
 from .items import AttemptItem
 from .runtime import Runtime
@@ -227,7 +227,7 @@ class GentleInterrupt:
             signal.signal(signal.SIGINT, self.previous)
 
     def _first(self, signum: int, frame: Any) -> None:
-        self.stops.halt("interrupted", "interrupted (Ctrl-C)", publish=self.publish)
+        self.stops.halt("interrupted", CTRL_C, publish=self.publish)
         signal.signal(signal.SIGINT, self._again)
         self.say(
             f"agenteval: Ctrl-C: no new attempt starts; those in flight get {self.grace:g}s "

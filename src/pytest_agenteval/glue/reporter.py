@@ -7,30 +7,44 @@ Registered only in the controller (or the lone process).
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ..core.errors import StoreError
-from ..core.model import Key
-from ..core.records import variant_of
 from ..core.text import printable
 from ..reporting.finish import GateRule, finish_run
 from ..reporting.html import attempt_details, write_html
+from ..reporting.plan_lines import Planned, plan_lines
 from ..reporting.regression import with_regression
 from ..reporting.reports import store_damage_lines, terminal_lines
 from ..reporting.summary import Summary, build_summary
 from ..store.lifecycle import OpenRun
-from ..store.plan import Decision, count_actions
+from ..store.plan import Decision, changed_parts
 from ..store.problems import StoreProblem
 from ..store.runs import Store
-from ..store.stops import Budget, Stop
+from ..store.stops import CTRL_C, Budget, Stop
 from .items import AttemptItem
 from .recorder import Recorder
 from .runtime import Runtime
+
+
+class PlanAlone:
+    """`--agenteval-plan` prints the plan alone: the tree of collected items `--co` prints
+    comes with `-v` (or `--co`) only. The terminal reporter prints the tree when it sees
+    `collectonly` as collection finishes, so it sees it unset then; it is set again before
+    the run loop, which it keeps from running anything."""
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> Generator[None, None, None]:
+        option = session.config.option
+        option.collectonly = False
+        try:
+            return (yield)
+        finally:
+            option.collectonly = True
 
 
 class Reporter:
@@ -55,7 +69,9 @@ class Reporter:
         self.summary: Summary | None = None
         self.written: list[Path] = []
         self.gate_message: str | None = None
-        self.dry_plan: dict[Key, Decision] = {}
+        self.dry_plan: list[Planned] = []
+        self.ctrl_c = False
+        """A KeyboardInterrupt ended the session (pytest caught it)."""
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         state = self.run.note or ("resuming" if self.run.resumed else "new")
@@ -74,9 +90,22 @@ class Reporter:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if self.dry and self.run.resumed:
             decide = self.runtime.decide
-            self.dry_plan = {
-                i.key: decide(i.key, i.task) for i in session.items if isinstance(i, AttemptItem)
-            }
+            self.dry_plan = [
+                self._planned(item, decide(item.key, item.task))
+                for item in session.items
+                if isinstance(item, AttemptItem)
+            ]
+
+    def _planned(self, item: AttemptItem, decision: Decision) -> Planned:
+        """An attempt as the plan printout shows it; for a changed task, its changed parts
+        (from its stored record: read only for the printout)."""
+        changed = None
+        if decision.action == "regrade" or decision.why == "changed":
+            stored = decision.record or self.store.record(self.run.run_id, item.key)
+            if stored is not None:
+                changed = changed_parts(stored.part_digests, item.task.part_digests)
+        task = item.task
+        return Planned(task.dataset.name, task.id, item.variant, decision, changed)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -227,7 +256,8 @@ class Reporter:
         if self.dry:
             if self.run.resumed:
                 tr.write_sep("=", "agenteval plan")
-                for line in plan_lines(self.dry_plan, self.run.run_id):
+                verbose = tr.config.option.verbose > 0
+                for line in plan_lines(self.run.run_id, self.dry_plan, verbose):
                     tr.write_line(line)
                 for line in store_damage_lines(self.store.problems):
                     tr.write_line(printable(line))
@@ -244,23 +274,38 @@ class Reporter:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
         for line in store_damage_lines(self._damage_found_since()):  # by the HTML report
             tr.write_line(printable(line))
-        stop = self._stop()
-        if stop is not None and self.summary is not None and self.summary.status == stop.kind:
-            then = "--resume-suite runs them"
-            if stop.kind == "budget":
-                then = budget_line(self.recorder.budget)
-            tr.write_line(
-                f"agenteval: stopped ({stop.reason}): attempts not started were skipped; {then}",
-                yellow=True,
-                bold=True,
-            )
+        stopped = self._stop_line()
+        if stopped:
+            tr.write_line(stopped, yellow=True, bold=True)
         if self.gate_message:
             tr.write_line(self.gate_message, bold=True, red="NOT" in self.gate_message)
         for failure in self.recorder.failures:
             tr.write_line(failure, red=True, bold=True)
 
+    def pytest_keyboard_interrupt(self) -> None:
+        self.ctrl_c = True
+
+    def _stop_line(self) -> str | None:
+        """Why the run stopped early and how it goes on, the same for every stop: cancel, a
+        cap, the deadline, and Ctrl-C (with attempts in flight or not)."""
+        if self.summary is None:
+            return None
+        stop = self._stop()
+        if stop is not None and self.summary.status == stop.kind:
+            then = RESUME if stop.kind != "budget" else budget_line(self.recorder.budget)
+            return f"agenteval: stopped ({stop.reason}): attempts not started were skipped; {then}"
+        if self.ctrl_c and self.summary.status == "interrupted":
+            return (
+                f"agenteval: stopped ({CTRL_C}): attempts still running and those not started "
+                f"were not recorded; {RESUME}"
+            )
+        return None
+
     def pytest_unconfigure(self) -> None:
         self.store.close()
+
+
+RESUME = "--resume-suite runs them"
 
 
 def variant_regressions(summary: Summary) -> dict[str, Any]:
@@ -291,26 +336,3 @@ def budget_line(budget: Budget) -> str:
         "was reached finished). The cap is the run's whole budget, its earlier sessions "
         f"included: --resume-suite runs the rest only with a higher {raise_it}"
     )
-
-
-def plan_lines(decisions: dict[Key, Decision], run_id: str) -> list[str]:
-    """The plan printout: totals, and per task when few tasks need work (with why)."""
-    totals = count_actions(decisions.values())
-    lines = [
-        f"run {run_id}: {totals['reuse']} reused, {totals['regrade']} to regrade, "
-        f"{totals['run']} to run (nothing was started)"
-    ]
-    per_task: dict[tuple[str, str, str], Counter[str]] = {}
-    for key, decision in decisions.items():
-        if decision.action != "reuse":
-            what = f"to {decision.action}" + (f" ({decision.why})" if decision.why else "")
-            variant = variant_of(key)
-            task = (key[0], key[1], f" [{variant}]" if variant else "")  # a variant's apart
-            per_task.setdefault(task, Counter())[what] += 1
-    if 0 < len(per_task) <= 20:
-        for (dataset, task_id, variant), c in sorted(per_task.items()):
-            lines.append(
-                f"  {dataset}/{task_id}{variant}: "
-                + ", ".join(f"{n} {what}" for what, n in sorted(c.items()))
-            )
-    return lines

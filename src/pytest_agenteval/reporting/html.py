@@ -28,9 +28,11 @@ from ..store.runs import Store
 from .html_variants import leaderboard as _leaderboard
 from .html_variants import matrix_rows
 from .html_variants import matrix_shell as _matrix_shell
+from .html_variants import tag_table as _tag_table
+from .leaderboard import tag_rows
 from .metrics import INTERVAL_METHOD, MIN_TASKS, percentile
 from .reports import _atomic_write, drift_lines, fmt
-from .summary import Metrics, Summary, TaskSummary, VariantSummary, narrowed_words
+from .summary import Metrics, Summary, TaskSummary, Totals, VariantSummary, narrowed_words
 from .svg import Bar, Series, histogram, interval_bars, line_plot, seconds
 
 TEXT_LIMIT = 2000
@@ -209,13 +211,13 @@ def render_html(summary: Summary, details: Details) -> str:
         "run": summary.run_id,
         "multi": len(summary.datasets) > 1,
         "tasks": [_task_view(task, details, k) for task in summary.tasks],
-        "tags": sorted(summary.tags),
+        "tags": sorted({tag for task in summary.tasks for tag in task.tags}),
     }
     parts = [_headline(summary)]
     if summary.variants:
         names = list(summary.variants)
         data["variants"], data["matrix"] = names, matrix_rows(summary.tasks, names)
-        parts.append(_leaderboard(summary, k))
+        parts += [_leaderboard(summary, k), _tag_table(summary)]
     parts += [_plots(summary), _problems(summary)]
     if summary.variants:
         parts.append(_matrix_shell(list(summary.variants)))
@@ -334,7 +336,7 @@ def _headline(summary: Summary) -> str:
         *([("over budget", str(counts.over_budget))] if counts.over_budget else []),
         *([("sandbox build failed", str(counts.build_failed))] if counts.build_failed else []),
         ("tokens in / out", f"{_int(tot.input_tokens)} / {_int(tot.output_tokens)}"),
-        ("cost", "n/a" if tot.cost is None else f"{tot.cost:.4f}"),
+        ("cost (US$)", _cost(tot)),
         ("duration p50 / p95", f"{_sec(tot.duration_p50)} / {_sec(tot.duration_p95)}"),
     ]
     done = (("run", counts.run), ("reused", counts.reused), ("regraded", counts.regraded))
@@ -381,17 +383,43 @@ def _not_loaded(summary: Summary) -> str:
     return f' <span class="not-loaded">+ {broken} not loaded</span>' if broken else ""
 
 
+def _cost(tot: Totals) -> str:
+    """Everything the run cost, in US dollars (what `pricing:` prices in and the caps count),
+    and its split between the agents and the LLM judges when a judge cost something."""
+    if tot.cost is None:
+        return "n/a"
+    if tot.judge_cost is None:
+        return f"${tot.cost:.4f}"
+    return (
+        f'${tot.cost:.4f}<span class="ci" id="cost-split">agent ${tot.agent_cost or 0:.4f}'
+        f" · judge ${tot.judge_cost:.4f}</span>"
+    )
+
+
 def _fingerprint(fingerprint: dict[str, Any]) -> str:
-    """The fingerprint a resume checks, as `part: value` pairs (nested values unquoted, unset
-    parts left out) rather than JSON within JSON."""
+    """The fingerprint a resume checks, as `part: value` pairs (nested parts named by their
+    path, `variants: ds/base = ...`; values unquoted, unset parts left out) rather than JSON
+    or Python reprs within it."""
     parts = []
     for key, value in sorted(fingerprint.items()):
-        if value is None or value == {}:
-            continue
         if isinstance(value, dict):
-            value = ", ".join(f"{k} = {v}" for k, v in sorted(value.items()))
-        parts.append(f"{key}: {value}")
+            value = ", ".join(f"{path} = {leaf}" for path, leaf in _leaves(value))
+        if value is not None and value != "":
+            parts.append(f"{key}: {value}")
     return " · ".join(parts) or "none"
+
+
+def _leaves(value: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """(path, text) of each set value in nested dicts, keys sorted and joined by `/`; a
+    value that is not text is JSON."""
+    found: list[tuple[str, str]] = []
+    for key, item in sorted(value.items()):
+        path = f"{prefix}{key}"
+        if isinstance(item, dict):
+            found += _leaves(item, f"{path}/")
+        elif item is not None:
+            found.append((path, item if isinstance(item, str) else json.dumps(item)))
+    return found
 
 
 def _pass_at_1(m: Metrics) -> str:
@@ -427,11 +455,7 @@ def _when(stamp: float) -> str:
 
 def _plots(summary: Summary) -> str:
     over_k = _variant_curves(summary) if summary.variants else _pass_curves(summary)
-    tags = sorted(summary.tags.items(), key=lambda item: (-item[1].n_tasks, item[0]))
-    bars = [_tag_bar(tag, g) for tag, g in tags[:MAX_TAG_BARS]]
-    title = "pass@1 by tag, 95% CI" + (
-        f" ({MAX_TAG_BARS} largest of {len(tags)})" if len(tags) > MAX_TAG_BARS else ""
-    )
+    bars, title = _tag_bars(summary)
     durations = [a.duration for t in summary.tasks for a in t.attempts]
     return (
         '<section class="plots">\n'
@@ -439,7 +463,9 @@ def _plots(summary: Summary) -> str:
             f"<figure>{svg}</figure>"
             for svg in (
                 over_k,
-                interval_bars(title, bars, "pass@1 (mean over the tag's tasks)"),
+                interval_bars(
+                    title, bars, "pass@1 (mean over the tag's tasks)", _no_tag_bars(summary)
+                ),
                 histogram("attempt duration", durations, "duration of each attempt"),
             )
         )
@@ -448,22 +474,36 @@ def _plots(summary: Summary) -> str:
 
 
 def _pass_curves(summary: Summary) -> str:
-    """pass@k and pass^k of the run over k."""
+    """pass@k and pass^k of the run over k, told apart by marker and dash (they coincide
+    when every task passed all its attempts or none: then the plot says so)."""
     m = summary.metrics
     assert m is not None  # a run without variants, or of one
     ks = [int(k) for k in m.pass_at_k]
     per_k = [f"{m.tasks_per_k.get(str(k), 0)} tasks" for k in ks]
+    at_k = [m.pass_at_k[str(k)] for k in ks]
+    power_k = [m.pass_power_k[str(k)] for k in ks]
+    same = all(_close(a, b) for a, b in zip(at_k, power_k, strict=True))
     return line_plot(
         "pass@k and pass^k",
         ks,
-        [
-            Series("pass@k", [m.pass_at_k[str(k)] for k in ks]),
-            Series("pass^k", [m.pass_power_k[str(k)] for k in ks]),
-        ],
+        [Series("pass@k", at_k), Series("pass^k", power_k)],
         per_k,
         "k (tasks behind each k)",
         "mean over tasks",
+        marked=True,
+        remark=(COINCIDE if len(ks) > 1 else ONE_K) if same else "",
     )
+
+
+COINCIDE = "pass@k = pass^k at every k: each task passed all its attempts or none"
+"""What the pass@k plot says when its two lines lie on top of each other."""
+ONE_K = "only k = 1: pass@1 and pass^1 are the same number"
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return abs(a - b) < 1e-9
 
 
 def _variant_curves(summary: Summary) -> str:
@@ -483,6 +523,36 @@ def _variant_curves(summary: Summary) -> str:
         "mean over tasks",
         marked=True,
     )
+
+
+def _tag_bars(summary: Summary) -> tuple[list[Bar], str]:
+    """The tag plot's bars, the tags with most tasks first (MAX_TAG_BARS at most), and its
+    title; with variants a bar per tag and variant (`tag · variant`), each tag's together."""
+    if summary.variants is None:
+        tags = sorted(summary.tags.items(), key=lambda item: (-item[1].n_tasks, item[0]))
+        bars = [_tag_bar(tag, g) for tag, g in tags[:MAX_TAG_BARS]]
+        return bars, _tags_title("pass@1 by tag, 95% CI", len(bars), len(tags))
+    names = list(summary.variants)
+    rows = sorted(tag_rows(summary), key=lambda row: (-row.tasks, row.tag))
+    shown = rows[: max(1, MAX_TAG_BARS // len(names))]
+    bars = [
+        _tag_bar(f"{row.tag} · {name}", cell)
+        for row in shown
+        for name, cell in zip(names, row.cells, strict=True)
+        if cell is not None
+    ]
+    return bars, _tags_title("pass@1 by tag and variant, 95% CI", len(shown), len(rows))
+
+
+def _tags_title(title: str, shown: int, tags: int) -> str:
+    return title + (f" ({shown} largest of {tags} tags)" if tags > shown else "")
+
+
+def _no_tag_bars(summary: Summary) -> str:
+    """What the tag plot says when it has no bar: never "no task has tags" when some has."""
+    if any(task.tags for task in summary.tasks):
+        return "only tasks with their own agent have tags"
+    return "no task has tags"
 
 
 def _tag_bar(tag: str, group: Metrics) -> Bar:

@@ -1,5 +1,6 @@
-"""The HTML report's parts for a run with variants: the leaderboard (rendered here) and the
-tasks-by-variants matrix (its rows travel as JSON; the page's script draws and filters them).
+"""The HTML report's parts for a run with variants: the leaderboard and the tags x variants
+table (rendered here) and the tasks-by-variants matrix (its rows travel as JSON; the page's
+script draws and filters them).
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from fractions import Fraction
 from html import escape
 from typing import Any
 
+from .leaderboard import TAGS_TITLE, mixed_lines, tag_rows
 from .reports import fmt
-from .summary import Summary, TaskSummary, VariantComparison, VariantSummary
+from .summary import Metrics, Summary, TaskSummary, VariantComparison, VariantSummary
 
 LEADERBOARD_COLUMNS = (
     ("variant", ""),
@@ -19,8 +21,8 @@ LEADERBOARD_COLUMNS = (
     ("pass@{k}", "num"),
     ("change vs {reference} (95% interval)", "num"),
     ("tokens in / out", "num"),
-    ("cost", "num"),
-    ("cost per pass", "num"),
+    ("cost (US$)", "num"),
+    ("cost per pass (US$)", "num"),
 )
 
 
@@ -39,7 +41,8 @@ def leaderboard(summary: Summary, k: int) -> str:
         _row(name, v, k, name == reference, against.get(name)) for name, v in variants.items()
     )
     left_out = summary.not_selected or []
-    note = (
+    note = "".join(f'<p class="mixed">{escape(line)}</p>' for line in mixed_lines(summary))
+    note += (
         f'<p class="muted" id="not-selected">not selected (records kept, left out of every '
         f"number): {escape(', '.join(left_out))}</p>"
         if left_out
@@ -62,7 +65,7 @@ def _row(
     tokens = f"{_int(tot.input_tokens)} / {_int(tot.output_tokens)}"
     cells = [
         f"<td><strong>{escape(name)}</strong></td>",
-        f'<td class="muted">{escape(v.agent)}</td>',
+        _agent_cell(v),
         f'<td class="num">{_with_interval(m.pass_at_k.get("1"), m.pass_at_1_ci95)}</td>',
         f'<td class="num">{fmt(m.pass_at_k.get(str(k)))}</td>',
         f'<td class="num change">{_change(is_reference, against)}</td>',
@@ -71,6 +74,53 @@ def _row(
         f'<td class="num">{fmt(_per_pass(v), 4)}</td>',
     ]
     return f'<tr data-variant="{escape(name)}">{"".join(cells)}</tr>'
+
+
+def tag_table(summary: Summary) -> str:
+    """Each tag's pass@1 with its 95% interval per variant, a row per tag (sorted) and a
+    column per selected variant; nothing when no variant's task has a tag."""
+    rows = tag_rows(summary)
+    if not rows:
+        return ""
+    names = list(summary.variants or {})
+    heads = "".join(f'<th class="num">{escape(name)}</th>' for name in names)
+    body = "\n".join(
+        f'<tr data-tag="{escape(row.tag)}"><td>{escape(row.tag)}</td>'
+        f'<td class="num">{row.tasks}</td>'
+        + "".join(
+            f'<td class="num" data-variant="{escape(name)}">{_tag_cell(cell)}</td>'
+            for name, cell in zip(names, row.cells, strict=True)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return f"""<section id="tags-section">
+<h2>{escape(TAGS_TITLE)}</h2>
+<p class="muted">each variant's pass@1 over its tasks of the tag; the interval needs 3 tasks</p>
+<table id="tag-matrix"><thead><tr><th>tag</th><th class="num">tasks</th>{heads}</tr></thead>
+<tbody>
+{body}
+</tbody></table>
+</section>"""
+
+
+def _tag_cell(metrics: Metrics | None) -> str:
+    """pass@1 and its interval (`n/a` below 3 tasks); a dash where the variant ran no task of
+    the tag."""
+    if metrics is None:
+        return '<span class="muted" title="no task of this tag">&ndash;</span>'
+    value, interval = metrics.pass_at_k.get("1"), metrics.pass_at_1_ci95
+    if interval:
+        return _with_interval(value, interval)
+    return f'{fmt(value)} <span class="muted">n/a</span>'
+
+
+def _agent_cell(v: VariantSummary) -> str:
+    """The variant's agent; a mix of agents is marked, each named on hover."""
+    if not v.agents:
+        return f'<td class="muted">{escape(v.agent)}</td>'
+    made = ", ".join(f"{agent}: {n}" for agent, n in v.agents.items())
+    return f'<td class="mixed" title="{escape(made)}">{escape(v.agent)}</td>'
 
 
 def _with_interval(value: float | None, interval: Sequence[float] | None) -> str:

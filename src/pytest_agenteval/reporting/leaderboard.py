@@ -1,14 +1,16 @@
 """The leaderboard of a run with variants, for the terminal and summary.md: each variant's
 pass@1 with its interval, pass@k, its change against the reference with the paired interval
 and a significance mark, tokens and cost; then the tasks that flip, the tasks with their own
-agent (not compared) and the variants left out."""
+agent (not compared) and the variants left out; and the tags x variants table (each tag's
+pass@1 with its interval per variant)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .summary import Summary, TaskMove, TaskSummary, VariantComparison, VariantSummary
+from ..core.text import counted
+from .summary import Metrics, Summary, TaskMove, TaskSummary, VariantComparison, VariantSummary
 
 SHOWN = 5
 """Tasks named per list (flips, tasks with their own agent) unless verbose."""
@@ -168,8 +170,9 @@ def _flip_lines(summary: Summary, verbose: bool) -> list[str]:
 
 
 def _apart_lines(summary: Summary, verbose: bool) -> list[str]:
-    """The tasks with their own agent (not compared) and the variants not selected."""
-    lines = []
+    """The variants whose attempts more than one agent made, the tasks with their own agent
+    (not compared) and the variants not selected."""
+    lines = mixed_lines(summary)
     own = [t for t in summary.tasks if t.variant is None]
     if own:
         named = _named([_task(t) for t in own], verbose)
@@ -180,6 +183,18 @@ def _apart_lines(summary: Summary, verbose: bool) -> list[str]:
             + ", ".join(summary.not_selected)
         )
     return lines
+
+
+def mixed_lines(summary: Summary) -> list[str]:
+    """A line per variant whose attempts were made by more than one agent (a resume with
+    `--agenteval-allow-drift`): each agent and how many attempts it made."""
+    return [
+        f"{name} is mixed: "
+        + ", ".join(f"{agent} ({counted(n, 'attempt')})" for agent, n in part.agents.items())
+        + " (resumed with --agenteval-allow-drift)"
+        for name, part in (summary.variants or {}).items()
+        if part.agents
+    ]
 
 
 def _named(names: list[str], verbose: bool) -> str:
@@ -194,3 +209,85 @@ def _move(move: TaskMove) -> str:
 
 def _task(task: TaskSummary) -> str:
     return f"{task.task_id} {task.c}/{task.n}"
+
+
+# --- tags x variants ---------------------------------------------------------------------------
+
+TAG_ROWS = 10
+"""Tags the terminal's tags x variants table shows unless verbose."""
+TAGS_TITLE = "pass@1 (95% CI) by tag and variant"
+
+
+@dataclass(frozen=True)
+class TagRow:
+    """One tag across the selected variants: the tasks that have it (any variant's) and each
+    variant's metrics over its tasks of that tag (None: the variant ran none of them)."""
+
+    tag: str
+    tasks: int
+    cells: tuple[Metrics | None, ...]
+
+
+def tag_rows(summary: Summary) -> list[TagRow]:
+    """A row per tag of the variants' tasks, tags sorted, a cell per selected variant in the
+    leaderboard's order; none without variants or tags."""
+    variants = summary.variants or {}
+    tags = sorted({tag for part in variants.values() for tag in part.tags})
+    tasks: dict[str, set[tuple[str, str]]] = {tag: set() for tag in tags}
+    for task in summary.tasks:
+        if task.variant in variants:
+            for tag in task.tags:
+                tasks.get(tag, set()).add((task.dataset, task.task_id))
+    return [
+        TagRow(tag, len(tasks[tag]), tuple(part.tags.get(tag) for part in variants.values()))
+        for tag in tags
+    ]
+
+
+def tag_cell(metrics: Metrics | None) -> str:
+    """`0.375 (0.000-1.000)`; `1.000 (n/a)` below the tasks an interval needs; `-` where the
+    variant ran no task of the tag."""
+    if metrics is None:
+        return "-"
+    ci = metrics.pass_at_1_ci95
+    interval = f"{_num(ci[0])}-{_num(ci[1])}" if ci else "n/a"
+    return f"{_num(metrics.pass_at_k.get('1'))} ({interval})"
+
+
+def tags_markdown(summary: Summary, quote: Callable[[str], str] = str) -> list[str]:
+    """summary.md's tags x variants table; none without variants or tags."""
+    rows = tag_rows(summary)
+    if not rows:
+        return []
+    head = ["tag", "tasks", *(summary.variants or {})]
+    lines = [
+        f"**{TAGS_TITLE}**",
+        "",
+        "| " + " | ".join(map(quote, head)) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for row in rows:
+        cells = [quote(row.tag), str(row.tasks), *map(tag_cell, row.cells)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def tags_terminal(summary: Summary, verbose: bool) -> list[str]:
+    """The terminal's tags x variants table, aligned, capped at TAG_ROWS unless verbose."""
+    rows = tag_rows(summary)
+    if not rows:
+        return []
+    shown = rows if verbose else rows[:TAG_ROWS]
+    table = [["tag", "tasks", *(summary.variants or {})]]
+    table += [[row.tag, str(row.tasks), *map(tag_cell, row.cells)] for row in shown]
+    widths = [max(len(cells[i]) for cells in table) for i in range(len(table[0]))]
+    lines = [f"{TAGS_TITLE}:"]
+    for cells in table:
+        aligned = [
+            c.rjust(w) if i == 1 else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        lines.append("  " + "  ".join(aligned).rstrip())
+    if len(rows) > len(shown):
+        lines.append(f"  … {len(rows) - len(shown)} more tags (-v shows all)")
+    return lines

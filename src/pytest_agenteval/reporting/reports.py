@@ -20,7 +20,7 @@ from ..core.numbers import rounded_values, shown
 from ..core.text import counted, excerpt, xml_safe
 from ..store.index import gc_paused
 from ..store.problems import StoreProblem
-from .leaderboard import leaderboard_markdown, leaderboard_terminal
+from .leaderboard import leaderboard_markdown, leaderboard_terminal, tags_markdown, tags_terminal
 from .metrics import INTERVAL_METHOD, MIN_TASKS
 from .regression import regression_lines
 from .spend import spend_lines
@@ -134,7 +134,8 @@ def render_markdown(summary: Summary, rule: str) -> str:
     lines += [*(f"- {_md(line)}" for line in spent), ""] if spent else []
     if summary.variants is None and m is not None and m.pass_at_k.get("1") is not None:
         lines += [_interval(m), ""]
-    lines += _markdown_tags(summary.tags)
+    variant_tags = tags_markdown(summary, _md) if summary.variants is not None else None
+    lines += _markdown_tags(summary.tags) if variant_tags is None else variant_tags
     for block in _regressions(summary):
         gate_lines = regression_lines(block, verbose=True)
         lines += [f"**{_md(gate_lines[0])}**", "", *(f"    {line}" for line in gate_lines[1:]), ""]
@@ -544,7 +545,10 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
     usage = _usage_line(summary.totals)
     lines += [usage] if usage else []
     lines += spend_lines(summary)
-    lines += _terminal_tags(summary.tags, verbose)
+    if summary.variants is not None:
+        lines += tags_terminal(summary, verbose)
+    else:
+        lines += _terminal_tags(summary.tags, verbose)
     for block in _regressions(summary):
         lines += regression_lines(block, verbose)
     tasks = sorted(summary.tasks, key=_pass_rate)

@@ -225,8 +225,9 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
 
 def artifact_lines(record: AttemptRecord, run_dir: Path) -> list[str]:
     """The files the attempt's agent changed (path, change, size, kept) and where the kept
-    ones are; nothing for an attempt that keeps no artifacts. A kept file whose stored path
-    names no regular file inside the attempt's folder (`open_kept` refuses it) says so."""
+    ones are (no folder when none was kept: deletions keep nothing); nothing for an attempt
+    that keeps no artifacts. A kept file whose stored path names no regular file inside the
+    attempt's folder (`open_kept` refuses it) says so."""
     if record.changed_files is None:
         return []
     if not record.changed_files:
@@ -234,7 +235,8 @@ def artifact_lines(record: AttemptRecord, run_dir: Path) -> list[str]:
     kept = kept_paths(record.changed_files)
     listed = sum(1 for f in record.changed_files if "note" not in f)
     folder = attempt_folder(run_dir, record.key)
-    lines = ["", f"files changed: {listed}, {len(kept)} kept in {folder}"]
+    where = f"{len(kept)} kept in {folder}" if kept else "none kept"  # no folder was made
+    lines = ["", f"files changed: {listed}, {where}"]
     for entry in record.changed_files:
         if "note" in entry:
             lines.append(f"  ({entry['note']})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -299,7 +300,12 @@ class VariantSummary(_Frozen):
     over the attempts of that variant."""
 
     agent: str
-    """The variant's agent, readable (its fingerprint is in `agent.fingerprint`)."""
+    """The variant's agent, readable (its fingerprint is in `agent.fingerprint`); `mixed: N
+    agents` when its attempts were made by more than one (see `agents`)."""
+    agents: dict[str, int] | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Only when the variant's attempts were made by more than one agent (a resume with
+    `--agenteval-allow-drift` after its agent changed): each agent, readable, and how many of
+    the variant's attempts it made; absent otherwise."""
     counts: Counts
     """pass / fail / error (and over_budget) over the variant's attempts."""
     metrics: Metrics
@@ -536,7 +542,7 @@ def _variant_parts(
         tot = totals(attempts)
         spent = _totals_json(tot, attempts)
         parts[name] = {
-            "agent": _variant_label(fingerprint, name),
+            **_variant_agents(fingerprint, name, attempts),
             "counts": tot.counts,
             "metrics": _group_json(group_metrics(its_tasks, ks)),
             "totals": spent,
@@ -566,6 +572,32 @@ def _variant_label(fingerprint: dict[str, Any], name: str) -> str:
     per_dataset = (fingerprint.get("variants") or {}).values()
     labels = [str(d[name]) for d in per_dataset if isinstance(d, dict) and name in d]
     return ", ".join(dict.fromkeys(map(_readable, labels))) or name
+
+
+def _variant_agents(
+    fingerprint: dict[str, Any], name: str, attempts: Sequence[IndexRow]
+) -> dict[str, Any]:
+    """A variant's `agent`, and `agents` when its attempts were made by more than one: each
+    attempt's own (the index's `variant_agent`; run.json's label for lines written before it
+    was kept), counted per dataset, since two datasets may give a variant two agents."""
+    stored = fingerprint.get("variants") or {}
+    made: dict[str, Counter[str]] = {}
+    for row in attempts:
+        label = row.variant_agent
+        if label is None:
+            labels = stored.get(row.dataset)
+            label = str(labels[name]) if isinstance(labels, dict) and name in labels else name
+        made.setdefault(row.dataset, Counter())[label] += 1
+    if not made:
+        return {"agent": _variant_label(fingerprint, name)}
+    if all(len(by_agent) == 1 for by_agent in made.values()):
+        labels = [label for by_agent in made.values() for label in by_agent]
+        return {"agent": ", ".join(dict.fromkeys(map(_readable, labels)))}
+    agents: Counter[str] = Counter()
+    for by_agent in made.values():
+        for label, count in by_agent.items():
+            agents[_readable(label)] += count
+    return {"agent": f"mixed: {len(agents)} agents", "agents": dict(sorted(agents.items()))}
 
 
 def build_failures(rows: Sequence[IndexRow]) -> dict[str, int]:

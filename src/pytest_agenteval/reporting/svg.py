@@ -73,13 +73,17 @@ def line_plot(
     x_label: str,
     y_label: str,
     marked: bool = False,
+    remark: str = "",
 ) -> str:
     """Rates in [0, 1] over integer x; `notes` are a second line under each x tick (such as
     the number of tasks behind that k). `marked`: the lines differ by marker shape and dash
-    too, not by color alone, with the legend in rows below the plot (room for many lines)."""
+    too, not by color alone, with the legend in rows below the plot (room for many lines).
+    `remark`: a line under the title (such as that two lines coincide)."""
     top, bottom = TOP + 8, HEIGHT - BOTTOM
     rows = math.ceil(len(series) / 2) if marked else 0
     parts = _open(title, height=HEIGHT + LEGEND_ROW * rows)
+    if remark:
+        parts.append(_text("note remark", LEFT, 29, escape(remark)))
     parts += _y_axis(y_label, top, bottom, _rate_ticks(top, bottom))
     span = WIDTH - RIGHT - LEFT - 30
     step = span / max(len(xs) - 1, 1)
@@ -96,6 +100,8 @@ def line_plot(
         f'<text class="axis-label" x="{(LEFT + WIDTH - RIGHT) / 2:.1f}" y="{HEIGHT - 8}" '
         f'text-anchor="middle">{escape(x_label)}</text>'
     )
+    marks: list[list[str]] = []
+    legend: list[str] = []
     for index, line in enumerate(series):
         style = _style(index) if marked else (COLORS[index % len(COLORS)], "circle", "")
         color, shape, dash = style
@@ -107,16 +113,21 @@ def line_plot(
         path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in points)
         dashed = f' stroke-dasharray="{dash}"' if dash else ""
         parts.append(f'<polyline class="series" points="{path}" stroke="{color}"{dashed}/>')
-        for px, py, x, v in points:
-            tip = f"{escape(line.name)} k={x}: {v:.3f}"
-            parts.append(_marker(shape, px, py, color, tip))
+        tip = escape(line.name)
+        marks.append(
+            [_marker(shape, px, py, color, f"{tip} k={x}: {v:.3f}") for px, py, x, v in points]
+        )
         if marked:
-            parts += _legend_entry(index, line.name, style)
+            legend += _legend_entry(index, line.name, style)
             continue
         lx = WIDTH - RIGHT - 150 + index * 75
-        parts.append(f'<rect x="{lx}" y="8" width="10" height="10" rx="2" fill="{color}"/>')
-        parts.append(f'<text class="legend" x="{lx + 14}" y="17">{escape(line.name)}</text>')
-    return "\n".join([*parts, "</svg>"])
+        legend.append(f'<rect x="{lx}" y="8" width="10" height="10" rx="2" fill="{color}"/>')
+        legend.append(f'<text class="legend" x="{lx + 14}" y="17">{escape(line.name)}</text>')
+    # markers over every line, the first series' last: where lines coincide its smaller
+    # circles sit on the others' squares and triangles, so each series still shows
+    for drawn in reversed(marks):
+        parts += drawn
+    return "\n".join([*parts, *legend, "</svg>"])
 
 
 def _style(index: int) -> tuple[str, str, str]:
@@ -172,8 +183,11 @@ class Bar:
     note: str
 
 
-def interval_bars(title: str, bars: Sequence[Bar], x_label: str) -> str:
-    """Horizontal bars of rates in [0, 1] with interval whiskers, one row per bar."""
+def interval_bars(
+    title: str, bars: Sequence[Bar], x_label: str, empty: str = "nothing to show"
+) -> str:
+    """Horizontal bars of rates in [0, 1] with interval whiskers, one row per bar; `empty` is
+    what the plot says when there is no bar."""
     row = 22
     left = min(150, 24 + 7 * max((len(bar.label) for bar in bars), default=4))
     height = TOP + 12 + row * max(len(bars), 1) + 40
@@ -199,7 +213,7 @@ def interval_bars(title: str, bars: Sequence[Bar], x_label: str) -> str:
     else:
         parts.append(
             f'<text class="note" x="{(left + right_edge) / 2:.1f}" y="{top + 16}" '
-            'text-anchor="middle">no task has tags</text>'
+            f'text-anchor="middle">{escape(empty)}</text>'
         )
     for i, bar in enumerate(bars):
         y = top + 4 + i * row

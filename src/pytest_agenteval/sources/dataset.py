@@ -321,6 +321,32 @@ class TaskDef:
         )
 
     @cached_property
+    def part_digests(self) -> dict[str, str]:
+        """A short digest of each part of the task that `digest` and `run_digest` cover (the
+        parts that are set), kept in its records: a resume that finds the task changed can
+        say which parts changed (`--agenteval-plan`)."""
+        spec, sandbox = self.spec, self.sandbox
+        parts: dict[str, Any] = {
+            "input": spec.input,
+            "metadata": spec.metadata,
+            "agent": spec.agent.model_dump(mode="json", exclude={"limits"}) if spec.agent else None,
+            "workspace": self._workspace_digest,
+            "sandbox": [
+                sandbox.model_dump(mode="json", exclude={"environment"}),
+                self.sandbox_build[1] if self.sandbox_build else None,
+            ]
+            if sandbox
+            else None,
+            "expected": spec.expected,
+            "graders": [[[g.type, g.options] for g in self.grader_specs], spec.grader_timeout],
+            "timeout": self.timeout,
+            "budget": self.budget.model_dump() if self.budget else None,
+            "tags": spec.tags,
+            "description": spec.description,
+        }
+        return {name: _digest(value)[:8] for name, value in parts.items() if value is not None}
+
+    @cached_property
     def sandbox_build(self) -> tuple[Path, str] | None:
         """The folder a sandbox's `build:` image is made from, and its content digest (the
         image's tag): a changed Dockerfile is a changed task. None without a `build:`."""

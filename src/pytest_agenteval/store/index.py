@@ -90,6 +90,9 @@ class IndexRow:
     with it)."""
     environment: dict[str, str] | None = None
     """What the attempt's sandbox captured (`sandbox: environment:`), when it did."""
+    variant_agent: str | None = None
+    """A variant's attempt: the agent its session's fingerprint names for the variant (None
+    in index lines written before it was kept: run.json's label then)."""
 
     @property
     def spend(self) -> float | None:
@@ -131,6 +134,7 @@ def row_of(line: dict[str, Any]) -> IndexRow:
         line.get("judge_cost"),
         variant,
         line.get("environment"),
+        line.get("variant_agent"),
     )  # type: ignore[call-arg]  # mypy cannot count the itemgetters'
 
 
@@ -304,17 +308,24 @@ _PLAIN_FIELDS = len(FIELDS)
 
 def _optional_facts(
     line: dict[str, Any],
-) -> tuple[str | None, float | None, str | None, dict[str, str] | None]:
-    """The optional model, judge cost, variant and captured environment of a line; a mistyped
-    model, judge cost or environment is left out, not fatal (a mistyped variant is: its attempt
-    would be another's)."""
+) -> tuple[str | None, float | None, str | None, dict[str, str] | None, str | None]:
+    """The optional model, judge cost, variant, captured environment and variant's agent of a
+    line; a mistyped model, judge cost, environment or agent is left out, not fatal (a mistyped
+    variant is: its attempt would be another's)."""
     model, judge, variant = line.get("model"), line.get("judge_cost"), line.get("variant")
     known = type(judge) in (int, float) and _finite(judge)  # type: ignore[arg-type]
     if variant is not None and type(variant) is not str:
         raise TypeError
     environment = line.get("environment")
     captured = environment if type(environment) is dict else None
-    return (model if type(model) is str else None, judge if known else None, variant, captured)
+    agent = line.get("variant_agent")
+    return (
+        model if type(model) is str else None,
+        judge if known else None,
+        variant,
+        captured,
+        intern(agent) if type(agent) is str else None,
+    )
 
 
 def _crashes(raw: bytes) -> int:

@@ -8,7 +8,7 @@ the records that will be regraded (without their history).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -133,9 +133,12 @@ def make_plan(rows: Iterable[IndexRow], *, rerun_errors: bool, rerun_all: bool) 
     return Plan({plan_key(r.key): r for r in rows}, rerun_errors, rerun_all)
 
 
-def count_actions(decisions: Iterable[Decision]) -> dict[str, int]:
-    """How many attempts of each action, for the plan printout and the summary."""
-    result = {"reuse": 0, "regrade": 0, "run": 0}
-    for decision in decisions:
-        result[decision.action] += 1
-    return result
+def changed_parts(
+    stored: Mapping[str, str] | None, now: Mapping[str, str]
+) -> tuple[str, ...] | None:
+    """The parts of a task (`TaskDef.part_digests`) whose digests differ between a stored
+    record's and the task's now, in the task's order; None when the record kept none."""
+    if stored is None:
+        return None
+    names = [*now, *(name for name in stored if name not in now)]
+    return tuple(name for name in names if stored.get(name) != now.get(name))

@@ -41,6 +41,8 @@ LOOK_EVERY = 0.01
 
 StopKind = Literal["cancelled", "budget", "deadline", "interrupted"]
 STOP_KINDS = ("cancelled", "budget", "deadline")
+CTRL_C = "interrupted (Ctrl-C)"
+"""The reason of a stop by Ctrl-C, as every report says it."""
 """Run statuses that say why a run stopped early (besides pytest's own `interrupted`)."""
 
 
