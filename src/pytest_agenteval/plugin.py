@@ -30,8 +30,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
     def option(*names: str, ini: tuple[str, str] | None = None, **kwargs: Any) -> None:
         group.addoption(*names, **kwargs)
-        if ini:
-            parser.addini(ini[0], help=kwargs["help"], type=ini[1])  # type: ignore[arg-type]
+        if ini:  # an ini option's help is printed as it is, not %-formatted as argparse's
+            ini_help = kwargs["help"].replace("%%", "%")
+            parser.addini(ini[0], help=ini_help, type=ini[1])  # type: ignore[arg-type]
 
     option(
         "--agenteval",

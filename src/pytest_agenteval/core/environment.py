@@ -44,7 +44,8 @@ class ChangedFile:
     size: int
     """Its size in bytes now (0 when deleted)."""
     link: bool = field(default=False, compare=False)
-    """A symbolic link (its size is its target's name's; what it points to is never read)."""
+    """Not a regular file: a symbolic link (its size is its target's name's; what it points
+    to is never read), a FIFO, a device or a socket. Its bytes are never read or kept."""
     data: bytes | None = field(default=None, compare=False, repr=False)
     """Its bytes now, when the environment read them to compare (a container's, all copied
     out at once); None: read them with `read_file`."""

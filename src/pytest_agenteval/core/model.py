@@ -309,6 +309,7 @@ def _variant_name(name: str) -> str:
             f"variant name {name!r}: use letters, digits, `_`, `.` and `-` (it becomes part of "
             "item ids, so `-k NAME` selects it)"
         )
+    _check_length("variant name", name)
     return name
 
 
@@ -343,7 +344,9 @@ class Manifest(UserModel):
         None
     )
     """Agents compared on the same tasks in one run, by name (the first is the reference):
-    `NAME: AGENT-SPEC` or `NAME: {agent: AGENT-SPEC, limits: ..., agent_version: ...}`."""
+    `NAME: AGENT-SPEC` or `NAME: {agent: AGENT-SPEC, limits: ..., agent_version: ...}`. A name
+    uses letters, digits and `_ . -`, at most 200 characters; quote one YAML reads otherwise
+    (`"true"`, `"0"`)."""
 
     _agent = field_validator("agent", mode="before")(_agent_shorthand)
 
@@ -366,7 +369,9 @@ class TaskSpec(UserModel):
     """One task as written in YAML."""
 
     id: str | None = None
-    """Unique id; defaults to the file path relative to the dataset root, without extension."""
+    """Unique id; defaults to the file path relative to the dataset root, without extension.
+    Letters, digits and `_ . - /`, at most 200 characters (quote one YAML would read as a
+    number or boolean: `id: "007"`)."""
     description: str = ""
     """What the task checks, for people reading it."""
     tags: list[str] = Field(default_factory=list)
@@ -462,12 +467,26 @@ def _is_message(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("role"), str) and "content" in value
 
 
+MAX_NAME_LENGTH = 200
+"""Characters a task id or a variant name may have: both become parts of item ids and of
+file and folder names (each at most 255 bytes on common file systems)."""
+
+
 def check_task_id(value: str) -> None:
     """Raise ValueError unless `value` is usable in `-k` and as a file-name-safe key."""
     if not TASK_ID_RE.fullmatch(value) or any(p in (".", "..") for p in value.split("/")):
         raise ValueError(
             f"task id {value!r} may only use letters, digits and _ . - / "
             "(no empty, '.' or '..' path segments)"
+        )
+    _check_length("task id", value)
+
+
+def _check_length(what: str, value: str) -> None:
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"{what} {value[:40]!r}… has {len(value)} characters; at most {MAX_NAME_LENGTH} "
+            "(it becomes part of item ids and folder names)"
         )
 
 

@@ -396,7 +396,7 @@ def new_record(
         variant=variant_of(key),
         image=image,
         environment=json_safe(environment) if environment is not None else None,  # type: ignore[arg-type]
-        changed_files=changed_files,
+        changed_files=json_safe(changed_files) if changed_files else changed_files,  # type: ignore[arg-type]
         part_digests=part_digests,
         stopped=stopped,
         timings=timings,

@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import importlib
 import os
+import sysconfig
 import threading
 import time
 import traceback
@@ -19,7 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.environment import Environment
 from ..core.errors import (
@@ -644,8 +645,8 @@ def error_text(exc: BaseException) -> str:
         )
     shown = traceback.TracebackException.from_exception(exc)
     for part in _chain(shown):
-        frames = [f for f in part.stack if not internal_frame(f.filename)]
-        part.stack = traceback.StackSummary.from_list(frames or part.stack)
+        frames = own_frames(list(part.stack), lambda frame: frame.filename)
+        part.stack = traceback.StackSummary.from_list(frames)
     return "".join(shown.format()).rstrip()
 
 
@@ -679,6 +680,27 @@ def internal_frame(filename: str) -> bool:
         or filename.startswith("<frozen importlib")
         or any(part in filename for part in _INTERNAL_PACKAGES)
     )
+
+
+T = TypeVar("T")
+_LIBRARY_DIRS = tuple(
+    {
+        sysconfig.get_paths()[name] + os.sep
+        for name in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
+)
+
+
+def own_frames(frames: list[T], filename: Callable[[T], str]) -> list[T]:
+    """The frames of a traceback that are the user's: machinery around their code hidden
+    (`internal_frame`), and the library frames past their last one (pydantic refusing to
+    change a frozen `AgentResult`, a client raising for a request: the error's message says
+    what the library found). All frames when none is the user's."""
+    shown = [frame for frame in frames if not internal_frame(filename(frame))]
+    mine = [i for i, frame in enumerate(shown) if not filename(frame).startswith(_LIBRARY_DIRS)]
+    if not mine:
+        return shown or frames
+    return shown[: mine[-1] + 1]
 
 
 def interrupted_record(

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..core.records import AttemptRecord
+from ..core.text import printable
 from ..core.trace import event_json, read_events, turns
-from ..store.artifacts import copy_out
+from ..store.artifacts import Copied, copy_kept, kept_paths
 from .show import reuse_of
 
 COLUMNS = (
@@ -110,7 +111,25 @@ def write_jsonl(
 WRITERS = {"csv": write_csv, "jsonl": write_jsonl}
 
 
-def write_artifacts(run_dir: Path, records: Iterable[AttemptRecord], out: Path) -> int:
-    """Copy each attempt's kept artifacts to `out/<dataset>/<task>[attempt-N]/` (the run
-    store's layout); returns how many files."""
-    return sum(copy_out(run_dir, record.key, out) for record in records if record.changed_files)
+def write_artifacts(run_dir: Path, records: Iterable[AttemptRecord], out: Path) -> Copied:
+    """Copy each attempt's kept artifacts (the regular files its record lists as kept) to
+    `out/<dataset>/<task>[attempt-N]/` (the run store's layout); what was copied and what
+    was skipped."""
+    copied = Copied()
+    for record in records:
+        paths = kept_paths(record.changed_files)
+        if paths:
+            copied += copy_kept(run_dir, record.key, paths, out)
+    return copied
+
+
+def skipped_lines(copied: Copied) -> list[str]:
+    """What a copy of artifacts skipped, one line per file, then how many (none: no line)."""
+    if not copied.skipped:
+        return []
+    count = len(copied.skipped)
+    return [
+        *(printable(f"  skipped {line}") for line in copied.skipped),
+        f"{count} artifact file{'s' if count > 1 else ''} not copied: only the regular files "
+        "a record lists as kept, inside its attempt's folder, are copied",
+    ]

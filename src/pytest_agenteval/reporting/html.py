@@ -22,7 +22,9 @@ from ..core.errors import ReportError, os_failure
 from ..core.model import Key, Verdict
 from ..core.records import AttemptRecord
 from ..core.trace import describe, read_event
+from ..store.artifacts import Refused, kept_paths
 from ..store.artifacts import read as read_artifact
+from ..store.problems import NOT_READ, StoreProblem
 from ..store.runs import Store
 from .html_variants import leaderboard as _leaderboard
 from .html_variants import matrix_rows
@@ -62,7 +64,9 @@ def attempt_details(store: Store, run_id: str, reused: Iterable[Key] = ()) -> De
     for record in store.records(run_id):
         view = attempt_view(record, record.key in replayed)
         if record.changed_files is not None:
-            view["fs"] = artifact_view(record, store.runs_dir / run_id)
+            refused: list[Refused] = []
+            view["fs"] = artifact_view(record, store.runs_dir / run_id, refused)
+            store.found(StoreProblem(e.where, e.why, NOT_READ) for e in refused)
         details.setdefault((record.dataset, record.task_id, record.variant), []).append(view)
     for views in details.values():
         views.sort(key=lambda v: v["i"])
@@ -145,25 +149,37 @@ def _timings_view(record: AttemptRecord) -> list[list[Any]]:
 
 
 def artifact_view(record: AttemptRecord, run_dir: Path) -> list[list[Any]]:
+def artifact_view(
+    record: AttemptRecord, run_dir: Path, refused: list[Refused] | None = None
+) -> list[list[Any]]:
     """The files the attempt's agent changed, each [path, change, size, kept, text] (a note:
-    [text, "note", 0, false, null]): `text`
-    is the content of a kept text file of at most SMALL_TEXT bytes (the page escapes it as
-    all text), else None."""
+    [text, "note", 0, false, null]): `text` is the content of a kept text file of at most
+    SMALL_TEXT bytes (the page escapes it as all text), else None. A stored path that names
+    no regular file inside the attempt's folder is never read: the page says so in a note
+    after it, and the refusal is added to `refused`."""
     rows = []
     for entry in record.changed_files or ():
         if "note" in entry:
             rows.append([entry["note"], "note", 0, False, None])
             continue
         text = None
-        if entry["kept"] and entry["size"] <= SMALL_TEXT:
-            text = _text_of(read_artifact(run_dir, record.key, entry["path"]))
+        if entry["path"] in kept_paths([entry]) and entry["size"] <= SMALL_TEXT:
+            try:
+                text = _text_of(read_artifact(run_dir, record.key, entry["path"], SMALL_TEXT + 1))
+            except Refused as exc:
+                rows.append([entry["path"], entry["change"], entry["size"], False, None])
+                rows.append([f"not read: {exc.why}", "note", 0, False, None])
+                if refused is not None:
+                    refused.append(exc)
+                continue
         rows.append([entry["path"], entry["change"], entry["size"], entry["kept"], text])
     return rows
 
 
 def _text_of(data: bytes | None) -> str | None:
-    """`data` as text when it is UTF-8 without NUL bytes (a text file), else None."""
-    if data is None or b"\0" in data:
+    """`data` as text when it is UTF-8 without NUL bytes (a text file) of at most SMALL_TEXT
+    bytes (the size its record says may be wrong), else None."""
+    if data is None or b"\0" in data or len(data) > SMALL_TEXT:
         return None
     try:
         return data.decode()

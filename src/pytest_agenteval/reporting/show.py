@@ -20,6 +20,7 @@ from ..core.errors import AgentevalError
 from ..core.model import Verdict
 from ..core.records import AttemptRecord
 from ..core.trace import read_event, render_event, turns
+from ..store.artifacts import Refused, attempt_folder, kept_paths, open_kept
 from ..store.index import IndexRow
 from ..store.runs import RunInfo
 
@@ -229,17 +230,19 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
     return lines
 
 
-def artifact_lines(record: AttemptRecord, folder: Path) -> list[str]:
+def artifact_lines(record: AttemptRecord, run_dir: Path) -> list[str]:
     """The files the attempt's agent changed (path, change, size, kept) and where the kept
     ones are (no folder when none was kept: deletions keep nothing); nothing for an attempt
-    that keeps no artifacts."""
+    that keeps no artifacts. A kept file whose stored path names no regular file inside the
+    attempt's folder (`open_kept` refuses it) says so."""
     if record.changed_files is None:
         return []
     if not record.changed_files:
         return ["", "files changed: none"]
-    kept = sum(1 for f in record.changed_files if f.get("kept"))
+    kept = kept_paths(record.changed_files)
     listed = sum(1 for f in record.changed_files if "note" not in f)
-    where = f"{kept} kept in {folder}" if kept else "none kept"  # no folder was made
+    folder = attempt_folder(run_dir, record.key)
+    where = f"{len(kept)} kept in {folder}" if kept else "none kept"  # no folder was made
     lines = ["", f"files changed: {listed}, {where}"]
     for entry in record.changed_files:
         if "note" in entry:
@@ -247,8 +250,21 @@ def artifact_lines(record: AttemptRecord, folder: Path) -> list[str]:
             continue
         size = "" if entry["change"] == "deleted" else f"{entry['size']:,} B"
         note = "" if entry["kept"] or entry["change"] == "deleted" else "  (not kept)"
+        if entry["path"] in kept:
+            note = _refused(run_dir, record, entry["path"])
         lines.append(f"  {entry['change']:8} {size:>12}  {entry['path']}{note}")
     return lines
+
+
+def _refused(run_dir: Path, record: AttemptRecord, path: str) -> str:
+    """Nothing for a kept file that `open_kept` opens (or that is lost); why, for one refused."""
+    try:
+        open_kept(run_dir, record.key, path).close()
+    except Refused as exc:
+        return f"  (REFUSED, not read: {exc.why})"
+    except OSError:
+        pass
+    return ""
 
 
 class _Cut:

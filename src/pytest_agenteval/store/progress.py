@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -26,6 +26,7 @@ from ..core.errors import StoreError
 from ..core.model import Key
 from ..core.records import variant_of
 from .files import write_json
+from .index import IndexRow
 
 PROGRESS_FILE = "progress.json"
 PROGRESS_SCHEMA: Final = "agenteval.progress/1"
@@ -279,6 +280,35 @@ def writer_alive(data: dict[str, Any]) -> bool | None:
     except OSError:  # it exists, as another user's process
         return True
     return True
+
+
+def stale_lines(
+    data: dict[str, Any], rows: Sequence[IndexRow], planned: int, status: str
+) -> list[str]:
+    """What `agenteval status` says of a run whose session is gone (killed): its progress.json
+    lags (written at most once a second, its calls in flight died with it), so the numbers are
+    counted from the run's index, which holds every committed attempt."""
+    counts = Counter(row.status for row in rows)
+    tokens = sum((row.input_tokens or 0) + (row.output_tokens or 0) for row in rows)
+    cost = sum(row.spend or 0.0 for row in rows)
+    by_variant: dict[str, Counter[str]] = {}
+    for row in rows:
+        if row.variant is not None:
+            by_variant.setdefault(row.variant, Counter())[row.status] += 1
+    planned_of = {name: v["planned"] for name, v in (data.get("variants") or {}).items()}
+    pid = (data.get("session") or {}).get("pid", "?")
+    return [
+        f"run {data['run_id']}: {status} · {len(rows)}/{max(planned, len(rows))} done",
+        f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors",
+        f"tokens {tokens} · cost {cost:.4f}",
+        *(
+            f"  variant {name}: {sum(c.values())}/{planned_of.get(name, '?')} done · "
+            f"{c['pass']} passed, {c['fail']} failed, {c['error']} errors"
+            for name, c in sorted(by_variant.items())
+        ),
+        f"counted from the run's index: the session that wrote progress.json (pid {pid}) is "
+        f"gone, and its last word was {data['done']}/{data['planned']} done",
+    ]
 
 
 def progress_lines(data: dict[str, Any]) -> list[str]:
