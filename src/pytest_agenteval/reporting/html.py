@@ -148,7 +148,6 @@ def _timings_view(record: AttemptRecord) -> list[list[Any]]:
     return rows
 
 
-def artifact_view(record: AttemptRecord, run_dir: Path) -> list[list[Any]]:
 def artifact_view(
     record: AttemptRecord, run_dir: Path, refused: list[Refused] | None = None
 ) -> list[list[Any]]:
