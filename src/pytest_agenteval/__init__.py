@@ -15,9 +15,10 @@ if TYPE_CHECKING:
     from .core.model import AgentResult, Manifest, Task, TaskSpec, Usage, Verdict
     from .core.records import AttemptRecord
     from .execution.agents import Agent, AgentRef, AgentResolver
-    from .execution.environment import ChangedFile, Environment, ExecResult
+    from .execution.environment import ChangedFile, Environment
     from .execution.executor import AgentCall, Executor
     from .execution.graders import GradeContext, Grader
+    from .execution.process import ExecResult
 
 __version__ = "0.1.0"
 
@@ -31,7 +32,7 @@ _WHERE = {
     "AttemptRecord": "core.records",
     "ChangedFile": "execution.environment",
     "Environment": "execution.environment",
-    "ExecResult": "execution.environment",
+    "ExecResult": "execution.process",
     "Executor": "execution.executor",
     "GradeContext": "execution.graders",
     "Grader": "execution.graders",

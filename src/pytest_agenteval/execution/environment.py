@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from ..core.model import Key, local_folder
 from ..sources.templates import copy_template, template_entries
-from .process import Finished, run_program
+from .process import ExecResult as ExecResult  # re-exported: what `exec` returns
+from .process import run_program
 
 if TYPE_CHECKING:
     from ..core.model import Task
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
     from .workspaces import Workspaces
 
 Change = Literal["added", "modified", "deleted"]
-ExecResult = Finished
-"""How a program run in an environment ended: returncode, stdout, stderr, timed_out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +42,7 @@ class ChangedFile:
     path: str
     """Below the working directory, in POSIX form."""
     change: Change
+    """`added`, `modified` or `deleted`."""
     size: int
     """Its size in bytes now (0 when deleted)."""
     link: bool = field(default=False, compare=False)
@@ -54,29 +54,32 @@ class ChangedFile:
 
 @runtime_checkable
 class Environment(Protocol):
-    """One attempt's files and programs. Made from the task's workspace template when the
-    attempt first needs it; torn down when the attempt's outcome is known."""
+    """One attempt's files and programs: `task.environment` for an agent, `ctx.environment`
+    for a grader. Made from the task's workspace template when the attempt first needs it,
+    torn down when the attempt's outcome is known. Paths are relative to `workdir` (an
+    absolute one must lie below it, and one that leads out is refused with PermissionError);
+    nothing here names a folder of this machine, so the same agent works on a local folder
+    and in a container."""
 
     @property
     def workdir(self) -> str:
-        """The working directory as programs inside see it (`{workspace}`)."""
+        """The working directory as programs inside see it, `{workspace}` in an argv."""
         ...
 
     @property
     def python(self) -> str:
-        """The Python programs inside run as `{python}`."""
+        """The Python that programs inside run as `{python}` (a container's: `python3`)."""
         ...
 
     @property
     def local_path(self) -> Path | None:
-        """The folder on this machine holding the files, when there is one (for
-        `task.workspace`; a container has none)."""
+        """The folder on this machine holding the files (`task.workspace`); None for a
+        container."""
         ...
 
     @property
     def where(self) -> str:
-        """Where the files are, for a person (the failure report's `workspace kept:`); empty
-        when nothing of the attempt's environment is kept after it."""
+        """Where the files are, for a person (`workspace kept:`); empty when none are kept."""
         ...
 
     def exec(
@@ -86,17 +89,17 @@ class Environment(Protocol):
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        """Run `argv` (no shell) in the working directory with `env` added to the variables;
-        at `timeout` the program and all it started are killed (`timed_out`). Raises OSError
-        when the program cannot start."""
+        """Run `argv` (no shell) in `workdir` with `input` on stdin and `env` added to its
+        variables; at `timeout` seconds it is killed with all it started (`timed_out`).
+        Raises OSError when the program cannot start."""
         ...
 
     def read_file(self, path: str) -> bytes:
-        """The bytes of `path` (below the working directory); raises OSError."""
+        """The bytes of the file `path`; raises OSError (FileNotFoundError: there is none)."""
         ...
 
-    def write_file(self, path: str, data: bytes) -> None:
-        """Write `path` (below the working directory), making its folders."""
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write the file `path` (a str as UTF-8), making its folders; raises OSError."""
         ...
 
     def changed_files(self) -> list[ChangedFile]:
@@ -104,7 +107,8 @@ class Environment(Protocol):
         ...
 
     def teardown(self, keep: bool) -> None:
-        """The attempt is over: remove everything, or keep it for a person to look at."""
+        """The attempt is over: remove everything, or, when `keep`, keep it for a person
+        (a container only under `--agenteval-keep-sandboxes`)."""
         ...
 
 
@@ -233,13 +237,14 @@ class LocalEnvironment:
         input: bytes | None = None,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
-    ) -> Finished:
+    ) -> ExecResult:
         return run_program(argv, cwd=self.root, stdin=input, env=env, timeout=timeout)
 
     def read_file(self, path: str) -> bytes:
         return self._inside(path).read_bytes()
 
-    def write_file(self, path: str, data: bytes) -> None:
+    def write_file(self, path: str, data: bytes | str) -> None:
+        data = data.encode() if isinstance(data, str) else data
         target = self._inside(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
