@@ -1,5 +1,6 @@
-"""A Python agent: it runs on this machine and reaches the attempt's container only through
-`task.environment` (`task.workspace` has no folder to give: the files are in the container)."""
+"""A Python agent: it runs on this machine and reaches the attempt's container only
+through `task.environment` (`task.workspace` has no folder to give: the files are in the
+container)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,6 @@ def total(task: Task) -> AgentResult:
     env.write_file("total.txt", f"{sum(int(n) for n in numbers)}\n")  # a str or bytes
     check = env.exec(["sh", "test.sh"], timeout=30)  # an ExecResult
     return AgentResult(
-        output=f"wrote total.txt in {env.workdir}; sh test.sh exited {check.returncode}",
+        output=f"wrote {env.workdir}/total.txt; sh test.sh exited {check.returncode}",
         transcript=[{"role": "tool", "content": check.stdout}],
     )

@@ -15,7 +15,7 @@ from ..core.text import decode_output
 
 @dataclass(frozen=True, slots=True)
 class ExecResult:
-    """How a program run by `Environment.exec` ended (`pytest_agenteval.ExecResult`)."""
+    """How a program run by `Environment.exec` ended."""
 
     returncode: int
     """Its exit status; negative: killed by that signal (-9 at a timeout)."""
