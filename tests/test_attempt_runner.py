@@ -15,6 +15,7 @@ import pytest
 from chat_server import ChatServer
 from helpers import summary_of
 from pytest_agenteval import AgentCall, Executor
+from pytest_agenteval.core.environment import ChangedFile, ExecResult
 from pytest_agenteval.core.errors import AgentUnavailable
 from pytest_agenteval.core.model import (
     AgentResult,
@@ -35,12 +36,7 @@ from pytest_agenteval.execution.agents import (
 )
 from pytest_agenteval.execution.attempt import AttemptJob, AttemptRunner
 from pytest_agenteval.execution.concurrent import Ahead, NotStarted
-from pytest_agenteval.execution.environment import (
-    ChangedFile,
-    Environments,
-    ExecResult,
-    LocalEnvironment,
-)
+from pytest_agenteval.execution.environment import Environments, LocalEnvironment
 from pytest_agenteval.execution.executor import SerialExecutor
 from pytest_agenteval.execution.graders import make_builtin_grader
 from pytest_agenteval.execution.workspaces import Workspaces
@@ -362,5 +358,5 @@ def test_a_plugin_executor_that_is_not_one_is_a_usage_error(pytester: pytest.Pyt
     result = pytester.runpytest_subprocess("--agenteval", "example_suite")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*plugin '*conftest.py': pytest_agenteval_make_executor returned int, not an Executor*"]
+        ["*conftest *conftest.py: pytest_agenteval_make_executor returned int, not an Executor*"]
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shutil
 import signal
@@ -54,7 +55,8 @@ def test_agent_exception_is_an_error_and_others_still_run(
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
         [
-            "*ERROR at agent call of agenteval: boom[[]attempt-0[]]*",
+            "*ERROR at setup of agenteval: boom[[]attempt-0[]]*",
+            "agent call: boom [[]attempt 0[]] error: RuntimeError: kaboom",
             "E * RuntimeError: kaboom",
             "ds/agent.py:*: RuntimeError",
         ]
@@ -65,41 +67,87 @@ def test_agent_exception_is_an_error_and_others_still_run(
     assert "<error" in xml and "<failure" not in xml
 
 
+WHENS = """
+import os, pathlib
+
+def pytest_runtest_logreport(report):
+    with pathlib.Path(__file__).with_name("whens.log").open("a") as log:
+        log.write(f"{os.getpid()} {report.when}\\n")
+"""
+USAGE_AGENT = """
+from pytest_agenteval import AgentResult, Usage
+
+def run(task):
+    return AgentResult(output="ok", usage=Usage(input_tokens=500, output_tokens=0))
+"""
+WHERE = {
+    "boom[attempt-0]": ("agent call", "agent call: RuntimeError: kaboom"),
+    "judged[attempt-0]": ("grading", "grading: ValueError: no verdict"),
+    "over[attempt-0]": ("budget", "over budget: 500 tokens used (budget max_tokens 10)"),
+    "nobody[attempt-0]": ("agent build", "agent build: not run: ds/nobody.yaml:*"),
+    "typo[load-error]": ("load", "load: ds/typo.yaml:1: at graders[[]0[]]: unknown grader*"),
+}
+"""Each erroring attempt's testcase: its `phase` property and its JUnit message (pytest's
+`failed on setup with "..."` around the crash message, which says where first)."""
+
+
 @pytest.mark.parametrize("workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)])
-def test_an_agent_error_is_headed_as_the_agents_not_setups(
+def test_reports_keep_pytests_phases_and_say_where_an_attempt_failed(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:
-    """An agent's crash (new or replayed, also from xdist workers) is an *error* headed
-    `ERROR at agent call of`, a grader's `at grading of`, never `at setup of`, and a JUnit
-    `<error>`."""
+    """Over a passing, a failing, an erroring (agent, grading, budget), an unbuildable and a
+    load-error attempt, new and replayed, alone and on xdist workers: every report's `when` is
+    pytest's setup, call or teardown; each error's first line, short summary, JUnit message
+    and `phase` property say where it failed, and pytest heads it `ERROR at setup of`."""
     root = dataset(
         {
-            "boom.yaml": task(metadata={"raise": "kaboom"}),
             "fine.yaml": task("ok"),
+            "wrong.yaml": task("41", expected="42"),
+            "boom.yaml": task(metadata={"raise": "kaboom"}),
             "judged.yaml": {**task("ok"), "graders": [{"python": "grade:broken"}]},
+            "over.yaml": {**task(), "agent": "usage:run", "budget": {"max_tokens": 10}},
+            "nobody.yaml": {**task(), "agent": "nosuchmodule:run"},
+            "typo.yaml": {**task("ok"), "graders": ["equal"]},
         }
     )
     (root / "grade.py").write_text("def broken(output):\n    raise ValueError('no verdict')\n")
+    (root / "usage.py").write_text(USAGE_AGENT)
+    pytester.makeconftest(WHENS)
     for resume in ([], ["--resume-suite"]):
         args = ["--agenteval", "ds", "--junitxml=out.xml", "-rE", *workers, *resume]
-        run = pytester.runpytest_subprocess if workers else pytester.runpytest
+        run = pytester.runpytest_subprocess if workers else pytester.runpytest_inprocess
         result = run(*args)
-        result.assert_outcomes(passed=1, errors=2)
+        result.assert_outcomes(passed=1, failed=1, errors=5)
         result.stdout.fnmatch_lines_random(
             [
-                "*_ ERROR at agent call of agenteval: boom[[]attempt-0[]] _*",
-                "*_ ERROR at grading of agenteval: judged[[]attempt-0[]] _*",
-                "ERROR ds/boom.yaml::boom[[]attempt-0[]] - *RuntimeError: kaboom",
+                "*_ ERROR at setup of agenteval: boom[[]attempt-0[]] _*",
+                "agent call: boom [[]attempt 0[]] error*: RuntimeError: kaboom",
+                "*grading: judged [[]attempt 0[]] error*: ValueError: no verdict",
+                "ERROR ds/boom.yaml::boom[[]attempt-0[]] - agent call: RuntimeError: kaboom",
+                "ERROR ds/over.yaml::over[[]attempt-0[]] - over budget: *",
+                "ERROR ds/typo.yaml::typo[[]load-error[]] - load: ds/typo.yaml:1:*",
+                "ERROR ds/nobody.yaml::nobody[[]attempt-0[]] - agent build: not run: *",
+                "ds/typo.yaml:1: at graders[[]0[]]: unknown grader 'equal'",
             ]
         )
-        assert "at setup of" not in result.stdout.str()
+        assert "ERROR at agent call" not in result.stdout.str()
+        whens = (pytester.path / "whens.log").read_text().split()[1::2]
+        assert set(whens) == {"setup", "call", "teardown"}
         suite = next(iter(xunit2.JUnitXml.fromfile(str(pytester.path / "out.xml"))))
-        results = {case.name: case.result for case in suite}
-        assert results["fine[attempt-0]"] == []
-        [error] = results["boom[attempt-0]"]
-        assert isinstance(error, Error) and error.message.endswith("RuntimeError: kaboom")
-        [error] = results["judged[attempt-0]"]
-        assert isinstance(error, Error) and error.message.endswith("ValueError: no verdict")
+        cases = {case.name: case for case in suite}
+        assert cases["fine[attempt-0]"].result == []
+        [failure] = cases["wrong[attempt-0]"].result
+        assert (
+            not isinstance(failure, Error) and failure.message == "equals: expected '42', got '41'"
+        )
+        for name, (phase, said) in WHERE.items():
+            [error] = cases[name].result
+            assert isinstance(error, Error), name
+            assert fnmatch.fnmatch(error.message, f'failed on setup with "{said}"'), error.message
+            case = cases[name]
+            assert isinstance(case, xunit2.TestCase)  # what an xunit2 suite holds
+            assert {p.name: p.value for p in case.properties()}["phase"] == phase, name
+        (pytester.path / "whens.log").unlink()
 
 
 def test_async_agent(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:

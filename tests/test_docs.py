@@ -92,7 +92,7 @@ def test_tutorial_runs_as_written(tmp_path: Path) -> None:
     (counts,) = re.findall(r"^6 passed, 3 failed.*$", readme, re.M)
     assert counts in said["pytest --agenteval my_evals"].splitlines()
     assert "I don't know" in said["agenteval show latest geo/hard/0"]
-    assert "(9 reused); 0 run now" in said["pytest --agenteval my_evals --resume-suite"]
+    assert "0 errors; 9 reused; 0 run now" in said["pytest --agenteval my_evals --resume-suite"]
 
 
 def test_the_graders_guide_example_runs_as_written(pytester: pytest.Pytester) -> None:
@@ -173,7 +173,9 @@ def test_options_reference_keeps_each_option_name_on_one_line(site: Path, tmp_pa
     driven.write_text(page.read_text().replace("</body>", OPTION_LINES + "</body>"))
     dom, console = Browser(tmp_path / "profile").dom(driven)
     assert console == []
-    found = json.loads(unescape(re.search(r'id="driver">(.*?)</pre>', dom, re.S)[1]))
+    driver = re.search(r'id="driver">(.*?)</pre>', dom, re.S)
+    assert driver is not None
+    found = json.loads(unescape(driver[1]))
     assert found["names"] > 25
     assert found["broken"] == []
 

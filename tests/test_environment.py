@@ -16,7 +16,8 @@ import pytest
 
 from helpers import DatasetMaker, stored, task
 from pytest_agenteval import Environment, ExecResult
-from pytest_agenteval.execution.environment import ChangedFile, LocalEnvironment
+from pytest_agenteval.core.environment import ChangedFile
+from pytest_agenteval.execution.environment import LocalEnvironment
 from pytest_agenteval.execution.workspaces import Workspaces
 
 

@@ -83,7 +83,9 @@ def test_a_bad_agent_is_reported_once_at_its_line_and_nothing_is_recorded(
     assert out.count("did you mean 'agent'?") == 1
     result.stdout.fnmatch_lines(["pass@k n/a: no attempt recorded"])
     assert "pass^k" not in out
-    result.stdout.fnmatch_lines([f"ERROR ds/a.yaml::a[[]attempt-0[]] - not run: {problem[:20]}*"])
+    result.stdout.fnmatch_lines(
+        [f"ERROR ds/a.yaml::a[[]attempt-0[]] - agent build: not run: {problem[:10]}*"]
+    )
     assert "gate NOT met" in out and "4 attempt(s) not run: their agent cannot be built" in out
     assert result.ret == 1
     assert stored(pytester.path) == []
@@ -313,7 +315,8 @@ def test_failures_say_why_on_their_first_line_and_in_junit(
     pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
 ) -> None:
     """The short test summary and pytest's JUnit name the failing grader's reason, the agent's
-    exception, or its timeout (not "failed on setup with"), also from xdist workers."""
+    exception, or its timeout (after where the error happened: pytest's JUnit writes it as
+    `failed on setup with "..."`), also from xdist workers."""
     dataset(
         {
             "wrong.yaml": task("41", expected="42"),
@@ -328,15 +331,18 @@ def test_failures_say_why_on_their_first_line_and_in_junit(
     result.stdout.fnmatch_lines_random(
         [
             "FAILED ds/wrong.yaml::wrong[[]attempt-0[]] - equals: expected '42', got '41'",
-            "ERROR ds/boom.yaml::boom[[]attempt-0[]] - RuntimeError: kaboom",
-            "ERROR ds/slow.yaml::slow[[]attempt-0[]] - agent timed out after 0.3s*",
+            "ERROR ds/boom.yaml::boom[[]attempt-0[]] - agent call: RuntimeError: kaboom",
+            "ERROR ds/slow.yaml::slow[[]attempt-0[]] - agent call: agent timed out after 0.3s*",
             "wrong [[]attempt 0[]] failed: equals: expected '42', got '41'",
         ]
     )
     cases = junit_cases(pytester.path / "out.xml")
     assert cases["wrong[attempt-0]"].result[0].message == "equals: expected '42', got '41'"
-    assert cases["boom[attempt-0]"].result[0].message == "RuntimeError: kaboom"
-    assert cases["slow[attempt-0]"].result[0].message.startswith("agent timed out after 0.3s")
+    said = 'failed on setup with "agent call: '
+    assert cases["boom[attempt-0]"].result[0].message == f'{said}RuntimeError: kaboom"'
+    assert (
+        cases["slow[attempt-0]"].result[0].message.startswith(f"{said}agent timed out after 0.3s")
+    )
     assert "Traceback" not in cases["slow[attempt-0]"].result[0].text
 
 

@@ -30,6 +30,15 @@ def check_failure_reprs(pytester: pytest.Pytester) -> None:
     assert isinstance(made, internals.TerminalRepr)
     assert made.reprcrash is not None and made.reprcrash.message == "wrong answer"
     assert "line one" in str(made)
+    assert isinstance(made.reprtraceback.reprentries[0], internals.ReprEntryNative)
+    try:
+        raise ValueError("x")
+    except ValueError:
+        chain = pytest.ExceptionInfo.from_current().getrepr(style="long", chain=True)
+    assert isinstance(chain, internals.ExceptionChainRepr)
+    first = chain.chain[0][0]
+    first.reprentries = [internals.ReprEntryNative(["said first\n"]), *first.reprentries]
+    assert str(chain).startswith("said first\n")
 
 
 def check_conftest_paths(pytester: pytest.Pytester) -> None:
@@ -38,21 +47,6 @@ def check_conftest_paths(pytester: pytest.Pytester) -> None:
     found = internals.conftest_paths(config, "collect_ignore", pytester.path)
     assert found == [pytester.path / "skipped"]
     assert internals.conftest_paths(config, "collect_ignore_glob", pytester.path) is None
-
-
-def check_ends_with_session(pytester: pytest.Pytester) -> None:
-    import _pytest.config as entry
-
-    for name in ("console_main", "main"):  # 9.1 adds `_console_main` and `_main` below them
-        assert inspect.isfunction(getattr(entry, name)), name
-    pytester.makeconftest(
-        "from pytest_agenteval.glue.internals import ends_with_session\n"
-        "def pytest_sessionfinish():\n"
-        "    print('ENDS', ends_with_session())\n"
-    )
-    pytester.makepyfile("def test_one(): pass")
-    pytester.runpytest_subprocess("-s").stdout.fnmatch_lines(["*ENDS True*"])
-    pytester.runpytest_inprocess("-s").stdout.fnmatch_lines(["*ENDS False*"])
 
 
 def check_fixtures(pytester: pytest.Pytester) -> None:
@@ -103,40 +97,6 @@ def check_skip_at_item(pytester: pytest.Pytester) -> None:
     skip = internals.skip_at_item("not started")
     assert isinstance(skip, pytest.skip.Exception)
     assert getattr(skip, "_use_item_location", None) is True
-
-
-def check_junit_error_element(pytester: pytest.Pytester) -> None:
-    from _pytest.junitxml import LogXML, xml_key
-
-    assert isinstance(xml_key, pytest.StashKey)
-    assert params(LogXML.node_reporter)[1:] == ["report"]
-    import _pytest.junitxml
-
-    assert internals.shorten_message("short") == "short"
-    cuts = hasattr(_pytest.junitxml, "shorten_message")  # pytest 9.2 and later
-    assert (len(internals.shorten_message("x" * 5000)) < 1000) == cuts
-    pytester.makeconftest(
-        """
-        import pytest
-        from pytest_agenteval.glue.internals import junit_error_element
-
-        @pytest.fixture
-        def broken():
-            raise RuntimeError("boom")
-
-        @pytest.hookimpl(trylast=True)
-        def pytest_runtest_logreport(report):
-            element = junit_error_element(pytest_runtest_logreport.config, report)
-            if element is not None:
-                element.set("message", "said here")
-
-        def pytest_configure(config):
-            pytest_runtest_logreport.config = config
-        """
-    )
-    pytester.makepyfile("def test_one(broken): pass")
-    pytester.runpytest_inprocess("--junitxml", "out.xml")
-    assert 'message="said here"' in (pytester.path / "out.xml").read_text()
 
 
 def check_worker_queue(pytester: pytest.Pytester) -> None:
@@ -194,11 +154,9 @@ def check_stop_distributing(pytester: pytest.Pytester) -> None:
 CHECKS: dict[str, Callable[[pytest.Pytester], None]] = {
     "failure reprs (_pytest._code.code)": check_failure_reprs,
     "conftest_paths (Config._getconftest_pathlist)": check_conftest_paths,
-    "ends_with_session (_pytest.config entry points)": check_ends_with_session,
     "fixture_defs and fixture_value (FixtureManager, TopRequest)": check_fixtures,
     "basetemp (Config._tmp_path_factory)": check_basetemp,
     "skip_at_item (Skipped._use_item_location)": check_skip_at_item,
-    "junit_error_element and shorten_message (_pytest.junitxml)": check_junit_error_element,
     "worker_queue (xdist WorkerInteractor.torun)": check_worker_queue,
     "queued_reports (xdist DSession.queue)": check_queued_reports,
     "uncaptured (CaptureManager.global_and_fixture_disabled)": check_uncaptured,
@@ -206,18 +164,18 @@ CHECKS: dict[str, Callable[[pytest.Pytester], None]] = {
 }
 COVERS = {
     check_failure_reprs: (
+        "ExceptionChainRepr",
         "ExceptionRepr",
+        "ReprEntryNative",
         "ReprExceptionInfo",
         "ReprFileLocation",
         "ReprTracebackNative",
         "TerminalRepr",
     ),
     check_conftest_paths: ("conftest_paths",),
-    check_ends_with_session: ("ends_with_session",),
     check_fixtures: ("fixture_defs", "fixture_value"),
     check_basetemp: ("basetemp",),
     check_skip_at_item: ("skip_at_item",),
-    check_junit_error_element: ("junit_error_element", "shorten_message"),
     check_worker_queue: ("worker_queue",),
     check_queued_reports: ("queued_reports",),
     check_uncaptured: ("uncaptured",),

@@ -325,6 +325,72 @@ def test_os_exit_0_from_a_thread_of_the_agent_ends_the_session_as_a_failure(
     result.stderr.fnmatch_lines(["agenteval: os._exit(0) was called in the pytest process*"])
 
 
+def test_os_exit_is_replaced_only_while_an_agent_call_runs() -> None:
+    """A guarded process replaces `os._exit` from its first agent call's start to its last
+    call's end (calls on two threads overlap), and never after the session."""
+    import threading
+
+    from pytest_agenteval.execution.exits import (
+        AgentExited,
+        guard_exits,
+        in_agent_call,
+        unguard_exits,
+    )
+
+    real = os._exit
+    guard_exits(lambda line: None)
+    try:
+        assert os._exit is real
+        assert in_agent_call(True) is False
+        assert os._exit is not real
+        with pytest.raises(AgentExited):
+            os._exit(0)
+        started, done = threading.Event(), threading.Event()
+
+        def another_call() -> None:
+            in_agent_call(True)
+            started.set()
+            done.wait(5)
+            in_agent_call(False)
+
+        thread = threading.Thread(target=another_call)
+        thread.start()
+        started.wait(5)
+        in_agent_call(False)
+        assert os._exit is not real  # the other thread's call still runs
+        done.set()
+        thread.join(5)
+        assert os._exit is real
+    finally:
+        unguard_exits()
+    in_agent_call(True)
+    assert os._exit is real  # not guarded any more
+    in_agent_call(False)
+
+
+def test_a_session_leaves_os_exit_alone_outside_agent_calls(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """pytest's and other plugins' code in the session sees the real `os._exit`; the agent's
+    call sees the guard; after the session it is the real one."""
+    root = dataset({"a.yaml": {**task(expected="guarded"), "agent": "sees:run"}})
+    (root / "sees.py").write_text(
+        "import os\n\n"
+        "REAL = os._exit\n\n"
+        "def run(task):\n"
+        "    return 'real' if os._exit is REAL else 'guarded'\n"
+    )
+    pytester.makeconftest(
+        "import os\n\n"
+        "REAL = os._exit\n\n"
+        "def pytest_runtest_teardown(item):\n"
+        "    assert os._exit is REAL\n"
+    )
+    real = os._exit
+    pytester.runpytest_inprocess("--agenteval", "ds").assert_outcomes(passed=1)
+    assert os._exit is real
+
+
 def test_a_solo_session_that_dies_names_the_attempt_it_was_running(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:

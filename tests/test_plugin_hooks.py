@@ -127,3 +127,122 @@ def test_an_environment_that_is_not_one_names_its_conftest(
             "(answered by conftest ds/conftest.py)*"
         ]
     )
+
+
+def test_debug_traces_our_hooks(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """pluggy calls our factory hooks, so `pytest --debug` traces them like pytest's own."""
+    (pytester.path / "ds/ws").mkdir(parents=True)
+    dataset({"a.yaml": {**task("ok"), "workspace": "ws"}})
+    pytester.runpytest("--agenteval", "ds", "--debug").assert_outcomes(passed=1)
+    log = (pytester.path / "pytestdebug.log").read_text()
+    for hook in ("executor", "environment", "agent", "grader"):
+        assert f"pytest_agenteval_make_{hook} [hook]" in log, hook
+
+
+WRAPPER = """
+import pathlib
+import pytest
+
+LOG = pathlib.Path(__file__).with_name("wrapped.log")
+
+
+class Never:
+    name = "never"
+
+    def grade(self, ctx):
+        return False, "changed by the wrapper"
+
+
+class Counting:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def call_agent(self, call):
+        with LOG.open("a") as log:
+            log.write("call\\n")
+        return self.inner.call_agent(call)
+
+    def kill_running(self):
+        self.inner.kill_running()
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_agenteval_make_{hook}({args}):
+    made = yield
+    with LOG.open("a") as log:
+        log.write("{hook}\\n")
+    return {answer}
+"""
+FACTORIES = {
+    "grader": ("spec, task, dataset_root", "Never() if spec.type == 'equals' else made"),
+    "agent": ("spec, dataset_root", "lambda task: 'changed'"),
+    "environment": ("task, key, template, dataset_root, config", "'a folder'"),
+    "executor": ("config, isolate, concurrency, agents", "Counting(made)"),
+}
+CHANGED = {
+    "grader": ({"failed": 1}, "*[[]FAIL[]] equals: changed by the wrapper*"),
+    "agent": ({"failed": 1}, "*expected 'ok', got 'changed'*"),
+    "environment": (
+        {"errors": 1},
+        "*returned str, not an Environment (answered by a hook wrapper (conftest conftest.py))*",
+    ),
+    "executor": ({"passed": 1}, None),
+}
+
+
+@pytest.mark.parametrize("changes", [False, True], ids=["passes-through", "changes-it"])
+@pytest.mark.parametrize("hook", list(FACTORIES))
+def test_a_wrapper_implementation_wraps_every_factory_hook(
+    pytester: pytest.Pytester, dataset: DatasetMaker, hook: str, changes: bool
+) -> None:
+    """A `wrapper=True` implementation of each factory hook gets the answer the others gave:
+    returned as it is, the run is the same; changed, the change is what the run uses (a bad
+    one is blamed on the wrapper)."""
+    (pytester.path / "ds/ws").mkdir(parents=True)
+    dataset({"a.yaml": {**task("ok"), "workspace": "ws"}})
+    args, answer = FACTORIES[hook]
+    pytester.makeconftest(
+        WRAPPER.format(hook=hook, args=args, answer=answer if changes else "made")
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    outcomes, line = CHANGED[hook] if changes else ({"passed": 1}, None)
+    result.assert_outcomes(**outcomes)
+    if line:
+        result.stdout.fnmatch_lines([line])
+    wrapped = (pytester.path / "wrapped.log").read_text().splitlines()
+    assert hook in wrapped
+    assert ("call" in wrapped) == (changes and hook == "executor")
+
+
+def test_every_type_a_hookspec_names_is_public() -> None:
+    """Each type our hookspecs' parameters name (beyond pytest's, pathlib's and typing's) is
+    importable from `pytest_agenteval` (in `__all__`), the very object the hookspec means."""
+    import ast
+    import importlib
+    import inspect
+
+    import pytest_agenteval
+    from pytest_agenteval import hookspecs
+
+    tree = ast.parse(inspect.getsource(hookspecs))
+    imported = {
+        alias.asname or alias.name: f"pytest_agenteval.{node.module}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+        for alias in node.names
+    }
+    named = set()
+    for function in vars(hookspecs).values():
+        if inspect.isfunction(function) and function.__name__.startswith("pytest_agenteval_"):
+            for annotation in function.__annotations__.values():
+                expression = ast.parse(str(annotation), mode="eval")
+                named |= {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
+    elsewhere = {"pytest", "Path", "Any", "dict", "str", "None", "bool", "int"}
+    assert named - elsewhere, "the hookspecs name types of ours"
+    for name in sorted(named - elsewhere):
+        assert name in pytest_agenteval.__all__, name
+        meant = getattr(importlib.import_module(imported[name]), name)
+        assert getattr(pytest_agenteval, name) is meant, name

@@ -30,6 +30,7 @@ from helpers import (
 )
 from pytest_agenteval import ExecResult
 from pytest_agenteval.cli import main
+from pytest_agenteval.core.environment import ChangedFile, Environment
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.docker import (
     LABEL,
@@ -41,7 +42,6 @@ from pytest_agenteval.execution.docker import (
     remove_orphans,
     session_label,
 )
-from pytest_agenteval.execution.environment import ChangedFile, Environment
 
 IMAGE = "agenteval-test-busybox:1"
 """A test image `FROM scratch` holding Debian's busybox-static (no registry is reachable)."""

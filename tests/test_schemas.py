@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.model import TAG_RE, TASK_ID_RE, Manifest, check_task_id
 from pytest_agenteval.execution.graders import BUILTIN_GRADERS
+from pytest_agenteval.reporting.schemas import TASK_ID_PATTERN
 from pytest_agenteval.sources.dataset import load_dataset
-from pytest_agenteval.sources.schemas import TASK_ID_PATTERN
 from written import loader_accepts_manifest, loader_accepts_task_file, schema_problems
 
 ROOT = Path(__file__).parent.parent

@@ -67,7 +67,10 @@ def test_worker_death_is_an_error_and_the_run_goes_on(
         and props["task_id"] == "dies"
     )
     message = cases["dies[attempt-0]"].result[0].message
-    assert message.startswith("worker 'gw") and "crashed while running" in message
+    assert (
+        message.startswith("failed on setup with \"worker 'gw")
+        and "crashed while running" in message
+    )
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from pytest_agenteval.core.errors import GraderSpecError, TaskFileError
 from pytest_agenteval.core.model import GraderSpec, Manifest, TaskSpec
 from pytest_agenteval.execution.graders import BUILTIN_GRADERS, BuiltinGrader, Python
+from pytest_agenteval.reporting.schemas import manifest_schema, task_file_schema
 from pytest_agenteval.sources.dataset import (
     Dataset,
     TaskDef,
@@ -23,7 +24,6 @@ from pytest_agenteval.sources.dataset import (
     load_task_file,
 )
 from pytest_agenteval.sources.discovery import MANIFEST_NAME
-from pytest_agenteval.sources.schemas import manifest_schema, task_file_schema
 from pytest_agenteval.sources.yamlfile import parse
 
 

@@ -10,17 +10,28 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .core.version import __version__
+
 if TYPE_CHECKING:
+    from .core.environment import ChangedFile, Environment, ExecResult
     from .core.errors import AgentError
-    from .core.model import AgentResult, Manifest, Task, TaskSpec, Usage, Verdict
+    from .core.model import (
+        AgentResult,
+        AnyAgentSpec,
+        GraderSpec,
+        Key,
+        Manifest,
+        Task,
+        TaskSpec,
+        Usage,
+        Verdict,
+    )
     from .core.records import AttemptRecord
     from .execution.agents import Agent, AgentRef, AgentResolver
-    from .execution.environment import ChangedFile, Environment
     from .execution.executor import AgentCall, Executor
     from .execution.graders import GradeContext, Grader
-    from .execution.process import ExecResult
+    from .reporting.summary import Summary
 
-__version__ = "0.1.0"
 
 _WHERE = {
     "Agent": "execution.agents",
@@ -29,14 +40,18 @@ _WHERE = {
     "AgentResolver": "execution.agents",
     "AgentResult": "core.model",
     "AgentError": "core.errors",
+    "AnyAgentSpec": "core.model",
     "AttemptRecord": "core.records",
-    "ChangedFile": "execution.environment",
-    "Environment": "execution.environment",
-    "ExecResult": "execution.process",
+    "ChangedFile": "core.environment",
+    "Environment": "core.environment",
+    "ExecResult": "core.environment",
     "Executor": "execution.executor",
     "GradeContext": "execution.graders",
     "Grader": "execution.graders",
+    "GraderSpec": "core.model",
+    "Key": "core.model",
     "Manifest": "core.model",
+    "Summary": "reporting.summary",
     "Task": "core.model",
     "TaskSpec": "core.model",
     "Usage": "core.model",
@@ -50,6 +65,7 @@ __all__ = [
     "AgentRef",
     "AgentResolver",
     "AgentResult",
+    "AnyAgentSpec",
     "AttemptRecord",
     "ChangedFile",
     "Environment",
@@ -57,7 +73,10 @@ __all__ = [
     "Executor",
     "GradeContext",
     "Grader",
+    "GraderSpec",
+    "Key",
     "Manifest",
+    "Summary",
     "Task",
     "TaskSpec",
     "Usage",

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import __version__
 from .core import options
 from .core.errors import AgentevalError
 from .core.text import counted
+from .core.version import __version__
 
 if TYPE_CHECKING:
     from .reporting.summary import Summary
@@ -442,15 +442,15 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from .sources import schemas
+    from .reporting import schemas
 
     if args.kind == "task":
         schema = schemas.task_file_schema()
     elif args.kind == "manifest":
         schema = schemas.manifest_schema()
     elif args.kind == "record":
+        from .core.docstrings import describe
         from .core.records import AttemptRecord, record_schema
-        from .sources.docstrings import describe
 
         schema = record_schema()
         defs = schema.pop("$defs", {})

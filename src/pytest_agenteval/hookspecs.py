@@ -78,7 +78,7 @@ def pytest_agenteval_record_committed(record: dict[str, Any], config: pytest.Con
 def pytest_agenteval_summary(summary: Summary, config: pytest.Config) -> None:
     """The run summary is ready (controller only, at session end).
 
-    `summary` is the frozen `pytest_agenteval.reporting.summary.Summary` that summary.json is
+    `summary` is the frozen `pytest_agenteval.Summary` that summary.json is
     written from: read its attributes (`summary.metrics.pass_at_k["1"]`, `summary.tasks`);
     setting one raises a pydantic `ValidationError`. A run of several variants has no pooled
     `summary.metrics` (None): read `summary.variants[NAME].metrics` and `summary.comparison`.

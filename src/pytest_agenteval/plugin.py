@@ -336,7 +336,9 @@ def pytest_configure(config: pytest.Config) -> None:
     named = named_datasets(config)
     if not named:
         return
+    config.add_cleanup(forget_caches)  # the first cleanup registered: it runs last
     # Imported only when active: unrelated pytest runs pay nothing for pydantic and friends.
+    from .core.importing import on_path
     from .execution.agents import AgentResolver
     from .execution.environment import Environments
     from .execution.workspaces import Workspaces
@@ -364,8 +366,7 @@ def pytest_configure(config: pytest.Config) -> None:
     check_variants(settings, datasets)
     guard.folders.adopt(datasets)
     for dataset in datasets:
-        if str(dataset.root) not in sys.path:
-            sys.path.append(str(dataset.root))
+        on_path(dataset.root)
     whole_roots = point_collection_at(config, parts, specs)
     if settings.show_plan:
         if not (config.option.collectonly or config.option.verbose > 0):
@@ -406,11 +407,30 @@ def pytest_configure(config: pytest.Config) -> None:
     # Cleanups run last-in first-out and pytest's builtin plugins register theirs after this
     # configure hook, so the thaw follows pytest's end-of-session GC pass, which need not scan
     # the collected tree.
-    config.add_cleanup(lambda: hooks.thaw(config))
+    config.add_cleanup(hooks.thaw)
     if runtime.runner.ahead is not None:
         config.pluginmanager.register(AheadHooks(runtime, runtime.runner.ahead), "agenteval-ahead")
     if opened is not None:
         start_controller(config, runtime, opened)
+
+
+CACHES = (
+    "pytest_agenteval.core.importing",
+    "pytest_agenteval.glue.pluginhooks",
+    "pytest_agenteval.providers.judge",
+)
+"""The modules that keep what a session made (a reference's callable, a folder looked up, a
+judge's client), each with its one `forget()`."""
+
+
+def forget_caches() -> None:
+    """At the session's end: every module cache forgets the session (those of modules it
+    imported), so another session in this process (pytester's in-process runs, an IDE) sees
+    none of its state; the sys.path entries it added go too (`core.importing.forget`)."""
+    for name in CACHES:
+        module = sys.modules.get(name)
+        if module is not None:
+            module.forget()
 
 
 @pytest.hookimpl(trylast=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import pkgutil
 import sys
 import traceback
@@ -20,6 +21,36 @@ from .errors import did_you_mean, display_path
 _cache: dict[tuple[str, Path], Callable[..., Any]] = {}
 _failed: dict[tuple[str, Path], tuple[str, str | None]] = {}
 """References that did not resolve, so a bad one is not imported again for every use."""
+_added: list[str] = []
+"""Folders this session put on sys.path (a dataset's root, a reference's base)."""
+USER_MODULES = "agenteval_user_"
+"""The prefix of the names files loaded by path are given in sys.modules."""
+
+
+def on_path(folder: Path) -> None:
+    """Put `folder` on sys.path (at its end) for this session, unless it is there already."""
+    entry = str(folder)
+    if entry not in sys.path:
+        sys.path.append(entry)
+        _added.append(entry)
+
+
+def forget() -> None:
+    """The session is over: forget what its references resolved to, take the folders it put
+    on sys.path off it, and drop the modules imported from them or loaded by path, so a
+    later session in this process (pytest run again from code, an IDE) imports its own
+    datasets' modules afresh, even one of the same name."""
+    _cache.clear()
+    _failed.clear()
+    folders = tuple(os.path.join(entry, "") for entry in _added)
+    for entry in _added:
+        while entry in sys.path:
+            sys.path.remove(entry)
+    _added.clear()
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None) or ""
+        if name.startswith(USER_MODULES) or (folders and file.startswith(folders)):
+            del sys.modules[name]
 
 
 class UnresolvedReference(LookupError):
@@ -72,8 +103,7 @@ def _is_path(where: str) -> bool:
 
 
 def _import(name: str, base: Path) -> Any:
-    if str(base) not in sys.path:
-        sys.path.append(str(base))
+    on_path(base)
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -105,7 +135,7 @@ def _load_file(where: str, base: Path) -> Any:
         siblings = path.parent.glob("*.py") if path.parent.is_dir() else ()
         hint = did_you_mean(where, (str(Path(where).with_name(p.name)) for p in siblings))
         raise UnresolvedReference(f"file {where!r} not found (looked for {path})", hint)
-    name = f"agenteval_user_{abs(hash(str(path))):x}_{path.stem}"
+    name = f"{USER_MODULES}{abs(hash(str(path))):x}_{path.stem}"
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)

@@ -29,7 +29,7 @@ from .errors import AgentError
 from .llm import JudgeSettings, ModelPrice
 
 if TYPE_CHECKING:
-    from ..execution.environment import Environment
+    from .environment import Environment
 
 RECORD_SCHEMA = "agenteval.record/1"
 TASK_ID_RE = re.compile(r"[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*")

@@ -532,7 +532,7 @@ def record_schema() -> dict[str, Any]:
     """The JSON Schema of a stored record (`agenteval schema record`)."""
     from pydantic import TypeAdapter
 
-    from ..sources.docstrings import field_docs
+    from .docstrings import field_docs
 
     schema = TypeAdapter(AttemptRecord).json_schema()
     typed = schema["properties"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.environment import Environment
 from ..core.errors import AgentError, AgentTimeout, AgentUnavailable, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
 from ..core.model import (
@@ -26,7 +27,7 @@ from ..core.model import (
     Task,
 )
 from ..core.text import excerpt
-from .environment import Environment, environment_of
+from .environment import environment_of
 
 
 class Agent(Protocol):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from .environment import ChangedFile, Environment
+from ..core.environment import ChangedFile, Environment
 
 MAX_LISTED = 1000
 """Changed files an attempt's record lists one by one; the rest are counted in one note (an

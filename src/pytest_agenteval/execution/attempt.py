@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ..core.environment import Environment
 from ..core.errors import AgentError, AgentTimeout, AgentUnavailable, GraderError, OverBudget
 from ..core.model import AgentResult, Key, Phase, Status, Task, Verdict
 from ..core.records import AttemptRecord, Detail, attempt_key, attempt_seed, new_record, usage_json
@@ -33,7 +34,7 @@ from .artifacts import Artifacts
 from .artifacts import collect as collect_artifacts
 from .artifacts import failed as artifacts_failed
 from .concurrent import Ahead, NotStarted, Started, Stopped
-from .environment import Environment, Environments, host_folder
+from .environment import Environments, host_folder
 from .executor import AgentCall, Executor, call_with_deadline
 from .exits import in_agent_call
 from .graders import GradeContext, as_verdict

@@ -32,12 +32,14 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
+from ..core.environment import Change, ChangedFile, Finished
 from ..core.errors import AgentError
 from ..core.model import DockerImage, Key, SandboxSpec
 from ..sources.templates import template_entries
-from .environment import Change, ChangedFile, SandboxPolicy
-from .limits import locked, release_slot, take_slot
-from .process import Finished, run_program
+from ..store.locks import locked
+from .environment import SandboxPolicy
+from .limits import release_slot, take_slot
+from .process import run_program
 from .workspaces import folder_name
 
 LABEL = "agenteval.session"

@@ -17,13 +17,13 @@ import shutil
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal
 
+from ..core.environment import ChangedFile, Environment, Finished
 from ..core.model import Key, local_folder
 from ..sources.templates import copy_template, template_entries
-from .process import ExecResult as ExecResult  # re-exported: what `exec` returns
 from .process import run_program
 
 if TYPE_CHECKING:
@@ -31,86 +31,6 @@ if TYPE_CHECKING:
     from ..sources.dataset import TaskDef
     from .docker import Images
     from .workspaces import Workspaces
-
-Change = Literal["added", "modified", "deleted"]
-
-
-@dataclass(frozen=True, slots=True)
-class ChangedFile:
-    """A file of the environment that differs from the task's workspace template."""
-
-    path: str
-    """Below the working directory, in POSIX form."""
-    change: Change
-    """`added`, `modified` or `deleted`."""
-    size: int
-    """Its size in bytes now (0 when deleted)."""
-    link: bool = field(default=False, compare=False)
-    """A symbolic link (its size is its target's name's; what it points to is never read)."""
-    data: bytes | None = field(default=None, compare=False, repr=False)
-    """Its bytes now, when the environment read them to compare (a container's, all copied
-    out at once); None: read them with `read_file`."""
-
-
-@runtime_checkable
-class Environment(Protocol):
-    """One attempt's files and programs: `task.environment` for an agent, `ctx.environment`
-    for a grader. Made from the task's workspace template when the attempt first needs it,
-    torn down when the attempt's outcome is known. Paths are relative to `workdir` (an
-    absolute one must lie below it, and one that leads out is refused with PermissionError);
-    nothing here names a folder of this machine, so the same agent works on a local folder
-    and in a container."""
-
-    @property
-    def workdir(self) -> str:
-        """The working directory as programs inside see it, `{workspace}` in an argv."""
-        ...
-
-    @property
-    def python(self) -> str:
-        """The Python that programs inside run as `{python}` (a container's: `python3`)."""
-        ...
-
-    @property
-    def local_path(self) -> Path | None:
-        """The folder on this machine holding the files (`task.workspace`); None for a
-        container."""
-        ...
-
-    @property
-    def where(self) -> str:
-        """Where the files are, for a person (`workspace kept:`); empty when none are kept."""
-        ...
-
-    def exec(
-        self,
-        argv: Sequence[str],
-        input: bytes | None = None,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> ExecResult:
-        """Run `argv` (no shell) in `workdir` with `input` on stdin and `env` added to its
-        variables; at `timeout` seconds it is killed with all it started (`timed_out`).
-        Raises OSError when the program cannot start."""
-        ...
-
-    def read_file(self, path: str) -> bytes:
-        """The bytes of the file `path`; raises OSError (FileNotFoundError: there is none)."""
-        ...
-
-    def write_file(self, path: str, data: bytes | str) -> None:
-        """Write the file `path` (a str as UTF-8), making its folders; raises OSError."""
-        ...
-
-    def changed_files(self) -> list[ChangedFile]:
-        """The files added, modified or deleted against the template, sorted by path."""
-        ...
-
-    def teardown(self, keep: bool) -> None:
-        """The attempt is over: remove everything, or, when `keep`, keep it for a person
-        (a container only under `--agenteval-keep-sandboxes`)."""
-        ...
-
 
 Keep = Literal["failed", "all"]
 
@@ -237,7 +157,7 @@ class LocalEnvironment:
         input: bytes | None = None,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
-    ) -> ExecResult:
+    ) -> Finished:
         return run_program(argv, cwd=self.root, stdin=input, env=env, timeout=timeout)
 
     def read_file(self, path: str) -> bytes:

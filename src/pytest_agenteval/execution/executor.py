@@ -35,6 +35,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from ..core.errors import AgentTimeout
 from ..core.model import AgentResult, Key, Task
 from .agents import Agent, AgentRef, AgentResolver, CommandAgent, as_result
+from .exits import in_agent_call
 from .process import child_pids, kill_running, kill_tree, thread_children
 
 T = TypeVar("T")
@@ -306,11 +307,13 @@ def _in_thread(function: Callable[[], T], seconds: float) -> T:
     ends = _Ends()
 
     def target() -> None:
+        was = in_agent_call(True)  # an abandoned call runs on: its os._exit stays guarded
         try:
             box["value"] = function()
         except BaseException as exc:
             box["error"] = exc
         finally:
+            in_agent_call(was)
             ends.end(box.get("value"))
 
     thread = threading.Thread(target=target, daemon=True, name="agenteval-call")

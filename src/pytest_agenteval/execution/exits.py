@@ -1,8 +1,11 @@
-"""`os._exit` in the pytest process while it runs attempts: never a silent success.
+"""`os._exit` in the pytest process while it runs agent calls: never a silent success.
 
 An in-process Python agent that calls `os._exit(0)` would end the session at once with status
-0 and no summary, and CI would read the unfinished run as green. While `guarded_exits()` is on,
-`os._exit` in this process is replaced:
+0 and no summary, and CI would read the unfinished run as green. In a process that guards its
+exits (`guard_exits()`: a lone pytest process; an xdist worker's death is a crash its
+controller records), `os._exit` is replaced while at least one agent call runs in it (a call
+abandoned at its deadline runs on in its thread, and counts until it ends), and is the real
+one again when none does:
 
 - called by an agent (in the thread of its call, or a thread that only runs agent calls), it
   raises `AgentExited` there instead: that attempt is an error, and the session goes on;
@@ -11,10 +14,11 @@ An in-process Python agent that calls `os._exit(0)` would end the session at onc
 - called in another process (a forked child: multiprocessing ends its children with
   `os._exit`), it is the real one.
 
-Its limit: only calls through `os._exit` are seen. A reference taken before the guard was on
+Its limit: only calls through `os._exit` while a call runs are seen. A reference taken before
 (`from os import _exit`), `posix._exit`, C code calling `exit()`, and a thread the agent
-started itself (it is not an agent call's thread: status 0 becomes 3) are not turned into the
-attempt's error; an agent whose bare `except:` catches `AgentExited` goes on running.
+started itself (it is not an agent call's thread: status 0 becomes 3; after the last call
+ended it exits as it asks) are not turned into the attempt's error; an agent whose bare
+`except:` catches `AgentExited` goes on running.
 `--agenteval-isolate` or `-n N` run agents in processes whose death is always an error of the
 attempt.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 AGENT_THREADS = ("agenteval-attempt", "agenteval-call", "agenteval-event-loop")
 """Threads that only run agent calls (a pool's, a timed call's, the async agents' loop)."""
@@ -41,16 +45,38 @@ class AgentExited(BaseException):
 
 def in_agent_call(running: bool) -> bool:
     """Mark this thread as running an agent call (or not any more); returns what it was
-    (a plain call, not a context manager: it is on every attempt's path)."""
+    (a plain call, not a context manager: it is on every attempt's path). In a process that
+    guards its exits, the first call to start replaces `os._exit` and the last to end puts
+    the real one back."""
     before: bool = getattr(_local, "agent", False)
     _local.agent = running
+    if running != before:
+        _state.calls(1 if running else -1)
     return before
 
 
-@contextlib.contextmanager
-def guarded_exits(say: Callable[[str], None]) -> Iterator[None]:
-    """Replace `os._exit` in this process (see the module's docstring) while in the block;
-    `say` prints a line on the terminal, also while output is captured."""
+class _Guard:
+    """The process's guard: the replacement, and how many agent calls run now."""
+
+    def __init__(self) -> None:
+        self.guarded: Callable[[int], None] | None = None
+        self.running = 0
+        self.lock = threading.Lock()
+
+    def calls(self, change: int) -> None:
+        with self.lock:
+            self.running += change
+            if self.guarded is not None and self.running == (1 if change > 0 else 0):
+                os._exit = self.guarded if change > 0 else _real_exit  # type: ignore[assignment]
+
+
+_state = _Guard()
+
+
+def guard_exits(say: Callable[[str], None]) -> None:
+    """From now on, replace `os._exit` in this process while an agent call runs (see the
+    module's docstring); `say` prints a line on the terminal, also while output is captured.
+    `unguard_exits` ends it."""
     session = os.getpid()
 
     def guarded_exit(status: int) -> None:
@@ -70,10 +96,16 @@ def guarded_exits(say: Callable[[str], None]) -> Iterator[None]:
             status = UNFINISHED_STATUS
         _real_exit(status)
 
-    os._exit = guarded_exit  # type: ignore[assignment]
-    try:
-        yield
-    finally:
+    with _state.lock:
+        _state.guarded = guarded_exit
+        if _state.running:
+            os._exit = guarded_exit  # type: ignore[assignment]
+
+
+def unguard_exits() -> None:
+    """The session is over: `os._exit` is the real one, and stays so."""
+    with _state.lock:
+        _state.guarded = None
         os._exit = _real_exit
 
 

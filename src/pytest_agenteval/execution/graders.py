@@ -15,13 +15,14 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..core.environment import Environment
 from ..core.errors import GraderError, GraderSpecError, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
 from ..core.llm import JudgeOptions
 from ..core.model import AgentResult, GraderSpec, Task, TaskSpec, Verdict
 from ..core.text import excerpt
 from ..providers import judge
-from .environment import Environment, environment_of, host_folder
+from .environment import environment_of, host_folder
 
 
 @dataclass(slots=True)

@@ -8,10 +8,8 @@ waits until `min_interval` has passed since the last recorded start and records 
 files, unlike a coordinator process, need no address in `workerinput` and survive any worker's
 death; they hold only for processes on this machine that see the run folder.
 
-A forked child (an agent's `ProcessPoolExecutor`) inherits the descriptors of the locks held,
-and a flock is released only when every copy is closed: a pool's long-lived worker would hold
-the slot forever. Children close their copies at once (`os.register_at_fork`), which leaves
-the parent's lock held.
+A forked child closes its copies of the locks at once (`store/locks.py`), so a pool's
+long-lived worker never holds a slot of its parent.
 
 A slot is held until the call really ends: a sync agent abandoned at its deadline (its thread
 runs on, its HTTP request still at the provider) keeps its slot until its thread returns.
@@ -30,35 +28,11 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from ..store.locks import HELD, locked
+
 SLOT_POLL = 0.005
 """Seconds between looks for a free slot."""
 _STAMP = struct.Struct("<d")
-
-HELD: set[int] = set()
-"""Descriptors of the locks this process holds (slots, pace, spend): not its children's."""
-
-
-def _close_held_in_child() -> None:
-    for fd in list(HELD):
-        with contextlib.suppress(OSError):
-            os.close(fd)  # this copy only: the parent's lock stays
-    HELD.clear()
-
-
-os.register_at_fork(after_in_child=_close_held_in_child)
-
-
-@contextlib.contextmanager
-def locked(path: Path, mode: int = fcntl.LOCK_EX) -> Iterator[int]:
-    """`path` opened and flock'd for the block (a copy a forked child gets is closed)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    HELD.add(fd)
-    try:
-        fcntl.flock(fd, mode)
-        yield fd
-    finally:
-        HELD.discard(fd)
-        os.close(fd)  # releases the lock
 
 
 @dataclass(frozen=True)

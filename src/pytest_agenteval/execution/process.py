@@ -7,33 +7,10 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.environment import Finished
 from ..core.text import decode_output
-
-
-@dataclass(frozen=True, slots=True)
-class ExecResult:
-    """How a program run by `Environment.exec` ended."""
-
-    returncode: int
-    """Its exit status; negative: killed by that signal (-9 at a timeout)."""
-    stdout: str
-    """What it wrote to stdout, as UTF-8 text (a byte that is not UTF-8 becomes U+FFFD)."""
-    stderr: str
-    """What it wrote to stderr, decoded the same way."""
-    timed_out: bool
-    """Killed at `exec`'s `timeout`, with everything it started."""
-
-    def tail(self, lines: int = 15) -> str:
-        """The last lines of stdout and stderr, for a failure reason."""
-        text = (self.stdout.rstrip() + "\n" + self.stderr.rstrip()).strip()
-        return "\n".join(text.splitlines()[-lines:])
-
-
-Finished = ExecResult
-"""The name the execution modules use."""
 
 
 def run_program(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,7 +27,7 @@ from ..sources.discovery import (
 )
 from ..sources.speccache import SpecCache
 from ..sources.taskfile import LoadFailure
-from .internals import conftest_paths, ends_with_session
+from .internals import conftest_paths
 from .items import AgentevalItem, AttemptItem
 from .runtime import RUNTIME
 
@@ -254,6 +256,14 @@ class LoadErrorItem(AgentevalItem):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         return self.failure.render()
 
+    def failed_at(self, exc: BaseException) -> str | None:
+        return "load"
+
+    def heading(self) -> None:
+        """None: the first line stays `path:line: at field: problem`, which terminals and
+        editors open at its line (`load` is in the crash message, and the item's name)."""
+        return None
+
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.failure.path, self.failure.line - 1, f"agenteval: {self.name}"
 
@@ -272,6 +282,12 @@ class LoadErrorItem(AgentevalItem):
                 "message": failure.render(),
             }
         }
+
+
+@cache
+def _freeze_at_exit() -> None:
+    """Freeze all that lives when the process exits (registered once per process)."""
+    atexit.register(gc.freeze)
 
 
 REFREEZE_EVERY = 3000
@@ -354,14 +370,16 @@ class CollectHooks:
                 if plugins.hasplugin("dsession"):
                     plugins.register(Refreeze(), "agenteval-refreeze")
 
-    def thaw(self, config: pytest.Config) -> None:
-        """Give the frozen tree back to the GC, when the process goes on after the session
-        (pytest run again in-process). A process that ends with it keeps the tree frozen: the
-        GC pass over it at exit cost more than running the attempts did in xdist's workers
-        (5 s of CPU at 30,000 attempts and `-n 4`), and frees nothing the exit does not."""
-        if self.froze and not (hasattr(config, "workerinput") or ends_with_session()):
+    def thaw(self) -> None:
+        """Give the frozen tree back to the GC when the session ends, so what runs after it in
+        this process (another session, an IDE's) has the GC as it was. At the process's exit
+        everything is frozen again (`atexit`, before the interpreter's final collections):
+        those would only scan the dead tree once more, freeing nothing the exit does not (5 s
+        of CPU at 30,000 attempts and `-n 4`, bench/RESULTS.md)."""
+        if self.froze:
             gc.unfreeze()
             self.froze = False
+            _freeze_at_exit()
 
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]

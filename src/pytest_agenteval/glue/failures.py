@@ -1,6 +1,6 @@
 """How an attempt's failure reads: a crash message that says what happened (pytest's short test
-summary and JUnit show it), the user's frames only, and JUnit error messages without pytest's
-`failed on setup with` wrapping.
+summary and JUnit's message show it), where an error happened on its first line, the user's
+frames only.
 """
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from ..core.text import clean_text, xml_safe
+from ..core.text import clean_text
 from ..execution.attempt import internal_frame
 from .internals import (
+    ExceptionChainRepr,
     ExceptionRepr,
+    ReprEntryNative,
     ReprExceptionInfo,
     ReprFileLocation,
     ReprTracebackNative,
     TerminalRepr,
-    junit_error_element,
-    shorten_message,
 )
 
 
@@ -65,16 +65,33 @@ def _user_frames(excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
     return shown or excinfo.traceback
 
 
-def junit_error_message(config: pytest.Config, report: pytest.TestReport) -> None:
-    """pytest's --junitxml writes a setup error's message as `failed on setup with "..."`;
-    an attempt's error says what happened instead (its crash message, e.g. `RuntimeError: x`,
-    or the first line of a worker crash's report).
+def at_phase(longrepr: Any, where: str, heading: str | None) -> Any:
+    """An attempt's error saying where it happened (`agent call`, `grading`, `budget`, ...):
+    its crash message (the short test summary's and JUnit's `message`) and its first line
+    begin with it, unless they say it already (`sandbox build: ...`, `over budget: ...`).
+    pytest heads the error `ERROR at setup of` (the attempt runs in its item's setup, and
+    `when` stays pytest's); a traceback gets a first line of its own: `<where>: <heading>:
+    <crash message>`. With no `heading` the first line stays as it is."""
+    crash = getattr(longrepr, "reprcrash", None)
+    if not isinstance(longrepr, ExceptionRepr) or crash is None:
+        return longrepr
+    said = crash.message
+    crash.message = _named(said, where)
+    if heading is None:
+        return longrepr
+    chain = longrepr.chain if isinstance(longrepr, ExceptionChainRepr) else None
+    first = chain[0][0] if chain else longrepr.reprtraceback  # the part printed first
+    entries = list(first.reprentries)
+    if isinstance(first, ReprTracebackNative) and entries:  # our text: it says what happened
+        lines = list(entries[0].lines) or [""]
+        entries[0] = ReprEntryNative([_named(lines[0], where), *lines[1:]])
+    else:
+        entries.insert(0, ReprEntryNative([f"{where}: {heading}: {said}\n"]))
+    first.reprentries = entries
+    return longrepr
 
-    Called right after the junitxml plugin saw the report: it sets the message of the
-    `<error>` element it just added."""
-    element = junit_error_element(config, report) if report.longrepr is not None else None
-    if element is None:
-        return
-    crash = getattr(report.longrepr, "reprcrash", None)
-    message = crash.message if crash is not None else str(report.longrepr).partition("\n")[0]
-    element.set("message", xml_safe(shorten_message(clean_text(message))))
+
+def _named(text: str, where: str) -> str:
+    """`text` beginning with where it happened (as it is when it says so already:
+    `over budget: ...`, `sandbox build: ...`)."""
+    return text if f"{where}: " in text.partition("\n")[0] else f"{where}: {text}"

@@ -9,19 +9,19 @@ that breaks one fails one named test instead of a run.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
 
 # Failure representations: `ExceptionInfo.getrepr()` returns them and reports carry them
 # across xdist, but pytest exports none of them; a failure with its own crash message (the
-# short test summary's and JUnit's) can only be built from them.
+# short test summary's and JUnit's) and a first line of its own can only be built from them.
 from _pytest._code.code import (
+    ExceptionChainRepr,
     ExceptionRepr,
+    ReprEntryNative,
     ReprExceptionInfo,
     ReprFileLocation,
     ReprTracebackNative,
@@ -30,19 +30,18 @@ from _pytest._code.code import (
 
 __all__ = [
     "CHECKED",
+    "ExceptionChainRepr",
     "ExceptionRepr",
+    "ReprEntryNative",
     "ReprExceptionInfo",
     "ReprFileLocation",
     "ReprTracebackNative",
     "TerminalRepr",
     "basetemp",
     "conftest_paths",
-    "ends_with_session",
     "fixture_defs",
     "fixture_value",
-    "junit_error_element",
     "queued_reports",
-    "shorten_message",
     "skip_at_item",
     "stop_distributing",
     "uncaptured",
@@ -60,25 +59,6 @@ def conftest_paths(config: pytest.Config, name: str, path: Path) -> list[Path] |
     return found
 
 
-def ends_with_session() -> bool:
-    """Whether this session was started by pytest's command line (`pytest`, `python -m
-    pytest`), not by `pytest.main()` called from code, so the process exits when it ends.
-    pytest says neither; the call stack does: `console_main` calls `main`, which calls the
-    private `_main`. Unsure (pytest's entry points renamed): False."""
-    import _pytest.config as entry
-
-    def codes(*names: str) -> set[Any]:
-        return {f.__code__ for f in (getattr(entry, n, None) for n in names) if f is not None}
-
-    consoles, mains = codes("_console_main", "console_main"), codes("_main", "main")
-    frame: FrameType | None = sys._getframe()
-    while frame is not None and frame.f_code not in mains:  # up to this session's main()
-        frame = frame.f_back
-    while frame is not None and frame.f_code in mains:  # main() calls _main()
-        frame = frame.f_back
-    return frame is not None and frame.f_code in consoles
-
-
 def fixture_defs(item: pytest.Item, name: str) -> tuple[pytest.FixtureDef[Any], ...]:
     """The definitions of fixture `name` visible from `item`, innermost last. pytest offers
     fixtures only to test functions (`request`), not to the items of other plugins."""
@@ -88,7 +68,18 @@ def fixture_defs(item: pytest.Item, name: str) -> tuple[pytest.FixtureDef[Any], 
 
 def fixture_value(item: pytest.Item, name: str) -> Any:
     """Fixture `name` made for `item` (set up with it, torn down at its teardown), as for a
-    test function; pytest's `FixtureRequest` cannot be made for another plugin's items."""
+    test function; pytest's `FixtureRequest` cannot be made for another plugin's items.
+
+    The most fragile internal here, kept because the public route costs more than it saves
+    (checked against pytest 9.2): an attempt item that is a `pytest.Function` (callobj
+    `def attempt(request)`) would get its request from pytest's own setup and reach the
+    fixture by the public `request.getfixturevalue`, but (1) `Function.__init__` resolves the
+    fixture closure of every item (`getfixtureinfo`, per attempt: tens of thousands), (2) its
+    setup runs every autouse fixture of the conftests above a dataset for every attempt,
+    replays included, which a user's Python-test fixtures never meant, and (3) knowing whether
+    the fixture exists before any setup (to build declared agents up front, `fixture_defs`)
+    and reading a session fixture's value ahead of its item's turn (`--agenteval-concurrency`)
+    stay private either way. So the request is made here, only for the items that ask."""
     from _pytest.fixtures import TopRequest
 
     request = getattr(item, "_request", None)
@@ -113,28 +104,6 @@ def skip_at_item(reason: str) -> BaseException:
     """A skip reported at the item's own location (its task's line), not at the plugin's line
     that raised it; `pytest.skip()` has no public way to say so."""
     return pytest.skip.Exception(reason, _use_item_location=True)
-
-
-def junit_error_element(config: pytest.Config, report: pytest.TestReport) -> Any:
-    """The `<error>` element --junitxml just wrote for `report` (None: there is none), to set
-    its message (pytest's reads `failed on setup with "..."`): pytest offers no hook for it,
-    so this reaches into its LogXML object."""
-    from _pytest.junitxml import xml_key
-
-    xml = config.stash.get(xml_key, None)
-    if xml is None:
-        return None
-    nodes = xml.node_reporter(report).nodes
-    return nodes[-1] if nodes and nodes[-1].tag == "error" else None
-
-
-def shorten_message(message: str) -> str:
-    """A JUnit message cut as pytest cuts its own (not exported); whole, as pytest writes its
-    own, before pytest 9.2 (which began cutting them)."""
-    import _pytest.junitxml
-
-    shorten = getattr(_pytest.junitxml, "shorten_message", None)
-    return message if shorten is None else str(shorten(message))
 
 
 def uncaptured(config: pytest.Config) -> contextlib.AbstractContextManager[object]:

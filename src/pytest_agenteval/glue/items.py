@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import pytest
 
+from ..core.environment import Environment
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
 from ..core.records import Detail, NewRecord, attempt_key
@@ -26,19 +27,26 @@ from ..execution.agents import (
 )
 from ..execution.attempt import AttemptJob, Outcome
 from ..execution.concurrent import NotStarted
-from ..execution.environment import Environment, MakeEnvironment
+from ..execution.environment import MakeEnvironment
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
 from ..sources.dataset import TaskDef
-from .failures import as_crash_repr, encodable, text_repr, user_traceback
+from .failures import as_crash_repr, at_phase, encodable, text_repr, user_traceback
 from .internals import TerminalRepr, fixture_defs, fixture_value, skip_at_item
-from .pluginhooks import first_answer
+from .pluginhooks import answered_by, hook_at
 from .runtime import FIXTURE_NAME, RUNTIME, Runtime
 from .settings import dry_run
 
-ERROR_WHEN = {"agent": "agent call", "grading": "grading"}
-"""The report's `when` of an attempt that errored in its agent or a grader, by the record's
-phase: pytest's heading then reads `ERROR at agent call of ...`, not `at setup of` (the error
-is the attempt's, not its setup's); `pytest_report_teststatus` keeps it an *error*."""
+PHASE_WORDS = {
+    "agent": "agent call",
+    "grading": "grading",
+    "budget": "budget",
+    "build": "sandbox build",
+    "crash": "crash",
+}
+"""Where an errored attempt stopped (its record's phase), in the words its error's first line,
+crash message and JUnit `phase` property use. The report's `when` stays pytest's `setup`."""
+NOT_BUILT = "agent build"
+"""Where an attempt whose agent cannot be built stopped."""
 
 
 FIXTURE_LABEL = f"fixture:{FIXTURE_NAME}"
@@ -58,6 +66,16 @@ class AgentevalItem(pytest.Item):
 
     def report_extras(self) -> dict[str, Any] | NewRecord:
         raise NotImplementedError
+
+    def failed_at(self, exc: BaseException) -> str | None:
+        """Where the item's setup that raised `exc` failed (`agent call`, `load`, ...), when
+        it is the attempt's error rather than a plain setup error (None)."""
+        return None
+
+    def heading(self) -> str | None:
+        """What an error's first line calls it, before its crash message (None: its first
+        line stays as it is)."""
+        return self.name
 
     def kept_files(self) -> dict[str, bytes] | None:
         """The bytes of the artifacts a new record keeps, by path (`report.agenteval_files`:
@@ -214,13 +232,19 @@ class AttemptItem(AgentevalItem):
             return f"internal error in pytest-agenteval, please report it:\n{excinfo.getrepr()}"
         return user_traceback(excinfo)
 
-    def error_when(self, exc: BaseException) -> str:
-        """The `when` of the report of a setup that raised `exc`: where the attempt errored
-        (`agent call`, `grading`), or `setup` when it never began or the plugin failed."""
+    def failed_at(self, exc: BaseException) -> str | None:
+        """Where the attempt errored (`agent call`, `grading`, `budget`, `sandbox build`, a
+        replay's as stored; `agent build` when its agent cannot be built), or None when it
+        never began or the plugin failed."""
+        if exc is self.not_started:
+            return NOT_BUILT
         outcome = self.outcome
         if outcome is None or not (exc is outcome.error or isinstance(exc, ReplayedError)):
-            return "setup"
-        return ERROR_WHEN.get(outcome.facts.phase or "", "setup")
+            return None
+        return PHASE_WORDS.get(outcome.facts.phase or "")
+
+    def heading(self) -> str:
+        return f"{self._headline()} error"
 
     def _headline(self) -> str:
         variant = f"{self.variant} " if self.variant else ""
@@ -265,6 +289,14 @@ def _why(detail: Detail) -> str:
     return error[-1] if error[0].startswith("Traceback") else error[0]
 
 
+def _grades(grader: object) -> bool:
+    return callable(getattr(grader, "grade", None))
+
+
+def _is_environment(made: object) -> bool:
+    return isinstance(made, Environment)
+
+
 class TaskHooks:
     """Hooks registered only while a dataset is active, so other runs pay nothing for them."""
 
@@ -277,22 +309,18 @@ class TaskHooks:
         plugins and the conftests there or above first, built-ins last."""
 
         def make(spec: GraderSpec, task: TaskSpec, root: Path) -> Any:
+            hook = hook_at(config, "pytest_agenteval_make_grader", root)
+            asked = {"spec": spec, "task": task, "dataset_root": root}
             try:
-                grader, source = first_answer(
-                    config,
-                    "pytest_agenteval_make_grader",
-                    root,
-                    spec=spec,
-                    task=task,
-                    dataset_root=root,
-                )
+                grader = hook(**asked)
             except GraderSpecError:
                 raise
             except ValueError as exc:
                 raise GraderSpecError(str(exc)) from None
             if grader is None:
                 raise unknown_grader(spec.type, list(BUILTIN_GRADERS))
-            if not callable(getattr(grader, "grade", None)):
+            if not _grades(grader):
+                source = answered_by(config, hook, asked, _grades)
                 raise GraderSpecError(
                     f"pytest_agenteval_make_grader returned {type(grader).__name__} for "
                     f"{spec.type!r}, which has no grade(ctx) method (answered by {source})",
@@ -309,12 +337,13 @@ class TaskHooks:
         and the conftests there or above first, built-ins last."""
 
         def make(spec: AnyAgentSpec, root: Path) -> Agent:
-            agent, source = first_answer(
-                config, "pytest_agenteval_make_agent", root, spec=spec, dataset_root=root
-            )
+            hook = hook_at(config, "pytest_agenteval_make_agent", root)
+            asked = {"spec": spec, "dataset_root": root}
+            agent = hook(**asked)
             if agent is None:
                 raise unknown_agent_kind(getattr(spec, "type", "?"), list(BUILTIN_AGENT_KINDS))
             if not callable(agent):
+                source = answered_by(config, hook, asked, callable)
                 raise AgentUnavailable(
                     f"pytest_agenteval_make_agent returned {type(agent).__name__}, which is "
                     f"not callable (answered by {source})",
@@ -332,18 +361,18 @@ class TaskHooks:
 
         def make(task: TaskDef, key: Key) -> Environment | None:
             root = task.dataset.root
-            made, source = first_answer(
-                config,
-                "pytest_agenteval_make_environment",
-                root,
-                task=task.spec,
-                key=key,
-                template=task.workspace_dir,
-                dataset_root=root,
-                config=config,
-            )
+            hook = hook_at(config, "pytest_agenteval_make_environment", root)
+            asked = {
+                "task": task.spec,
+                "key": key,
+                "template": task.workspace_dir,
+                "dataset_root": root,
+                "config": config,
+            }
+            made = hook(**asked)
             if made is None or isinstance(made, Environment):
                 return made
+            source = answered_by(config, hook, asked, _is_environment)
             raise AgentError(
                 f"pytest_agenteval_make_environment returned {type(made).__name__}, "
                 f"not an Environment (answered by {source})",
@@ -378,13 +407,16 @@ class TaskHooks:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
         if call.when != "teardown" and isinstance(item, AgentevalItem):
+            where = None
             if call.when == "setup" and report.failed and call.excinfo is not None:
                 report.longrepr = item.repr_failure(call.excinfo)
-                if isinstance(item, AttemptItem):
-                    report.when = item.error_when(call.excinfo.value)
+                where = item.failed_at(call.excinfo.value)
             if report.failed:
                 path, line, _ = item.reportinfo()
                 longrepr = as_crash_repr(report.longrepr, Path(path), (line or 0) + 1)
+                if where is not None:
+                    longrepr = at_phase(longrepr, where, item.heading())
+                    item.user_properties.append(("phase", where))  # --junitxml: the teardown's
                 report.longrepr = encodable(longrepr, call.excinfo)
             if call.when == "call" or report.failed:
                 report.agenteval = item.report_extras()
@@ -401,14 +433,6 @@ class TaskHooks:
         if isinstance(data, dict) and isinstance(data.get("agenteval"), NewRecord):
             data["agenteval"] = data["agenteval"].ship()
         return data
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
-        """An attempt that errored in its agent or a grader is an *error* (pytest's own rule
-        counts only `setup` and `teardown` reports as errors)."""
-        if report.failed and report.when in ERROR_WHEN.values():
-            return "error", "E", "ERROR"
-        return None
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         runner = config.stash[RUNTIME].runner

@@ -31,7 +31,7 @@ from ..core.records import (
     variant_of,
 )
 from ..execution.attempt import interrupted_record
-from ..execution.exits import guarded_exits
+from ..execution.exits import guard_exits, unguard_exits
 from ..sources.dataset import TaskDef, load_task_file
 from ..sources.discovery import arg_path
 from ..store.index import IndexRow, row_of
@@ -43,7 +43,6 @@ from ..store.runs import Store
 from ..store.stops import Budget
 from .collect import LoadErrorItem, load_error_label
 from .concurrency import concurrency_of, say_now
-from .failures import junit_error_message
 from .internals import stop_distributing
 from .items import AttemptItem
 from .runtime import Runtime
@@ -103,8 +102,11 @@ class Recorder:
         a success (xdist workers that die are crashes the controller records)."""
         if self._distributed:
             return (yield)
-        with guarded_exits(partial(say_now, self.config)):
+        guard_exits(partial(say_now, self.config))
+        try:
             return (yield)
+        finally:
+            unguard_exits()
 
     def failed(self, exc: StoreError | ReportError) -> None:
         """A store or report write failed (disk full, read-only): stop cleanly and say where
@@ -233,8 +235,6 @@ class Recorder:
         else:
             self._attempt_reported(report, info, made)
         result = yield
-        if report.failed:  # after --junitxml's plugin saw it (an error, not a failure)
-            junit_error_message(self.config, report)
         # Every plugin has seen the record; the terminal reporter keeps reports all session long.
         report.agenteval = None  # type: ignore[attr-defined]
         if made is not None and made.crashed:

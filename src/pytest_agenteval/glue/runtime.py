@@ -30,6 +30,7 @@ from ..sources.speccache import CachedTask, SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
 from ..store.plan import Decision, Plan
 from ..store.stops import Budget, Stops
+from .pluginhooks import answered_by
 from .settings import Settings
 
 FIXTURE_NAME = "agenteval_agent"
@@ -368,25 +369,23 @@ def _versioned(label: str | None, version: str | None) -> str | None:
 def make_executor(
     config: pytest.Config, isolate: bool, concurrency: int, agents: AgentResolver
 ) -> Executor:
-    """The executor `pytest_agenteval_make_executor` gives, checked. The hook is called plugin
-    by plugin, as pluggy would (first result wins), so a bad one is named by its plugin."""
+    """The executor `pytest_agenteval_make_executor` gives (pluggy calls it: the first answer
+    wins, wrappers wrap it), checked: anything else is a usage error naming who gave it."""
     hook = config.hook.pytest_agenteval_make_executor
-    given = {"config": config, "isolate": isolate, "concurrency": concurrency, "agents": agents}
-    for impl in reversed(hook.get_hookimpls()):
-        if impl.hookwrapper or impl.wrapper:
-            continue
-        made = impl.function(*(given[name] for name in impl.argnames))
-        if made is None:
-            continue
-        if not isinstance(made, Executor):
-            raise pytest.UsageError(
-                f"plugin {impl.plugin_name!r}: pytest_agenteval_make_executor returned "
-                f"{type(made).__name__}, not an Executor; return an object with "
-                "call_agent(call), kill_running() and close() (pytest_agenteval.Executor), "
-                "or None"
-            )
-        return made
-    raise AssertionError("the built-in pytest_agenteval_make_executor always answers")
+    asked = {"config": config, "isolate": isolate, "concurrency": concurrency, "agents": agents}
+    made = hook(**asked)
+    if not isinstance(made, Executor):
+        source = answered_by(config, hook, asked, _is_executor)
+        raise pytest.UsageError(
+            f"{source}: pytest_agenteval_make_executor returned {type(made).__name__}, not an "
+            "Executor; return an object with call_agent(call), kill_running() and close() "
+            "(pytest_agenteval.Executor), or None"
+        )
+    return made
+
+
+def _is_executor(made: object) -> bool:
+    return isinstance(made, Executor)
 
 
 @dataclass(frozen=True)

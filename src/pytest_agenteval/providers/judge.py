@@ -33,6 +33,11 @@ _connections: dict[tuple[str, str], Connection] = {}
 """One client per judge setting and key, shared by every task of the session."""
 
 
+def forget() -> None:
+    """The session is over: its judges' clients are not a later session's."""
+    _connections.clear()
+
+
 def prompt(rubric: str, task_input: Any, expected: Any, output: str) -> list[dict[str, str]]:
     """The messages sent to the judge: the fenced data first, the rubric last."""
     marker = secrets.token_hex(8)

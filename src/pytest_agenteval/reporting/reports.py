@@ -302,20 +302,18 @@ def _pass_rate(task: TaskSummary) -> tuple[float, str, str]:
 
 
 def _counts_line(counts: Counts) -> str:
+    """`7 passed, 1 failed, 3 errors (2 over budget, 1 sandbox build failed), 1 load error;
+    30 reused, 2 regraded`: what the errors were in their parentheses, what the session did
+    not run after a semicolon (so it is not read as part of the errors)."""
     text = f"{counts.passed} passed, {counts.fail} failed, {counted(counts.error, 'error')}"
-    if counts.over_budget:
-        text += f" ({counts.over_budget} over budget)"
-    text += _build_failed_words(counts)
+    kinds = (("over budget", counts.over_budget), ("sandbox build failed", counts.build_failed))
+    apart = [f"{n} {what}" for what, n in kinds if n]
+    text += f" ({', '.join(apart)})" if apart else ""
     if counts.load_error:
         text += f", {counted(counts.load_error, 'load error')}"
     done = (("reused", counts.reused), ("regraded", counts.regraded))
     extra = [f"{n} {what}" for what, n in done if n]
-    return text + (f" ({', '.join(extra)})" if extra else "")
-
-
-def _build_failed_words(counts: Counts) -> str:
-    """The errors whose sandbox image could not be had, counted apart."""
-    return f" ({counts.build_failed} sandbox build failed)" if counts.build_failed else ""
+    return text + (f"; {', '.join(extra)}" if extra else "")
 
 
 def drift_lines(summary: Summary) -> list[str]:

@@ -42,7 +42,7 @@ class CachedTask(NamedTuple):
 
 
 def _versions() -> dict[str, str]:
-    from .. import __version__
+    from ..core.version import __version__
 
     python = "{}.{}".format(*sys.version_info[:2])
     return {"plugin": __version__, "pydantic": pydantic.VERSION, "python": python}

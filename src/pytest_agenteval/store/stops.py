@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Literal
 
 from ..core.errors import StoreError
-from ..execution.limits import locked
 from .files import write_json
+from .locks import locked
 
 CANCEL_FILE = "cancel"
 STOP_FILE = "stop.json"

@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..core.docstrings import describe
 from ..core.llm import OpenAIAgentOptions
 from ..core.model import TAG_RE, VARIANT_NAME_PATTERN, Manifest, SourceTaskSpec, TaskSpec
 from ..execution.graders import BUILTIN_GRADERS, BuiltinGrader, Contains
-from .docstrings import describe
 
 Schema = dict[str, Any]
 
