@@ -513,7 +513,8 @@ class DockerEnvironment:
                 raise IsADirectoryError(path)
             return extracted.read()
 
-    def write_file(self, path: str, data: bytes) -> None:
+    def write_file(self, path: str, data: bytes | str) -> None:
+        data = data.encode() if isinstance(data, str) else data
         target = PurePosixPath(self._inside(path))
         uid, gid = _owner(self.spec.user)
         buffer = io.BytesIO()

@@ -166,7 +166,8 @@ class LocalEnvironment:
     def read_file(self, path: str) -> bytes:
         return self._inside(path).read_bytes()
 
-    def write_file(self, path: str, data: bytes) -> None:
+    def write_file(self, path: str, data: bytes | str) -> None:
+        data = data.encode() if isinstance(data, str) else data
         target = self._inside(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
