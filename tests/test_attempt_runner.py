@@ -94,8 +94,8 @@ class FakeEnvironment:
     def read_file(self, path: str) -> bytes:
         return self.files[path]
 
-    def write_file(self, path: str, data: bytes) -> None:
-        self.files[path] = data
+    def write_file(self, path: str, data: bytes | str) -> None:
+        self.files[path] = data.encode() if isinstance(data, str) else data
 
     def changed_files(self) -> list[ChangedFile]:
         return [ChangedFile(p, "added", len(d)) for p, d in sorted(self.files.items())]

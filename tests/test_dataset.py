@@ -138,6 +138,74 @@ def test_manifest_errors_raise_with_location(tmp_path: Path) -> None:
         load_dataset(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "id: " + "a" * 250 + "\ninput: x\n",
+            "t.yaml:1: at id: task id 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'… has 250 "
+            "characters; at most 200",
+        ),
+        (
+            "tasks:\n  - id: ok\n    input: x\n    expected: x\n  - id: true\n    input: x\n",
+            "t.yaml:5: at tasks[1].id: true is not text: YAML reads it as a boolean\n"
+            'Hint: quote it: "true"',
+        ),
+    ],
+    ids=["long", "boolean"],
+)
+def test_a_long_or_unquoted_task_id_is_a_located_error(
+    root: Path, text: str, expected: str
+) -> None:
+    """A task id longer than 200 characters (it names folders: 255 bytes at most) and an id
+    YAML reads as a boolean are errors at their line, the second saying to quote it."""
+    results = load(root, "t.yaml", text)
+    message = next(r for r in results if isinstance(r, LoadFailure)).render()
+    assert expected in message.replace(str(root) + "/", "")
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "expected"),
+    [
+        (
+            "v" * 240,
+            4,
+            "variant name 'vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv'… has 240 characters",
+        ),
+        (
+            "true",
+            4,
+            'at variants: the key true is not text: YAML reads it as a boolean\nHint: quote it: "true"',
+        ),
+        (
+            "null",
+            4,
+            'at variants: the key null is not text: YAML reads it as null\nHint: quote it: "null"',
+        ),
+        (
+            "0",
+            4,
+            'at variants: the key 0 is not text: YAML reads it as a number\nHint: quote it: "0"',
+        ),
+    ],
+    ids=["long", "boolean", "null", "number"],
+)
+def test_a_long_or_unquoted_variant_name_is_a_located_error(
+    tmp_path: Path, name: str, line: int, expected: str
+) -> None:
+    """A variant name longer than 200 characters is refused at its line; one YAML reads as
+    a boolean, null or number (`true: agent:run`) is refused at its own line (not the first
+    variant's), saying to quote it."""
+    (tmp_path / "agenteval.yaml").write_text(
+        f"name: demo\nvariants:\n  base: agent:run\n  {name}: agent:run\n  last: agent:run\n"
+    )
+    with pytest.raises(TaskFileError) as raised:
+        load_dataset(tmp_path)
+    message = raised.value.render().replace(str(tmp_path) + "/", "")
+    assert message.startswith(f"agenteval.yaml:{line}: ")
+    assert expected in message
+
+
 def test_manifest_is_optional(tmp_path: Path) -> None:
     """Without agenteval.yaml the dataset is named after its folder."""
     assert load_dataset(tmp_path).name == tmp_path.name

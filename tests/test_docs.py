@@ -3,6 +3,7 @@ written, and the site builds and renders (its YAML examples are checked in test_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -185,3 +186,21 @@ def test_site_never_turns_an_option_dash_into_a_typographic_dash(site: Path) -> 
     pages = [page.read_text() for page in site.rglob("*.html")]
     assert any("--agenteval-max-cost" in page for page in pages)
     assert [page for page in pages if re.search("[\u2013\u2014]agenteval-", page)] == []
+
+
+@pytest.mark.parametrize("name", ["Environment", "ExecResult", "ChangedFile"])
+def test_the_python_api_reference_lists_every_member_of_the_environment_api(name: str) -> None:
+    """The reference's entry for each public type of the environment API lists every public
+    method, property and field, and each method and property has a docstring: the reference
+    renders what `help()` shows, with the same type hints."""
+    import pytest_agenteval
+
+    cls = getattr(pytest_agenteval, name)
+    page = (DOCS / "reference" / "python-api.md").read_text()
+    entry = re.search(rf"autoclass:: pytest_agenteval\.{name}(?:\(\))?\n   :members: (.*)", page)
+    assert entry is not None, f"no entry for {name}"
+    public = {member for member in vars(cls) if not member.startswith("_")}
+    assert set(entry[1].split(", ")) == public
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    undocumented = [m for m in public - fields if not getattr(cls, m).__doc__]
+    assert undocumented == []

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from helpers import DatasetMaker, stored, task
-from pytest_agenteval import Environment
+from pytest_agenteval import Environment, ExecResult
 from pytest_agenteval.core.environment import ChangedFile
 from pytest_agenteval.execution.environment import LocalEnvironment
 from pytest_agenteval.execution.workspaces import Workspaces
@@ -51,6 +51,19 @@ def test_local_environment_holds_a_copy_runs_programs_and_reads_and_writes(
         with pytest.raises(PermissionError, match="outside the attempt's workspace"):
             env.read_file(outside)
     assert env.read_file(f"{env.workdir}/README") == b"read me\n"
+
+
+def test_local_environment_writes_text_as_utf8_and_bytes_as_given(tmp_path: Path) -> None:
+    """`write_file` takes a str (written as UTF-8) as well as bytes; `exec` answers with the
+    public `ExecResult`, its fields by name."""
+    env = Workspaces(tmp_path / "base").create(("ds", "t", 0), None)
+    env.write_file("deep/text.txt", "café ☕\n")
+    env.write_file("raw.bin", b"\xff\x00")
+    assert env.read_file("deep/text.txt") == "café ☕\n".encode()
+    assert env.read_file("raw.bin") == b"\xff\x00"
+    done = env.exec(["cat", "deep/text.txt"])
+    assert isinstance(done, ExecResult)
+    assert done == ExecResult(0, "café ☕\n", "", False)
 
 
 def test_local_environment_lists_the_files_changed_against_the_template(tmp_path: Path) -> None:

@@ -361,9 +361,10 @@ def test_workspace_names_are_distinct_and_bounded(tmp_path: Path) -> None:
 def test_a_very_long_task_id_gets_a_workspace(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
-    """A command agent (run in its workspace) works for a 500-character task id."""
+    """A command agent (run in its workspace) works for a task id of the longest length
+    allowed (200 characters; a longer one is a load error)."""
     agent = {"command": ["{python}", "-c", "print('ok')"]}
-    dataset({"long.yaml": {"id": "t" * 500, "input": "q", "expected": "ok", "agent": agent}})
+    dataset({"long.yaml": {"id": "t" * 200, "input": "q", "expected": "ok", "agent": agent}})
     pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
 
 

@@ -44,6 +44,30 @@ def test_a_lone_surrogate_is_one_rows_error(
     assert "4 tasks valid, 2 problems" in out
 
 
+def test_raw_cesu8_bytes_in_a_jsonl_row_are_one_rows_error(
+    pytester: pytest.Pytester, dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Raw CESU-8 bytes of a surrogate (`\\xed\\xa0\\x80`, not the `\\ud800` escape) in a
+    JSONL row are one load error at `file:line` naming the bytes; the other rows run, a
+    resume runs too, and `agenteval validate` reports it."""
+    root = dataset({"j.yaml": ROWS})
+    good = b'{"k": 1, "q": "ok"}\n'
+    (root / "rows.jsonl").write_bytes(
+        good + b'{"k": 2, "q": "bad \xed\xa0\x80"}\n{"k": 3, "q": "fine"}\n'
+    )
+    agent_says_4(pytester)
+    for args in ([], ["--resume-suite"]):
+        result = pytester.runpytest("--agenteval", "ds", *args)
+        result.assert_outcomes(passed=2, errors=1)
+        result.stdout.fnmatch_lines(
+            ["*ds/rows.jsonl:2: the row is not UTF-8 text: bytes ed a0 80 at column 20*"]
+        )
+    assert main(["validate", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "rows.jsonl:2: the row is not UTF-8 text" in out
+    assert "2 tasks valid, 1 problem" in out
+
+
 def test_a_template_typo_is_one_error_at_the_template(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:

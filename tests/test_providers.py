@@ -62,11 +62,31 @@ def test_answers_pass_and_fail_and_the_record_keeps_the_call(
         "model": "served-model-1",
     }
     assert record["call"] == {"model": "served-model-1", "finish_reason": "stop", "retries": 0}
-    assert record["transcript"] == [
-        {"role": "system", "content": "Answer briefly."},
-        {"role": "user", "content": "What is 6*7? <<42>>"},
-        {"role": "assistant", "content": "42"},
+    events = record["transcript"]
+    assert [(e["type"], e.get("role")) for e in events] == [
+        ("message", "system"),
+        ("message", "user"),
+        ("model_call", None),
+        ("message", "assistant"),
     ]
+    assert [e["content"] for e in events if e["type"] == "message"] == [
+        "Answer briefly.",
+        "What is 6*7? <<42>>",
+        "42",
+    ]
+    call = events[2]
+    assert (call["provider"], call["request_model"], call["model"]) == (
+        "openai",
+        "test-model",
+        "served-model-1",
+    )
+    assert (call["input_tokens"], call["output_tokens"], call["cached_input_tokens"]) == (
+        100,
+        20,
+        40,
+    )
+    assert call["finish_reason"] == "stop" and call["cached"] is False and call["retries"] == 0
+    assert call["started_at"] <= call["at"] and call["latency"] >= 0
     chat = next(r for r in chat_server.requests if r["messages"][-1]["content"].startswith("hi"))
     assert chat["messages"] == [{"role": "user", "content": "hi <<hello>>"}]
     assert chat["model"] == "test-model" and chat["temperature"] == 0.2

@@ -28,6 +28,7 @@ from helpers import (
     stored,
     summary_of,
 )
+from pytest_agenteval import ExecResult
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.environment import ChangedFile, Environment
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
@@ -154,6 +155,21 @@ def test_a_sandbox_runs_programs_reads_writes_and_lists_changes(
         environment.read_file("../etc/passwd")
     with pytest.raises(OSError, match="no-such-program"):
         environment.exec(["no-such-program"])
+
+
+@pytest.mark.slow
+def test_a_sandbox_writes_text_as_utf8_and_answers_with_an_exec_result(
+    environment: DockerEnvironment,
+) -> None:
+    """In a container too, `write_file` takes a str (written as UTF-8) or bytes, and `exec`
+    answers with the public `ExecResult`."""
+    environment.write_file("deep/text.txt", "café ☕\n")
+    environment.write_file("raw.bin", b"\xff\x00")
+    assert environment.read_file("deep/text.txt") == "café ☕\n".encode()
+    assert environment.read_file("raw.bin") == b"\xff\x00"
+    done = environment.exec(["cat", "deep/text.txt"])
+    assert isinstance(done, ExecResult)
+    assert done == ExecResult(0, "café ☕\n", "", False)
 
 
 def test_a_numeric_user_runs_the_programs_and_owns_the_workspace(

@@ -430,7 +430,7 @@ def test_grader_names_are_offered_with_their_options(capsys: pytest.CaptureFixtu
     """Bare built-in names are listed for completion, and each built-in has its options."""
     defs = printed_schema("task", capsys)[1]["$defs"]
     offered = {b["const"] for b in defs["GraderName"]["anyOf"] if "const" in b}
-    assert offered == {"equals", "contains", "regex", "json", "number"}
+    assert offered == {"equals", "contains", "regex", "json", "number", "tool_called"}
     for grader in BUILTIN_GRADERS.values():
         assert grader.options_model.__name__ in defs
 

@@ -58,18 +58,32 @@ def test_status_of_a_progress_json_without_a_field_says_so(
     assert "Traceback" not in shown.stderr
 
 
-def test_status_after_kill_9_says_the_progress_is_stale(
+def test_status_after_kill_9_counts_from_the_index(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
-    """After the session is killed, status says its progress is stale (the session that wrote
-    it is gone) and what the run holds."""
-    dataset({"a.yaml": task("ok"), "b.yaml": task(metadata={"signal": 9})})
-    assert pytester.runpytest_subprocess("--agenteval", "ds").ret != 0
+    """After the session is killed (kill -9), status counts what the run's index holds, not
+    what its progress.json last said (written at most once a second: here before the first
+    attempt was committed, with calls in flight that died with the session), and says so."""
+    dataset(
+        {
+            "a.yaml": task("ok"),
+            "b.yaml": task("no"),
+            "c.yaml": task(metadata={"signal": 9}),
+            "d.yaml": task("ok"),
+        }
+    )
+    assert pytester.runpytest_subprocess("--agenteval", "ds", "-p", "no:randomly").ret != 0
+    path = run_dir(pytester, latest_run(pytester.path)) / "progress.json"
+    lagging = {**json.loads(path.read_text()), "status": "running", "done": 0, "pass": 0}
+    path.write_text(json.dumps({**lagging, "in_flight": 8}))
     shown = cli(pytester, "status")
     assert shown.returncode == 0, shown.stderr
-    assert ": interrupted · " in shown.stdout
-    assert "stale: the session that wrote this (pid " in shown.stdout
-    assert "is gone; the run holds 1 of 2 planned attempts (interrupted)" in shown.stdout
+    lines = shown.stdout.splitlines()
+    assert lines[0].endswith(": interrupted · 2/4 done"), lines
+    assert lines[1] == "1 passed, 1 failed, 0 errors"
+    assert "in flight" not in shown.stdout
+    assert lines[-1].startswith("counted from the run's index: the session that wrote")
+    assert lines[-1].endswith("is gone, and its last word was 0/4 done")
 
 
 def test_runs_lists_the_others_when_one_index_is_unreadable(

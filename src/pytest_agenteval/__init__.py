@@ -14,7 +14,7 @@ from .core.version import __version__
 
 if TYPE_CHECKING:
     from .core.environment import ChangedFile, Environment, ExecResult
-    from .core.errors import AgentError
+    from .core.errors import AgentError, AttemptStopped, LimitReached, RunStopped
     from .core.model import (
         AgentResult,
         AnyAgentSpec,
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         Verdict,
     )
     from .core.records import AttemptRecord
+    from .core.trace import LimitHit, Message, ModelCall, ToolCall, ToolResult, Trace
     from .execution.agents import Agent, AgentRef, AgentResolver
     from .execution.executor import AgentCall, Executor
     from .execution.graders import GradeContext, Grader
@@ -42,6 +43,15 @@ _WHERE = {
     "AgentError": "core.errors",
     "AnyAgentSpec": "core.model",
     "AttemptRecord": "core.records",
+    "AttemptStopped": "core.errors",
+    "LimitHit": "core.trace",
+    "LimitReached": "core.errors",
+    "Message": "core.trace",
+    "ModelCall": "core.trace",
+    "RunStopped": "core.errors",
+    "ToolCall": "core.trace",
+    "ToolResult": "core.trace",
+    "Trace": "core.trace",
     "ChangedFile": "core.environment",
     "Environment": "core.environment",
     "ExecResult": "core.environment",
@@ -67,6 +77,7 @@ __all__ = [
     "AgentResult",
     "AnyAgentSpec",
     "AttemptRecord",
+    "AttemptStopped",
     "ChangedFile",
     "Environment",
     "ExecResult",
@@ -75,10 +86,18 @@ __all__ = [
     "Grader",
     "GraderSpec",
     "Key",
+    "LimitHit",
+    "LimitReached",
     "Manifest",
+    "Message",
+    "ModelCall",
+    "RunStopped",
     "Summary",
     "Task",
     "TaskSpec",
+    "ToolCall",
+    "ToolResult",
+    "Trace",
     "Usage",
     "Verdict",
     "__version__",

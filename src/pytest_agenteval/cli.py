@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .core import options
 from .core.errors import AgentevalError
-from .core.text import counted
+from .core.text import counted, printable
 from .core.version import __version__
 
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ def _open_store(args: argparse.Namespace) -> Store | None:
 
 def _print_damage(store: Store) -> None:
     for problem in store.problems:
-        print(f"agenteval: store damage: {problem}", file=sys.stderr)
+        print(printable(f"agenteval: store damage: {problem}"), file=sys.stderr)
 
 
 def _runs(args: argparse.Namespace) -> int:
@@ -258,7 +258,7 @@ def _report(args: argparse.Namespace) -> int:
     html = html_page if args.html else None
     finished = finish_run(summary, out_dir=out_dir, task_rule=args.task_rule, html=html)
     for problem in store.problems[known:]:  # found while reading the full records
-        print(f"agenteval: store damage: {problem}", file=sys.stderr)
+        print(printable(f"agenteval: store damage: {problem}"), file=sys.stderr)
     if finished.failures:
         exc = finished.failures[0]
         hint = "; write them elsewhere with --out DIR" if out_dir and not args.out else ""
@@ -366,7 +366,7 @@ def _status_lines(store: Store, run_id: str) -> tuple[list[str], bool, bool]:
     """What `agenteval status` prints of a run now, whether a session of it is live (or
     starting: `--watch` goes on), and whether its progress.json was readable."""
     from .core.errors import StoreError
-    from .store.progress import LIVE, progress_lines, read_progress, writer_alive
+    from .store.progress import LIVE, progress_lines, read_progress, stale_lines, writer_alive
 
     locked = store.running(run_id)
     try:
@@ -389,11 +389,16 @@ def _status_lines(store: Store, run_id: str) -> tuple[list[str], bool, bool]:
         return progress_lines(data), True, True
     if locked:
         return [f"{starting} died at {last}"], True, True
-    info = store.run(run_id)
-    data["status"] = info.status if info else "interrupted"
-    pid = (data.get("session") or {}).get("pid", "?")
-    stale = f"stale: the session that wrote this (pid {pid}) is gone; {_holds(store, run_id)}"
-    return [*progress_lines(data), stale], False, True
+    try:
+        info = store.run(run_id)
+        rows, _ = store.index(run_id, for_plan=False)  # damage: in store.problems
+    except StoreError as exc:
+        pid = (data.get("session") or {}).get("pid", "?")
+        stale = f"stale: the session that wrote this (pid {pid}) is gone; {_holds(store, run_id)}"
+        return [*progress_lines(data), stale, f"agenteval: {exc}"], False, True
+    status = info.status if info else "interrupted"
+    planned = info.planned if info else data["planned"]
+    return stale_lines(data, rows, planned, status), False, True
 
 
 def _holds(store: Store, run_id: str) -> str:

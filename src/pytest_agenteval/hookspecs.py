@@ -47,9 +47,10 @@ def pytest_agenteval_make_environment(
     Called when the attempt `key` (dataset, task id, attempt, and its variant in a run with
     variants) first needs one: before its agent when the task has a workspace `template` (a
     folder to copy in), else when something asks.
-    Return an object satisfying `pytest_agenteval.Environment` (`exec`, `read_file`,
-    `write_file`, `changed_files`, `teardown`, ...). Command agents and the `command` grader
-    run in it. The built-in local folder (under pytest's basetemp) answers last.
+    Return an object satisfying `pytest_agenteval.Environment` (`exec` returning an
+    `ExecResult`, `read_file`, `write_file` taking bytes or a str, `changed_files`,
+    `teardown`, ...). Command agents and the `command` grader run in it. The built-in local
+    folder (under pytest's basetemp) answers last.
     """
 
 

@@ -9,6 +9,7 @@ Settings precedence: command-line option, then the ini setting, then the dataset
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,8 +30,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
     def option(*names: str, ini: tuple[str, str] | None = None, **kwargs: Any) -> None:
         group.addoption(*names, **kwargs)
-        if ini:
-            parser.addini(ini[0], help=kwargs["help"], type=ini[1])  # type: ignore[arg-type]
+        if ini:  # an ini option's help is printed as it is, not %-formatted as argparse's
+            ini_help = kwargs["help"].replace("%%", "%")
+            parser.addini(ini[0], help=ini_help, type=ini[1])  # type: ignore[arg-type]
 
     option(
         "--agenteval",
@@ -195,6 +197,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ini=("agenteval_isolate", "bool"),
         help="run each Python agent call in a child process: a crash or a hang in C code "
         "errors that attempt only, and its timeout kills everything it started.",
+    )
+    option(
+        "--agenteval-otel",
+        dest="agenteval_otel",
+        action="store_true",
+        default=None,
+        ini=("agenteval_otel", "bool"),
+        help="send each attempt's trace to an OpenTelemetry collector over OTLP/HTTP "
+        "(OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318; on whenever that is "
+        "set); needs pip install 'pytest-agenteval[otel]'.",
     )
     option(
         "--agenteval-concurrency",
@@ -402,6 +414,7 @@ def pytest_configure(config: pytest.Config) -> None:
             settings.sandboxes,
         ),
         concurrency=size,
+        telemetry=_telemetry(config, settings.otel),
     )
     fingerprint = agent_fingerprint(settings, datasets)
     if hasattr(config, "workerinput"):
@@ -456,6 +469,25 @@ def pytest_agenteval_make_executor(
     if isolate:
         return IsolatingExecutor(agents)
     return SerialExecutor(agents, concurrent=concurrency > 1)
+
+
+def _telemetry(config: pytest.Config, flag: bool) -> Any:
+    """The OpenTelemetry exporter, when asked for (`--agenteval-otel`, or an OTLP endpoint in
+    the environment); None when off, so nothing of OpenTelemetry is imported."""
+    from .reporting import otel
+
+    if not otel.wanted(flag, os.environ):
+        return None
+    if not otel.available():
+        if flag:
+            raise pytest.UsageError(
+                f"--agenteval-otel needs OpenTelemetry's SDK and OTLP exporter: {otel.INSTALL}"
+            )
+        return None  # the endpoint is set for other programs: no extra, no export
+    content = os.environ.get(otel.CONTENT_ENV, "").strip().lower() in ("1", "true", "yes")
+    telemetry = otel.Telemetry(content=content)
+    config.add_cleanup(telemetry.close)
+    return telemetry
 
 
 def _basetemp(config: pytest.Config) -> Path | None:

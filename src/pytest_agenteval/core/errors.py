@@ -78,6 +78,33 @@ class OverBudget(AgentError):
     error_type = "over_budget"
 
 
+class AttemptStopped(AgentevalError):
+    """Raised by `task.check()` between an agent's turns: stop the loop now. Let it propagate
+    (or catch it and return what you have): the attempt runner knows which limit it was."""
+
+    def __init__(self, limit: str, reason: str) -> None:
+        self.limit = limit
+        """`run` (a run-wide stop), or the attempt's own `budget` or `timeout`."""
+        self.reason = reason
+        super().__init__(reason)
+
+
+class RunStopped(AttemptStopped):
+    """The run stops (`agenteval cancel`, its deadline, a spend or token cap): the attempt is
+    recorded with what it spent as stopped, and a resume (with the limit raised) runs it
+    again."""
+
+    error_type = "RunStopped"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("run", reason)
+
+
+class LimitReached(AttemptStopped):
+    """The attempt's own `budget:` or `timeout` is passed by what it reported so far: the
+    attempt is graded on what it produced, its record says `stopped`."""
+
+
 class AgentUnavailable(AgentevalError):
     """The agent a spec names cannot be built: a module, file, function or program that does
     not exist, or a plugin that refused its options. Its attempts never start, so nothing is

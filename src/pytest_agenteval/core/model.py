@@ -27,6 +27,7 @@ from pydantic import (
 
 from .errors import AgentError
 from .llm import JudgeSettings, ModelPrice
+from .trace import Trace
 
 if TYPE_CHECKING:
     from .environment import Environment
@@ -38,11 +39,14 @@ Status = Literal["pass", "fail", "error"]
 """An attempt's verdict: its graders passed, one failed (a wrong answer), or it errored."""
 Action = Literal["reuse", "regrade", "run"]
 """What a resume does with a planned attempt."""
-Phase = Literal["agent", "grading", "crash", "budget", "build", "sandbox"]
+Phase = Literal["agent", "grading", "crash", "budget", "build", "sandbox", "stopped"]
 """Where an errored attempt stopped: in the agent, in a grader, its process died, its usage
 went over the task's budget (`over_budget`), its sandbox's image could not be had
-(`build_failed`), or its sandbox failed under it: the Docker daemon or CLI (`sandbox_error`).
-A resume runs `crash`, `build` and `sandbox` attempts again: nothing of them was judged."""
+(`build_failed`), its sandbox failed under it: the Docker daemon or CLI (`sandbox_error`), or
+a run-wide stop ended its agent's loop between turns (`stopped`). A resume runs `crash`,
+`build`, `sandbox` and `stopped` attempts again: nothing of them was judged."""
+Stopped = Literal["max_turns", "budget", "timeout"]
+"""The attempt's own limit that ended its agent's loop (it was graded on what it produced)."""
 Key = tuple[str, str, int]
 """(dataset, task id, attempt index): how records are keyed, never by node id."""
 
@@ -323,6 +327,7 @@ def _variant_name(name: str) -> str:
             f"variant name {name!r}: use letters, digits, `_`, `.` and `-` (it becomes part of "
             "item ids, so `-k NAME` selects it)"
         )
+    _check_length("variant name", name)
     return name
 
 
@@ -357,7 +362,9 @@ class Manifest(UserModel):
         None
     )
     """Agents compared on the same tasks in one run, by name (the first is the reference):
-    `NAME: AGENT-SPEC` or `NAME: {agent: AGENT-SPEC, limits: ..., agent_version: ...}`."""
+    `NAME: AGENT-SPEC` or `NAME: {agent: AGENT-SPEC, limits: ..., agent_version: ...}`. A name
+    uses letters, digits and `_ . -`, at most 200 characters; quote one YAML reads otherwise
+    (`"true"`, `"0"`)."""
 
     _agent = field_validator("agent", mode="before")(_agent_shorthand)
 
@@ -380,7 +387,9 @@ class TaskSpec(UserModel):
     """One task as written in YAML."""
 
     id: str | None = None
-    """Unique id; defaults to the file path relative to the dataset root, without extension."""
+    """Unique id; defaults to the file path relative to the dataset root, without extension.
+    Letters, digits and `_ . - /`, at most 200 characters (quote one YAML would read as a
+    number or boolean: `id: "007"`)."""
     description: str = ""
     """What the task checks, for people reading it."""
     tags: list[str] = Field(default_factory=list)
@@ -476,12 +485,26 @@ def _is_message(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("role"), str) and "content" in value
 
 
+MAX_NAME_LENGTH = 200
+"""Characters a task id or a variant name may have: both become parts of item ids and of
+file and folder names (each at most 255 bytes on common file systems)."""
+
+
 def check_task_id(value: str) -> None:
     """Raise ValueError unless `value` is usable in `-k` and as a file-name-safe key."""
     if not TASK_ID_RE.fullmatch(value) or any(p in (".", "..") for p in value.split("/")):
         raise ValueError(
             f"task id {value!r} may only use letters, digits and _ . - / "
             "(no empty, '.' or '..' path segments)"
+        )
+    _check_length("task id", value)
+
+
+def _check_length(what: str, value: str) -> None:
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"{what} {value[:40]!r}… has {len(value)} characters; at most {MAX_NAME_LENGTH} "
+            "(it becomes part of item ids and folder names)"
         )
 
 
@@ -567,6 +590,7 @@ class Task:
         "input",
         "metadata",
         "seed",
+        "trace",
     )
 
     def __init__(
@@ -592,6 +616,15 @@ class Task:
         self._make_workspace = None if isinstance(workspace, Path) else workspace
         self._environment: Environment | None = None
         self._make_environment = environment
+        self.trace = Trace()
+        """This attempt's typed trace: append its model calls, tool calls and messages as
+        they happen (kept in the record's `transcript`)."""
+
+    def check(self) -> None:
+        """Ask before each turn of your own loop whether to go on: raises `RunStopped` when the
+        run stops (cancel, deadline, a spend or token cap) and `LimitReached` when this
+        attempt's `budget` or `timeout` is passed by the model calls its trace holds."""
+        self.trace.check(self.budget)
 
     @property
     def workspace(self) -> Path:

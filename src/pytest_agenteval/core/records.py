@@ -193,7 +193,10 @@ class AttemptRecord:
     phase: Phase | None = None
     """Where an error happened: agent, grading, budget (usage over the task's budget) or crash."""
     transcript: list[Any] | None = None
-    """The agent's messages, as it reported them."""
+    """The attempt's trace: the typed events its agent recorded (`task.trace`: objects with a
+    `type` — `model_call`, `tool_call`, `tool_result`, `message`, `limit_hit` — and a
+    timestamp `at`), in order, then any transcript it returned (records written before
+    traces keep their plain lists)."""
     artifacts: dict[str, Any] | None = None
     """Files the agent produced, as it reported them."""
     previous: tuple[dict[str, Any], ...] = field(default=())
@@ -228,6 +231,13 @@ class AttemptRecord:
     `agent`, `workspace`, `sandbox`, `expected`, `graders`, `timeout`, `budget`, `tags`,
     `description`; those set): which parts changed since, when a resume finds the task
     changed. None in records written before it was kept."""
+    stopped: str | None = None
+    """The attempt's own limit that ended its agent's loop: `max_turns`, `budget` or
+    `timeout` (it was graded on what it produced); None when the agent finished."""
+    timings: dict[str, Any] | None = None
+    """Seconds spent in each phase: `wait` (for the agent's limits, when it waited),
+    `environment` (making it), `agent`, `graders` (one per grader, in order, judges included),
+    `artifacts`; None in records written before they were kept."""
 
     @property
     def key(self) -> Key:
@@ -349,10 +359,16 @@ def new_record(
     environment: dict[str, str] | None = None,
     changed_files: list[dict[str, Any]] | None = None,
     part_digests: dict[str, str] | None = None,
+    transcript: list[Any] | None = None,
+    stopped: str | None = None,
+    timings: dict[str, Any] | None = None,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
-    UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt."""
+    UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt.
+    `transcript`: the trace of an attempt that ended without an answer (an error)."""
     usage = result.usage if result is not None else None
+    if result is not None and result.transcript:
+        transcript = result.transcript
     return AttemptRecord(
         dataset=key[0],
         task_id=key[1],
@@ -370,7 +386,7 @@ def new_record(
         error=clean_text(error) if error else None,
         error_type=error_type,
         phase=phase,
-        transcript=json_safe(result.transcript) if result and result.transcript else None,  # type: ignore[arg-type]
+        transcript=json_safe(transcript) if transcript else None,  # type: ignore[arg-type]
         artifacts=json_safe(result.artifacts) if result and result.artifacts else None,  # type: ignore[arg-type]
         call=json_safe(result.call) if result and result.call else None,  # type: ignore[arg-type]
         regraded=regraded,
@@ -380,8 +396,10 @@ def new_record(
         variant=variant_of(key),
         image=image,
         environment=json_safe(environment) if environment is not None else None,  # type: ignore[arg-type]
-        changed_files=changed_files,
+        changed_files=json_safe(changed_files) if changed_files else changed_files,  # type: ignore[arg-type]
         part_digests=part_digests,
+        stopped=stopped,
+        timings=timings,
     )
 
 
@@ -630,6 +648,8 @@ FIELDS: tuple[Field, ...] = (
     Field("environment", "r.environment", _same, omit="r.environment is None", index=(dict,)),
     Field("changed_files", "r.changed_files", _same, omit="r.changed_files is None"),
     Field("part_digests", "r.part_digests", _same, omit="r.part_digests is None"),
+    Field("stopped", "r.stopped", _optional(str), omit="r.stopped is None"),
+    Field("timings", "r.timings", _same, omit="r.timings is None"),
     # Facts only the index line holds: what metrics and replays need without the record.
     Field("input_tokens", "r.input_tokens", stored=False, index=_MAYBE_INT),
     Field("output_tokens", "r.output_tokens", stored=False, index=_MAYBE_INT),

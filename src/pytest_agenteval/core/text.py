@@ -24,6 +24,26 @@ def xml_safe(text: str) -> str:
     return _XML_INVALID.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+"""What a terminal must not be sent as it is: control characters but newline and tab (C0,
+DEL and C1: `\x1b` starts the sequences that set a title or clear the screen, `\r` rewrites
+a line) and lone surrogates (which UTF-8 cannot encode)."""
+
+
+def printable(text: str) -> str:
+    """`text` (what an agent, a grader or a file name may hold) for a terminal: control
+    characters shown as escapes (`\x1b`, `\x07`, a lone surrogate `\udcff`), newlines and
+    tabs kept as they are."""
+    if text.isprintable() or not _UNPRINTABLE.search(text):
+        return text
+    return _UNPRINTABLE.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def clean_text(text: str) -> str:
     """`text` as valid Unicode: lone surrogates (which UTF-8 cannot hold) become U+FFFD."""
     return text if text.isascii() else _SURROGATE.sub("\ufffd", text)

@@ -57,6 +57,8 @@ class CommandAgent:
             "AGENTEVAL_ATTEMPT": str(task.attempt),
             "AGENTEVAL_SEED": str(task.seed),
         }
+        if task.trace.traceparent is not None:  # its own spans join the attempt's trace
+            env["TRACEPARENT"] = task.trace.traceparent
         try:
             done = environment.exec(argv, input=stdin, timeout=timeout, env=env)
         except OSError as exc:

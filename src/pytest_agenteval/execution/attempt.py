@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import importlib
 import os
+import sysconfig
 import threading
 import time
 import traceback
@@ -19,12 +20,29 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.environment import Environment
-from ..core.errors import AgentError, AgentTimeout, AgentUnavailable, GraderError, OverBudget
+from ..core.errors import (
+    AgentError,
+    AgentTimeout,
+    AgentUnavailable,
+    AttemptStopped,
+    GraderError,
+    OverBudget,
+    RunStopped,
+)
 from ..core.model import AgentResult, Key, Phase, Status, Task, Verdict
-from ..core.records import AttemptRecord, Detail, attempt_key, attempt_seed, new_record, usage_json
+from ..core.records import (
+    AttemptId,
+    AttemptRecord,
+    Detail,
+    attempt_key,
+    attempt_seed,
+    new_record,
+    usage_json,
+)
+from ..core.trace import ATTEMPT_LIMITS
 from ..providers.pricing import priced, with_prices
 from ..sources.dataset import TaskDef
 from ..store.plan import Decision
@@ -38,6 +56,7 @@ from .environment import Environments, host_folder
 from .executor import AgentCall, Executor, call_with_deadline
 from .exits import in_agent_call
 from .graders import GradeContext, as_verdict
+from .turns import NotePhase, Watch, grader_phase, with_trace
 
 DEFAULT_GRADER_TIMEOUT = 60.0
 PACKAGE_DIR = str(Path(__file__).parent.parent)
@@ -127,6 +146,12 @@ class AttemptRunner:
     when the run has no cap."""
     ahead: Ahead[_Attempt, Answer] | None = None
     """Under `--agenteval-concurrency`: the pool that starts agent calls ahead of their turn."""
+    note_phase: NotePhase | None = None
+    """Told each attempt's phase as it changes (None: it ended), for live progress."""
+    finished: Callable[[AttemptRecord, Task], None] | None = None
+    """Told each new record with its agent-facing Task (OpenTelemetry exports its trace)."""
+    traceparent: Callable[[], str] | None = None
+    """A W3C `traceparent` for a new attempt's agent span (OpenTelemetry on), or None."""
 
     def schedule(self, job: AttemptJob, source: AgentSource) -> bool:
         """Start the attempt's agent call ahead of its turn, when it has one to make; False
@@ -140,7 +165,8 @@ class AttemptRunner:
             agent = source()
         except Exception:
             return False
-        context = _Attempt(job, self.environments, self._used(agent.label))
+        context = _Attempt(job, self.environments, self._used(agent.label), self.note_phase)
+        context.phase("waiting")
         self.ahead.schedule(job.key, partial(self._answer, agent, context, ahead=True), context)
         return True
 
@@ -153,15 +179,36 @@ class AttemptRunner:
             return Outcome(decision)
         calls = _calls_agent(decision)
         early = self.ahead.take(job.key) if self.ahead and calls else None
-        if early is not None:
-            early.wait()  # raises NotStarted when the run stopped before the call began
-            context, started, t0 = early.context, early.started, early.t0
-        else:
-            if calls:
-                self._check_stop()
-            used = decision.record.agent if decision.record else {}
-            context = _Attempt(job, self.environments, used)
-            started, t0 = time.time(), time.perf_counter()
+        context: _Attempt | None = None
+        try:
+            if early is not None:
+                context = early.context
+                early.wait()  # raises NotStarted when the run stopped before the call began
+                started, t0 = early.started, early.t0
+            else:
+                if calls:
+                    self._check_stop()
+                used = decision.record.agent if decision.record else {}
+                context = _Attempt(job, self.environments, used, self.note_phase)
+                started, t0 = time.time(), time.perf_counter()
+            outcome = self._carry_out(job, context, early, source, started, t0)
+        finally:
+            if context is not None:
+                context.phase(None)
+        if self.finished is not None and outcome.record is not None:
+            self.finished(outcome.record, context.task)
+        return outcome
+
+    def _carry_out(
+        self,
+        job: AttemptJob,
+        context: _Attempt,
+        early: Started[_Attempt, Answer] | None,
+        source: AgentSource,
+        started: float,
+        t0: float,
+    ) -> Outcome:
+        decision = job.decision
         verdicts: list[Verdict] = []
         result: AgentResult | None = None
         phase: Phase = "agent"
@@ -169,15 +216,18 @@ class AttemptRunner:
             answer = self._answer_at_turn(context, early, source)
             result = answer.result
             phase = "budget"
-            check_budget(job.task, result)
+            if context.stopped != "budget":  # a loop that stopped at its budget is graded
+                check_budget(job.task, result)
             phase = "grading"
-            verdicts = grade(job.task, context.task, result, answer.graded)
+            verdicts = grade(job.task, context.task, result, answer.graded, context)
         except BaseException as exc:
             # An agent that cannot be built, or a stop, means the attempt never started.
             if isinstance(
                 exc, (KeyboardInterrupt, AgentUnavailable, NotStarted, *self.passthrough)
             ):
                 raise
+            if isinstance(exc, RunStopped):
+                phase, result = "stopped", getattr(exc, "result", None)
             phase = getattr(exc, "phase", phase)  # a sandbox's image that cannot be had: build
             record = context.record("error", verdicts, result, started, t0, exc, phase)
             self._count_judges(record)
@@ -194,6 +244,7 @@ class AttemptRunner:
         gave, or the agent's, called now."""
         stored = context.job.decision.record
         if stored is not None:
+            context.stopped = stored.stopped
             return Answer(stored.result())
         if early is not None:
             return early.result()
@@ -232,6 +283,8 @@ class AttemptRunner:
             # failure never calls the agent, also one that never touches its container)
             context.task.environment  # noqa: B018 - made on first use
         held = self.limits(job) if self.limits is not None else None
+        if held is not None:
+            context.phase("waiting")
         if held is None:  # no limits: no context manager on the per-attempt path
             result = self._counted(agent, context)
         else:
@@ -242,13 +295,16 @@ class AttemptRunner:
                 result = self._counted(agent, context)
         waiting = _waiting_graders(job.task) if ahead else None
         if waiting:
-            return Answer(result, grade_waiting(job.task, context.task, result, waiting))
+            graded = grade_waiting(job.task, context.task, result, waiting, context)
+            context.phase("waiting")  # for its item's turn
+            return Answer(result, graded)
+        if ahead:
+            context.phase("waiting")
         return Answer(result)
 
     def _counted(self, agent: AgentRef, context: _Attempt) -> AgentResult:
         """The agent's answer, its spend counted the moment it arrives (before the call gives
         up its limit slot); a call abandoned at its deadline is counted when it really ends."""
-        job = context.job
         if self.spent is None:
             return self._call_agent(agent, context)
         try:
@@ -256,25 +312,33 @@ class AttemptRunner:
         except AgentTimeout as exc:
             running_on = getattr(exc, "running_on", None)
             if running_on is not None:
-                running_on(partial(self._count_late, job))
+                running_on(partial(self._count_late, context))
             raise
-        self._count(job, result)
+        except RunStopped as exc:
+            self._count(context, getattr(exc, "result", None))
+            raise
+        self._count(context, result)
         return result
 
-    def _count(self, job: AttemptJob, result: AgentResult) -> None:
-        usage = result.usage
+    def _count(self, context: _Attempt, result: AgentResult | None) -> None:
+        """Count the answer's spend, but for what its trace's model calls counted already."""
+        usage = result.usage if result is not None else None
         if self.spent is None or usage is None:
             return
         cost = usage.cost
-        pricing = job.task.dataset.manifest.pricing
+        pricing = context.job.task.dataset.manifest.pricing
         if cost is None and pricing:
             cost = priced(usage_json(usage), pricing).get("cost")
-        self.spent(cost, (usage.input_tokens or 0) + (usage.output_tokens or 0))
+        counted_cost, counted_tokens = context.watch.counted if context.watch else (0.0, 0)
+        tokens = (usage.input_tokens or 0) + (usage.output_tokens or 0) - counted_tokens
+        extra = None if cost is None else cost - counted_cost
+        if (extra or 0) > 1e-12 or tokens > 0:
+            self.spent(extra if extra is None or extra > 0 else 0.0, max(tokens, 0))
 
-    def _count_late(self, job: AttemptJob, value: Any) -> None:
+    def _count_late(self, context: _Attempt, value: Any) -> None:
         """An abandoned call ended: its answer (if any) cost money too."""
         if value is not None:
-            self._count(job, as_result(value))
+            self._count(context, as_result(value))
 
     def _count_judges(self, record: AttemptRecord) -> None:
         if self.spent is not None and record.judge_cost:
@@ -285,20 +349,42 @@ class AttemptRunner:
         calls it had in flight) and marked as an agent's (its `os._exit` is its error)."""
         job = context.job
         key, note = job.key, self.note_running
+        watch = context.watch = Watch(
+            context.task.trace,
+            job.task,
+            self.spent,
+            self.stopped,
+            context.phase,
+            self.traceparent() if self.traceparent is not None else None,
+        )
         if note is not None:
             note(key, True)
         was = in_agent_call(True)
+        context.phase("agent")
+        t0 = time.perf_counter()
         try:
             call = AgentCall(key, agent, context.task, job.task.timeout, context)
-            result = self.executor.call_agent(call)
+            try:
+                result = self.executor.call_agent(call)
+            except AttemptStopped:  # the loop stopped between turns: what it did is the answer
+                result = AgentResult(output="")
         except Exception:
+            context.timings["agent"] = time.perf_counter() - t0
             context.keep_artifacts()  # a failed attempt's files are the ones worth a look
             raise
         finally:
             in_agent_call(was)
             if note is not None:
                 note(key, False)
+        context.timings["agent"] = time.perf_counter() - t0
         context.keep_artifacts()
+        result = with_trace(result, watch.trace)
+        hit = watch.trace.stopped
+        if hit is not None and hit.limit == "run":
+            stop = RunStopped(hit.reason)
+            stop.result = result  # type: ignore[attr-defined]
+            raise stop
+        context.stopped = hit.limit if hit is not None and hit.limit in ATTEMPT_LIMITS else None
         return result
 
 
@@ -310,10 +396,25 @@ def _calls_agent(decision: Decision) -> bool:
 class _Attempt:
     """The agent-facing Task of one attempt and the environment it may create (its `Place`)."""
 
-    def __init__(self, job: AttemptJob, environments: Environments, used: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        job: AttemptJob,
+        environments: Environments,
+        used: dict[str, Any],
+        note_phase: NotePhase | None = None,
+    ) -> None:
         self.job = job
         self.environments = environments
         self.used = used
+        self.note_phase = note_phase
+        self.watch: Watch | None = None
+        """How the runner watches the agent's trace (made when the call starts)."""
+        self.stopped: str | None = None
+        """The attempt's own limit that ended its agent's loop (max_turns, budget, timeout)."""
+        self.timings: dict[str, Any] = {}
+        """Seconds per phase, for the record (`timings`)."""
+        self._identity: AttemptId | None = None
+        self._noted: tuple[str | None, int] = ("", -1)
         """The record's `agent`: the fingerprint and the agent used (known once it is made)."""
         self.environment: Environment | None = None
         self.wait = 0.0
@@ -334,8 +435,27 @@ class _Attempt:
 
     def _environment(self) -> Environment:
         if self.environment is None:
+            self.phase("environment")
+            t0 = time.perf_counter()
             self.environment = self.environments.create(self.job.task, self.job.key)
+            self.timings["environment"] = time.perf_counter() - t0
         return self.environment
+
+    def phase(self, name: str | None) -> None:
+        """The attempt's phase changes (None: it ended), for live progress."""
+        note = self.note_phase
+        if note is None:
+            return
+        turn = self.watch.turns if self.watch is not None else 0
+        if (name, turn) == self._noted:  # a second grader of the same kind: nothing new
+            return
+        self._noted = (name, turn)
+        identity = self._identity
+        if identity is None:
+            job = self.job
+            identity = AttemptId(job.task.dataset.name, job.task.id, job.variant, job.attempt)
+            self._identity = identity
+        note(identity, name, turn)
 
     def _local_folder(self) -> Path:
         return host_folder(self._environment())
@@ -347,10 +467,13 @@ class _Attempt:
         spec = self.job.task.artifacts
         if spec is None:
             return
+        self.phase("artifacts")
+        t0 = time.perf_counter()
         try:
             self.artifacts = collect_artifacts(self.environment, spec.max_bytes)
         except Exception as exc:
             self.artifacts = artifacts_failed(exc)
+        self.timings["artifacts"] = time.perf_counter() - t0
 
     def share(self) -> None:
         self.environments.ready()
@@ -371,6 +494,7 @@ class _Attempt:
         phase: Phase | None = None,
     ) -> AttemptRecord:
         task = self.job.task
+        trace = self.task.trace
         record = new_record(
             key=self.job.key,
             digest=task.digest,
@@ -393,9 +517,27 @@ class _Attempt:
             environment=getattr(self.environment, "captured", None),
             changed_files=self.artifacts.files if self.artifacts is not None else None,
             part_digests=task.part_digests,
+            transcript=trace.to_json() if result is None and len(trace) else None,
+            stopped=self.stopped,
+            timings=self.timings_json(),
         )
         pricing = task.dataset.manifest.pricing
         return with_prices(record, pricing) if pricing else record
+
+    def timings_json(self) -> dict[str, Any]:
+        """The record's `timings`: seconds per phase, in the order they happen (the wait for
+        the agent's limits only when there was one)."""
+        found: dict[str, Any] = {"wait": round(self.wait, 6)} if self.wait else {}
+        for name, value in self.timings.items():
+            if name == "graders":  # by grader index: a list in the graders' order
+                found[name] = [_rounded(value.get(i)) for i in range(len(self.job.task.graders))]
+            else:
+                found[name] = _rounded(value)
+        return found
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def check_budget(task: TaskDef, result: AgentResult) -> None:
@@ -423,14 +565,23 @@ Graded = dict[int, Any]
 
 
 def grade(
-    task: TaskDef, agent_task: Task, result: AgentResult, graded: Graded | None = None
+    task: TaskDef,
+    agent_task: Task,
+    result: AgentResult,
+    graded: Graded | None = None,
+    attempt: _Attempt | None = None,
 ) -> list[Verdict]:
     """Every grader's verdict, in order (those in `graded` were run already); a grader that
-    may run long is stopped at `grader_timeout`."""
+    may run long is stopped at `grader_timeout`. `attempt` is told each grader's phase and
+    keeps its seconds."""
     ctx = GradeContext(result.output, task.spec.expected, agent_task, result)
     limit = grader_timeout(task)
     verdicts = []
+    seconds = attempt.timings.setdefault("graders", {}) if attempt is not None else {}
     for index, (spec, grader) in enumerate(zip(task.grader_specs, task.graders, strict=True)):
+        if attempt is not None and not (graded is not None and index in graded):
+            attempt.phase(grader_phase(spec.type))
+        t0 = time.perf_counter()
         if graded is not None and index in graded:
             value = graded[index]
             if isinstance(value, BaseException):
@@ -446,6 +597,7 @@ def grade(
                 ) from None
         else:
             value = grader.grade(ctx)
+        seconds.setdefault(index, time.perf_counter() - t0)
         verdicts.append(as_verdict(spec.type, value))
     return verdicts
 
@@ -456,15 +608,26 @@ def _waiting_graders(task: TaskDef) -> list[int]:
     return [i for i, grader in enumerate(task.graders) if getattr(grader, "waits", False)]
 
 
-def grade_waiting(task: TaskDef, agent_task: Task, result: AgentResult, which: list[int]) -> Graded:
+def grade_waiting(
+    task: TaskDef,
+    agent_task: Task,
+    result: AgentResult,
+    which: list[int],
+    attempt: _Attempt | None = None,
+) -> Graded:
     """Run the waiting graders now (in a pool thread); what one raises is kept for its turn."""
     ctx = GradeContext(result.output, task.spec.expected, agent_task, result)
     graded: Graded = {}
+    seconds = attempt.timings.setdefault("graders", {}) if attempt is not None else {}
     for index in which:
+        if attempt is not None:
+            attempt.phase(grader_phase(task.grader_specs[index].type))
+        t0 = time.perf_counter()
         try:
             graded[index] = task.graders[index].grade(ctx)
         except Exception as exc:
             graded[index] = exc
+        seconds[index] = time.perf_counter() - t0
     return graded
 
 
@@ -477,10 +640,15 @@ def error_text(exc: BaseException) -> str:
     """The record's error: our message, or the user's traceback (internal frames hidden)."""
     if isinstance(exc, AgentError):
         return exc.render()
+    if isinstance(exc, AttemptStopped):
+        return (
+            f"stopped between turns: {exc.reason}\nHint: a resume runs this attempt again "
+            "(raise the limit that stopped the run first)"
+        )
     shown = traceback.TracebackException.from_exception(exc)
     for part in _chain(shown):
-        frames = [f for f in part.stack if not internal_frame(f.filename)]
-        part.stack = traceback.StackSummary.from_list(frames or part.stack)
+        frames = own_frames(list(part.stack), lambda frame: frame.filename)
+        part.stack = traceback.StackSummary.from_list(frames)
     return "".join(shown.format()).rstrip()
 
 
@@ -514,6 +682,27 @@ def internal_frame(filename: str) -> bool:
         or filename.startswith("<frozen importlib")
         or any(part in filename for part in _INTERNAL_PACKAGES)
     )
+
+
+T = TypeVar("T")
+_LIBRARY_DIRS = tuple(
+    {
+        sysconfig.get_paths()[name] + os.sep
+        for name in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
+)
+
+
+def own_frames(frames: list[T], filename: Callable[[T], str]) -> list[T]:
+    """The frames of a traceback that are the user's: machinery around their code hidden
+    (`internal_frame`), and the library frames past their last one (pydantic refusing to
+    change a frozen `AgentResult`, a client raising for a request: the error's message says
+    what the library found). All frames when none is the user's."""
+    shown = [frame for frame in frames if not internal_frame(filename(frame))]
+    mine = [i for i, frame in enumerate(shown) if not filename(frame).startswith(_LIBRARY_DIRS)]
+    if not mine:
+        return shown or frames
+    return shown[: mine[-1] + 1]
 
 
 def interrupted_record(

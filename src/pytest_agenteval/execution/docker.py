@@ -316,7 +316,8 @@ class DockerEnvironment:
         with copy_out(self.name, inside) as tar:
             return first_file(tar, path)
 
-    def write_file(self, path: str, data: bytes) -> None:
+    def write_file(self, path: str, data: bytes | str) -> None:
+        data = data.encode() if isinstance(data, str) else data
         tar = file_tar(PurePosixPath(self._inside(path)), data, _owner(self.spec.user))
         done = docker(["cp", "--archive", "-", f"{self.name}:/"], input=tar)
         if done.returncode != 0:

@@ -14,14 +14,17 @@ from __future__ import annotations
 import filecmp
 import os
 import shutil
+import stat
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Literal
 
 from ..core.environment import ChangedFile, Environment, Finished
+from ..core.files import open_below
 from ..core.model import Key, local_folder
 from ..sources.templates import copy_template, template_entries
 from .process import run_program
@@ -191,26 +194,48 @@ class LocalEnvironment:
     def read_file(self, path: str) -> bytes:
         return self._inside(path).read_bytes()
 
-    def write_file(self, path: str, data: bytes) -> None:
+    def write_file(self, path: str, data: bytes | str) -> None:
+        data = data.encode() if isinstance(data, str) else data
         target = self._inside(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
 
     def changed_files(self) -> list[ChangedFile]:
+        return self.changes_until(None)[0]
+
+    def changes_until(self, deadline: float | None) -> tuple[list[ChangedFile], bool]:
+        """`changed_files`, and whether they are all of them: past `deadline` (of
+        `time.monotonic`) the folder is looked at no further. A file that is not regular
+        (`lstat`: a link, FIFO, device) is never opened, so none can block or read forever."""
         before = {
             rel: source
             for rel, source in (template_entries(self.template) if self.template else [])
             if source is not None
         }
-        now = _files_below(self.root)
-        changed = [ChangedFile(rel, "deleted", 0) for rel in before.keys() - now.keys()]
+        now, complete = _files_below(self.root, deadline)
+        gone = before.keys() - now.keys() if complete else ()
+        changed = [ChangedFile(rel, "deleted", 0) for rel in gone]
         for rel, path in now.items():
-            link = path.is_symlink()
+            if deadline is not None and time.monotonic() > deadline:
+                complete = False
+                break
+            try:
+                status = os.lstat(path)
+            except OSError:  # gone since (a program the agent left running)
+                continue
+            special = not stat.S_ISREG(status.st_mode)
             if rel not in before:
-                changed.append(ChangedFile(rel, "added", os.lstat(path).st_size, link))
-            elif link or not filecmp.cmp(before[rel], path, shallow=False):
-                changed.append(ChangedFile(rel, "modified", os.lstat(path).st_size, link))
-        return sorted(changed, key=lambda c: c.path)
+                changed.append(ChangedFile(rel, "added", status.st_size, special))
+            elif special or not filecmp.cmp(before[rel], path, shallow=False):
+                changed.append(ChangedFile(rel, "modified", status.st_size, special))
+        return sorted(changed, key=lambda c: c.path), complete
+
+    def read_regular(self, path: str, limit: int) -> bytes:
+        """The first `limit` bytes of the regular file `path` below the folder, reached without
+        following a link (the agent's programs may still be changing the folder); raises
+        OSError, or NotRegular for anything but a regular file."""
+        with open_below(self.root, path.split("/")) as f:
+            return f.read(limit)
 
     def teardown(self, keep: bool) -> None:
         if not keep:
@@ -229,15 +254,18 @@ class LocalEnvironment:
         return f"LocalEnvironment({str(self.root)!r})"
 
 
-def _files_below(root: Path) -> dict[str, Path]:
-    """Every file (and link) below `root`, by POSIX path relative to it."""
+def _files_below(root: Path, deadline: float | None) -> tuple[dict[str, Path], bool]:
+    """Every file (and link) below `root`, by POSIX path relative to it, and whether that is
+    all of them (the walk stops at `deadline`)."""
     found: dict[str, Path] = {}
     for folder, dirs, files in os.walk(root):
+        if deadline is not None and time.monotonic() > deadline:
+            return found, False
         here = Path(folder)
         for name in files + [d for d in dirs if (here / d).is_symlink()]:
             path = here / name
             found[path.relative_to(root).as_posix()] = path
-    return found
+    return found, True
 
 
 def environment_of(task: Task) -> Environment:

@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,6 +21,7 @@ from ..core.importing import UnresolvedReference, resolve_callable
 from ..core.llm import JudgeOptions
 from ..core.model import AgentResult, GraderSpec, Task, TaskSpec, Verdict
 from ..core.text import excerpt
+from ..core.trace import AnyEvent, ToolCall, read_events, render, turns
 from ..providers import judge
 from .environment import environment_of, host_folder
 
@@ -44,6 +45,18 @@ class GradeContext:
         """The environment's folder on this machine (deprecated: a container has none; use
         `environment`)."""
         return host_folder(self.environment)
+
+    @property
+    def trace(self) -> list[AnyEvent] | None:
+        """The typed events of the attempt's trace, in order; None when its agent recorded
+        none (trajectory graders then fail, saying so)."""
+        return read_events(self.result.transcript) if self.result is not None else None
+
+
+NO_TRACE = (
+    "no trace: the agent recorded no typed events (model calls, tool calls: task.trace), so "
+    "its trajectory is not known"
+)
 
 
 @runtime_checkable
@@ -530,8 +543,95 @@ def _parameters(function: Callable[..., Any], args: dict[str, Any]) -> list[str]
     return wanted
 
 
+class ToolCalledOptions(Options):
+    """Options of `tool_called`."""
+
+    tool: str | None = None
+    """The tool's name (`bash`); None: any tool."""
+    args_match: str | None = None
+    """A regular expression searched in the call's arguments (each string in them, and their
+    JSON text); None: any arguments."""
+    min: int = Field(1, ge=0)
+    """Calls that must match, at least."""
+    max: int | None = Field(None, ge=0)
+    """Calls that may match, at most (None: no limit)."""
+
+
+class ToolCalled(BuiltinGrader):
+    """The trace holds between `min` and `max` calls of `tool` whose arguments match."""
+
+    name, options_model, primary = "tool_called", ToolCalledOptions, "tool"
+    needs_deadline = True  # a backtracking `args_match`
+
+    def __init__(self, options: ToolCalledOptions, expected: Any, base: Path) -> None:
+        super().__init__(options, expected, base)
+        try:
+            self.pattern = None if options.args_match is None else re.compile(options.args_match)
+        except re.error as exc:
+            raise GraderSpecError(
+                f"invalid regex {options.args_match!r}: {exc}", option="args_match"
+            ) from None
+        if options.max is not None and options.max < options.min:
+            raise GraderSpecError(f"max {options.max} is below min {options.min}", option="max")
+
+    def grade(self, ctx: GradeContext) -> Verdict:
+        events = ctx.trace
+        if events is None:
+            return self.verdict(False, NO_TRACE)
+        found = sum(1 for e in events if isinstance(e, ToolCall) and self._matches(e))
+        o = self.options
+        what = f"{o.tool or 'a tool'}" + (f" matching /{o.args_match}/" if o.args_match else "")
+        bounds = f"at least {o.min}" + ("" if o.max is None else f", at most {o.max}")
+        passed = found >= o.min and (o.max is None or found <= o.max)
+        times = "once" if found == 1 else f"{found} times"
+        return self.verdict(passed, f"{what} called {times} ({bounds})")
+
+    def _matches(self, call: ToolCall) -> bool:
+        if self.options.tool is not None and call.tool != self.options.tool:
+            return False
+        if self.pattern is None:
+            return True
+        texts = [*_strings(call.arguments), json.dumps(call.arguments, ensure_ascii=False)]
+        return any(self.pattern.search(text) for text in texts)
+
+
+def _strings(value: Any) -> list[str]:
+    """The strings in a JSON value, at any depth."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+class MaxTurnsOptions(Options):
+    """Options of `max_turns`."""
+
+    turns: int = Field(ge=0)
+    """Model turns (model calls in the trace) the attempt may use, at most."""
+
+
+class MaxTurns(BuiltinGrader):
+    """The attempt used at most `turns` model turns (`max_turns: 10`)."""
+
+    name, options_model, primary = "max_turns", MaxTurnsOptions, "turns"
+
+    def grade(self, ctx: GradeContext) -> Verdict:
+        events = ctx.trace
+        if events is None:
+            return self.verdict(False, NO_TRACE)
+        used, most = turns(events), self.options.turns
+        return self.verdict(used <= most, f"{used} model turns (at most {most})")
+
+
 class JudgeGraderOptions(Options, JudgeOptions):
     """Options of `judge`: a rubric, and settings that default to the manifest's `judge:`."""
+
+    on: Literal["output", "trajectory"] = "output"
+    """What the judge reads: the attempt's `output`, or its `trajectory` (the typed trace:
+    model calls, tool calls and their results, messages) instead."""
 
 
 class Judge(BuiltinGrader):
@@ -547,11 +647,19 @@ class Judge(BuiltinGrader):
         judge.check_options(options)
 
     def grade(self, ctx: GradeContext) -> Verdict:
+        if self.options.on == "trajectory":
+            events = ctx.trace
+            if events is None:
+                return self.verdict(False, NO_TRACE)
+            return judge.judge(
+                self.options, ctx.task.input, ctx.expected, ctx.output, trajectory=render(events)
+            )
         return judge.judge(self.options, ctx.task.input, ctx.expected, ctx.output)
 
 
 BUILTIN_GRADERS: dict[str, type[BuiltinGrader]] = {
-    g.name: g for g in (Equals, Contains, Regex, Json, Number, Command, Python, Judge)
+    g.name: g
+    for g in (Equals, Contains, Regex, Json, Number, Command, Python, Judge, ToolCalled, MaxTurns)
 }
 
 

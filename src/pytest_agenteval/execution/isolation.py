@@ -17,8 +17,9 @@ import sys
 import time
 from typing import Any
 
-from ..core.errors import AgentError, AgentTimeout
+from ..core.errors import AgentError, AgentTimeout, AttemptStopped
 from ..core.model import AgentResult, Task
+from ..core.trace import Trace, read_events
 from .agents import Agent, CommandAgent
 from .executor import AgentCall, SerialExecutor
 from .sandboxes import EnvironmentUnavailable
@@ -71,16 +72,21 @@ class IsolatingExecutor(SerialExecutor):
                 f"agent timed out after {timeout:g}s (its process and all it started were killed)"
             )
         _, status = os.waitpid(pid, 0)
-        return _answer(data, status)
+        return _answer(data, status, task.trace)
 
 
 def _child(executor: SerialExecutor, agent: Agent, task: Task, out: int) -> None:
     """Call the agent (with a fresh in-process executor), send back its answer or its error
-    as JSON, and exit."""
+    as JSON, with the events it wrote to its trace, and exit. The parent counts the events'
+    spend (a lock another thread held at the fork would hang the child)."""
     code = 0
+    task.trace.on_event = task.trace.on_phase = None
     try:
         os.setsid()
-        result = executor.call(agent, task, None)
+        try:
+            result = executor.call(agent, task, None)
+        except AttemptStopped:  # the loop stopped between turns: the trace says which limit
+            result = AgentResult(output="")
         payload: dict[str, Any] = {"result": result.model_dump(mode="json")}
     except BaseException as exc:
         from .attempt import error_text
@@ -91,6 +97,7 @@ def _child(executor: SerialExecutor, agent: Agent, task: Task, out: int) -> None
             "error_type": getattr(exc, "error_type", type(exc).__name__),
             "phase": exc.phase if isinstance(exc, EnvironmentUnavailable) else None,
         }
+    payload["trace"] = task.trace.to_json()
     try:
         data = json.dumps(payload, ensure_ascii=True).encode()
         view = memoryview(data)
@@ -131,14 +138,18 @@ def _kill(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def _answer(data: bytes, status: int) -> AgentResult:
-    """The child's answer, or the error that says how it ended."""
+def _answer(data: bytes, status: int, trace: Trace) -> AgentResult:
+    """The child's answer, or the error that says how it ended; the events it wrote join
+    the attempt's trace."""
     if not data:
         raise AgentError(
             f"the attempt's process died without an answer: {_how_it_ended(status)}",
             detail="os._exit, a crash in a C extension, or the OOM killer; the session goes on",
         )
     payload = json.loads(data)
+    events = read_events(payload.get("trace"))
+    if events:
+        trace.extend(events)
     if "error" in payload:
         raise IsolatedAgentError(
             f"agent raised {payload['type']}",

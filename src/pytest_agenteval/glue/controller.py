@@ -21,6 +21,7 @@ from ..reporting.runref import RunRefError, load_summary
 from ..reporting.summary import Summary
 from ..store.lifecycle import OpenRun, RunRequest, open_run
 from ..store.locate import resolve_cache_dir
+from ..store.running import Running, clear_running
 from ..store.runs import Store
 from ..store.stops import Stops
 from .recorder import Recorder
@@ -78,9 +79,15 @@ def open_controller_run(
     if not request.dry:
         deadline = settings.deadline
         at = options.deadline_at(deadline, time.time()) if deadline else None
-        stops = Stops(store.runs_dir / run.run_id, at)
+        run_dir = store.runs_dir / run.run_id
+        stops = Stops(run_dir, at)
+        clear_running(run_dir)  # an earlier session's workers are gone
         context = RunContext(
-            fingerprint, run.plan, stops, partial(_note_running, store, run.run_id)
+            fingerprint,
+            run.plan,
+            stops,
+            partial(_note_running, store, run.run_id),
+            running=Running(),
         )
     return OpenedRun(store, run, baseline, context)
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from ..core.text import clean_text
-from ..execution.attempt import internal_frame
+from ..core.text import printable
+from ..execution.attempt import own_frames
 from .internals import (
     ExceptionChainRepr,
     ExceptionRepr,
@@ -29,8 +29,8 @@ def text_repr(text: str, message: str, path: Path, line: int) -> ReprExceptionIn
     Made of pytest's own parts, so it keeps its message on the way from an xdist worker (a
     plain string would arrive without one, and pytest would show its first line instead).
     """
-    lines = [f"{row}\n" for row in clean_text(text).splitlines()]
-    crash = ReprFileLocation(str(path), line, clean_text(message))
+    lines = [f"{row}\n" for row in printable(text).splitlines()]
+    crash = ReprFileLocation(str(path), line, printable(message))
     return ReprExceptionInfo(reprtraceback=ReprTracebackNative(lines), reprcrash=crash)
 
 
@@ -43,13 +43,15 @@ def as_crash_repr(longrepr: Any, path: Path, line: int) -> Any:
 
 
 def encodable(longrepr: Any, excinfo: pytest.ExceptionInfo[BaseException] | None) -> Any:
-    """The failure without lone surrogates (from an agent's exception or a grader's reason):
-    neither the terminal nor xdist's channel to the controller can carry them."""
-    if excinfo is None or clean_text(str(excinfo.value)) == str(excinfo.value):
+    """The failure with control characters and lone surrogates escaped (`printable`), when
+    the exception (an agent's, a grader's reason) holds some: a terminal would obey the
+    escape sequences an agent wrote, and neither it nor xdist's channel to the controller can
+    carry a lone surrogate."""
+    if excinfo is None or printable(str(excinfo.value)) == str(excinfo.value):
         return longrepr
     crash = getattr(longrepr, "reprcrash", None)
     if not isinstance(longrepr, ExceptionRepr) or crash is None:
-        return clean_text(str(longrepr))
+        return printable(str(longrepr))
     return text_repr(str(longrepr), crash.message, Path(crash.path), crash.lineno)
 
 
@@ -61,8 +63,8 @@ def user_traceback(excinfo: pytest.ExceptionInfo[BaseException]) -> TerminalRepr
 
 
 def _user_frames(excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
-    shown = excinfo.traceback.filter(lambda entry: not internal_frame(str(entry.path)))
-    return shown or excinfo.traceback
+    kept = {id(entry) for entry in own_frames(list(excinfo.traceback), lambda e: str(e.path))}
+    return excinfo.traceback.filter(lambda entry: id(entry) in kept)
 
 
 def at_phase(longrepr: Any, where: str, heading: str | None) -> Any:
@@ -86,7 +88,8 @@ def at_phase(longrepr: Any, where: str, heading: str | None) -> Any:
         lines = list(entries[0].lines) or [""]
         entries[0] = ReprEntryNative([_named(lines[0], where), *lines[1:]])
     else:
-        entries.insert(0, ReprEntryNative([f"{where}: {heading}: {said}\n"]))
+        first_line = said.partition("\n")[0]  # the traceback below says the rest
+        entries.insert(0, ReprEntryNative([f"{where}: {heading}: {first_line}\n"]))
     first.reprentries = entries
     return longrepr
 

@@ -17,7 +17,7 @@ from ..core.environment import Environment
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
 from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
 from ..core.records import Detail, NewRecord, attempt_key
-from ..core.text import excerpt
+from ..core.text import excerpt, printable
 from ..execution.agents import (
     BUILTIN_AGENT_KINDS,
     Agent,
@@ -406,6 +406,8 @@ class TaskHooks:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
+        if report.sections and isinstance(item, AgentevalItem):  # what the agent printed
+            report.sections = [(title, printable(text)) for title, text in report.sections]
         if call.when != "teardown" and isinstance(item, AgentevalItem):
             where = None
             if call.when == "setup" and report.failed and call.excinfo is not None:

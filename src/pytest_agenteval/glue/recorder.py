@@ -9,6 +9,7 @@ compute and put records on their reports.
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
 from functools import partial
 from pathlib import Path
@@ -38,7 +39,8 @@ from ..store.index import IndexRow, row_of
 from ..store.inflight import inflight_path, read_in_flight
 from ..store.lifecycle import OpenRun, narrowing
 from ..store.plan import CRASH_LIMIT
-from ..store.progress import PROGRESS_FILE, Progress
+from ..store.progress import EVERY, LIVE, PROGRESS_FILE, Progress
+from ..store.running import read_running
 from ..store.runs import Store
 from ..store.stops import Budget
 from .collect import LoadErrorItem, load_error_label
@@ -90,8 +92,35 @@ class Recorder:
             capped.ledger.reset(capped.cost, capped.tokens)
         self._check_budget()
         folder = None if self.dry else store.runs_dir / run.run_id / PROGRESS_FILE
-        self.progress = Progress(run.run_id, folder)
+        self.progress = Progress(run.run_id, folder, running=self._running)
+        self._progress_lock = threading.Lock()
+        self._last_word = False
+        """The session's last progress was written: nothing after it."""
+        self._ticker: threading.Thread | None = None
+        self._ticking = threading.Event()
+        """Set when the ticker must stop (the session ends)."""
         self.progress.write("starting", force=True)  # `agenteval status` sees this session
+
+    def _running(self) -> list[dict[str, Any]]:
+        """The attempts running now: this process's, and what its xdist workers wrote."""
+        own = self.runtime.running
+        found = own.snapshot() if own is not None else []
+        if self._distributed and not self.dry:
+            found += read_running(self.store.runs_dir / self.run.run_id)
+        return found
+
+    def _tick(self) -> None:
+        """Refresh progress.json about once a second while the session runs, also when no
+        report comes (a slow attempt's phases)."""
+        while not self._ticking.wait(EVERY) and not self._last_word:
+            self.show_progress()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        """The session ends: the ticker stops before the session's last word is written."""
+        self._ticking.set()
+        if self._ticker is not None:
+            self._ticker.join(5)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
@@ -172,6 +201,11 @@ class Recorder:
             self.failed(exc)
         self.progress.plan(self.planned_keys)
         self.show_progress("running")
+        if self.progress.path is not None and self._ticker is None:
+            self._ticker = threading.Thread(
+                target=self._tick, name="agenteval-progress", daemon=True
+            )
+            self._ticker.start()
 
     def _whole(self, keys: list[Key], broken: set[tuple[str, str]]) -> set[Key]:
         """The attempts of the whole run but for the load errors this session collected. When
@@ -358,18 +392,24 @@ class Recorder:
         )
 
     def show_progress(self, status: str | None = None) -> None:
-        """Refresh progress.json (at most about once a second unless `status` is given)."""
+        """Refresh progress.json (at most about once a second unless `status` is given); also
+        called by the ticker thread, so one write at a time, none after the last word."""
         progress, runtime = self.progress, self.runtime
         if status is None and not progress.due():
             return
-        progress.tokens, progress.cost = self.budget.tokens, self.budget.cost
-        ahead = runtime.runner.ahead
-        progress.in_flight = ahead.running if ahead is not None and not self._distributed else None
-        if status is None:
-            stopping = runtime.stops is not None and runtime.stops.reason() is not None
-            progress.write("stopping" if stopping else "running")
-        else:
-            progress.write(status, force=True)
+        with self._progress_lock:
+            if self._last_word:
+                return
+            progress.tokens, progress.cost = self.budget.tokens, self.budget.cost
+            ahead = runtime.runner.ahead
+            distributed = self._distributed
+            progress.in_flight = ahead.running if ahead is not None and not distributed else None
+            if status is None:
+                stopping = runtime.stops is not None and runtime.stops.reason() is not None
+                progress.write("stopping" if stopping else "running")
+            else:
+                self._last_word = status not in LIVE
+                progress.write(status, force=True)
 
     def _check_budget(self) -> None:
         reason = self.budget.reached()

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ..core.errors import StoreError
+from ..core.text import printable
 from ..reporting.finish import GateRule, finish_run
 from ..reporting.html import attempt_details, write_html
 from ..reporting.plan_lines import Planned, plan_lines
@@ -22,6 +23,7 @@ from ..reporting.reports import store_damage_lines, terminal_lines
 from ..reporting.summary import Summary, build_summary
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, changed_parts
+from ..store.problems import StoreProblem
 from ..store.runs import Store
 from ..store.stops import CTRL_C, Budget, Stop
 from .items import AttemptItem
@@ -174,6 +176,11 @@ class Reporter:
         store, run_id, reused = self.store, self.run.run_id, self.recorder.reused
         return lambda summary: write_html(summary, attempt_details(store, run_id, reused), path)
 
+    def _damage_found_since(self) -> list[StoreProblem]:
+        """Store damage found after the summary was made (the HTML report reading records)."""
+        told = {p.where for p in self.summary.store_problems} if self.summary else set()
+        return [p for p in self.store.problems if p.where not in told]
+
     def _nothing_happened(self) -> bool:
         """A new run in which no attempt ran nor could even start (collection failed under
         --agenteval-strict, Ctrl-C before the first attempt ended) and no stop came: there is
@@ -253,7 +260,7 @@ class Reporter:
                 for line in plan_lines(self.run.run_id, self.dry_plan, verbose):
                     tr.write_line(line)
                 for line in store_damage_lines(self.store.problems):
-                    tr.write_line(line)
+                    tr.write_line(printable(line))
             return
         if self.run.dropped:
             tr.write_line(f"agenteval: no attempt ran; run {self.run.run_id} was not kept")
@@ -262,9 +269,11 @@ class Reporter:
             tr.write_sep("=", "agenteval")
             verbose = tr.config.option.verbose > 0
             for line in terminal_lines(self.summary, verbose, self.settings.task_rule):
-                tr.write_line(line)
+                tr.write_line(printable(line))  # agents' and load errors' messages among them
         if self.written:
             tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
+        for line in store_damage_lines(self._damage_found_since()):  # by the HTML report
+            tr.write_line(printable(line))
         stopped = self._stop_line()
         if stopped:
             tr.write_line(stopped, yellow=True, bold=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -29,9 +29,13 @@ from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import CachedTask, SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
 from ..store.plan import Decision, Plan
+from ..store.running import Running
 from ..store.stops import Budget, Stops
 from .pluginhooks import answered_by
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from ..reporting.otel import Telemetry
 
 FIXTURE_NAME = "agenteval_agent"
 
@@ -52,6 +56,8 @@ class RunContext:
     """The shard this process collects (the settings', or what the controller shipped)."""
     alone: frozenset[Key] = frozenset()
     """Attempts that must run with no other call in flight (a worker died in them)."""
+    running: Running | None = None
+    """This process's attempts in flight and their phases (progress.json's `running`)."""
 
 
 @dataclass
@@ -74,6 +80,8 @@ class Runtime:
     alone: frozenset[Key] = frozenset()
     """Attempts whose agent call was in flight when a worker of the run died: each runs with
     no other call in flight, so a crash is provably its own (shipped to xdist workers)."""
+    running: Running | None = None
+    """This process's attempts in flight and their phases (progress.json's `running`)."""
     fixture_folders: dict[Any, bool] = field(default_factory=dict)
     """Whether the `agenteval_agent` fixture is visible from a task file (by its node)."""
     _roots: list[tuple[str, Dataset]] = field(default_factory=list)
@@ -402,6 +410,8 @@ class Parts:
     environments: Environments
     concurrency: int
     """Attempts in flight at once in this process."""
+    telemetry: Telemetry | None = None
+    """Exports each attempt's trace to OpenTelemetry (`--agenteval-otel`); None: off."""
 
 
 def build_runtime(parts: Parts, context: RunContext) -> Runtime:
@@ -427,6 +437,9 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
         ahead=Ahead(size, stopped or _never) if size > 1 else None,
         limits=limits,
         spent=spent,
+        note_phase=context.running.note if context.running is not None else None,
+        finished=parts.telemetry.export if parts.telemetry is not None else None,
+        traceparent=parts.telemetry.traceparent if parts.telemetry is not None else None,
     )
     return Runtime(
         settings,
@@ -440,6 +453,7 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
         stops=stops,
         shard=context.shard or settings.shard,
         alone=context.alone,
+        running=context.running,
     )
 
 

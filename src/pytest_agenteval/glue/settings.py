@@ -66,6 +66,8 @@ class Settings:
     """The variants this session runs (`--agenteval-variant`); empty: all of them."""
     reference: str | None = None
     """The variant the others are compared with (`--agenteval-reference`); None: the first."""
+    otel: bool = False
+    """`--agenteval-otel` (or ini `agenteval_otel`): export each attempt's trace."""
 
 
 def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
@@ -129,6 +131,7 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         ),
         variants=_variants(config),
         reference=_setting(config, "agenteval_reference", options.variant_name),
+        otel=bool(_setting(config, "agenteval_otel")),
     )
 
 

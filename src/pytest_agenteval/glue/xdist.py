@@ -18,6 +18,7 @@ from ..core.records import key_from_json, plan_key
 from ..core.shards import parse_shard
 from ..store.inflight import InFlight, inflight_path
 from ..store.plan import Plan
+from ..store.running import Running, RunningFile, running_path
 from ..store.stops import Stops
 from .internals import queued_reports
 from .recorder import Recorder
@@ -131,13 +132,17 @@ def worker_context(config: pytest.Config, parts: Parts, fingerprint: dict[str, A
     if not stops:
         return context
     joined, unshared = worker_stops(stops, parts.agenteval_dir)
-    note = None
+    note = running = None
     if unshared:
         config.workeroutput[UNSHARED] = unshared  # type: ignore[attr-defined]
-    elif parts.concurrency > 1:  # else the item running is the one in flight
+    else:
         worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
-        note = InFlight(inflight_path(Path(stops["run_dir"]), worker)).note
-    return replace(context, stops=joined, note_running=note)  # noted: read if it dies
+        run_dir = Path(stops["run_dir"])
+        if parts.concurrency > 1:  # else the item running is the one in flight
+            note = InFlight(inflight_path(run_dir, worker)).note
+        running = Running()  # the controller's progress.json merges what this file says
+        config.add_cleanup(RunningFile(running, running_path(run_dir, worker)).close)
+    return replace(context, stops=joined, note_running=note, running=running)
 
 
 def worker_stops(shipped: dict[str, Any], local: Path | None) -> tuple[Stops, str | None]:

@@ -8,6 +8,7 @@ event loop and connections).
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,30 @@ class OpenAIAgent:
     async def __call__(self, task: Task) -> AgentResult:
         messages = self.messages(task.input)
         limit = task.budget.max_tokens if task.budget else None  # the server stops there
+        started, t0 = time.time(), time.perf_counter()
         reply = await self.connection.complete_async(messages, limit)
+        latency = time.perf_counter() - t0
+        trace = task.trace  # the trace: the messages sent, the call, the reply
+        for message in mask_json(messages):
+            trace.message(message.get("role", "user"), message.get("content"), at=started)
+        usage = reply.usage
+        trace.model_call(
+            provider="openai",
+            request_model=self.options.model,
+            model=reply.model,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            cost=usage.cost,
+            latency=latency,
+            finish_reason=reply.finish_reason,
+            started_at=started,
+            retries=reply.retries,
+        )
+        trace.message("assistant", reply.text)
         return AgentResult(
             output=reply.text,
             usage=reply.usage,
-            transcript=mask_json([*messages, {"role": "assistant", "content": reply.text}]),
             call={
                 "model": reply.model,
                 "finish_reason": reply.finish_reason,

@@ -13,7 +13,8 @@ from typing import Any, TextIO
 from ..core.model import Key
 from ..core.options import rate
 from ..core.records import variant_of
-from ..store.artifacts import attempt_folder
+from ..core.text import printable
+from ..store.artifacts import Copied
 from ..store.locate import cache_dir, find_rootdir
 from ..store.runs import Store
 from .diff import (
@@ -26,7 +27,7 @@ from .diff import (
     task_rates,
     variant_rates,
 )
-from .export import WRITERS, attempt_row, columns, write_artifacts
+from .export import WRITERS, attempt_row, columns, skipped_lines, write_artifacts
 from .regression import diff_gate
 from .runref import load_summary, resolve_run, stored_run
 from .show import (
@@ -78,7 +79,7 @@ def show(
             f"(`agenteval repair {info.run_id}` checks the run)"
         )
     lines = attempt_lines(record, reuse_of(record, earlier_sessions_end(info)), full)
-    return lines + artifact_lines(record, attempt_folder(store.runs_dir / info.run_id, keys[0]))
+    return lines + artifact_lines(record, store.runs_dir / info.run_id)
 
 
 def _which_variant(run_id: str, task_id: str, attempt: int, keys: list[Key]) -> str:
@@ -98,10 +99,10 @@ def export(
     out: TextIO,
     variant: str | None = None,
     artifacts: Path | None = None,
-) -> tuple[int, int]:
+) -> tuple[int, Copied]:
     """Write every stored attempt of the run (of `variant` only, when given) as `fmt` to
     `out`, with a `variant` column when the run has variants, and its kept artifacts below
-    `artifacts` when given; returns how many attempts and artifact files."""
+    `artifacts` when given; returns how many attempts, and the artifact files copied."""
     info, rows = stored_run(store, resolve_run(store, ref))
     variants = variant_names(info, rows)
     if variant is not None:
@@ -111,9 +112,11 @@ def export(
         (r for r in store.records(info.run_id) if variant is None or r.variant == variant),
         key=in_order(variants),
     )
-    count = WRITERS[fmt]((attempt_row(r, since) for r in records), out, columns(bool(variants)))
+    count = WRITERS[fmt](
+        (attempt_row(r, since) for r in records), out, columns(bool(variants), fmt)
+    )
     if artifacts is None:
-        return count, 0
+        return count, Copied()
     return count, write_artifacts(store.runs_dir / info.run_id, records, artifacts)
 
 
@@ -254,7 +257,8 @@ def _show(args: argparse.Namespace, open_store: OpenStore) -> int:
     store = open_store(args)
     if store is None:
         return 1
-    print("\n".join(show(store, args.run_id, args.target, args.full, args.variant)))
+    lines = show(store, args.run_id, args.target, args.full, args.variant)
+    print(printable("\n".join(lines)))  # what agents wrote, file names: never raw escapes
     return 0
 
 
@@ -263,11 +267,13 @@ def _export(args: argparse.Namespace, open_store: OpenStore) -> int:
     if store is None:
         return 1
     with output(args.out, sys.stdout) as out:
-        count, files = export(store, args.run_id, args.format, out, args.variant, args.artifacts)
+        count, copied = export(store, args.run_id, args.format, out, args.variant, args.artifacts)
     if args.out:
         print(f"{count} attempts written to {args.out}", file=sys.stderr)
     if args.artifacts:
-        print(f"{files} artifact files written below {args.artifacts}", file=sys.stderr)
+        for line in skipped_lines(copied):
+            print(line, file=sys.stderr)
+        print(f"{copied.files} artifact files written below {args.artifacts}", file=sys.stderr)
     return 0
 
 

@@ -21,7 +21,10 @@ from typing import Any
 from ..core.errors import ReportError, os_failure
 from ..core.model import Key, Verdict
 from ..core.records import AttemptRecord
+from ..core.trace import describe, read_event
+from ..store.artifacts import Refused, kept_paths
 from ..store.artifacts import read as read_artifact
+from ..store.problems import NOT_READ, StoreProblem
 from ..store.runs import Store
 from .html_variants import leaderboard as _leaderboard
 from .html_variants import matrix_rows
@@ -35,6 +38,8 @@ from .svg import Bar, Series, histogram, interval_bars, line_plot, seconds
 
 TEXT_LIMIT = 2000
 """Characters of an output, error or transcript the page holds; the full length is shown."""
+EVENT_LIMIT = 500
+"""Events of one attempt's trace the page holds (the rest are counted)."""
 MAX_TAG_BARS = 30
 SMALL_TEXT = 4096
 """Bytes of a kept artifact up to which the drill-down shows its text."""
@@ -59,7 +64,9 @@ def attempt_details(store: Store, run_id: str, reused: Iterable[Key] = ()) -> De
     for record in store.records(run_id):
         view = attempt_view(record, record.key in replayed)
         if record.changed_files is not None:
-            view["fs"] = artifact_view(record, store.runs_dir / run_id)
+            refused: list[Refused] = []
+            view["fs"] = artifact_view(record, store.runs_dir / run_id, refused)
+            store.found(StoreProblem(e.where, e.why, NOT_READ) for e in refused)
         details.setdefault((record.dataset, record.task_id, record.variant), []).append(view)
     for views in details.values():
         views.sort(key=lambda v: v["i"])
@@ -71,7 +78,9 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
     `c` is everything it cost (agent + judges), `ca` and `cj` the split."""
     output, output_len = _clip(record.output)
     error, error_len = _clip(record.error)
-    transcript, transcript_len = _clip(_transcript_text(record.transcript))
+    timeline = trace_view(record.transcript)
+    plain = None if timeline is not None else record.transcript
+    transcript, transcript_len = _clip(_transcript_text(plain))
     flags = [*(["reused"] if reused else []), *_history_flags(record)]
     return {
         "i": record.attempt,
@@ -89,6 +98,9 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
         "ph": record.phase,
         "t": transcript,
         "tl": transcript_len,
+        **({"tr": timeline} if timeline is not None else {}),
+        **({"st": record.stopped} if record.stopped else {}),
+        **({"tm": _timings_view(record)} if record.timings else {}),
         "u": record.usage,
         "c": record.spend,
         "ca": record.cost,
@@ -97,26 +109,76 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
     }
 
 
-def artifact_view(record: AttemptRecord, run_dir: Path) -> list[list[Any]]:
+def trace_view(transcript: list[Any] | None) -> dict[str, Any] | None:
+    """The timeline of a typed trace: each event as [type, heading, content cut to
+    TEXT_LIMIT, its full length] (a plain item among them as ["item", "", its JSON, length]),
+    with the turns and tool calls counted; None for a transcript without typed events."""
+    if not transcript:
+        return None
+    events = [read_event(item) for item in transcript]
+    if all(e is None for e in events):
+        return None
+    rows: list[list[Any]] = []
+    for item, event in zip(transcript[:EVENT_LIMIT], events, strict=False):
+        if event is None:
+            kind, head, body = "item", "", json.dumps(item, ensure_ascii=False)
+        else:
+            kind, (head, body) = event.type, describe(event)
+        text, length = _clip(body)
+        rows.append([kind, head, text or None, length])
+    return {
+        "e": rows,
+        "n": len(transcript),
+        "turns": sum(1 for e in events if e is not None and e.type == "model_call"),
+        "tools": sum(1 for e in events if e is not None and e.type == "tool_call"),
+    }
+
+
+def _timings_view(record: AttemptRecord) -> list[list[Any]]:
+    """[[phase, seconds], ...] with each grader named by its verdict."""
+    rows: list[list[Any]] = []
+    for name, value in (record.timings or {}).items():
+        if name == "graders" and isinstance(value, list):
+            names = [v.grader for v in record.verdicts]
+            for index, seconds in enumerate(value):
+                grader = names[index] if index < len(names) else f"grader {index}"
+                rows.append([grader, seconds])
+        else:
+            rows.append([name, value])
+    return rows
+
+
+def artifact_view(
+    record: AttemptRecord, run_dir: Path, refused: list[Refused] | None = None
+) -> list[list[Any]]:
     """The files the attempt's agent changed, each [path, change, size, kept, text] (a note:
-    [text, "note", 0, false, null]): `text`
-    is the content of a kept text file of at most SMALL_TEXT bytes (the page escapes it as
-    all text), else None."""
+    [text, "note", 0, false, null]): `text` is the content of a kept text file of at most
+    SMALL_TEXT bytes (the page escapes it as all text), else None. A stored path that names
+    no regular file inside the attempt's folder is never read: the page says so in a note
+    after it, and the refusal is added to `refused`."""
     rows = []
     for entry in record.changed_files or ():
         if "note" in entry:
             rows.append([entry["note"], "note", 0, False, None])
             continue
         text = None
-        if entry["kept"] and entry["size"] <= SMALL_TEXT:
-            text = _text_of(read_artifact(run_dir, record.key, entry["path"]))
+        if entry["path"] in kept_paths([entry]) and entry["size"] <= SMALL_TEXT:
+            try:
+                text = _text_of(read_artifact(run_dir, record.key, entry["path"], SMALL_TEXT + 1))
+            except Refused as exc:
+                rows.append([entry["path"], entry["change"], entry["size"], False, None])
+                rows.append([f"not read: {exc.why}", "note", 0, False, None])
+                if refused is not None:
+                    refused.append(exc)
+                continue
         rows.append([entry["path"], entry["change"], entry["size"], entry["kept"], text])
     return rows
 
 
 def _text_of(data: bytes | None) -> str | None:
-    """`data` as text when it is UTF-8 without NUL bytes (a text file), else None."""
-    if data is None or b"\0" in data:
+    """`data` as text when it is UTF-8 without NUL bytes (a text file) of at most SMALL_TEXT
+    bytes (the size its record says may be wrong), else None."""
+    if data is None or b"\0" in data or len(data) > SMALL_TEXT:
         return None
     try:
         return data.decode()

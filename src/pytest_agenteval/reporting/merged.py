@@ -4,12 +4,14 @@ files in its folder, and the gate `--min-pass-rate` asks for, as a session would
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..store.merge import Merged, merge_runs
 from ..store.runs import Store
+from .export import skipped_lines
 from .finish import GateRule, finish_run
 from .gate import GateResult
 from .runref import run_summary
@@ -58,6 +60,8 @@ def merge_command(args: argparse.Namespace) -> int:
         min_pass_rate=args.min_pass_rate,
         allow_errors=args.allow_errors,
     )
+    for line in skipped_lines(merged.artifacts):
+        print(line, file=sys.stderr)
     print(
         f"merged {merged.shards} shards into run {merged.run_id} "
         f"({merged.attempts} attempts, {report.status}) in {merged.store_root / 'runs'}"

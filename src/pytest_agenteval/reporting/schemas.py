@@ -15,7 +15,14 @@ from pydantic import BaseModel
 
 from ..core.docstrings import describe
 from ..core.llm import OpenAIAgentOptions
-from ..core.model import TAG_RE, VARIANT_NAME_PATTERN, Manifest, SourceTaskSpec, TaskSpec
+from ..core.model import (
+    MAX_NAME_LENGTH,
+    TAG_RE,
+    VARIANT_NAME_PATTERN,
+    Manifest,
+    SourceTaskSpec,
+    TaskSpec,
+)
 from ..execution.graders import BUILTIN_GRADERS, BuiltinGrader, Contains
 
 Schema = dict[str, Any]
@@ -93,7 +100,10 @@ def _variants(props: Schema, defs: dict[str, Schema]) -> None:
         "type": "object",
         "patternProperties": {pattern: {"anyOf": [ref("Variant"), ref("Agent")]}},
         "additionalProperties": False,
-        "propertyNames": _pattern(pattern, "letters, digits and _ . -"),
+        "propertyNames": {
+            **_pattern(pattern, "letters, digits and _ . -"),
+            "maxLength": MAX_NAME_LENGTH,
+        },
     }
     props["variants"] = _keep_docs(props["variants"], {"anyOf": [named, {"type": "null"}]})
 
@@ -157,6 +167,7 @@ def _task_schema(task: Schema) -> Schema:
         {
             "type": ["string", "null"],
             **_pattern(TASK_ID_PATTERN, "letters, digits and _ . - / (no empty, . or .. segment)"),
+            "maxLength": MAX_NAME_LENGTH,
         },
     )
     props["tags"]["items"] = {

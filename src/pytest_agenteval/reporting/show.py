@@ -19,6 +19,8 @@ from typing import Any
 from ..core.errors import AgentevalError
 from ..core.model import Verdict
 from ..core.records import AttemptRecord
+from ..core.trace import read_event, render_event, turns
+from ..store.artifacts import Refused, attempt_folder, kept_paths, open_kept
 from ..store.index import IndexRow
 from ..store.runs import RunInfo
 
@@ -189,6 +191,12 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
         + (f" (after {record.wait:.3f}s waiting for a slot)" if record.wait else "")
         + _usage(record.input_tokens, record.output_tokens, record.spend)
         + _split(record),
+        *(
+            [f"stopped at its {record.stopped} (graded on what it produced)"]
+            if record.stopped
+            else []
+        ),
+        *_timing_lines(record),
         *_sandbox_lines(record),
         "",
         "input:",
@@ -212,7 +220,7 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
         kind = f" ({record.error_type})" if record.error_type else ""
         lines += ["", f"error{where}{kind}:", *_indented(record.error)]
     if record.transcript:
-        lines += ["", "transcript:", *_transcript(record.transcript)]
+        lines += ["", *_trace_lines(record.transcript, cut)]
     if record.usage:
         lines += ["", "usage: " + json.dumps(record.usage, ensure_ascii=False)]
     if record.previous:
@@ -222,17 +230,19 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
     return lines
 
 
-def artifact_lines(record: AttemptRecord, folder: Path) -> list[str]:
+def artifact_lines(record: AttemptRecord, run_dir: Path) -> list[str]:
     """The files the attempt's agent changed (path, change, size, kept) and where the kept
     ones are (no folder when none was kept: deletions keep nothing); nothing for an attempt
-    that keeps no artifacts."""
+    that keeps no artifacts. A kept file whose stored path names no regular file inside the
+    attempt's folder (`open_kept` refuses it) says so."""
     if record.changed_files is None:
         return []
     if not record.changed_files:
         return ["", "files changed: none"]
-    kept = sum(1 for f in record.changed_files if f.get("kept"))
+    kept = kept_paths(record.changed_files)
     listed = sum(1 for f in record.changed_files if "note" not in f)
-    where = f"{kept} kept in {folder}" if kept else "none kept"  # no folder was made
+    folder = attempt_folder(run_dir, record.key)
+    where = f"{len(kept)} kept in {folder}" if kept else "none kept"  # no folder was made
     lines = ["", f"files changed: {listed}, {where}"]
     for entry in record.changed_files:
         if "note" in entry:
@@ -240,8 +250,21 @@ def artifact_lines(record: AttemptRecord, folder: Path) -> list[str]:
             continue
         size = "" if entry["change"] == "deleted" else f"{entry['size']:,} B"
         note = "" if entry["kept"] or entry["change"] == "deleted" else "  (not kept)"
+        if entry["path"] in kept:
+            note = _refused(run_dir, record, entry["path"])
         lines.append(f"  {entry['change']:8} {size:>12}  {entry['path']}{note}")
     return lines
+
+
+def _refused(run_dir: Path, record: AttemptRecord, path: str) -> str:
+    """Nothing for a kept file that `open_kept` opens (or that is lost); why, for one refused."""
+    try:
+        open_kept(run_dir, record.key, path).close()
+    except Refused as exc:
+        return f"  (REFUSED, not read: {exc.why})"
+    except OSError:
+        pass
+    return ""
 
 
 class _Cut:
@@ -286,6 +309,46 @@ def _split(record: AttemptRecord) -> str:
     if judge is None:
         return ""
     return f" (agent {record.cost or 0:.4f}, judge {judge:.4f})"
+
+
+def _trace_lines(transcript: list[Any], cut: _Cut) -> list[str]:
+    """The attempt's trace, an event (a turn's model call, a tool call with its command and
+    output, a message) a paragraph; a transcript of plain items as before."""
+    events = [read_event(item) for item in transcript]
+    typed = [e for e in events if e is not None]
+    if not typed:
+        return ["transcript:", *_transcript(transcript)]
+    tools = sum(1 for e in typed if e.type == "tool_call")
+    lines = [f"trace: {turns(typed)} model turns, {tools} tool calls"]
+    for number, (item, event) in enumerate(zip(transcript, events, strict=True), 1):
+        if event is None:
+            lines += _transcript([item])
+            continue
+        text = render_event(number, event, limit=10**9)
+        head, _, body = text.partition("\n")
+        lines.append("  " + head)
+        if body:
+            lines += _indented(cut(body), "  ")
+    return lines
+
+
+def _timing_lines(record: AttemptRecord) -> list[str]:
+    """Seconds per phase (records written before they were kept have none)."""
+    timings = record.timings
+    if not timings:
+        return []
+    parts = []
+    for name, value in timings.items():
+        if name == "graders" and isinstance(value, list):
+            named = zip(
+                [v.grader for v in record.verdicts] or ["?"] * len(value), value, strict=False
+            )
+            shown = ", ".join(f"{g} {s:.3f}s" for g, s in named if isinstance(s, int | float))
+            if shown:
+                parts.append(f"graders {shown}")
+        elif isinstance(value, int | float):
+            parts.append(f"{name} {value:.3f}s")
+    return ["timings: " + " · ".join(parts)] if parts else []
 
 
 def _transcript(entries: list[Any], indent: str = "", cut: _Cut | None = None) -> list[str]:

@@ -128,8 +128,12 @@ def _jsonl_rows(data: bytes) -> list[Row]:
             continue
         index = len(rows)
         try:
-            values = json.loads(line)
-        except ValueError as exc:  # also bad UTF-8
+            # Decoded strictly here: json.loads(bytes) lets encoded surrogates through.
+            values = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            rows.append(Row(number, index, None, _not_utf8(line, exc)))
+            continue
+        except ValueError as exc:
             rows.append(Row(number, index, None, f"not valid JSON: {exc}"))
             continue
         except RecursionError:
@@ -151,6 +155,17 @@ def _jsonl_rows(data: bytes) -> list[Row]:
             continue
         rows.append(Row(number, index, values))
     return rows
+
+
+def _not_utf8(line: bytes, exc: UnicodeDecodeError) -> str:
+    """Where a JSONL row stops being UTF-8, and the bytes there (raw CESU-8 surrogates,
+    `\\xed\\xa0\\x80`, included: UTF-8 cannot hold them, so no record could)."""
+    end = exc.end
+    while end < len(line) and end - exc.start < 4 and 0x80 <= line[end] < 0xC0:
+        end += 1  # the continuation bytes of the character that is not one
+    bad = line[exc.start : end].hex(" ")
+    column = len(line[: exc.start].decode("utf-8", "replace")) + 1
+    return f"the row is not UTF-8 text: bytes {bad} at column {column}: {SAVE_AS_UTF8}"
 
 
 MAX_NESTING = 100

@@ -161,13 +161,18 @@ def line_of(node: Any, loc: tuple[Any, ...]) -> int | None:
     """1-based line of the YAML node at `loc` (or of its nearest existing parent)."""
     if node is None:
         return None
+    line: int = _node_at(node, loc).start_mark.line + 1
+    return line
+
+
+def _node_at(node: Any, loc: tuple[Any, ...]) -> Any:
+    """The YAML node at `loc` below `node`, or its nearest existing parent."""
     for part in loc:
         child = _child(node, part)
         if child is None:
             break
         node = child
-    line: int = node.start_mark.line + 1
-    return line
+    return node
 
 
 def _child(node: Any, part: Any) -> Any:
@@ -207,6 +212,7 @@ def validation_errors(
     for loc, error in found:
         kind = error["type"]
         hint = None
+        line = line_of(node, (*prefix, *loc))
         if kind == "missing":
             if (loc[:-1], loc[-1]) in meant:
                 continue
@@ -216,12 +222,47 @@ def validation_errors(
             problem = f"unknown key {loc[-1]!r}"
             where = (*prefix, *loc)
             hint = did_you_mean(str(loc[-1]), _fields_at(model, loc[:-1]))
+        elif kind == "string_type" and _unquoted(error["input"]):
+            key = loc[-1:] == ("[key]",)
+            where = (*prefix, *loc[:-2]) if key else (*prefix, *loc)
+            problem, hint, line = _quote_it(node, where, error["input"], key)
         else:
             problem = error["msg"].removeprefix("Value error, ")
             where = (*prefix, *loc)
-        line = line_of(node, (*prefix, *loc))
         errors.append(TaskFileError(path, problem, line=line, field=field_path(where), hint=hint))
     return sorted(errors, key=lambda e: e.line or 0)
+
+
+def _unquoted(value: Any) -> bool:
+    """Whether a value YAML read from an unquoted word (`true`, `null`, `0`) is not text."""
+    return value is None or isinstance(value, bool | int | float)
+
+
+def _quote_it(
+    node: Any, where: tuple[Any, ...], value: Any, key: bool
+) -> tuple[str, str, int | None]:
+    """A name or text written unquoted that YAML read as a boolean, null or number: the
+    problem, the hint to quote it, and its line (a key's own line: pydantic's location of a
+    key holds its value, and `true` is `1` there)."""
+    kind = "null" if value is None else type(value).__name__
+    kind = {"bool": "a boolean", "int": "a number", "float": "a number"}.get(kind, kind)
+    found = _key_node(_node_at(node, where), value) if key and node is not None else None
+    written = found.value if found is not None else str(value).lower()
+    problem = f"{'the key ' if key else ''}{written} is not text: YAML reads it as {kind}"
+    line = found.start_mark.line + 1 if found is not None else line_of(node, where)
+    return problem, f'quote it: "{written}"', line
+
+
+def _key_node(mapping: Any, value: Any) -> Any:
+    """The key of YAML `mapping` that reads as `value` (of the same type), if any."""
+    if not isinstance(mapping, yaml.MappingNode):
+        return None
+    for key, _ in mapping.value:
+        if isinstance(key, yaml.ScalarNode) and not key.style:  # plain: not quoted
+            read = yaml.safe_load(key.value)
+            if type(read) is type(value) and read == value:
+                return key
+    return None
 
 
 def closest(word: str, choices: list[str]) -> str | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..core.errors import StoreError, os_failure
+from ..core.text import clean_text
 
 NOTE_SIZE = 256
 """Bytes of the running-attempt note in the lock file (padded, so a write needs no truncate)."""
@@ -45,13 +46,13 @@ class RunFiles:
         return True
 
     def append_record(self, text: str) -> tuple[int, int]:
-        data = text.encode("utf-8") + b"\n"
+        data = _utf8(text) + b"\n"
         offset = self._records_end
         self._records_end = _append(self._records_fd, offset, data, self._records_path)
         return offset, len(data) - 1
 
     def append_index(self, text: str) -> None:
-        data = text.encode("utf-8") + b"\n"
+        data = _utf8(text) + b"\n"
         self._index_end = _append(self._index_fd, self._index_end, data, self._index_path)
 
     def note_running(self, text: str) -> None:
@@ -69,6 +70,16 @@ class RunFiles:
             if fd >= 0:
                 os.close(fd)
         self._index_fd = self._records_fd = self._lock_fd = -1
+
+
+def _utf8(text: str) -> bytes:
+    """A line's bytes. Records are made storable (`core.text.clean_text`), but one whose text
+    still holds a lone surrogate (from a plugin's or a worker's text) is stored with U+FFFD
+    in its place, never lost with the session."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return clean_text(text).encode("utf-8")
 
 
 def _open(path: Path, flags: int) -> int:

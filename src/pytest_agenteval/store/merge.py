@@ -28,7 +28,7 @@ from ..core.errors import StoreError, os_failure
 from ..core.model import Key
 from ..core.records import AttemptRecord, index_entry, placed, to_json_text
 from ..core.shards import Shard, parse_shard
-from .artifacts import ARTIFACTS, copy_out
+from .artifacts import ARTIFACTS, Copied, copy_kept, kept_paths
 from .files import RunFiles, locked, open_regular, read_at, write_json
 from .index import IndexRead, read_index
 from .lifecycle import fingerprint_drift, variant_drift
@@ -107,6 +107,8 @@ class Merged:
     store_root: Path
     attempts: int
     shards: int
+    artifacts: Copied = field(default_factory=Copied)
+    """The shards' artifacts copied, and those skipped (each with why)."""
 
 
 def merge_runs(sources: Iterable[Path], out: Path, *, allow_drift: bool = False) -> Merged:
@@ -122,12 +124,12 @@ def merge_runs(sources: Iterable[Path], out: Path, *, allow_drift: bool = False)
     tmp = store_root / f".merging-{run_id}-{os.getpid()}"
     try:
         _make_dirs(tmp, store_root / "runs")
-        attempts = _copy_records(parts, tmp)
+        attempts, artifacts = _copy_records(parts, tmp)
         write_json(tmp / "run.json", merged_meta(parts, shards, run_id, attempts))
         _replace(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return Merged(run_id, store_root, attempts, len(shards))
+    return Merged(run_id, store_root, attempts, len(shards), artifacts)
 
 
 def find_parts(source: Path) -> list[Part]:
@@ -352,11 +354,13 @@ def merged_id(shards: list[ShardRun]) -> str:
     return "m" + hashlib.sha256(ids.encode()).hexdigest()[:7]
 
 
-def _copy_records(parts: list[Part], folder: Path) -> int:
-    """Copy every stored attempt once, byte for byte, and index it; a key two parts hold
-    (the merged run and a shard it holds) must have the same record in both."""
+def _copy_records(parts: list[Part], folder: Path) -> tuple[int, Copied]:
+    """Copy every stored attempt once, byte for byte, and index it, with the artifacts its
+    record lists as kept (`copy_kept`: regular files inside its folder only); a key two parts
+    hold (the merged run and a shard it holds) must have the same record in both."""
     files = RunFiles(folder)
     copied: dict[Key, tuple[bytes, Part]] = {}
+    artifacts = Copied()
     try:
         files.lock()
         for part in parts:
@@ -374,11 +378,12 @@ def _copy_records(parts: list[Part], folder: Path) -> int:
                 offset, length = files.append_record(data.decode("utf-8"))
                 files.append_index(placed(to_json_text(index_entry(record)), offset, length))
                 copied[key] = (digest, part)
-                if record.changed_files:  # and its artifacts, in the same layout
-                    copy_out(part.folder, key, folder / ARTIFACTS)
+                kept = kept_paths(record.changed_files)
+                if kept:  # and its artifacts, in the same layout
+                    artifacts += copy_kept(part.folder, key, kept, folder / ARTIFACTS)
     finally:
         files.close()
-    return len(copied)
+    return len(copied), artifacts
 
 
 def _stored(part: Part) -> Iterator[tuple[Key, bytes, AttemptRecord]]:

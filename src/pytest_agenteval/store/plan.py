@@ -58,7 +58,8 @@ class Plan:
         reuse: a finished record with the same task digest (an agent error is reused while the
         agent's input is unchanged). regrade: only grading changed and the output can be judged
         again. run: no record, the task changed otherwise, `--rerun-errors` on an error, the
-        attempt's process crashed (fewer than CRASH_LIMIT times), or `--agenteval-rerun`.
+        attempt's process crashed (fewer than CRASH_LIMIT times), a run-wide stop ended its
+        agent's loop (`stopped`), or `--agenteval-rerun`.
         """
         row = self.rows.get(plan_key(key))
         if row is None:
@@ -75,6 +76,8 @@ class Plan:
             return Decision("run", why="build failed")
         if row.phase == "sandbox":  # its daemon may answer now
             return Decision("run", why="sandbox failed")
+        if row.phase == "stopped":  # a run-wide stop ended its loop: never a verdict
+            return Decision("run", why="stopped")
         if row.digest == digest or (agent_error and row.run_digest == run_digest):
             return Decision("reuse", stored=row)
         if row.run_digest == run_digest and regradable:

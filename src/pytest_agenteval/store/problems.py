@@ -14,6 +14,8 @@ from ..core.errors import display_path
 RUNS_AGAIN = "that attempt runs again"
 RUN_SKIPPED = "run skipped"
 REINDEXED = "re-indexed from its intact record in records.jsonl: nothing runs again"
+NOT_READ = "not read"
+"""A stored artifact path that leads outside its attempt's folder (or to no regular file)."""
 OUTPUT_LOST = "its output and transcript are lost; its verdict in index.jsonl still counts"
 
 

@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -26,6 +26,7 @@ from ..core.errors import StoreError
 from ..core.model import Key
 from ..core.records import variant_of
 from .files import write_json
+from .index import IndexRow
 
 PROGRESS_FILE = "progress.json"
 PROGRESS_SCHEMA: Final = "agenteval.progress/1"
@@ -63,6 +64,28 @@ class VariantProgress(BaseModel):
     """Its attempts skipped."""
     reused: int
     """Its finished attempts replayed from the store."""
+
+
+class RunningAttempt(BaseModel):
+    """An attempt running now, and the phase it is in."""
+
+    model_config = ConfigDict(strict=True)
+
+    dataset: str
+    """The attempt's dataset."""
+    task: str
+    """Its task's id."""
+    variant: str | None
+    """Its variant; None for a dataset without variants."""
+    attempt: int
+    """Its attempt index."""
+    phase: Literal["waiting", "environment", "agent", "tool", "grading", "judge", "artifacts"]
+    """`waiting` (for its agent's limits, or its turn), `environment` (made), `agent` (its
+    call runs), `tool` (the agent runs a tool), `grading`, `judge`, `artifacts` (collected)."""
+    since: float
+    """When it entered the phase (epoch seconds)."""
+    turn: int
+    """Model calls its agent made so far (what its trace says)."""
 
 
 class ProgressFile(BaseModel):
@@ -108,6 +131,9 @@ class ProgressFile(BaseModel):
     """When this was written (epoch seconds)."""
     variants: dict[str, VariantProgress] | None = None
     """The counts of each variant, for a run with variants only (absent otherwise)."""
+    running: list[RunningAttempt] | None = None
+    """The attempts running now and their phases, while the session runs (absent in its
+    last word, and in files of older versions)."""
 
 
 @dataclass
@@ -127,6 +153,8 @@ class Progress:
     by_variant: dict[str, tuple[int, Counter[str]]] = field(default_factory=dict)
     """Each variant's planned attempts and counts, by name (empty for a run without
     variants)."""
+    running: Callable[[], list[dict[str, Any]]] | None = None
+    """The attempts running now (this process's and its workers'), while the session runs."""
     _written: float = 0.0
 
     def plan(self, keys: Collection[Key]) -> None:
@@ -159,7 +187,7 @@ class Progress:
         ran = done - c["reused"]
         left = max(self.planned - done - c["skipped"], 0)
         eta = left * elapsed / ran if ran and status == "running" else None
-        data = {
+        data: dict[str, Any] = {
             "schema": PROGRESS_SCHEMA,
             "run_id": self.run_id,
             "status": status,
@@ -183,10 +211,13 @@ class Progress:
                 }
                 for name, (planned, c) in self.by_variant.items()
             }
+        if status in LIVE and self.running is not None:
+            data["running"] = self.running()
         written = ProgressFile.model_validate(data)  # what is written is what the reader takes
         dumped = written.model_dump(by_alias=True)
-        if written.variants is None:
-            del dumped["variants"]  # a run without variants: the file it always had
+        for name in ("variants", "running"):
+            if dumped[name] is None:
+                del dumped[name]  # a run without variants: the file it always had
         return dumped
 
     def due(self) -> bool:
@@ -251,6 +282,35 @@ def writer_alive(data: dict[str, Any]) -> bool | None:
     return True
 
 
+def stale_lines(
+    data: dict[str, Any], rows: Sequence[IndexRow], planned: int, status: str
+) -> list[str]:
+    """What `agenteval status` says of a run whose session is gone (killed): its progress.json
+    lags (written at most once a second, its calls in flight died with it), so the numbers are
+    counted from the run's index, which holds every committed attempt."""
+    counts = Counter(row.status for row in rows)
+    tokens = sum((row.input_tokens or 0) + (row.output_tokens or 0) for row in rows)
+    cost = sum(row.spend or 0.0 for row in rows)
+    by_variant: dict[str, Counter[str]] = {}
+    for row in rows:
+        if row.variant is not None:
+            by_variant.setdefault(row.variant, Counter())[row.status] += 1
+    planned_of = {name: v["planned"] for name, v in (data.get("variants") or {}).items()}
+    pid = (data.get("session") or {}).get("pid", "?")
+    return [
+        f"run {data['run_id']}: {status} · {len(rows)}/{max(planned, len(rows))} done",
+        f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors",
+        f"tokens {tokens} · cost {cost:.4f}",
+        *(
+            f"  variant {name}: {sum(c.values())}/{planned_of.get(name, '?')} done · "
+            f"{c['pass']} passed, {c['fail']} failed, {c['error']} errors"
+            for name, c in sorted(by_variant.items())
+        ),
+        f"counted from the run's index: the session that wrote progress.json (pid {pid}) is "
+        f"gone, and its last word was {data['done']}/{data['planned']} done",
+    ]
+
+
 def progress_lines(data: dict[str, Any]) -> list[str]:
     """progress.json for people: what `agenteval status` prints."""
     if data["status"] == "starting":
@@ -268,4 +328,16 @@ def progress_lines(data: dict[str, Any]) -> list[str]:
             f"{v['fail']} failed, {v['error']} errors, {v['skipped']} skipped"
             for name, v in (data.get("variants") or {}).items()
         ),
+        *running_lines(data.get("running") or [], data.get("updated_at")),
     ]
+
+
+def running_lines(running: list[dict[str, Any]], now: float | None) -> list[str]:
+    """One line per running attempt: its name, phase, how long it has been in it, its turn."""
+    lines = [f"running ({len(running)}):"] if running else []
+    for r in running:
+        variant = f"{r['variant']} " if r.get("variant") else ""
+        since = f" {max((now or time.time()) - r['since'], 0):.0f}s" if r.get("since") else ""
+        turn = f" · turn {r['turn']}" if r.get("turn") else ""
+        lines.append(f"  {r['task']} [{variant}attempt {r['attempt']}] {r['phase']}{since}{turn}")
+    return lines

@@ -156,7 +156,7 @@ class Store:
         """Every damaged place this store has come across, each once, in the order found."""
         return list(self._problems.values())
 
-    def _found(self, problems: Iterable[StoreProblem]) -> None:
+    def found(self, problems: Iterable[StoreProblem]) -> None:
         """Note damage; a place read twice keeps its first description."""
         for problem in problems:
             self._problems.setdefault(problem.where, problem)
@@ -267,7 +267,7 @@ class Store:
                 meta = self._meta_or_none(folder.name)
             except StoreError as exc:
                 where, problem = _split(exc, folder / "run.json")
-                self._found([StoreProblem(where, problem, RUN_SKIPPED)])
+                self.found([StoreProblem(where, problem, RUN_SKIPPED)])
                 yield folder.name, exc
                 continue
             if meta is not None:
@@ -314,7 +314,7 @@ class Store:
             return self.run(run_id, count=True)
         except StoreError as exc:
             where, problem = _split(exc, self.runs_dir / run_id / "index.jsonl")
-            self._found([StoreProblem(where, problem, RUN_SKIPPED)])
+            self.found([StoreProblem(where, problem, RUN_SKIPPED)])
             return None
 
     def resolve(self, prefix: str) -> str:
@@ -508,9 +508,9 @@ class Store:
         whose records are intact keep their verdicts and outputs, the others run again.
         """
         read = self._read(run_id, for_plan, check)
-        self._found(read.problems)
+        self.found(read.problems)
         if isinstance(read, Reindexed):
-            self._found(read.records_problems)
+            self.found(read.records_problems)
             self._offsets[run_id] = read.offsets
         elif for_plan:
             self._offsets[run_id] = read.offsets
@@ -596,7 +596,7 @@ class Store:
         if problem and report:
             path = self._records_path(run_id)
             line = line_number(path, where[0])
-            self._found(
+            self.found(
                 [StoreProblem(f"{path}:{line}" if line else str(path), problem, OUTPUT_LOST)]
             )
         return record

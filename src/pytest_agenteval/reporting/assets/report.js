@@ -4,6 +4,7 @@
   "use strict";
   var PAGE = 200;
   var PREVIEW = 400;  // characters of an input, expected answer or judge text shown at first
+  var FOLD_LINES = 6;  // lines of a trace event's text shown before "show all"
   var data = JSON.parse(document.getElementById("agenteval-data").textContent);
   var tbody = document.querySelector("#task-table tbody");
   var more = document.getElementById("more");
@@ -148,6 +149,49 @@
     }
   }
 
+  // The attempt's trace as a timeline: a model turn, a tool call with its command and output
+  // (folded past FOLD_LINES lines), a message, a limit hit; each [type, heading, text, length].
+  function timeline(parent, tr, task, a) {
+    parent.appendChild(el("div", "label", "trace (" + tr.turns + " model turns, " + tr.tools +
+      " tool calls)"));
+    var list = el("ol", "timeline");
+    tr.e.forEach(function (ev) {
+      var item = el("li", "ev ev-" + ev[0]);
+      item.appendChild(el("div", "ev-head", ev[1]));
+      if (ev[2]) folded(item, ev[2], ev[3], task, a);
+      list.appendChild(item);
+    });
+    parent.appendChild(list);
+    if (tr.n > tr.e.length) {
+      parent.appendChild(el("div", "cut", "the page holds the first " + tr.e.length + " of " +
+        tr.n + " events; agenteval show " + data.run + " " + task.id + (task.v ? "/" + task.v : "") +
+        "/" + a.i + " shows all"));
+    }
+  }
+
+  function folded(parent, text, length, task, a) {
+    var lines = text.split("\n");
+    var short = lines.length > FOLD_LINES ? lines.slice(0, FOLD_LINES).join("\n") + "\n…" : text;
+    var pre = el("pre", "ev-body", short);
+    parent.appendChild(pre);
+    if (lines.length > FOLD_LINES) {
+      var button = el("button", "show-all", "show all " + lines.length + " lines");
+      button.type = "button";
+      button.addEventListener("click", function (event) {
+        event.stopPropagation();
+        var open = pre.textContent === short;
+        pre.textContent = open ? text : short;
+        button.textContent = open ? "show less" : "show all " + lines.length + " lines";
+      });
+      parent.appendChild(button);
+    }
+    if (length > text.length) {
+      parent.appendChild(el("div", "cut", "the page holds the first " + text.length + " of " +
+        length.toLocaleString("en") + " characters; agenteval show " + data.run + " " + task.id +
+        (task.v ? "/" + task.v : "") + "/" + a.i + " --full shows all"));
+    }
+  }
+
   function judgeBox(parent, j, task, a) {
     var facts = [];
     if (j.th !== null && j.th !== undefined) facts.push("threshold " + j.th);
@@ -208,6 +252,8 @@
       block(box, "error" + (where ? " (" + where + ")" : ""), a.e, a.el);
     }
     block(box, "output", a.o, a.ol);
+    if (a.st) box.appendChild(el("div", "cut", "stopped at its " + a.st + " (graded on what it produced)"));
+    if (a.tr) timeline(box, a.tr, task, a);
     block(box, "transcript", a.t, a.tl);
     if (a.fs) filesBox(box, a.fs);
     if (a.u) {
@@ -219,6 +265,12 @@
         box.appendChild(el("div", "label", "usage"));
         box.appendChild(el("div", "mono", parts.join(" · ")));
       }
+    }
+    if (a.tm) {
+      box.appendChild(el("div", "label", "timings"));
+      box.appendChild(el("div", "mono timings", a.tm.map(function (t) {
+        return t[0] + " " + (t[1] === null ? "?" : seconds(t[1]));
+      }).join(" · ")));
     }
     if (a.c !== null && a.c !== undefined) {
       box.appendChild(el("div", "label", "cost"));
