@@ -116,7 +116,7 @@ def test_a_frozen_agent_result_changed_shows_the_agents_frames_only(
     assert "pydantic/" not in errors and "_setattr_handler" not in errors
     assert errors.count('>       result.output = "final"') == 2
     assert errors.count("Instance is frozen [type=frozen_instance") == 2
-    assert len(errors.splitlines()) < 30  # was ~75 lines of pydantic per attempt
+    assert len(errors.splitlines()) < 2 * 20  # was ~75 lines of pydantic per attempt
     capsys.readouterr()
     store = ["--cache-dir", str(pytester.path / ".pytest_cache")]
     assert main(["show", latest_run(pytester.path), "a/0", *store]) == 0
