@@ -686,3 +686,45 @@ def test_the_worked_comparison_of_the_guide(pytester: pytest.Pytester) -> None:
     again.stdout.fnmatch_lines(
         ["87 passed, 9 failed, 0 errors; 64 reused; 32 run now", "  checked  *0.969*+0.156*"]
     )
+
+
+def session_counts(pytester: pytest.Pytester) -> tuple[int, int, int]:
+    """(run, reused, regraded) of the newest session."""
+    counts = summary_of(pytester)["counts"]
+    return counts.get("run", 0), counts.get("reused", 0), counts.get("regraded", 0)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        pytest.param(["-n", "2"], id="xdist"),
+        pytest.param(["--agenteval-concurrency", "4"], id="concurrency", marks=pytest.mark.slow),
+        pytest.param(
+            ["-n", "2", "--agenteval-concurrency", "4"], id="both", marks=pytest.mark.slow
+        ),
+    ],
+)
+def test_a_variants_attempts_are_reused_regraded_and_run_as_alone(
+    pytester: pytest.Pytester, dataset: DatasetMaker, how: list[str]
+) -> None:
+    """A resume of a run with variants decides per variant's attempt as one process does, with
+    xdist workers and calls in flight: unchanged attempts are reused, changed graders regrade
+    (no agent called: the workers' regrade records are keyed with their variant), a changed
+    task runs its variants again."""
+    both = {"base": "agents:base", "cmd": command_agent(pytester.path)}
+    root = write(dataset, both)
+    args = ["--agenteval", "ds", *how]
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=4)
+    assert (len(calls(root, "base")), len(calls(root, "cmd"))) == (2, 2)
+    pytester.runpytest_subprocess(*args, "--resume-suite").assert_outcomes(passed=4)
+    assert session_counts(pytester) == (0, 4, 0)
+    write(dataset, both, {name: {**spec, "graders": ["contains"]} for name, spec in TASKS.items()})
+    pytester.runpytest_subprocess(*args, "--resume-suite").assert_outcomes(passed=4)
+    assert session_counts(pytester) == (0, 0, 4)
+    assert (len(calls(root, "base")), len(calls(root, "cmd"))) == (2, 2)
+    changed = {"t1.yaml": {**task("ok"), "input": "another question"}, "t2.yaml": task("ok")}
+    write(dataset, both, changed)
+    pytester.runpytest_subprocess(*args, "--resume-suite").assert_outcomes(passed=4)
+    assert session_counts(pytester) == (2, 0, 2)
+    assert calls(root, "base") == ["t1 0", "t1 0", "t2 0"]
+    assert calls(root, "cmd") == ["t1 0", "t1 0", "t2 0"]

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from ..core.errors import StoreError
-from ..core.model import Key
-from ..core.records import key_from_json, plan_key
+from ..core.records import attempt_key, key_from_json, plan_key
 from ..core.shards import parse_shard
 from ..store.inflight import InFlight, inflight_path
 from ..store.plan import Plan
@@ -88,14 +87,17 @@ class XdistHooks:
 
 
 def _regrades(runtime: Runtime) -> dict[str, Any]:
-    """The stored records the plan will regrade, without their history."""
+    """The stored records the plan will regrade, without their history: every variant's
+    attempt is looked up with its variant (a key without it finds nothing, and the worker would
+    pay for what it should regrade)."""
     found = {}
     for task in runtime.all_tasks():
         for attempt in range(runtime.attempts_for(task.dataset)):
-            key: Key = (task.dataset.name, task.id, attempt)
-            decision = runtime.decide(key, task)
-            if decision.record is not None:
-                found[plan_key(key)] = decision.record.with_previous(())
+            for variant in runtime.variants_of(task):
+                key = attempt_key(task.dataset.name, task.id, attempt, variant)
+                decision = runtime.decide(key, task)
+                if decision.record is not None:
+                    found[plan_key(key)] = decision.record.with_previous(())
     return found
 
 
