@@ -315,3 +315,56 @@ def test_only_crashes_proven_the_attempts_own_count_towards_the_limit() -> None:
     assert crash_count(latest.with_previous((own, other))) == 1
     mine = interrupted_record(None, ("ds", "a", 0), {}, "died", "WorkerCrash")
     assert crash_count(mine.with_previous((other, own))) == 2
+
+
+DIES_AFTER_COMMIT = """
+import os, pathlib, time
+
+import pytest
+
+HERE = pathlib.Path(__file__).parent
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item):
+    '''On a worker, once: die in ok0's teardown, after the controller committed its record.'''
+    flag = HERE / "killed.flag"
+    if item.name != "ok0[attempt-0]" or flag.exists() or not hasattr(item.config, "workerinput"):
+        return
+    for _ in range(600):
+        runs = HERE.glob(".pytest_cache/agenteval/runs/*/records.jsonl")
+        if any('"ok0"' in path.read_text() for path in runs):
+            break
+        time.sleep(0.05)
+    flag.touch()
+    os._exit(1)
+"""
+
+
+def test_a_crash_after_the_record_was_committed_keeps_the_record(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A worker that dies after its item's record reached the controller (before the item's
+    last report) is reported as a crash of that item by xdist: the committed record stays (no
+    crash record over it), the crash is said as the item's teardown error, and a resume
+    calls no agent for it."""
+    dataset({f"ok{i}.yaml": task("ok") for i in range(4)})
+    pytester.makeconftest(DIES_AFTER_COMMIT)
+    args = ["--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "8"]
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=4, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of ds/ok0.yaml*",
+            "*crashed while running*ok0[[]attempt-0[]]*",
+            "*record was committed*",
+        ]
+    )
+    assert (pytester.path / "killed.flag").exists()
+    assert stored(pytester.path) == [(f"ok{i}", 0, "pass") for i in range(4)]
+    folder = next((pytester.path / ".pytest_cache/agenteval/runs").iterdir())
+    assert len((folder / "records.jsonl").read_text().splitlines()) == 4
+    calls = dataset.calls()
+    assert calls.count("ok0 0") == 1  # others in flight on the dead worker may run again
+    pytester.runpytest_subprocess(*args, "--resume-suite").assert_outcomes(passed=4)
+    assert dataset.calls() == calls

@@ -62,6 +62,9 @@ class Recorder:
         self.dry = dry_run(config)
         self.actions: Counter[str] = Counter()
         self.reused: set[Key] = set()
+        self.reported: set[Key] = set()
+        """Attempts whose report this session handled (committed or replayed): a crash xdist
+        reports for one afterwards leaves its record alone."""
         """Attempts whose stored verdict this session replayed (the HTML report flags them)."""
         self.load_errors: list[dict[str, str]] = []
         self.agent_errors: Counter[str] = Counter()
@@ -296,6 +299,7 @@ class Recorder:
                 self.reused.add(key)
             row = self.runtime.plan.stored(key)
         if row is not None:
+            self.reported.add(row.key)
             if not reused or action == "reuse":
                 self.properties[report.nodeid] = junit_properties(row, reused)
             self.progress.attempt(row.status, reused, row.variant)
@@ -427,6 +431,9 @@ class Recorder:
         if parsed is None or dataset is None:
             return
         key = parsed.key(dataset)
+        if key in self.reported:
+            self._crashed_after_report(report)
+            return
         task = self._task(nodeid, parsed.task_id)
         if task is not None:
             decision = self.runtime.decide(key, task)
@@ -438,6 +445,16 @@ class Recorder:
         record = interrupted_record(task, key, fingerprint, message, error_type)
         report.when = "setup"
         report.agenteval = NewRecord("run", record, crashed=True)  # type: ignore[attr-defined]
+
+    def _crashed_after_report(self, report: pytest.TestReport) -> None:
+        """The worker died after the attempt's report reached this process (its record is
+        committed or its verdict replayed): said as the item's teardown error, nothing
+        recorded over what is stored."""
+        report.when = "teardown"
+        report.longrepr = (
+            f"{report.longrepr}\n(after the attempt's record was committed: the record stays, "
+            "and a resume reuses it)"
+        )
 
     def _crash_message(self, died: str, key: Key, worker: str | None) -> tuple[str, str]:
         """What the crash record of `key` says, and its error_type: its own crash, or one
