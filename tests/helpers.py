@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import pytest
 
+from pytest_agenteval.core.identity import AttemptId
 from pytest_agenteval.core.shards import shard_of
 
 WORKERS = [
@@ -154,7 +155,7 @@ def stored(root: Path, run_id: str | None = None) -> list[tuple[str, int, str]]:
         rows, _ = store.index(run_id)
     finally:
         store.close()
-    return sorted((r.key[1], r.key[2], r.status) for r in rows)
+    return sorted((r.task_id, r.attempt, r.status) for r in rows)
 
 
 def latest_record(
@@ -164,7 +165,7 @@ def latest_record(
     from pytest_agenteval.store.runs import Store
 
     store = Store(root / ".pytest_cache/agenteval")
-    record = store.record(run_id or latest_run(root), ("ds", task_id, attempt))
+    record = store.record(run_id or latest_run(root), aid("ds", task_id, attempt))
     store.close()
     assert record is not None
     return record.to_json()
@@ -192,3 +193,8 @@ def ids_in_shards(total: int, per_shard: int) -> dict[int, list[str]]:
             found[shard].append(f"t{n}")
         n += 1
     return found
+
+
+def aid(dataset: str, task_id: str, attempt: int, variant: str | None = None) -> AttemptId:
+    """An attempt's identity, written short for tests."""
+    return AttemptId(dataset=dataset, task_id=task_id, variant=variant, attempt=attempt)

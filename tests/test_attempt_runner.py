@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 
 from chat_server import ChatServer
-from helpers import summary_of
+from helpers import aid, summary_of
 from pytest_agenteval import AgentCall, Executor
 from pytest_agenteval.core.environment import ChangedFile, ExecResult
 from pytest_agenteval.core.errors import AgentUnavailable
+from pytest_agenteval.core.identity import AttemptId
 from pytest_agenteval.core.model import (
     AgentResult,
     AnyAgentSpec,
     CallableAgentSpec,
     GraderSpec,
-    Key,
     Manifest,
     Task,
     TaskSpec,
@@ -119,7 +119,7 @@ def make_runner(
 ) -> tuple[AttemptRunner, list[FakeEnvironment]]:
     made: list[FakeEnvironment] = []
 
-    def environment(task: TaskDef, key: Key) -> FakeEnvironment:
+    def environment(task: TaskDef, key: AttemptId) -> FakeEnvironment:
         made.append(FakeEnvironment())
         return made[-1]
 
@@ -161,7 +161,7 @@ def test_pass_fail_and_error_records_come_from_the_executor(tmp_path: Path) -> N
     assert error.record is not None and error.record.phase == "agent"
     assert isinstance(error.error, ValueError)
     assert [call.key for call in executor.calls] == [
-        ("ds", n, 0) for n in ("good", "bad", "raises")
+        aid("ds", n, 0) for n in ("good", "bad", "raises")
     ]
     assert {call.label for call in executor.calls} == {"fake:agent"}
     good = outcomes["good"].record
@@ -255,7 +255,7 @@ def test_an_agent_call_pickles_and_its_copy_runs_the_agent(
         workspace=lambda: environment.root,
         environment=lambda: environment,
     )
-    call = AgentCall(("ds", "t", 1), ref, task, 30.0)
+    call = AgentCall(aid("ds", "t", 1), ref, task, 30.0)
     copy = pickle.loads(pickle.dumps(call))
     assert (copy.key, copy.agent, copy.timeout) == (call.key, ref, 30.0)
     assert copy.label == spec_label(spec) and copy.agent.spec == spec

@@ -317,7 +317,7 @@ def test_command_agent_json_output(pytester: pytest.Pytester, dataset: DatasetMa
     reprec = pytester.inline_run("--agenteval", "ds")
     reprec.assertoutcome(passed=1)
     (call,) = reprec.getcalls("pytest_agenteval_record_committed")
-    assert call.record["usage"] == {
+    assert call.attempt_record.usage == {
         "input_tokens": 3,
         "output_tokens": None,
         "cost": 0.5,
@@ -395,12 +395,12 @@ def test_records_on_reports_are_complete_plain_json(
     pytester.makeconftest(
         """
         import json
-        from pytest_agenteval.core.records import NewRecord, unship
+        from pytest_agenteval.core.payloads import NewRecord, from_wire
 
         def pytest_runtest_logreport(report):
             carried = getattr(report, "agenteval", None)
             if isinstance(carried, NewRecord):
-                record = json.loads(unship(carried.ship())["record"])
+                record = json.loads(from_wire(carried.ship()).text)
                 assert record == carried.record.to_json()
                 assert json.loads(json.dumps(record)) == record, "not plain JSON types"
                 with open("on-reports.log", "a") as log:
@@ -408,7 +408,8 @@ def test_records_on_reports_are_complete_plain_json(
         """
     )
     reprec = pytester.inline_run("--agenteval", "ds", "--attempts", "2", "-s")
-    records = [call.record for call in reprec.getcalls("pytest_agenteval_record_committed")]
+    calls = reprec.getcalls("pytest_agenteval_record_committed")
+    records = [call.attempt_record.to_json() for call in calls]
     assert len(records) == 4
     on_reports = (pytester.path / "on-reports.log").read_text().split()
     assert sorted(on_reports) == ["a", "a", "e", "e"]

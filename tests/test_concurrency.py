@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers import DatasetMaker, comparable, stored, summary_of, task
+from helpers import DatasetMaker, aid, comparable, stored, summary_of, task
 
 MIXED = {
     **{f"ok{i}.yaml": task(metadata={"answers": ["ok", "no", "ok"]}, tags=["a"]) for i in range(5)},
@@ -353,16 +353,16 @@ def test_ahead_keeps_a_bounded_window_in_item_order() -> None:
         return run
 
     for i in range(40):
-        ahead.schedule(("d", "t", i), call(i), None)
+        ahead.schedule(aid("d", "t", i), call(i), None)
     time.sleep(0.2)
     assert len(started) <= 4  # the window: 2 x size handed over, none taken yet
     for i in (0, 1, 2, 7):  # 3 to 6 are passed over, as a skip mark would
-        early = ahead.take(("d", "t", i))
+        early = ahead.take(aid("d", "t", i))
         assert early is not None
         early.wait()
         assert early.result() == i
     for i in range(8, 40):
-        early = ahead.take(("d", "t", i))
+        early = ahead.take(aid("d", "t", i))
         assert early is not None
         early.wait()
     ahead.close()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from helpers import DatasetMaker, stored, task
+from helpers import DatasetMaker, aid, stored, task
 from pytest_agenteval import Environment, ExecResult
 from pytest_agenteval.core.environment import ChangedFile
 from pytest_agenteval.execution.environment import LocalEnvironment
@@ -35,7 +35,7 @@ def test_local_environment_holds_a_copy_runs_programs_and_reads_and_writes(
 ) -> None:
     """A local environment is a fresh copy of the template; programs run there with input and
     variables; files are read and written below it, never outside."""
-    env = Workspaces(tmp_path / "base").create(("ds", "t", 0), _template(tmp_path))
+    env = Workspaces(tmp_path / "base").create(aid("ds", "t", 0), _template(tmp_path))
     assert isinstance(env, Environment)
     assert env.read_file("src/calc.py").startswith(b"def add")
     env.write_file("notes/new.txt", b"hello")
@@ -56,7 +56,7 @@ def test_local_environment_holds_a_copy_runs_programs_and_reads_and_writes(
 def test_local_environment_writes_text_as_utf8_and_bytes_as_given(tmp_path: Path) -> None:
     """`write_file` takes a str (written as UTF-8) as well as bytes; `exec` answers with the
     public `ExecResult`, its fields by name."""
-    env = Workspaces(tmp_path / "base").create(("ds", "t", 0), None)
+    env = Workspaces(tmp_path / "base").create(aid("ds", "t", 0), None)
     env.write_file("deep/text.txt", "café ☕\n")
     env.write_file("raw.bin", b"\xff\x00")
     assert env.read_file("deep/text.txt") == "café ☕\n".encode()
@@ -68,7 +68,7 @@ def test_local_environment_writes_text_as_utf8_and_bytes_as_given(tmp_path: Path
 
 def test_local_environment_lists_the_files_changed_against_the_template(tmp_path: Path) -> None:
     """Changed files are the ones added, modified or deleted against the template, with sizes."""
-    env = Workspaces(tmp_path / "base").create(("ds", "t", 0), _template(tmp_path))
+    env = Workspaces(tmp_path / "base").create(aid("ds", "t", 0), _template(tmp_path))
     assert env.changed_files() == []
     env.write_file("src/calc.py", b"def add(a, b):\n    return a + b\n")
     env.write_file("out/result.json", b"{}")
@@ -78,7 +78,7 @@ def test_local_environment_lists_the_files_changed_against_the_template(tmp_path
         ChangedFile("out/result.json", "added", 2),
         ChangedFile("src/calc.py", "modified", 32),
     ]
-    empty = Workspaces(tmp_path / "base").create(("ds", "t", 1), None)
+    empty = Workspaces(tmp_path / "base").create(aid("ds", "t", 1), None)
     empty.write_file("a.txt", b"abc")
     assert empty.changed_files() == [ChangedFile("a.txt", "added", 3)]
 
@@ -87,11 +87,11 @@ def test_local_environment_teardown_removes_or_keeps(tmp_path: Path) -> None:
     """Teardown removes a passed attempt's folder and keeps a failed one's; a new environment
     for the same attempt starts fresh."""
     workspaces = Workspaces(tmp_path / "base")
-    kept = workspaces.create(("ds", "t", 0), None)
+    kept = workspaces.create(aid("ds", "t", 0), None)
     kept.write_file("left.txt", b"x")
     kept.teardown(keep=True)
     assert (Path(kept.workdir) / "left.txt").exists()
-    again = workspaces.create(("ds", "t", 0), None)
+    again = workspaces.create(aid("ds", "t", 0), None)
     assert again.workdir == kept.workdir and again.changed_files() == []
     again.teardown(keep=False)
     assert not Path(again.workdir).exists()
@@ -147,7 +147,7 @@ def log(*entry):
 
 class Recording:
     def __init__(self, key, template):
-        self.key = list(key)
+        self.key = key.to_json()
         self.root = Path(tempfile.mkdtemp(prefix="fake-env-", dir=HERE / "envs")) / "w"
         if template is not None:
             shutil.copytree(template, self.root)

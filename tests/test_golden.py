@@ -21,7 +21,7 @@ def test_v1_run_store_reads_and_re_renders_the_same_summary(tmp_path: Path) -> N
     info = store.run("golden1", count=True)
     assert info is not None and (info.done, info.status) == (4, "complete")
     rows, bad = store.index("golden1")
-    assert not bad and {r.key for r in rows} == {
+    assert not bad and {(r.dataset, r.task_id, r.attempt) for r in rows} == {
         ("golden", t, a) for t in ("add", "boom") for a in (0, 1)
     }
     for record in store.records("golden1"):

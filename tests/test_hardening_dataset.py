@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from helpers import DatasetMaker, task
+from helpers import DatasetMaker, aid, task
 from pytest_agenteval.core.errors import TaskFileError, TemplateError
+from pytest_agenteval.core.identity import AttemptId
 from pytest_agenteval.core.model import TaskSpec
 from pytest_agenteval.execution.workspaces import Workspaces, folder_name
 from pytest_agenteval.sources.dataset import load_dataset, load_task_file
@@ -259,7 +260,7 @@ def test_a_template_is_copied_as_plain_files(tmp_path: Path) -> None:
     (template / "src" / "real.py").write_text("x = 1\n")
     (template / "alias.py").symlink_to("src/real.py")
     (template / "absolute.py").symlink_to(template / "src" / "real.py")
-    made = Workspaces(tmp_path / "base").create(("ds", "t", 0), template).root
+    made = Workspaces(tmp_path / "base").create(aid("ds", "t", 0), template).root
     assert sorted(p.relative_to(made).as_posix() for p in made.rglob("*")) == [
         "absolute.py",
         "alias.py",
@@ -278,7 +279,7 @@ def test_a_link_added_to_a_template_later_is_refused_when_copying(tmp_path: Path
     template.mkdir()
     (template / "leak.txt").symlink_to(tmp_path / "secret.txt")
     with pytest.raises(TemplateError, match="points outside it"):
-        Workspaces(tmp_path / "base").create(("ds", "t", 0), template)
+        Workspaces(tmp_path / "base").create(aid("ds", "t", 0), template)
 
 
 # 3. Alias bombs
@@ -349,13 +350,17 @@ def test_ordinary_aliases_and_asterisks_still_load(tmp_path: Path) -> None:
 def test_workspace_names_are_distinct_and_bounded(tmp_path: Path) -> None:
     """Ids that read alike get their own folders; a 500-character id gets a short name."""
     workspaces = Workspaces(tmp_path)
-    first = workspaces.create(("ds", "x/y", 0), None).root
+    first = workspaces.create(aid("ds", "x/y", 0), None).root
     (first / "kept.txt").write_text("failed attempt's files")
-    second = workspaces.create(("ds", "x_y", 0), None).root
+    second = workspaces.create(aid("ds", "x_y", 0), None).root
     assert first != second and (first / "kept.txt").exists()
-    assert folder_name("ds", "x/y", 0).startswith("ds--x_y--0-")
-    long = folder_name("ds", "a" * 500, 12)
-    assert len(long) < 100 and long != folder_name("ds", "a" * 499, 12)
+    assert folder_name(AttemptId(dataset="ds", task_id="x/y", variant=None, attempt=0)).startswith(
+        "ds--x_y--0-"
+    )
+    long = folder_name(AttemptId(dataset="ds", task_id="a" * 500, variant=None, attempt=12))
+    assert len(long) < 100 and long != folder_name(
+        AttemptId(dataset="ds", task_id="a" * 499, variant=None, attempt=12)
+    )
 
 
 def test_a_very_long_task_id_gets_a_workspace(

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import WORKERS, DatasetMaker, ids_in_shards, latest_record, latest_run
+from helpers import WORKERS, DatasetMaker, aid, ids_in_shards, latest_record, latest_run
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.environment import ChangedFile
-from pytest_agenteval.core.records import attempt_key
+from pytest_agenteval.core.identity import AttemptId
 from pytest_agenteval.execution.artifacts import collect
 from pytest_agenteval.execution.environment import LocalEnvironment
 from pytest_agenteval.store.artifacts import (
@@ -83,23 +83,23 @@ def test_open_kept_reads_only_regular_files_inside_the_attempts_folder(
     blocking on the FIFO or reading the device); so is an attempt folder reached through a
     link or named with `..`. Regular files inside are read; a missing one is None."""
     run = tmp_path / "run"
-    folder = attempt_folder(run, ("ds", "a", 0))
+    folder = attempt_folder(run, aid("ds", "a", 0))
     plant(folder, canary)
     outside = os.path.relpath(canary, folder)
     refused = {**REFUSED, str(canary): "is an absolute path", outside: "'.' or '..' part"}
     for path, why in refused.items():
         with pytest.raises(Refused, match=re.escape(why)):
-            read(run, ("ds", "a", 0), path)
-    assert read(run, ("ds", "a", 0), "ok.txt") == b"fine"
-    assert read(run, ("ds", "a", 0), "sub/x.txt") == b"x"
-    assert read(run, ("ds", "a", 0), "missing.txt") is None
+            read(run, aid("ds", "a", 0), path)
+    assert read(run, aid("ds", "a", 0), "ok.txt") == b"fine"
+    assert read(run, aid("ds", "a", 0), "sub/x.txt") == b"x"
+    assert read(run, aid("ds", "a", 0), "missing.txt") is None
     (canary.parent / "a[attempt-0]").mkdir()
     (canary.parent / "a[attempt-0]/ok.txt").write_text(canary.read_text())
     (run / "artifacts/evil").symlink_to(canary.parent)
     with pytest.raises(Refused, match="goes through 'evil', a symbolic link, not a folder"):
-        read(run, ("evil", "a", 0), "ok.txt")
+        read(run, aid("evil", "a", 0), "ok.txt")
     with pytest.raises(Refused, match=r"the attempt's folder name '\.\./a\[attempt-0\]'"):
-        read(run, ("..", "a", 0), "ok.txt")
+        read(run, aid("..", "a", 0), "ok.txt")
 
 
 def test_copy_kept_copies_only_the_listed_regular_files_and_says_what_it_skipped(
@@ -108,9 +108,9 @@ def test_copy_kept_copies_only_the_listed_regular_files_and_says_what_it_skipped
     """Copying an attempt's artifacts copies the regular files its record lists, nothing else
     of its folder, and gives one line per listed file it did not copy (a missing one too)."""
     run, out = tmp_path / "run", tmp_path / "out"
-    plant(attempt_folder(run, ("ds", "a", 0)), canary)
+    plant(attempt_folder(run, aid("ds", "a", 0)), canary)
     listed = ["ok.txt", *REFUSED, "missing.txt"]
-    copied = copy_kept(run, ("ds", "a", 0), listed, out)
+    copied = copy_kept(run, aid("ds", "a", 0), listed, out)
     assert copied.files == 1
     assert len(copied.skipped) == len(REFUSED) + 1
     for line, path in zip(copied.skipped, [*REFUSED, "missing.txt"], strict=True):
@@ -123,15 +123,21 @@ def test_copy_kept_copies_only_the_listed_regular_files_and_says_what_it_skipped
 def test_artifact_folder_names_are_bounded_and_short_ones_unchanged() -> None:
     """An attempt folder is named as its item when every part fits in a file name (so older
     runs' folders are found); a longer one is cut, hashed and still says which attempt."""
-    assert attempt_path(("ds", "a/b", 0)) == "ds/a/b[attempt-0]"
-    assert attempt_path(attempt_key("ds", "a", 2, "base")) == "ds/a[base-attempt-2]"
-    fits = attempt_key("ds", "t" * 200, 0, "v" * 40)
+    assert attempt_path(aid("ds", "a/b", 0)) == "ds/a/b[attempt-0]"
+    assert (
+        attempt_path(AttemptId(dataset="ds", task_id="a", variant="base", attempt=2))
+        == "ds/a[base-attempt-2]"
+    )
+    fits = AttemptId(dataset="ds", task_id="t" * 200, variant="v" * 40, attempt=0)
     assert attempt_path(fits) == f"ds/{'t' * 200}[{'v' * 40}-attempt-0]"
-    long = attempt_path(attempt_key("ds", "t" * 200, 3, "v" * 200))
+    long = attempt_path(AttemptId(dataset="ds", task_id="t" * 200, variant="v" * 200, attempt=3))
     assert all(len(part.encode()) <= 255 for part in long.split("/"))
     assert re.fullmatch(r"ds/t{60}~[0-9a-f]{12}\[v{60}-attempt-3\]", long)
-    assert attempt_path(attempt_key("ds", "t" * 200, 3, "v" * 199 + "w")) != long
-    assert attempt_path(("ds", "x/" + "t" * 300, 0)).startswith("ds/x_" + "t" * 58 + "~")
+    assert (
+        attempt_path(AttemptId(dataset="ds", task_id="t" * 200, variant="v" * 199 + "w", attempt=3))
+        != long
+    )
+    assert attempt_path(aid("ds", "x/" + "t" * 300, 0)).startswith("ds/x_" + "t" * 58 + "~")
 
 
 LONG_AGENT = """
@@ -175,7 +181,9 @@ def test_a_long_task_id_and_variant_name_keep_their_artifacts(
     assert main(["export", run.name, "--artifacts", str(out), *cache]) == 0
     assert len(list(out.rglob("notes.txt"))) == 4
     assert main(["show", run.name, f"{long_id}/{long_variant}/0", *cache]) == 0
-    folder = attempt_folder(run, attempt_key("ds", long_id, 0, long_variant))
+    folder = attempt_folder(
+        run, AttemptId(dataset="ds", task_id=long_id, variant=long_variant, attempt=0)
+    )
     assert f"1 kept in {folder}" in capsys.readouterr().out
 
 
@@ -380,7 +388,7 @@ def test_no_host_file_outside_the_run_reaches_a_report_merge_export_or_page(
     store = Store(caches[0] / "agenteval")
     (run_id,) = [run.run_id for run in store.runs()]
     run = store.runs_dir / run_id
-    first, second = (("ds", t, 0) for t in shards[1])
+    first, second = (aid("ds", t, 0) for t in shards[1])
     folder = attempt_folder(run, first)
     (folder / "notes.txt").unlink()
     (folder / "notes.txt").symlink_to(canary)

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from helpers import DatasetMaker, task
-from pytest_agenteval.core.records import AttemptRecord, unship
+from pytest_agenteval.core.payloads import ShippedRecord, from_wire
+from pytest_agenteval.core.records import AttemptRecord
 
 COUNTING_GRADERS = """
 import pytest
@@ -61,32 +62,35 @@ def test_a_new_record_travels_as_one_string_and_is_stored_as_it_came(
                 assert isinstance(carried, str), type(carried)
                 print("SHIPPED", json.dumps(carried))
 
-        def pytest_agenteval_record_committed(record):
-            print("COMMITTED", json.dumps(record))
+        def pytest_agenteval_record_committed(attempt_record):
+            print("COMMITTED", json.dumps(attempt_record.to_json()))
         """
     )
     result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "-s")
     result.assert_outcomes(passed=1, failed=1)
     found = (re.search("(SHIPPED|COMMITTED) (.*)", line) for line in result.outlines)
     printed = [m.groups() for m in found if m]  # after the progress characters
-    shipped = [unship(json.loads(text)) for kind, text in printed if kind == "SHIPPED"]
+    wired = [from_wire(json.loads(text)) for kind, text in printed if kind == "SHIPPED"]
+    shipped = [s for s in wired if isinstance(s, ShippedRecord)]
+    assert len(shipped) == len(wired)
     committed = [json.loads(text) for kind, text in printed if kind == "COMMITTED"]
-    assert sorted(s["action"] for s in shipped) == ["run", "run"]
+    assert sorted(s.action for s in shipped) == ["run", "run"]
     assert sorted(r["status"] for r in committed) == ["fail", "pass"]
     (run,) = pytester.path.glob(".pytest_cache/agenteval/runs/*")
     records = (run / "records.jsonl").read_text(encoding="utf-8").splitlines()
     index = [json.loads(line) for line in (run / "index.jsonl").read_text().splitlines()]
-    assert sorted(records) == sorted(s["record"] for s in shipped)
+    assert sorted(records) == sorted(s.text for s in shipped)
     assert sorted(map(json.loads, records), key=str) == sorted(committed, key=str)
     entries = [{k: v for k, v in line.items() if k != "record"} for line in index]
-    assert sorted(entries, key=str) == sorted((json.loads(s["entry"]) for s in shipped), key=str)
+    assert sorted(entries, key=str) == sorted((s.fields for s in shipped), key=str)
 
 
 TYPED_IN_PROCESS = """
 import json
 
 import pytest_agenteval.glue.recorder as recorder
-from pytest_agenteval.core.records import AttemptRecord, NewRecord
+from pytest_agenteval.core.payloads import NewRecord
+from pytest_agenteval.core.records import AttemptRecord
 
 
 class NoParsing:
@@ -108,8 +112,8 @@ def pytest_runtest_logreport(report):
         print("TYPED", carried.action, carried.record.status)
 
 
-def pytest_agenteval_record_committed(record):
-    print("COMMITTED", record["status"])
+def pytest_agenteval_record_committed(attempt_record):
+    print("COMMITTED", attempt_record.status)
 """
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from browser import Browser, needs_chromium
-from helpers import DatasetMaker, latest_run, task
+from helpers import DatasetMaker, aid, latest_run, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.reporting.html import TEXT_LIMIT, render_html, script_json
 from pytest_agenteval.reporting.summary import build_summary
@@ -136,7 +136,7 @@ def test_uneven_run_shows_tasks_behind_each_k() -> None:
     with fewer attempts than the table's k shows no pass@k rather than its own largest."""
     attempts = {"a": ["pass", "fail", "fail"], "b": ["fail"]}
     rows = [
-        IndexRow(("ds", t, i), "", "", s, 1.0, 0.5, None, None, None, (), "", None, "")
+        IndexRow(aid("ds", t, i), "", "", s, 1.0, 0.5, None, None, None, (), "", None, "")
         for t, statuses in attempts.items()
         for i, s in enumerate(statuses)
     ]
@@ -155,7 +155,9 @@ def test_uneven_run_shows_tasks_behind_each_k() -> None:
 def test_headline_fingerprint_is_readable_and_no_tags_is_said() -> None:
     """The agent fingerprint reads as `part: value` pairs (no JSON inside JSON, no nulls), and
     a run without tags says so instead of drawing an empty axis."""
-    rows = [IndexRow(("ds", "a", 0), "", "", "pass", 1.0, 0.5, None, None, None, (), "", None, "")]
+    rows = [
+        IndexRow(aid("ds", "a", 0), "", "", "pass", 1.0, 0.5, None, None, None, (), "", None, "")
+    ]
     agent = {"manifest": {"ds": 'openai:{"model": "m"}'}, "override": None, "version": None}
     run = RunInfo("r1", [{"name": "ds", "version": "1"}], agent, 0.0, 0.0, 1, 1, "complete", [])
     page = render_html(build_summary(run, rows, ks=None, session_counts={}, status="complete"), {})

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import latest_run
+from helpers import aid, latest_run
 from pytest_agenteval.store.runs import Store
 from test_sandbox import busybox_image
 
@@ -107,7 +107,7 @@ def test_humaneval_grades_inside_a_python_container(
     result = pytester.runpytest_subprocess("--agenteval", "he", "--agenteval-concurrency", "4")
     result.assert_outcomes(passed=4)
     store = Store(pytester.path / ".pytest_cache/agenteval")
-    record = store.record(latest_run(pytester.path), ("humaneval", "HumanEval/0", 0))
+    record = store.record(latest_run(pytester.path), aid("humaneval", "HumanEval/0", 0))
     store.close()
     assert record is not None and record.verdicts[0].reason == "the problem's tests pass"
     assert record.changed_files == []  # the oracle (on the host) changed no file there

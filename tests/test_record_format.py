@@ -3,30 +3,28 @@
 from __future__ import annotations
 
 import json
-from dataclasses import fields, replace
+from dataclasses import fields as dataclass_fields
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers import aid
+from pytest_agenteval.core.identity import AttemptId
 from pytest_agenteval.core.model import AgentResult, Verdict
+from pytest_agenteval.core.payloads import NewRecord, ShippedRecord, from_wire, ship
 from pytest_agenteval.core.records import (
     FIELDS,
     INDEX_LINE,
     UNATTRIBUTED_CRASH,
-    AttemptId,
     AttemptRecord,
     Detail,
-    NewRecord,
-    attempt_seed,
     index_entry,
     new_record,
     placed,
     record_schema,
-    ship,
-    stored_key,
     to_json_text,
-    unship,
 )
 from pytest_agenteval.core.text import excerpt
 from pytest_agenteval.reporting.metrics import Attempt
@@ -43,7 +41,7 @@ RECORD_AT = 123
 def examples() -> dict[str, AttemptRecord]:
     """A plain pass, a failure with every optional fact, an agent error and a counted crash."""
     plain = new_record(
-        key=("ds", "t1", 0),
+        key=aid("ds", "t1", 0),
         digest="d1",
         run_digest="r1",
         agent={"spec": "agent:run"},
@@ -62,7 +60,7 @@ def examples() -> dict[str, AttemptRecord]:
         "call": {"model": "m1", "retries": 1},
     }
     full = new_record(
-        key=("ds", "tä", 2),
+        key=aid("ds", "tä", 2),
         digest="d2",
         run_digest="r2",
         agent={"spec": "agent:run", "version": "2"},
@@ -81,7 +79,7 @@ def examples() -> dict[str, AttemptRecord]:
         wait=0.125,
     )
     error = new_record(
-        key=("ds", "t3", 1),
+        key=aid("ds", "t3", 1),
         digest="d3",
         run_digest="r3",
         agent={},
@@ -96,7 +94,7 @@ def examples() -> dict[str, AttemptRecord]:
         phase="agent",
     )
     crash = new_record(
-        key=("ds", "t4", 0),
+        key=aid("ds", "t4", 0),
         digest="d4",
         run_digest="r4",
         agent={},
@@ -141,7 +139,7 @@ def _with_variant(record: AttemptRecord, variant: str) -> AttemptRecord:
 def test_every_attribute_of_a_record_is_one_stored_field_and_round_trips() -> None:
     """Each attribute of the record is read back by exactly one field, and every kind of record
     (a variant's too) reads back equal to itself from its stored JSON."""
-    attributes = [f.name for f in fields(AttemptRecord)]
+    attributes = [f.name for f in dataclass_fields(AttemptRecord)]
     read = [f.attribute for f in FIELDS if f.stored and f.read is not None]
     assert sorted(read) == sorted(attributes)
     for record in (*examples().values(), _with_variant(examples()["full"], "v1")):
@@ -155,7 +153,7 @@ def test_an_index_line_holds_exactly_the_declared_index_fields() -> None:
     only when they say something, and the row it reads as has a column for each."""
     declared = {f.name for f in FIELDS if f.index is not None}
     assert set(INDEX_LINE) == declared
-    row_columns = {f.name for f in fields(IndexRow)} - {"key"}
+    row_columns = {f.name for f in dataclass_fields(IndexRow)} - {"key"}
     assert row_columns | {"schema", "dataset", "task_id", "attempt"} == declared
     optional = {f.name for f in FIELDS if f.index is not None and f.omit}
     for record in (*examples().values(), _with_variant(examples()["plain"], "v1")):
@@ -174,15 +172,16 @@ def test_what_a_report_carries_and_a_failure_shows_agree_with_the_record() -> No
     """A new record on a report (typed in its process, one string to xdist's controller) is
     its record's JSON and index entry, naming its key; the detail a failure shows is the
     record's own fields (same names and types), also when replayed from its index line."""
-    annotations = {f.name: f.type for f in fields(AttemptRecord)}
-    assert {f.name: f.type for f in fields(Detail)}.items() <= annotations.items()
+    annotations = {f.name: f.type for f in dataclass_fields(AttemptRecord)}
+    assert {f.name: f.type for f in dataclass_fields(Detail)}.items() <= annotations.items()
     for record in (*examples().values(), _with_variant(examples()["full"], "v1")):
-        shipped = unship(NewRecord("regrade", record).ship())
+        shipped = from_wire(NewRecord("regrade", record).ship())
         entry = to_json_text(index_entry(record))
-        assert shipped == {"action": "regrade", "entry": entry, "record": record.to_text()}
-        assert stored_key(json.loads(shipped["entry"])) == record.key
+        fields = json.loads(entry)
+        assert shipped == ShippedRecord("regrade", record.key, entry, record.to_text(), fields)
+        assert AttemptId.of_fields(fields) == record.key
         detail = record.detail()
-        shown = {f.name: getattr(detail, f.name) for f in fields(Detail)}
+        shown = {f.name: getattr(detail, f.name) for f in dataclass_fields(Detail)}
         assert shown == {name: getattr(record, name) for name in shown}
         row, _ = parse_line(placed(entry, 0, 1).encode(), {}, True)
         replayed = row.detail()
@@ -207,12 +206,15 @@ def test_a_variant_is_part_of_the_identity_and_absent_without_one(tmp_path: Path
     """Two variants of one attempt are two stored attempts read back apart (also from a torn
     line), and a record without a variant names none."""
     plain = examples()["plain"]
-    assert '"variant"' not in plain.to_text() and plain.key == ("ds", "t1", 0)
-    assert plain.identity == AttemptId("ds", "t1", None, 0)
+    assert '"variant"' not in plain.to_text() and plain.key == AttemptId(
+        dataset="ds", task_id="t1", variant=None, attempt=0
+    )
+    assert plain.key.to_json() == ["ds", "t1", 0] and plain.key.plan_key == "ds\x00t1\x000"
     one, two = _with_variant(plain, "v1"), _with_variant(plain, "v2")
     assert one.to_text().startswith('{"schema": "agenteval.record/1", "dataset": "ds", "variant"')
-    assert one.identity.key == one.key != two.key != plain.key
-    assert len({attempt_seed(k) for k in (plain.key, one.key, two.key)}) == 3
+    assert one.key.to_json() == ["ds", "t1", 0, "v1"] and one.key.variant == "v1"
+    assert one.key != two.key != plain.key
+    assert len({k.seed for k in (plain.key, one.key, two.key)}) == 3
     store = Store(tmp_path)
     store.create_run("r1", [{"name": "ds", "version": "1"}], {"override": None})
     for record in (plain, one, two):

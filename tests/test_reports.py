@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from junitparser import xunit2
 
-from helpers import WORKERS, DatasetMaker, summary_of, task
+from helpers import WORKERS, DatasetMaker, aid, summary_of, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.errors import ReportError
 from pytest_agenteval.core.text import xml_safe
@@ -275,7 +275,7 @@ def test_junit_xml_escapes_what_a_hand_edited_store_could_hold(tmp_path: Path) -
     weird = 'a<&>"\x02 ]]>'
     rows = [
         IndexRow(
-            (weird, weird, i), "", "", status, 1.0, 0.25, None, None, None, (), weird, None, ""
+            aid(weird, weird, i), "", "", status, 1.0, 0.25, None, None, None, (), weird, None, ""
         )
         for i, status in enumerate(["pass", "fail", "error"])
     ]
@@ -378,7 +378,7 @@ def test_finish_run_fails_the_gate_of_a_run_whose_reports_cannot_be_written(
     page, then the gate; a report folder that cannot be made leaves the run interrupted (the
     gate fails it), the HTML page is still written, and the failure is handed back."""
     rows = [
-        IndexRow(("ds", "t", i), "", "", "pass", 1.0, 0.25, None, None, None, (), "", None, "")
+        IndexRow(aid("ds", "t", i), "", "", "pass", 1.0, 0.25, None, None, None, (), "", None, "")
         for i in range(2)
     ]
     run = RunInfo("r1", [{"name": "ds", "version": "1"}], {}, 0.0, 0.0, 2, 2, "complete", [])

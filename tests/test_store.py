@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from helpers import aid
 from pytest_agenteval.core.errors import StoreError
 from pytest_agenteval.core.model import AgentResult, Status
 from pytest_agenteval.core.records import AttemptRecord, new_record
@@ -24,7 +25,7 @@ from pytest_agenteval.store.runs import Store
 
 def record(task: str, attempt: int, status: Status = "pass", digest: str = "d1") -> AttemptRecord:
     return new_record(
-        key=("ds", task, attempt),
+        key=aid("ds", task, attempt),
         digest=digest,
         run_digest="r1",
         agent={"override": None},
@@ -52,13 +53,13 @@ def test_commit_index_and_full_record(store: Store) -> None:
     store.commit("r1", record("a", 1, "error"))
     rows, bad = store.index("r1")
     assert not bad
-    assert sorted((r.key, r.status) for r in rows) == [
-        (("ds", "a", 0), "pass"),
-        (("ds", "a", 1), "error"),
+    assert sorted((r.key.to_json(), r.status) for r in rows) == [
+        (["ds", "a", 0], "pass"),
+        (["ds", "a", 1], "error"),
     ]
     index = (store.runs_dir / "r1/index.jsonl").read_text()
     assert len(index) < 3000, "outputs must not be in the index"
-    full = store.record("r1", ("ds", "a", 0))
+    full = store.record("r1", aid("ds", "a", 0))
     assert full is not None and full.output == "x" * 10_000
     assert AttemptRecord.from_json(full.to_json()) == full
 
@@ -82,7 +83,7 @@ def test_replacing_keeps_history_and_the_newest_wins(
     assert reads == []
     (row,), _ = store.index("r1")
     assert row.status == "pass"
-    full = store.record("r1", ("ds", "a", 0))
+    full = store.record("r1", aid("ds", "a", 0))
     assert full is not None and [p["status"] for p in full.previous] == ["error", "fail"]
 
 
@@ -93,9 +94,9 @@ def test_unreadable_lines_are_reported_not_fatal(store: Store) -> None:
     index = store.runs_dir / "r1/index.jsonl"
     first, second = index.read_bytes().splitlines(keepends=True)
     index.write_bytes(first + b'{"not": "a record"}\n' + second[:30])
-    assert list(read_index(index).rows) == [("ds", "a", 0)]
+    assert list(read_index(index).rows) == [aid("ds", "a", 0)]
     rows, bad = store.index("r1")
-    assert [r.key for r in rows] == [("ds", "a", 0), ("ds", "b", 0)], "b's record is intact"
+    assert [r.key for r in rows] == [aid("ds", "a", 0), aid("ds", "b", 0)], "b's record is intact"
     assert [b.where.rsplit(":", 1)[1] for b in bad] == ["2", "3"]
     assert "missing field 'schema'" in bad[0].problem
     assert "not valid JSON" in bad[1].problem
@@ -170,18 +171,18 @@ def test_plan_decisions(store: Store) -> None:
     rows, _ = store.index("r1")
     plan = make_plan(rows, rerun_errors=False, rerun_all=False)
     plan.fetch = lambda key: store.record("r1", key)
-    assert plan.decide(("ds", "same", 0), "d1", "r1").action == "reuse"
-    decision = plan.decide(("ds", "graders", 0), "d2", "r1")
+    assert plan.decide(aid("ds", "same", 0), "d1", "r1").action == "reuse"
+    decision = plan.decide(aid("ds", "graders", 0), "d2", "r1")
     assert decision.action == "regrade" and decision.record is not None
     assert decision.record.output == "x" * 10_000
-    assert plan.decide(("ds", "graders", 0), "d2", "r1", regradable=False).action == "run"
-    assert plan.decide(("ds", "gone", 0), "d2", "r2").action == "run"
-    assert plan.decide(("ds", "new", 0), "d1", "r1").action == "run"
-    assert plan.decide(("ds", "err", 0), "d2", "r1").action == "reuse"
+    assert plan.decide(aid("ds", "graders", 0), "d2", "r1", regradable=False).action == "run"
+    assert plan.decide(aid("ds", "gone", 0), "d2", "r2").action == "run"
+    assert plan.decide(aid("ds", "new", 0), "d1", "r1").action == "run"
+    assert plan.decide(aid("ds", "err", 0), "d2", "r1").action == "reuse"
     rerun_errors = make_plan(rows, rerun_errors=True, rerun_all=False)
-    assert rerun_errors.decide(("ds", "err", 0), "d1", "r1").action == "run"
+    assert rerun_errors.decide(aid("ds", "err", 0), "d1", "r1").action == "run"
     rerun_all = make_plan(rows, rerun_errors=False, rerun_all=True)
-    assert rerun_all.decide(("ds", "same", 0), "d1", "r1").action == "run"
+    assert rerun_all.decide(aid("ds", "same", 0), "d1", "r1").action == "run"
 
 
 def test_held_rows_equal_the_index_read_back(tmp_path: Path) -> None:
@@ -198,5 +199,5 @@ def test_held_rows_equal_the_index_read_back(tmp_path: Path) -> None:
     store.commit("r1", replace(crash, previous=({"phase": "crash"},)), replaces=True)
     held = store.rows("r1")
     assert held == store.index("r1", for_plan=False)[0]
-    assert {row.key[1:]: row.crashes for row in held}[("b", 0)] == 2
+    assert {(row.task_id, row.attempt): row.crashes for row in held}[("b", 0)] == 2
     assert held[2].model == "m"

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import WORKERS, DatasetMaker, summary_of, task
+from helpers import WORKERS, DatasetMaker, aid, summary_of, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.errors import StoreError
 from pytest_agenteval.store.index import FIELDS, UNREADABLE_DETAILS, read_index
@@ -91,9 +91,9 @@ def test_a_mistyped_index_line_is_left_out_and_named(
         [json.dumps(first).encode(), with_field(second, name, value), json.dumps(third).encode()],
     )
     path = store.runs_dir / "r1/index.jsonl"
-    assert sorted(key[1] for key in read_index(path).rows) == ["a", "c"]
+    assert sorted(key.task_id for key in read_index(path).rows) == ["a", "c"]
     rows, bad = store.index("r1")
-    assert sorted(r.key[1] for r in rows) == ["a", "b", "c"]
+    assert sorted(r.task_id for r in rows) == ["a", "b", "c"]
     (problem,) = bad
     assert problem.where == f"{path}:2"
     assert expected in problem.problem and problem.effect == REINDEXED
@@ -109,7 +109,7 @@ def test_nan_and_infinity_are_not_numbers(store: Store) -> None:
     write_index(store, [first, nan, inf])
     read = read_index(store.runs_dir / "r1/index.jsonl")
     rows, bad = list(read.rows.values()), read.problems
-    assert [r.key[1] for r in rows] == ["a"]
+    assert [r.task_id for r in rows] == ["a"]
     assert ["NaN is not a number" in b.problem for b in bad] == [True, False]
     assert "-Infinity is not a number" in bad[1].problem
 
@@ -131,7 +131,7 @@ STRICT_JSON = json_values(st.floats(allow_nan=False, allow_infinity=False))
 
 def assert_well_typed(rows: list[Any]) -> None:
     for row in rows:
-        assert type(row.key[0]) is str and type(row.key[1]) is str and type(row.key[2]) is int
+        assert type(row.dataset) is str and type(row.task_id) is str and type(row.attempt) is int
         assert type(row.score) in (int, float, type(None)) and type(row.duration) in (int, float)
         assert all(type(t) is str for t in row.tags) and type(row.reason) is str
 
@@ -197,12 +197,12 @@ def test_a_damaged_newest_line_never_brings_back_an_older_verdict(store: Store) 
         [json.dumps(line).encode() for line in lines[:3]] + [with_field(lines[3], "score", "x")],
     )
     rows, bad = Store(store.root).index("r1")
-    assert {r.key[1]: r.status for r in rows} == {"a": "pass", "b": "fail", "c": "fail"}
+    assert {r.task_id: r.status for r in rows} == {"a": "pass", "b": "fail", "c": "fail"}
     assert bad[0].where.endswith(":4") and bad[0].effect == REINDEXED
     path = store.runs_dir / "r1/records.jsonl"
     path.write_bytes(path.read_bytes()[: lines[3]["record"][0] + 10] + b"\n")
     rows, bad = Store(store.root).index("r1")
-    assert sorted(r.key[1] for r in rows) == ["b", "c"] and bad[0].effect == RUNS_AGAIN
+    assert sorted(r.task_id for r in rows) == ["b", "c"] and bad[0].effect == RUNS_AGAIN
 
 
 def test_a_torn_line_is_reindexed_and_forgotten_once_saved(store: Store) -> None:
@@ -213,12 +213,12 @@ def test_a_torn_line_is_reindexed_and_forgotten_once_saved(store: Store) -> None
     store.close()
     rerun = Store(store.root)
     rows, bad = rerun.index("r1")
-    assert sorted(r.key[1] for r in rows) == ["a", "b", "c"] and "not valid JSON" in bad[0].problem
+    assert sorted(r.task_id for r in rows) == ["a", "b", "c"] and "not valid JSON" in bad[0].problem
     assert bad[0].effect == REINDEXED
     rerun.claim_run("r1")
     rerun.commit("r1", record("d", 0, "pass"))
     rows, bad = Store(store.root).index("r1")
-    assert sorted(r.key[1] for r in rows) == ["a", "b", "c", "d"] and not bad
+    assert sorted(r.task_id for r in rows) == ["a", "b", "c", "d"] and not bad
 
 
 def test_damaged_replay_details_replay_as_a_note(store: Store) -> None:
@@ -230,7 +230,7 @@ def test_damaged_replay_details_replay_as_a_note(store: Store) -> None:
     rows, _ = store.index("r1")
     plan = make_plan(rows, rerun_errors=False, rerun_all=False)
     for name in ("a", "b"):
-        decision = plan.decide(("ds", name, 0), "d1", "r1")
+        decision = plan.decide(aid("ds", name, 0), "d1", "r1")
         assert decision.action == "reuse" and decision.stored is not None
         detail = decision.stored.detail()
         assert detail.error == UNREADABLE_DETAILS and detail.verdicts == ()
@@ -247,8 +247,8 @@ def test_a_garbled_record_is_reported_at_its_line(store: Store) -> None:
     data[second : second + 20] = b"#" * 20
     path.write_bytes(bytes(data))
     fresh = Store(store.root)
-    assert fresh.record("r1", ("ds", "b", 0)) is None
-    assert fresh.record("r1", ("ds", "c", 0)) is not None
+    assert fresh.record("r1", aid("ds", "b", 0)) is None
+    assert fresh.record("r1", aid("ds", "c", 0)) is not None
     (problem,) = fresh.problems
     assert problem.where == f"{path}:2" and problem.effect == OUTPUT_LOST
     assert "the record of b attempt 0 is not complete JSON" in problem.problem
@@ -414,7 +414,7 @@ def test_garbage_inserted_in_records_loses_only_the_damaged_record(
         ["*records.jsonl:2: the record of t1 attempt 0 is not complete JSON*verdict*still counts"]
     )
     store = Store(records.parents[2])
-    assert [store.record("ins", ("ds", f"t{i}", 0)) is None for i in range(5)] == [
+    assert [store.record("ins", aid("ds", f"t{i}", 0)) is None for i in range(5)] == [
         False,
         True,
         False,
@@ -529,7 +529,7 @@ def test_a_records_tail_cut_mid_record_then_appended_to(store: Store) -> None:
     rerun.claim_run("r1")
     rerun.commit("r1", record("d", 0, "pass"))
     fresh = Store(store.root)
-    found = {r.key[1] for r in fresh.records("r1")}
+    found = {r.task_id for r in fresh.records("r1")}
     assert found == {"a", "b", "d"} and len(fresh.index("r1")[0]) == 4
     assert "the record of c attempt 0 is not complete JSON" in str(fresh.problems)
 
@@ -542,10 +542,10 @@ def test_an_index_line_pointing_at_another_attempts_record(store: Store, which: 
     lines[which]["record"] = lines[1]["record"]
     write_index(store, [json.dumps(line).encode() for line in lines])
     fresh = Store(store.root)
-    key = ("ds", "ac"[which // 2], 0)
+    key = aid("ds", "ac"[which // 2], 0)
     found = fresh.record("r1", key)
     assert found is not None and found.key == key
-    assert sorted(r.key[1] for r in fresh.records("r1")) == ["a", "b", "c"]
+    assert sorted(r.task_id for r in fresh.records("r1")) == ["a", "b", "c"]
     assert "names the wrong place in records.jsonl for 1 attempts" in str(fresh.problems)
 
 
@@ -576,7 +576,7 @@ def test_a_deleted_index_is_rebuilt_from_the_records(store: Store) -> None:
     store.close()
     rerun = Store(store.root)
     rows, bad = rerun.index("r1")
-    assert sorted(r.key[1] for r in rows) == ["a", "b", "c"]
+    assert sorted(r.task_id for r in rows) == ["a", "b", "c"]
     assert "has no line for 3 attempts records.jsonl holds" in bad[0].problem
     rerun.claim_run("r1")
     rerun.close()

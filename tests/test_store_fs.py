@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import WORKERS, DatasetMaker, task
+from helpers import WORKERS, DatasetMaker, aid, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.reporting.reports import write_reports
 from pytest_agenteval.reporting.summary import Summary, build_summary
@@ -152,7 +152,9 @@ def test_an_unwritable_report_folder_interrupts_the_run(
 
 
 def sample_summary() -> Summary:
-    row = IndexRow(("ds", "t", 0), "", "", "pass", 1.0, 0.1, None, None, None, (), "ok", None, "")
+    row = IndexRow(
+        aid("ds", "t", 0), "", "", "pass", 1.0, 0.1, None, None, None, (), "ok", None, ""
+    )
     run = RunInfo("r1", [{"name": "ds", "version": "1"}], {}, 0.0, 0.0, 1, 1, "complete", [])
     return build_summary(run, [row], ks=None, session_counts={}, status="complete")
 

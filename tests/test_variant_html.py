@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from browser import Browser, needs_chromium
+from helpers import aid
 from pytest_agenteval.reporting.html import attempt_details, render_html, write_html
 from pytest_agenteval.reporting.html_variants import matrix_rows
 from pytest_agenteval.reporting.summary import build_summary
@@ -200,7 +201,9 @@ def test_a_variant_page_needs_no_pooled_metrics(tmp_path: Path) -> None:
 def test_a_page_without_variants_has_no_variant_parts() -> None:
     """A run without variants gets no leaderboard, matrix or variant curves, and its data no
     variant keys: the page it had."""
-    rows = [IndexRow(("ds", "a", 0), "", "", "pass", 1.0, 0.5, None, None, None, (), "", None, "")]
+    rows = [
+        IndexRow(aid("ds", "a", 0), "", "", "pass", 1.0, 0.5, None, None, None, (), "", None, "")
+    ]
     run = RunInfo("r1", [{"name": "ds", "version": "1"}], {}, 0.0, 0.0, 1, 1, "complete", [])
     page = render_html(build_summary(run, rows, ks=None, session_counts={}, status="complete"), {})
     for part in ('id="variants"', 'id="matrix', "pass@k by variant", 'id="variant-count"'):
@@ -309,7 +312,7 @@ def test_fingerprint_cost_split_and_coinciding_curves_in_chromium(
     assert fingerprint is not None
     assert unescape(fingerprint[1]) == "variants: ds/base = agent:base, ds/cand = agent:cand"
     rows = [
-        IndexRow(("ds", t, i), "", "", s, 1.0, 0.5, None, None, None, (), "", None, "")
+        IndexRow(aid("ds", t, i), "", "", s, 1.0, 0.5, None, None, None, (), "", None, "")
         for t, s in (("a", "pass"), ("b", "fail"))
         for i in range(3)
     ]

@@ -104,7 +104,7 @@ def records(
         rows, _ = store.index(run_id)
     finally:
         store.close()
-    return sorted((r.key[1], r.key[2], r.variant, r.status) for r in rows)
+    return sorted((r.task_id, r.attempt, r.variant, r.status) for r in rows)
 
 
 def run_file(root: Path, name: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from junitparser import xunit2
 
-from helpers import DatasetMaker, comparable, latest_record, stored, summary_of, task
+from helpers import DatasetMaker, aid, comparable, latest_record, stored, summary_of, task
 
 MIXED = {
     **{f"ok{i}.yaml": task(metadata={"answers": ["ok", "no", "ok"]}, tags=["a"]) for i in range(5)},
@@ -291,10 +291,10 @@ def test_in_flight_notes_read_back_what_is_in_flight_now(tmp_path: Path) -> None
     path = inflight_path(tmp_path, "gw0")
     notes = InFlight(path)
     assert read_in_flight(path) == []
-    notes.note(("ds", "a-long-task-id", 0), True)
-    notes.note(("ds", "b", 1), True)
-    notes.note(("ds", "a-long-task-id", 0), False)
-    assert read_in_flight(path) == [("ds", "b", 1)]
+    notes.note(aid("ds", "a-long-task-id", 0), True)
+    notes.note(aid("ds", "b", 1), True)
+    notes.note(aid("ds", "a-long-task-id", 0), False)
+    assert read_in_flight(path) == [aid("ds", "b", 1)]
     path.write_text('[["ds", "b"')
     assert read_in_flight(path) is None
     assert read_in_flight(inflight_path(tmp_path, "gw9")) is None
@@ -307,13 +307,13 @@ def test_only_crashes_proven_the_attempts_own_count_towards_the_limit() -> None:
     from pytest_agenteval.execution.attempt import interrupted_record
 
     def crash(error_type: str) -> dict[str, object]:
-        return interrupted_record(None, ("ds", "a", 0), {}, "died", error_type).to_json()
+        return interrupted_record(None, aid("ds", "a", 0), {}, "died", error_type).to_json()
 
     own, other = crash("WorkerCrash"), crash(UNATTRIBUTED_CRASH)
-    latest = interrupted_record(None, ("ds", "a", 0), {}, "died", UNATTRIBUTED_CRASH)
+    latest = interrupted_record(None, aid("ds", "a", 0), {}, "died", UNATTRIBUTED_CRASH)
     assert crash_count(latest.with_previous((other, other))) == 0
     assert crash_count(latest.with_previous((own, other))) == 1
-    mine = interrupted_record(None, ("ds", "a", 0), {}, "died", "WorkerCrash")
+    mine = interrupted_record(None, aid("ds", "a", 0), {}, "died", "WorkerCrash")
     assert crash_count(mine.with_previous((other, own))) == 2
 
 

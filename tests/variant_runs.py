@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pytest_agenteval.core.identity import AttemptId
 from pytest_agenteval.core.model import AgentResult, Status, Usage, Verdict
-from pytest_agenteval.core.records import AttemptRecord, attempt_key, new_record
+from pytest_agenteval.core.records import AttemptRecord, new_record
 from pytest_agenteval.reporting.runref import stored_run
 from pytest_agenteval.reporting.summary import (
     Summary,
@@ -38,7 +39,7 @@ def variant_record(task: str, attempt: int, variant: str | None, status: Status)
     """One attempt whose output names its variant, with a verdict and a cost."""
     output = f"{variant or 'own'} answer {attempt} of {task}"
     return new_record(
-        key=attempt_key("ds", task, attempt, variant),
+        key=AttemptId(dataset="ds", task_id=task, variant=variant, attempt=attempt),
         digest="d1",
         run_digest="r1",
         agent={"variant": variant},

@@ -8,6 +8,7 @@ pytest runs without `--agenteval` do not pay for importing them.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from .core.version import __version__
@@ -15,11 +16,11 @@ from .core.version import __version__
 if TYPE_CHECKING:
     from .core.environment import ChangedFile, Environment, ExecResult
     from .core.errors import AgentError, AttemptStopped, LimitReached, RunStopped
+    from .core.identity import AttemptId
     from .core.model import (
         AgentResult,
         AnyAgentSpec,
         GraderSpec,
-        Key,
         Manifest,
         Task,
         TaskSpec,
@@ -42,6 +43,7 @@ _WHERE = {
     "AgentResult": "core.model",
     "AgentError": "core.errors",
     "AnyAgentSpec": "core.model",
+    "AttemptId": "core.identity",
     "AttemptRecord": "core.records",
     "AttemptStopped": "core.errors",
     "LimitHit": "core.trace",
@@ -59,7 +61,6 @@ _WHERE = {
     "GradeContext": "execution.graders",
     "Grader": "execution.graders",
     "GraderSpec": "core.model",
-    "Key": "core.model",
     "Manifest": "core.model",
     "Summary": "reporting.summary",
     "Task": "core.model",
@@ -76,6 +77,7 @@ __all__ = [
     "AgentResolver",
     "AgentResult",
     "AnyAgentSpec",
+    "AttemptId",
     "AttemptRecord",
     "AttemptStopped",
     "ChangedFile",
@@ -85,7 +87,6 @@ __all__ = [
     "GradeContext",
     "Grader",
     "GraderSpec",
-    "Key",
     "LimitHit",
     "LimitReached",
     "Manifest",
@@ -105,6 +106,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "Key":  # one release behind: the identity was a tuple
+        warnings.warn(
+            "pytest_agenteval.Key is deprecated: an attempt's identity is AttemptId "
+            "(dataset, task_id, variant, attempt, read by attribute)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        name = "AttemptId"
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)

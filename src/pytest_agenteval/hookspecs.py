@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
+    from .core.identity import AttemptId
+    from .core.model import AnyAgentSpec, GraderSpec, TaskSpec
+    from .core.records import AttemptRecord
     from .execution.agents import AgentResolver
     from .reporting.summary import Summary
 
@@ -39,7 +41,7 @@ def pytest_agenteval_make_agent(spec: AnyAgentSpec, dataset_root: Path) -> Any:
 
 @pytest.hookspec(firstresult=True)
 def pytest_agenteval_make_environment(
-    task: TaskSpec, key: Key, template: Path | None, dataset_root: Path, config: pytest.Config
+    task: TaskSpec, key: AttemptId, template: Path | None, dataset_root: Path, config: pytest.Config
 ) -> Any:
     """Make the environment one attempt's files live in and its programs run in, or return
     None to let others try.
@@ -71,8 +73,23 @@ def pytest_agenteval_make_executor(
     """
 
 
-def pytest_agenteval_record_committed(record: dict[str, Any], config: pytest.Config) -> None:
-    """An attempt record was committed to the run store (controller only)."""
+@pytest.hookspec(
+    warn_on_impl_args={
+        "record": DeprecationWarning(
+            "pytest_agenteval_record_committed(record=...) is deprecated: the stored JSON as "
+            "a dict goes away in the next release; read the typed `attempt_record` "
+            "(a pytest_agenteval.AttemptRecord; `attempt_record.to_json()` is that dict)"
+        )
+    }
+)
+def pytest_agenteval_record_committed(
+    attempt_record: AttemptRecord, record: dict[str, Any] | None, config: pytest.Config
+) -> None:
+    """An attempt record was committed to the run store (controller only).
+
+    `attempt_record` is the frozen `pytest_agenteval.AttemptRecord`, read by attribute
+    (`attempt_record.key`, `.status`, `.score`). `record` (deprecated, one release): its stored
+    JSON as a dict, given only to implementations that name it."""
 
 
 def pytest_agenteval_summary(summary: Summary, config: pytest.Config) -> None:

@@ -47,8 +47,6 @@ a run-wide stop ended its agent's loop between turns (`stopped`). A resume runs 
 `build`, `sandbox` and `stopped` attempts again: nothing of them was judged."""
 Stopped = Literal["max_turns", "budget", "timeout"]
 """The attempt's own limit that ended its agent's loop (it was graded on what it produced)."""
-Key = tuple[str, str, int]
-"""(dataset, task id, attempt index): how records are keyed, never by node id."""
 
 
 class UserModel(BaseModel):

@@ -2,116 +2,28 @@
 
 A record is made once, where the attempt ends; it travels to the controller on the pytest
 report as JSON text with its index entry (`index_entry`), is stored as that text, and its index
-line (the entry `placed`) is the one compact row planning and metrics read. Keys are (dataset,
-task id, attempt[, variant]), never node ids; `item_name` / `parse_item_name` map between
-keys and pytest item names.
+line (the entry `placed`) is the one compact row planning and metrics read. Records are keyed by
+their `AttemptId` (core/identity.py), never by node id.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 from types import NoneType
-from typing import Any, NamedTuple
+from typing import Any
 
-from .model import RECORD_SCHEMA, AgentResult, Key, Phase, Status, Usage, Verdict
+from .identity import AttemptId
+from .model import RECORD_SCHEMA, AgentResult, Phase, Status, Usage, Verdict
 from .numbers import rounded
 from .text import clean_text, excerpt, json_safe
 
-ITEM_NAME_RE = re.compile(
-    r"^(?P<task_id>.+)\[(?:(?P<variant>[A-Za-z0-9_.\-]+)-)?attempt-(?P<attempt>\d+)\](?:@.*)?$"
-)
 HISTORY_LIMIT = 10
 """How many replaced records a record keeps in `previous`."""
 to_json_text = json.JSONEncoder(ensure_ascii=False).encode
 """`json.dumps(value, ensure_ascii=False)` without building an encoder per call (per attempt,
 records and index lines are encoded on the hot path)."""
-
-
-def item_name(task_id: str, attempt: int, variant: str | None = None) -> str:
-    """The pytest item name of one attempt: `<task_id>[attempt-<i>]`, or
-    `<task_id>[<variant>-attempt-<i>]` for a variant's (so `-k VARIANT` selects it)."""
-    if variant is None:
-        return f"{task_id}[attempt-{attempt}]"
-    return f"{task_id}[{variant}-attempt-{attempt}]"
-
-
-class ItemName(NamedTuple):
-    """What an attempt item's name says: its task, attempt and variant (None: no variant)."""
-
-    task_id: str
-    attempt: int
-    variant: str | None = None
-
-    def key(self, dataset: str) -> Key:
-        """The attempt's key in `dataset`."""
-        return attempt_key(dataset, self.task_id, self.attempt, self.variant)
-
-
-def parse_item_name(nodeid: str) -> ItemName | None:
-    """Task id, attempt and variant from a node id or item name; tolerates xdist's `@group`
-    suffix."""
-    match = ITEM_NAME_RE.match(nodeid.rpartition("::")[2])
-    return ItemName(match["task_id"], int(match["attempt"]), match["variant"]) if match else None
-
-
-class AttemptId(NamedTuple):
-    """An attempt's identity: (dataset, task, variant, attempt)."""
-
-    dataset: str
-    task_id: str
-    variant: str | None
-    """None for a dataset without variants (it keeps its ids, keys, files and index lines)."""
-    attempt: int
-
-    @property
-    def key(self) -> Key:
-        return attempt_key(self.dataset, self.task_id, self.attempt, self.variant)
-
-
-def attempt_key(dataset: str, task_id: str, attempt: int, variant: str | None = None) -> Key:
-    """The `Key` of an attempt: (dataset, task, attempt) as ever for a dataset without
-    variants; a variant's attempt has its variant appended, so `key[2]` stays the attempt
-    and two variants of a task never share a key."""
-    if variant is None:
-        return (dataset, task_id, attempt)
-    return (dataset, task_id, attempt, variant)  # type: ignore[return-value]
-
-
-def stored_key(data: dict[str, Any]) -> tuple[Any, ...]:
-    """The key a record's (or index line's) JSON names, whatever its fields hold."""
-    names = data.get("dataset"), data.get("task_id"), data.get("attempt")
-    variant = data.get("variant")
-    return names if variant is None else (*names, variant)
-
-
-def key_from_json(values: Any) -> Key:
-    """A key read back from its JSON list (`[dataset, task, attempt]`, a variant's with the
-    variant last); TypeError or ValueError when it is none."""
-    dataset, task_id, attempt, *variant = values
-    if len(variant) > 1:
-        raise ValueError(f"not an attempt's key: {values!r}")
-    return attempt_key(str(dataset), str(task_id), int(attempt), *map(str, variant))
-
-
-def variant_of(key: Key) -> str | None:
-    """The variant a key names (None: a dataset without variants)."""
-    return key[3] if len(key) > 3 else None
-
-
-def plan_key(key: Key) -> str:
-    """A key as one string (dataset names, task ids and variants never contain NUL)."""
-    if len(key) == 3:
-        return f"{key[0]}\0{key[1]}\0{key[2]}"
-    return "\0".join(map(str, key))
-
-
-def attempt_seed(key: Key) -> int:
-    """A deterministic 32-bit seed per (dataset, task, attempt)."""
-    return int.from_bytes(hashlib.sha256(plan_key(key).encode()).digest()[:4], "big")
 
 
 def attempt_score(verdicts: tuple[Verdict, ...] | list[Verdict]) -> float:
@@ -240,12 +152,10 @@ class AttemptRecord:
     `artifacts`; None in records written before they were kept."""
 
     @property
-    def key(self) -> Key:
-        return attempt_key(self.dataset, self.task_id, self.attempt, self.variant)
-
-    @property
-    def identity(self) -> AttemptId:
-        return AttemptId(self.dataset, self.task_id, self.variant, self.attempt)
+    def key(self) -> AttemptId:
+        return AttemptId(
+            dataset=self.dataset, task_id=self.task_id, variant=self.variant, attempt=self.attempt
+        )
 
     @property
     def score(self) -> float:
@@ -338,7 +248,7 @@ class AttemptRecord:
 
 def new_record(
     *,
-    key: Key,
+    key: AttemptId,
     digest: str,
     run_digest: str,
     agent: dict[str, Any],
@@ -370,9 +280,9 @@ def new_record(
     if result is not None and result.transcript:
         transcript = result.transcript
     return AttemptRecord(
-        dataset=key[0],
-        task_id=key[1],
-        attempt=key[2],
+        dataset=key.dataset,
+        task_id=key.task_id,
+        attempt=key.attempt,
         digest=digest,
         run_digest=run_digest,
         agent=agent,
@@ -393,7 +303,7 @@ def new_record(
         task_input=json_safe(task_input) if task_input is not None else None,
         expected=json_safe(expected) if expected is not None else None,
         wait=wait,
-        variant=variant_of(key),
+        variant=key.variant,
         image=image,
         environment=json_safe(environment) if environment is not None else None,  # type: ignore[arg-type]
         changed_files=json_safe(changed_files) if changed_files else changed_files,  # type: ignore[arg-type]
@@ -455,38 +365,6 @@ def index_entry(record: AttemptRecord) -> dict[str, Any]:
     return _index_json(record)
 
 
-def ship(action: str, entry: str, text: str) -> str:
-    """A new record as its report carries it: the action, the index entry's JSON and the
-    record's, a line each (JSON text holds no raw newline). One string, because execnet ships
-    one value far more cheaply than a dict of them."""
-    return f"{action}\n{entry}\n{text}"
-
-
-def unship(shipped: str) -> dict[str, Any]:
-    """What `ship` packed, as the dict other reports carry: action, entry, record."""
-    action, entry, text = shipped.split("\n", 2)
-    return {"action": action, "entry": entry, "record": text}
-
-
-@dataclass(frozen=True, slots=True)
-class NewRecord:
-    """A new record as an attempt's report carries it in the process that made it: typed, so a
-    lone process's recorder commits it without parsing anything; `ship()` is the one string
-    that crosses to xdist's controller instead (`unship` reads it there)."""
-
-    action: str
-    """What the plan decided for the attempt (`run`, `regrade`)."""
-    record: AttemptRecord
-    """The attempt's new record."""
-    crashed: bool = False
-    """Made by the controller for an attempt whose worker died (no index entry comes with it:
-    the store writes one)."""
-
-    def ship(self) -> str:
-        """The one string that crosses to another process: action, index entry, record."""
-        return ship(self.action, to_json_text(index_entry(self.record)), self.record.to_text())
-
-
 def placed(entry: str, offset: int, length: int) -> str:
     """The index line of an entry's JSON text: the entry, and where its record lies in
     records.jsonl (byte offset and length)."""
@@ -521,7 +399,7 @@ def junit_properties(facts: Any, reused: bool) -> list[tuple[str, Any]]:
     """
     props: list[tuple[str, Any]] = [
         ("task_id", facts.task_id),
-        _shared("attempt", facts.key[2]),
+        _shared("attempt", facts.attempt),
         _shared("status", facts.status),
         _shared("score", float(round(facts.score or 0.0, 4))),
         ("duration", round(facts.duration or 0.0, 4)),

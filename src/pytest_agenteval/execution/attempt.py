@@ -32,16 +32,9 @@ from ..core.errors import (
     OverBudget,
     RunStopped,
 )
-from ..core.model import AgentResult, Key, Phase, Status, Task, Verdict
-from ..core.records import (
-    AttemptId,
-    AttemptRecord,
-    Detail,
-    attempt_key,
-    attempt_seed,
-    new_record,
-    usage_json,
-)
+from ..core.identity import AttemptId
+from ..core.model import AgentResult, Phase, Status, Task, Verdict
+from ..core.records import AttemptRecord, Detail, new_record, usage_json
 from ..core.trace import ATTEMPT_LIMITS
 from ..providers.pricing import priced, with_prices
 from ..sources.dataset import TaskDef
@@ -77,8 +70,13 @@ class AttemptJob:
     """None for a dataset without variants, or a task that names its own agent."""
 
     @property
-    def key(self) -> Key:
-        return attempt_key(self.task.dataset.name, self.task.id, self.attempt, self.variant)
+    def key(self) -> AttemptId:
+        return AttemptId(
+            dataset=self.task.dataset.name,
+            task_id=self.task.id,
+            variant=self.variant,
+            attempt=self.attempt,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +131,7 @@ class AttemptRunner:
     fingerprint: dict[str, Any]
     passthrough: tuple[type[BaseException], ...] = ()
     """Exceptions that are not the attempt's to record (they stop the session)."""
-    note_running: Callable[[Key, bool], None] | None = None
+    note_running: Callable[[AttemptId, bool], None] | None = None
     """Told which attempt's agent call starts (True) and ends (False), where the store can
     keep it (one write each)."""
     stopped: Stopped | None = None
@@ -427,7 +425,7 @@ class _Attempt:
             input=task.spec.input,
             metadata=task.spec.metadata,
             attempt=job.attempt,
-            seed=attempt_seed(job.key),
+            seed=job.key.seed,
             workspace=self._local_folder,
             environment=self._environment,  # made when first asked for (a template: at once)
             budget=task.budget,
@@ -452,9 +450,7 @@ class _Attempt:
         self._noted = (name, turn)
         identity = self._identity
         if identity is None:
-            job = self.job
-            identity = AttemptId(job.task.dataset.name, job.task.id, job.variant, job.attempt)
-            self._identity = identity
+            identity = self._identity = self.job.key
         note(identity, name, turn)
 
     def _local_folder(self) -> Path:
@@ -706,7 +702,7 @@ def own_frames(frames: list[T], filename: Callable[[T], str]) -> list[T]:
 
 
 def interrupted_record(
-    task: TaskDef | None, key: Key, agent: dict[str, Any], message: str, error_type: str
+    task: TaskDef | None, key: AttemptId, agent: dict[str, Any], message: str, error_type: str
 ) -> AttemptRecord:
     """The error record of an attempt that ended without one: its process died, or the
     plugin failed around it. Phase `crash`: an interruption, so a resume runs it again."""

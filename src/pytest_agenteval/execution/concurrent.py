@@ -31,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Generic, TypeVar
 
-from ..core.model import Key
+from ..core.identity import AttemptId
 
 Stopped = Callable[[], str | None]
 """Why no new attempt may start (a stop's reason), or None."""
@@ -121,7 +121,7 @@ class Ahead(Generic[C, R]):
         self.cancelled_at = float("inf")
         """Set by `cancel`: calls still in flight are given up on with this reason."""
         self._lock = threading.Lock()
-        self._calls: OrderedDict[Key, Started[C, R]] = OrderedDict()
+        self._calls: OrderedDict[AttemptId, Started[C, R]] = OrderedDict()
         """Scheduled and not taken, in schedule order."""
         self._waiting: deque[Started[C, R]] = deque()
         """Scheduled and not handed to the pool yet."""
@@ -139,7 +139,7 @@ class Ahead(Generic[C, R]):
         """Calls scheduled and not taken yet."""
         return len(self._calls)
 
-    def schedule(self, key: Key, call: Callable[[], R], context: C) -> None:
+    def schedule(self, key: AttemptId, call: Callable[[], R], context: C) -> None:
         """Start `call` once the pool has room, unless the run is stopping by then."""
         started = Started(call, context, self)
         with self._lock:
@@ -189,7 +189,7 @@ class Ahead(Generic[C, R]):
             started.ended = time.perf_counter()
             started.running = False
 
-    def take(self, key: Key) -> Started[C, R] | None:
+    def take(self, key: AttemptId) -> Started[C, R] | None:
         """The call scheduled for `key` (each attempt is taken once), or None. Calls scheduled
         before it that were not taken belong to items pytest passed over: they are dropped."""
         with self._lock:
@@ -212,7 +212,7 @@ class Ahead(Generic[C, R]):
         self._submit(ready)
         return found
 
-    def scheduled(self, key: Key) -> bool:
+    def scheduled(self, key: AttemptId) -> bool:
         with self._lock:
             return key in self._calls
 

@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from ..core.environment import ChangedFile, Finished
-from ..core.model import ARTIFACTS_MAX_BYTES, DockerImage, Key, SandboxSpec
+from ..core.identity import AttemptId
+from ..core.model import ARTIFACTS_MAX_BYTES, DockerImage, SandboxSpec
 from ..sources.dataset import BuildFolder
 from .docker_cli import (
     DAEMON_GONE,
@@ -388,6 +389,6 @@ def _owner(user: str | None) -> tuple[int, int]:
     return uid, int(gid_text) if gid_text.isdigit() else uid
 
 
-def container_name(key: Key, pid: int) -> str:
+def container_name(key: AttemptId, pid: int) -> str:
     """A container name only this attempt of the session `pid` gets."""
-    return f"agenteval-{pid}-{folder_name(*key)}"  # a variant's key names its variant
+    return f"agenteval-{pid}-{folder_name(key)}"  # a variant's key names its variant

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Literal
 
 from ..core.environment import ChangedFile, Environment, Finished
 from ..core.files import open_below
-from ..core.model import Key, local_folder
+from ..core.identity import AttemptId
+from ..core.model import local_folder
 from ..sources.templates import copy_template, template_entries
 from .process import run_program
 
@@ -52,7 +53,7 @@ class SandboxPolicy:
     `unbounded`."""
 
 
-MakeEnvironment = Callable[["TaskDef", Key], "Environment | None"]
+MakeEnvironment = Callable[["TaskDef", AttemptId], "Environment | None"]
 """A plugin's environment for (task, attempt key), or None to leave it to the built-in kinds."""
 
 
@@ -91,7 +92,7 @@ class Environments:
         """The run this process's attempts belong to: its containers are labelled with it."""
         self._run_id = run_id
 
-    def create(self, task: TaskDef, key: Key) -> Environment:
+    def create(self, task: TaskDef, key: AttemptId) -> Environment:
         """A fresh environment for the attempt `key` (its variant's own, in a run with
         variants), holding a copy of the task's template."""
         made = self._plugins(task, key) if self._plugins is not None else None
@@ -116,7 +117,7 @@ class Environments:
         """Make what this process's environments share (the base folder) now."""
         self.workspaces.base  # noqa: B018 - made on first use
 
-    def adopt(self, task: TaskDef, key: Key) -> Environment | None:
+    def adopt(self, task: TaskDef, key: AttemptId) -> Environment | None:
         """The local folder an attempt made in another process (`--agenteval-isolate`), if it
         made one."""
         return self.workspaces.existing(key, task.workspace_dir)

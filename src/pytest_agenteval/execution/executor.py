@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..core.errors import AgentTimeout
-from ..core.model import AgentResult, Key, Task
+from ..core.identity import AttemptId
+from ..core.model import AgentResult, Task
 from .agents import Agent, AgentRef, AgentResolver, CommandAgent, as_result
 from .exits import in_agent_call
 from .process import child_pids, kill_running, kill_tree, thread_children
@@ -78,7 +79,7 @@ class AgentCall:
     in the process that made it (declare the agent instead).
     """
 
-    key: Key
+    key: AttemptId
     """The attempt (dataset, task id, attempt index)."""
     agent: AgentRef
     """The agent: a declared spec and its folder, or the fixture's live agent (this process

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable, Mapping
 from functools import partial
 
+from ..core.identity import AttemptId
 from ..core.llm import ModelPrice
 from ..core.model import AgentResult, Usage
-from ..core.records import AttemptId
 from ..core.trace import AnyEvent, ModelCall, Trace
 from ..providers.pricing import priced
 from ..sources.dataset import TaskDef

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..core.model import Key
+from ..core.identity import AttemptId
 from .environment import LocalEnvironment
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -48,15 +48,15 @@ class Workspaces:
                 self._base = Path(tempfile.mkdtemp(prefix="agenteval-"))
         return self._base
 
-    def path(self, key: Key) -> Path:
+    def path(self, key: AttemptId) -> Path:
         """Where the attempt's folder is (or will be, once something asks for it)."""
-        return self.base / folder_name(*key)
+        return self.base / folder_name(key)
 
-    def create(self, key: Key, template: Path | None) -> LocalEnvironment:
+    def create(self, key: AttemptId, template: Path | None) -> LocalEnvironment:
         """A new empty folder for one attempt, or a copy of the task's workspace template."""
         return LocalEnvironment.create(self.path(key), template)
 
-    def existing(self, key: Key, template: Path | None) -> LocalEnvironment | None:
+    def existing(self, key: AttemptId, template: Path | None) -> LocalEnvironment | None:
         """The attempt's folder, when another process made it."""
         path = self.path(key)
         return LocalEnvironment(path, template) if path.exists() else None
@@ -68,17 +68,15 @@ class Workspaces:
                 self._base.rmdir()
 
 
-def folder_name(dataset: str, task_id: str, attempt: int, variant: str | None = None) -> str:
-    """A short, file-name-safe name that only this (dataset, task id, attempt, variant) gets.
+def folder_name(key: AttemptId) -> str:
+    """A short, file-name-safe name that only this attempt gets.
 
     Readable (`ds--arith_add--0-<hash>`, a variant's `ds--arith_add--base--0-<hash>`), bounded
     in length whatever the id's length, and collision-free: ids that read the same once made
     safe (`x/y`, `x_y`) differ in the hash.
     """
+    dataset, task_id, variant = key.dataset, key.task_id, key.variant
     named = f"{dataset}--{task_id}" if variant is None else f"{dataset}--{task_id}--{variant}"
     readable = _UNSAFE.sub("_", named)[:NAME_PREFIX_CHARS]
-    identity = (
-        [dataset, task_id, attempt] if variant is None else [dataset, task_id, attempt, variant]
-    )
-    exact = json.dumps(identity).encode()
-    return f"{readable}--{attempt}-{hashlib.sha256(exact).hexdigest()[:12]}"
+    exact = json.dumps(key.to_json()).encode()
+    return f"{readable}--{key.attempt}-{hashlib.sha256(exact).hexdigest()[:12]}"

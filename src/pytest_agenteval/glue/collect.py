@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 import pytest
 
 from ..core.errors import TaskFileError, display_path
-from ..core.records import item_name
+from ..core.identity import item_name
+from ..core.payloads import LoadError
 from ..core.shards import Shard
 from ..sources.dataset import Dataset, TaskDef, find_task, load_dataset, load_task_file
 from ..sources.discovery import (
@@ -275,16 +276,9 @@ class LoadErrorItem(AgentevalItem):
         dataset = self.config.stash[RUNTIME].dataset_for(self.path)
         return dataset.name if dataset else ""
 
-    def report_extras(self) -> dict[str, Any]:
+    def report_extras(self) -> LoadError:
         failure = self.failure
-        return {
-            "load_error": {
-                "dataset": self.dataset_name,
-                "label": failure.label,
-                "path": str(failure.path),
-                "message": failure.render(),
-            }
-        }
+        return LoadError(self.dataset_name, failure.label, str(failure.path), failure.render())
 
 
 @cache

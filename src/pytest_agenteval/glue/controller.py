@@ -16,7 +16,7 @@ import pytest
 
 from ..core import options
 from ..core.errors import StoreError
-from ..core.model import Key
+from ..core.identity import AttemptId
 from ..reporting.runref import RunRefError, load_summary
 from ..reporting.summary import Summary
 from ..store.lifecycle import OpenRun, RunRequest, open_run
@@ -125,7 +125,7 @@ def read_baseline(settings: Settings, store: Store) -> Summary | None:
         raise pytest.UsageError(f"--agenteval-baseline {settings.baseline}: {exc}") from None
 
 
-def _note_running(store: Store, run_id: str, attempt: Key, running: bool) -> None:
+def _note_running(store: Store, run_id: str, attempt: AttemptId, running: bool) -> None:
     """Name the attempt whose agent call starts in the lock file (it stays there: a record
     tells a finished one). Best effort: a store that cannot take the note fails loudly at
     the next commit."""

@@ -15,8 +15,10 @@ import pytest
 
 from ..core.environment import Environment
 from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSpecError
-from ..core.model import AnyAgentSpec, GraderSpec, Key, TaskSpec
-from ..core.records import Detail, NewRecord, attempt_key
+from ..core.identity import AttemptId
+from ..core.model import AnyAgentSpec, GraderSpec, TaskSpec
+from ..core.payloads import PAYLOADS, NeverStarted, NewRecord, Payload, Replayed, to_wire
+from ..core.records import Detail
 from ..core.text import excerpt, printable
 from ..execution.agents import (
     BUILTIN_AGENT_KINDS,
@@ -64,7 +66,7 @@ class ReplayedError(Exception):
 class AgentevalItem(pytest.Item):
     """An item whose reports carry agenteval data to the controller (`report.agenteval`)."""
 
-    def report_extras(self) -> dict[str, Any] | NewRecord:
+    def report_extras(self) -> Payload:
         raise NotImplementedError
 
     def failed_at(self, exc: BaseException) -> str | None:
@@ -95,7 +97,9 @@ class AttemptItem(AgentevalItem):
         self.attempt = attempt
         self.variant = variant
         """The variant whose agent runs the attempt (None: no variant)."""
-        self.key: Key = attempt_key(task.dataset.name, task.id, attempt, variant)
+        self.key = AttemptId(
+            dataset=task.dataset.name, task_id=task.id, variant=variant, attempt=attempt
+        )
         self.outcome: Outcome | None = None
         self.not_started: AgentUnavailable | None = None
         """Why the attempt could not start (its agent cannot be built); nothing is recorded."""
@@ -187,23 +191,19 @@ class AttemptItem(AgentevalItem):
             found = folders[self.parent] = bool(fixture_defs(self, FIXTURE_NAME))
         return found
 
-    def report_extras(self) -> dict[str, Any] | NewRecord:
+    def report_extras(self) -> Payload:
         """What the report carries to the controller: a new record with its action (typed:
         `TaskHooks.pytest_report_to_serializable` ships it as one string to xdist's
         controller), else the action and the attempt's key. JUnit properties are the
         controller's to add: few values cross the process boundary."""
         outcome = self.outcome
         if self.not_started is not None:
-            return {
-                "action": "run",
-                "key": list(self.key),
-                "agent_error": self.not_started.render(),
-            }
+            return NeverStarted(self.key, self.not_started.render())
         if outcome is None:  # setup stopped before the attempt began (a passthrough exception)
-            return {"action": "run", "key": list(self.key)}
+            return Replayed("run", self.key)
         record = outcome.record
         if record is None:
-            return {"action": outcome.decision.action, "key": list(self.key)}
+            return Replayed(outcome.decision.action, self.key)
         return NewRecord(outcome.decision.action, record)
 
     def kept_files(self) -> dict[str, bytes] | None:
@@ -359,7 +359,7 @@ class TaskHooks:
         """Plugins' environments for attempts (`pytest_agenteval_make_environment`), asked at
         the dataset's folder."""
 
-        def make(task: TaskDef, key: Key) -> Environment | None:
+        def make(task: TaskDef, key: AttemptId) -> Environment | None:
             root = task.dataset.root
             hook = hook_at(config, "pytest_agenteval_make_environment", root)
             asked = {
@@ -429,11 +429,12 @@ class TaskHooks:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_report_to_serializable(self, report: pytest.TestReport) -> Any:
-        """A new record crosses to xdist's controller as one string (execnet ships one value
-        far more cheaply than a dict of them); in this process it stays typed."""
+        """The payload crosses to xdist's controller in its wire form (a new record as one
+        string: execnet ships one value far more cheaply than a dict of them); in this process
+        it stays typed."""
         data = yield
-        if isinstance(data, dict) and isinstance(data.get("agenteval"), NewRecord):
-            data["agenteval"] = data["agenteval"].ship()
+        if isinstance(data, dict) and isinstance(data.get("agenteval"), PAYLOADS):
+            data["agenteval"] = to_wire(data["agenteval"])
         return data
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:

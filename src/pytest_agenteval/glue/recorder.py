@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,18 +19,23 @@ from typing import Any
 import pytest
 
 from ..core.errors import ReportError, StoreError, display_path
-from ..core.model import Key
+from ..core.identity import AttemptId, parse_item_name
+from ..core.payloads import (
+    PAYLOADS,
+    LoadError,
+    NeverStarted,
+    NewRecord,
+    Payload,
+    Replayed,
+    ShippedRecord,
+    from_wire,
+)
 from ..core.records import (
     UNATTRIBUTED_CRASH,
     AttemptRecord,
-    NewRecord,
     index_entry,
     junit_properties,
-    parse_item_name,
-    stored_key,
     to_json_text,
-    unship,
-    variant_of,
 )
 from ..execution.attempt import interrupted_record
 from ..execution.exits import guard_exits, unguard_exits
@@ -61,8 +67,8 @@ class Recorder:
         self.run = run
         self.dry = dry_run(config)
         self.actions: Counter[str] = Counter()
-        self.reused: set[Key] = set()
-        self.reported: set[Key] = set()
+        self.reused: set[AttemptId] = set()
+        self.reported: set[AttemptId] = set()
         """Attempts whose report this session handled (committed or replayed): a crash xdist
         reports for one afterwards leaves its record alone."""
         """Attempts whose stored verdict this session replayed (the HTML report flags them)."""
@@ -71,13 +77,21 @@ class Recorder:
         """Agents that could not be built (their problem, rendered) and how many attempts
         did not start because of each."""
         self.other_failures = 0
-        self.planned_keys: set[Key] = {row.key for row in run.plan.rows.values()}
+        self.planned_keys: set[AttemptId] = {row.key for row in run.plan.rows.values()}
         self.properties: dict[str, list[tuple[str, Any]]] = {}
         """JUnit properties of attempts reported, until their teardown report carries them."""
         self.collected_once = False
         self._folders: dict[str, Path] = {}
         self._datasets: dict[str, str | None] = {}
         self.session: pytest.Session | None = None
+        self._handlers: dict[type, Callable[[pytest.TestReport, Any], None]] = {
+            NewRecord: self._new_record,
+            ShippedRecord: self._shipped,
+            Replayed: self._replayed,
+            NeverStarted: self._not_started,
+            LoadError: self._load_error,
+        }
+        """Each payload kind's handler (xdist's DSession dispatches worker events alike)."""
         self._distributed = config.pluginmanager.hasplugin("dsession") or bool(
             getattr(config.option, "numprocesses", None)
         )
@@ -152,7 +166,7 @@ class Recorder:
 
     @pytest.hookimpl(tryfirst=True)  # before the spec cache is saved and emptied
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        keys: list[Key] = []
+        keys: list[AttemptId] = []
         broken: set[tuple[str, str]] = set()
         for item in session.items:
             if isinstance(item, AttemptItem):
@@ -166,21 +180,21 @@ class Recorder:
         if self.collected_once:
             return
         self.collected_once = True
-        keys: list[Key] = []
+        keys: list[AttemptId] = []
         broken: set[tuple[str, str]] = set()
         for nodeid in ids:
             dataset = self._dataset_of(nodeid)
-            parsed = parse_item_name(nodeid)
+            parsed = parse_item_name(nodeid, dataset) if dataset else None
             label = load_error_label(nodeid)
-            if dataset and parsed:
-                keys.append(parsed.key(dataset))
+            if parsed is not None:
+                keys.append(parsed)
             elif dataset and label is not None:
                 broken.add((dataset, label))
         self._selected(keys, broken)
         for ds in self.runtime.datasets:  # what planning loaded is not needed any more
             ds.forget_reads()
 
-    def _selected(self, keys: list[Key], broken: set[tuple[str, str]]) -> None:
+    def _selected(self, keys: list[AttemptId], broken: set[tuple[str, str]]) -> None:
         """Plan the run from what this session selected, and mark it narrowed when that is not
         every attempt of its datasets: a new run that selected nothing is not kept at all."""
         if self.dry:
@@ -210,15 +224,19 @@ class Recorder:
             )
             self._ticker.start()
 
-    def _whole(self, keys: list[Key], broken: set[tuple[str, str]]) -> set[Key]:
+    def _whole(self, keys: list[AttemptId], broken: set[tuple[str, str]]) -> set[AttemptId]:
         """The attempts of the whole run but for the load errors this session collected. When
         the session selected every task whose spec is valid, that is the answer (the tasks
         that load are among them) and no grader need be built (the controller collects
         nothing): only a narrowed session pays for the exact set."""
-        specs = {k for k in self.runtime.whole_keys(built=False) if k[:2] not in broken}
+
+        def kept(key: AttemptId) -> bool:
+            return (key.dataset, key.task_id) not in broken
+
+        specs = set(filter(kept, self.runtime.whole_keys(built=False)))
         if specs.issubset(keys):
             return specs
-        return {k for k in self.runtime.whole_keys() if k[:2] not in broken}
+        return set(filter(kept, self.runtime.whole_keys()))
 
     def _dataset_of(self, nodeid: str) -> str | None:
         """The dataset of `nodeid`'s file: its folder's (datasets are folders), looked up once
@@ -252,52 +270,81 @@ class Recorder:
             elif (
                 report.skipped
                 and report.when == "setup"
-                and (parsed := parse_item_name(report.nodeid))
+                and (parsed := parse_item_name(report.nodeid, ""))
             ):
                 self.progress.skip(parsed.variant)
                 self.show_progress()
             return (yield)
-        made = carried if isinstance(carried, NewRecord) else None  # made in this process
-        info: dict[str, Any]
-        if made is not None:
-            info = {"action": made.action}
-        elif isinstance(carried, str):  # shipped by a worker
-            info = unship(carried)
-        else:  # no new record
-            info = carried
-        if "load_error" in info:
-            self._load_error(info["load_error"])
-        elif "agent_error" in info:  # the attempt never started: nothing to commit
-            self.agent_errors[info["agent_error"]] += 1
-        else:
-            self._attempt_reported(report, info, made)
+        payload = carried if isinstance(carried, PAYLOADS) else self._from_wire(report, carried)
+        if payload is not None:
+            self._handlers[type(payload)](report, payload)
         result = yield
         # Every plugin has seen the record; the terminal reporter keeps reports all session long.
         report.agenteval = None  # type: ignore[attr-defined]
-        if made is not None and made.crashed:
+        if isinstance(payload, NewRecord) and payload.crashed:
             self._close_crashed(report)
         return result
 
-    def _attempt_reported(
-        self, report: pytest.TestReport, info: dict[str, Any], made: NewRecord | None
-    ) -> None:
-        """Count and commit what an attempt's report carried: a new record (typed when made in
-        this process, else shipped: `info` holds its texts), or the key of one not made."""
-        action = info["action"]
+    def _from_wire(self, report: pytest.TestReport, value: Any) -> Payload | None:
+        """A worker's payload read back; one that is none stops the session, said."""
+        try:
+            return from_wire(value)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            self.failed(
+                ReportError(
+                    f"the report of {report.nodeid} carried what this pytest-agenteval cannot "
+                    f"read ({str(value)[:200]!r}); install the same version on every worker"
+                )
+            )
+            return None
+
+    def _new_record(self, report: pytest.TestReport, made: NewRecord) -> None:
+        """A record made in this process (a lone process's attempt, a crash record): its JSON
+        and index entry are written here, nothing parsed."""
+        self.actions[made.action] += 1
+        record = made.record
+        self._keep_files(report, record.key)
+        data, fields = record.to_json(), index_entry(record)
+        text, entry = to_json_text(data), to_json_text(fields)
+        row = self._commit(made.action, record.key, text, entry, fields, record, data)
+        self._reported(report, row, made.action, reused=False)
+
+    def _shipped(self, report: pytest.TestReport, shipped: ShippedRecord) -> None:
+        """A record a worker made: its texts are stored as they came (the record is parsed only
+        to replace a stored one, kept as its history, or for a hook that reads it)."""
+        self.actions[shipped.action] += 1
+        self._keep_files(report, shipped.key)
+        action, key = shipped.action, shipped.key
+        row = self._commit(action, key, shipped.text, shipped.entry, shipped.fields)
+        self._reported(report, row, action, reused=False)
+
+    def _replayed(self, report: pytest.TestReport, replayed: Replayed) -> None:
+        """No new record: a replayed verdict, or an attempt that never began; one whose report
+        failed without a record (the plugin failed around it) gets a record saying so."""
+        action, key = replayed.action, replayed.key
+        if report.failed and action != "reuse":
+            self._new_record(report, NewRecord(action, self._vanished(report)))
+            return
         self.actions[action] += 1
-        text: str | None = info.get("record")
-        if made is None and text is None and report.failed and action != "reuse":
-            made = NewRecord(action, self._vanished(report))
-        row: IndexRow | None
-        reused = made is None and text is None
-        if not reused:
-            self._keep_files(report, made, text, info.get("entry"))
-            row = self._commit(made, text, info.get("entry"), action == "regrade")
-        else:  # its stored verdict was replayed (or it never began)
-            key = tuple(info["key"])
-            if action == "reuse":
-                self.reused.add(key)
-            row = self.runtime.plan.stored(key)
+        if action == "reuse":
+            self.reused.add(key)
+        self._reported(report, self.runtime.plan.stored(key), action, reused=True)
+
+    def _not_started(self, report: pytest.TestReport, not_started: NeverStarted) -> None:
+        """The attempt never started (its agent cannot be built): nothing to commit."""
+        self.agent_errors[not_started.problem] += 1
+
+    def _load_error(self, report: pytest.TestReport, error: LoadError) -> None:
+        """Count each broken task once (also if a report should come twice)."""
+        where = (error.path, error.label)
+        if where not in {(e["path"], e["label"]) for e in self.load_errors}:
+            self.load_errors.append(error.as_dict())
+
+    def _reported(
+        self, report: pytest.TestReport, row: IndexRow | None, action: str, reused: bool
+    ) -> None:
+        """What every attempt's report updates: the attempts reported (a crash after it keeps
+        its record), JUnit properties, progress."""
         if row is not None:
             self.reported.add(row.key)
             if not reused or action == "reuse":
@@ -305,9 +352,7 @@ class Recorder:
             self.progress.attempt(row.status, reused, row.variant)
         self.show_progress()
 
-    def _keep_files(
-        self, report: pytest.TestReport, made: NewRecord | None, text: str | None, entry: str | None
-    ) -> None:
+    def _keep_files(self, report: pytest.TestReport, key: AttemptId) -> None:
         """Before a new record commits: the bytes of its attempt's kept files (which came
         beside it on the report) replace any earlier artifacts of the attempt."""
         files: dict[str, bytes] | None = getattr(report, "agenteval_files", None)
@@ -315,40 +360,26 @@ class Recorder:
         if files is None and not self.store.has_artifacts(run_id):
             return
         report.agenteval_files = None  # type: ignore[attr-defined]
-        if made is not None:
-            key = made.record.key
-        else:
-            shipped = entry if entry is not None else text
-            assert shipped is not None
-            key = stored_key(json.loads(shipped))
         try:
             self.store.keep_artifacts(run_id, key, files or {})
         except StoreError as exc:
             self.failed(exc)
 
-    def _load_error(self, error: dict[str, str]) -> None:
-        """Count each broken task once (also if a report should come twice)."""
-        where = (error["path"], error["label"])
-        if where not in {(e["path"], e["label"]) for e in self.load_errors}:
-            self.load_errors.append(error)
-
     def _commit(
-        self, made: NewRecord | None, text: str | None, entry: str | None, regraded: bool
+        self,
+        action: str,
+        key: AttemptId,
+        text: str,
+        entry: str,
+        fields: dict[str, Any],
+        record: AttemptRecord | None = None,
+        data: dict[str, Any] | None = None,
     ) -> IndexRow | None:
-        """Commit a new record, with its index entry; returns its row. `made`: the record this
-        process made (its JSON and entry are written here, nothing parsed); else the record's
-        and the entry's JSON texts a worker shipped, stored as they came (the record is parsed
-        only to replace a stored one, kept as its history)."""
-        record = data = fields = None
-        if made is not None:
-            record, data, fields = made.record, made.record.to_json(), index_entry(made.record)
-            text, entry = to_json_text(data), to_json_text(fields)
-        elif entry is not None:
-            fields = json.loads(entry)
-        assert text is not None and entry is not None and fields is not None
+        """Commit a new record (its JSON text, its index entry's text and fields; the typed
+        record and its JSON when this process made it); returns its row."""
         plan, run_id = self.runtime.plan, self.run.run_id
         try:
-            if plan.stored(stored_key(fields)) is None:
+            if plan.stored(key) is None:
                 row = row_of(fields)
                 self.store.append(run_id, text, entry, row)
             else:  # replacing a stored record: kept as its history
@@ -358,13 +389,26 @@ class Recorder:
         except StoreError as exc:
             self.failed(exc)
             return None
-        hook = self.config.hook.pytest_agenteval_record_committed
-        if data is None and hook.get_hookimpls():  # none, mostly: then it need not be parsed
-            data = json.loads(text)
-        if data is not None:
-            hook(record=data, config=self.config)
-        self._spend(row, regraded)
+        self._tell_committed(text, record, data)
+        self._spend(row, action == "regrade")
         return row
+
+    def _tell_committed(
+        self, text: str, record: AttemptRecord | None, data: dict[str, Any] | None
+    ) -> None:
+        """Call `pytest_agenteval_record_committed` with the typed record (`attempt_record`)
+        and, for implementations that still ask for it, the stored JSON (`record`). A shipped
+        record is parsed only when someone listens."""
+        hook = self.config.hook.pytest_agenteval_record_committed
+        impls = hook.get_hookimpls()
+        if record is None and not impls:
+            return
+        if record is None:
+            data = json.loads(text)
+            record = AttemptRecord.from_json(data)
+        if data is None and any("record" in impl.argnames for impl in impls):
+            data = json.loads(text)
+        hook(attempt_record=record, record=data, config=self.config)
 
     def _spend(self, row: IndexRow, regraded: bool) -> None:
         """Count the attempt's spend (a regrade spent only on its judges: the agent's usage
@@ -390,7 +434,7 @@ class Recorder:
         )
         say_now(
             self.config,
-            f"agenteval: WARNING: --agenteval-max-cost cannot count {_attempt_name(row.key)}: "
+            f"agenteval: WARNING: --agenteval-max-cost cannot count {row.key.label}: "
             f"{model}; such attempts run uncounted (add the price, or cap tokens with "
             "--agenteval-max-tokens)",
         )
@@ -426,19 +470,18 @@ class Recorder:
         again; unless the attempt was only replaying its stored verdict, which stays. A crash
         while other agent calls of the worker were in flight is not provably the attempt's:
         it does not count towards CRASH_LIMIT."""
-        parsed = parse_item_name(nodeid)
         dataset = self._dataset_of(nodeid)
-        if parsed is None or dataset is None:
+        key = parse_item_name(nodeid, dataset) if dataset is not None else None
+        if key is None:
             return
-        key = parsed.key(dataset)
         if key in self.reported:
             self._crashed_after_report(report)
             return
-        task = self._task(nodeid, parsed.task_id)
+        task = self._task(nodeid, key.task_id)
         if task is not None:
             decision = self.runtime.decide(key, task)
             if decision.action == "reuse":
-                report.agenteval = {"action": "reuse", "key": list(key)}  # type: ignore[attr-defined]
+                report.agenteval = Replayed("reuse", key)  # type: ignore[attr-defined]
                 return
         message, error_type = self._crash_message(str(report.longrepr), key, worker)
         fingerprint = self.runtime.runner.fingerprint
@@ -456,7 +499,7 @@ class Recorder:
             "and a resume reuses it)"
         )
 
-    def _crash_message(self, died: str, key: Key, worker: str | None) -> tuple[str, str]:
+    def _crash_message(self, died: str, key: AttemptId, worker: str | None) -> tuple[str, str]:
         """What the crash record of `key` says, and its error_type: its own crash, or one
         that happened while other calls of the worker were in flight (or may have been)."""
         others = self._in_flight_besides(key, worker)
@@ -464,7 +507,7 @@ class Recorder:
             own = "the process running the attempt died: os._exit, a signal or OOM"
             return f"{died} ({own})", "WorkerCrash"
         during = (
-            f"the agent calls of {', '.join(map(_attempt_name, others))} were in flight too"
+            f"the agent calls of {', '.join(key.label for key in others)} were in flight too"
             if others
             else "other agent calls may have been in flight too (which is not known)"
         )
@@ -475,7 +518,7 @@ class Recorder:
             UNATTRIBUTED_CRASH,
         )
 
-    def _in_flight_besides(self, key: Key, worker: str | None) -> list[Key] | None:
+    def _in_flight_besides(self, key: AttemptId, worker: str | None) -> list[AttemptId] | None:
         """The other attempts whose agent calls were in flight when `worker` died (empty: the
         crash is provably `key`'s); None when that is not known (the worker left no notes
         and ran calls ahead)."""
@@ -489,15 +532,14 @@ class Recorder:
 
     def _vanished(self, report: pytest.TestReport) -> AttemptRecord:
         """The record of an attempt whose report came without one: the plugin failed around it."""
-        parsed = parse_item_name(report.nodeid)
-        assert parsed is not None
-        dataset = self._dataset_of(report.nodeid) or ""
-        task = self._task(report.nodeid, parsed.task_id)
+        key = parse_item_name(report.nodeid, self._dataset_of(report.nodeid) or "")
+        assert key is not None
+        task = self._task(report.nodeid, key.task_id)
         message = (
             f"the attempt ended without a record (the plugin failed around it):\n{report.longrepr}"
         )
         return interrupted_record(
-            task, parsed.key(dataset), self.runtime.runner.fingerprint, message, "InternalError"
+            task, key, self.runtime.runner.fingerprint, message, "InternalError"
         )
 
     def _task(self, nodeid: str, task_id: str) -> TaskDef | None:
@@ -546,11 +588,6 @@ def _narrowing_hints(config: pytest.Config, runtime: Runtime) -> list[str]:
         if any(path != root and path.is_relative_to(root) for root in roots):
             hints.append(display_path(arg))
     return hints
-
-
-def _attempt_name(key: Key) -> str:
-    variant = variant_of(key)
-    return f"{key[1]} [{f'{variant} ' if variant else ''}attempt {key[2]}]"
 
 
 def _shown(value: object) -> str:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..core.errors import AgentUnavailable, TaskFileError, did_you_mean, display_path
-from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, Key, TaskSpec, Variant
-from ..core.records import attempt_key
+from ..core.identity import AttemptId
+from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, TaskSpec, Variant
 from ..core.shards import Shard
 from ..execution.agents import AgentRef, AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
@@ -50,11 +50,11 @@ class RunContext:
     """The stored attempts the run continues, and how to treat them."""
     stops: Stops | None = None
     """The run's stops (cancel, caps, deadline); None for a dry run."""
-    note_running: Callable[[Key, bool], None] | None = None
+    note_running: Callable[[AttemptId, bool], None] | None = None
     """Where the attempt whose agent call starts is noted (its process may die in it)."""
     shard: Shard | None = None
     """The shard this process collects (the settings', or what the controller shipped)."""
-    alone: frozenset[Key] = frozenset()
+    alone: frozenset[AttemptId] = frozenset()
     """Attempts that must run with no other call in flight (a worker died in them)."""
     running: Running | None = None
     """This process's attempts in flight and their phases (progress.json's `running`)."""
@@ -77,7 +77,7 @@ class Runtime:
     """The run's stops (cancel, caps, deadline); None for a dry run."""
     shard: Shard | None = None
     """The shard this process collects (the settings', or what the controller shipped)."""
-    alone: frozenset[Key] = frozenset()
+    alone: frozenset[AttemptId] = frozenset()
     """Attempts whose agent call was in flight when a worker of the run died: each runs with
     no other call in flight, so a crash is provably its own (shipped to xdist workers)."""
     running: Running | None = None
@@ -133,14 +133,14 @@ class Runtime:
                 if isinstance(read, CachedTask) and read.spec.id is not None:  # set as read
                     yield dataset, read.spec.id, read.spec
 
-    def whole_keys(self, *, built: bool = True) -> set[Key]:
+    def whole_keys(self, *, built: bool = True) -> set[AttemptId]:
         """Every attempt a session must select to be a run of its datasets whole (of its
         shard's part of them, when sharded), of every variant, selected or not. `built=False`:
         of every task whose spec is valid, without building its graders: cheap, and a
         superset (graders only take tasks away)."""
         shard = self.shard
         return {
-            attempt_key(dataset.name, task_id, attempt, variant)
+            AttemptId(dataset=dataset.name, task_id=task_id, variant=variant, attempt=attempt)
             for dataset, task_id, spec in self._task_ids(built)
             if shard is None or shard.holds(dataset.name, task_id)
             for attempt in range(self.attempts_for(dataset))
@@ -158,7 +158,7 @@ class Runtime:
 
         return make
 
-    def decide(self, key: Key, task: TaskDef) -> Decision:
+    def decide(self, key: AttemptId, task: TaskDef) -> Decision:
         """The one decision for attempt `key` of `task`: reuse, regrade or run (the plan's)."""
         return self.plan.decide(key, task.digest, task.run_digest, task.regradable)
 

@@ -58,7 +58,7 @@ class Validation:
         except AgentUnavailable as exc:
             self.agent_problems[exc.render()] += 1
             return
-        task = (item.key[0], item.key[1])
+        task = (item.key.dataset, item.key.task_id)
         if task not in self.valid:  # each variant's agent is checked, each task counted once
             self.valid.add(task)
             self.fixture_tasks += item.uses_fixture()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ..core.errors import StoreError
-from ..core.records import attempt_key, key_from_json, plan_key
+from ..core.identity import AttemptId
 from ..core.shards import parse_shard
 from ..store.inflight import InFlight, inflight_path
 from ..store.plan import Plan
@@ -54,7 +54,7 @@ class XdistHooks:
                 "fingerprint": self.runtime.runner.fingerprint,
                 "stops": _stops(self.runtime.stops),
                 "shard": str(self.runtime.shard) if self.runtime.shard else None,
-                "alone": sorted(map(list, self.recorder.run.alone)),
+                "alone": sorted(key.to_json() for key in self.recorder.run.alone),
             }
         return self._shipment
 
@@ -94,10 +94,12 @@ def _regrades(runtime: Runtime) -> dict[str, Any]:
     for task in runtime.all_tasks():
         for attempt in range(runtime.attempts_for(task.dataset)):
             for variant in runtime.variants_of(task):
-                key = attempt_key(task.dataset.name, task.id, attempt, variant)
+                key = AttemptId(
+                    dataset=task.dataset.name, task_id=task.id, variant=variant, attempt=attempt
+                )
                 decision = runtime.decide(key, task)
                 if decision.record is not None:
-                    found[plan_key(key)] = decision.record.with_previous(())
+                    found[key.plan_key] = decision.record.with_previous(())
     return found
 
 
@@ -122,7 +124,7 @@ def worker_context(config: pytest.Config, parts: Parts, fingerprint: dict[str, A
         plan = Plan.from_json(shipped["plan"])
     except StoreError as exc:
         raise pytest.UsageError(str(exc)) from None
-    alone = frozenset(key_from_json(values) for values in shipped.get("alone", ()))
+    alone = frozenset(AttemptId.from_json(values) for values in shipped.get("alone", ()))
     shard = shipped.get("shard")  # `auto` as the controller resolved it: a remote env may differ
     context = RunContext(
         shipped["fingerprint"],

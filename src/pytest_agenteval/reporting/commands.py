@@ -10,9 +10,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..core.model import Key
+from ..core.identity import AttemptId
 from ..core.options import rate
-from ..core.records import variant_of
 from ..core.text import printable
 from ..store.artifacts import Copied
 from ..store.locate import cache_dir, find_rootdir
@@ -66,9 +65,9 @@ def show(
         raise ShowError(f"task {task_id!r} has no attempt of variant {chosen!r}")
     if attempt is None:
         return task_lines(task_id, mine, info.run_id, variants)
-    keys = [r.key for r in sorted(mine, key=in_order(variants)) if r.key[2] == attempt]
+    keys = [r.key for r in sorted(mine, key=in_order(variants)) if r.key.attempt == attempt]
     if not keys:
-        have = ", ".join(str(n) for n in sorted({r.key[2] for r in mine}))
+        have = ", ".join(str(n) for n in sorted({r.key.attempt for r in mine}))
         raise ShowError(f"task {task_id!r} has no attempt {attempt}; it has {have}")
     if len(keys) > 1:
         raise ShowError(_which_variant(info.run_id, task_id, attempt, keys))
@@ -82,9 +81,9 @@ def show(
     return lines + artifact_lines(record, store.runs_dir / info.run_id)
 
 
-def _which_variant(run_id: str, task_id: str, attempt: int, keys: list[Key]) -> str:
+def _which_variant(run_id: str, task_id: str, attempt: int, keys: list[AttemptId]) -> str:
     """An attempt several variants ran: which to choose, and how to write it."""
-    names = [variant_of(key) or "-" for key in keys]
+    names = [key.variant or "-" for key in keys]
     return (
         f"task {task_id!r} attempt {attempt} ran in {len(keys)} variants: {', '.join(names)}; "
         f"choose one: agenteval show {run_id} {task_id}/{attempt} --variant NAME "

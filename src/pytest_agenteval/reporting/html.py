@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ReportError, os_failure
-from ..core.model import Key, Verdict
+from ..core.identity import AttemptId
+from ..core.model import Verdict
 from ..core.records import AttemptRecord
 from ..core.trace import describe, read_event
 from ..store.artifacts import Refused, kept_paths
@@ -55,7 +56,7 @@ Details = dict[tuple[str, str, str | None], list[dict[str, Any]]]
 """Per (dataset, task id, variant): the page's view of each stored attempt, by attempt index."""
 
 
-def attempt_details(store: Store, run_id: str, reused: Iterable[Key] = ()) -> Details:
+def attempt_details(store: Store, run_id: str, reused: Iterable[AttemptId] = ()) -> Details:
     """What the drill-down shows of every stored attempt of a run, read from its records.
 
     `reused` are the attempts whose stored verdict the last session replayed."""

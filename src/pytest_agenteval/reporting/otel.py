@@ -19,8 +19,9 @@ import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..core.identity import item_name
 from ..core.model import Task
-from ..core.records import AttemptRecord, attempt_reason, item_name
+from ..core.records import AttemptRecord, attempt_reason
 from ..core.trace import AnyEvent, Message, ModelCall, ToolCall, read_events
 
 if TYPE_CHECKING:

@@ -70,7 +70,7 @@ def in_order(variants: Sequence[str]) -> Callable[[IndexRow | AttemptRecord], tu
     def key(attempt: IndexRow | AttemptRecord) -> tuple[Any, ...]:
         variant = attempt.variant
         place = -1 if variant is None else rank.get(variant, len(rank))
-        return (attempt.dataset, attempt.task_id, attempt.key[2], place, variant or "")
+        return (attempt.dataset, attempt.task_id, attempt.key.attempt, place, variant or "")
 
     return key
 
@@ -147,7 +147,7 @@ def task_lines(
     rank = {name: i for i, name in enumerate(variants)}
     mine = sorted(
         (r for r in rows if r.task_id == task_id),
-        key=lambda r: (r.dataset, rank.get(r.variant, -1) if r.variant else -1, r.key[2]),
+        key=lambda r: (r.dataset, rank.get(r.variant, -1) if r.variant else -1, r.key.attempt),
     )
     passed = sum(1 for r in mine if r.status == "pass")
     shown = sorted({r.variant for r in mine if r.variant}, key=lambda v: rank.get(v, -1))
@@ -160,7 +160,7 @@ def task_lines(
         usage = _usage(row.input_tokens, row.output_tokens, row.spend)
         column = f"  {row.variant or '-':{width}}" if width else ""
         lines.append(
-            f"  {row.key[2]:>3}{column}  {row.status:5}  score {_num(row.score)}  "
+            f"  {row.key.attempt:>3}{column}  {row.status:5}  score {_num(row.score)}  "
             f"{row.duration:.2f}s{usage}  {row.reason}"
         )
     if shown:

@@ -479,7 +479,7 @@ def build_summary(
     estimates: dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any]]] = {}
     by_task: dict[tuple[str, str, str | None], list[IndexRow]] = {}
     for row in rows:
-        by_task.setdefault((row.key[0], row.key[1], row.variant), []).append(row)
+        by_task.setdefault((row.key.dataset, row.key.task_id, row.variant), []).append(row)
     summary = {
         "schema": SUMMARY_SCHEMA,
         "run_id": run.run_id,
@@ -728,12 +728,12 @@ def _task_json(
         "pass_power_k": power_k,
         "attempts": [
             {
-                "index": r.key[2],
+                "index": r.key.attempt,
                 "status": r.status,
                 "duration": r.duration,
                 "reason": r.reason,
             }
-            for r in sorted(rows, key=lambda r: r.key[2])
+            for r in sorted(rows, key=lambda r: r.key.attempt)
         ],
         "variant": task.variant,
     }

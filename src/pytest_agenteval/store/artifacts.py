@@ -30,8 +30,7 @@ from typing import Any, BinaryIO
 
 from ..core.errors import StoreError, os_failure
 from ..core.files import NotRegular, open_below
-from ..core.model import Key
-from ..core.records import item_name, variant_of
+from ..core.identity import AttemptId, item_name
 
 ARTIFACTS = "artifacts"
 """The run folder's subfolder holding every attempt's artifacts."""
@@ -54,29 +53,29 @@ class Refused(StoreError):
         """What is wrong, quoting the path as stored."""
 
 
-def attempt_path(key: Key) -> str:
+def attempt_path(key: AttemptId) -> str:
     """The attempt's folder below `artifacts/` (and below an export's DIR), in POSIX form.
 
     Named as its item (`ds/a[attempt-0]`) as every version named it; when a part would be
     longer than MAX_NAME_BYTES (a long task id or variant name), that attempt's folder is
     `<dataset>/<task id, cut>~<hash>[<variant, cut>-attempt-<N>]` instead: `~` is in no task
     id, so a bounded name is never an item's, and the hash keeps it the attempt's own."""
-    dataset, task_id, attempt, variant = key[0], key[1], key[2], variant_of(key)
-    named = f"{dataset}/{item_name(task_id, attempt, variant)}"
+    dataset, task_id, attempt, variant = key.dataset, key.task_id, key.attempt, key.variant
+    named = f"{dataset}/{key.item_name}"
     if all(len(part.encode()) <= MAX_NAME_BYTES for part in named.split("/")):
         return named
-    exact = hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:12]
+    exact = hashlib.sha256(json.dumps(key.to_json()).encode()).hexdigest()[:12]
     task = task_id.replace("/", "_")[:READABLE_CHARS]
     short = variant[:READABLE_CHARS] if variant is not None else None
     folder = dataset if len(dataset.encode()) <= MAX_NAME_BYTES else dataset[:READABLE_CHARS]
     return f"{folder}/{item_name(f'{task}~{exact}', attempt, short)}"
 
 
-def attempt_folder(run_dir: Path, key: Key) -> Path:
+def attempt_folder(run_dir: Path, key: AttemptId) -> Path:
     return run_dir / ARTIFACTS / attempt_path(key)
 
 
-def replace(run_dir: Path, key: Key, files: Mapping[str, bytes]) -> None:
+def replace(run_dir: Path, key: AttemptId, files: Mapping[str, bytes]) -> None:
     """Remove the attempt's earlier artifacts and write `files` (paths checked by
     `execution.artifacts.keepable` where they were collected); raises StoreError."""
     folder = attempt_folder(run_dir, key)
@@ -92,7 +91,7 @@ def replace(run_dir: Path, key: Key, files: Mapping[str, bytes]) -> None:
         raise StoreError(os_failure("write", folder, exc)) from None
 
 
-def open_kept(run_dir: Path, key: Key, path: str) -> BinaryIO:
+def open_kept(run_dir: Path, key: AttemptId, path: str) -> BinaryIO:
     """The attempt's kept file `path` (as its record names it), opened for reading.
 
     Each folder from the run folder down is opened without following a link and the file only
@@ -121,7 +120,7 @@ def _unsafe(path: str) -> str | None:
     return None
 
 
-def read(run_dir: Path, key: Key, path: str, limit: int | None = None) -> bytes | None:
+def read(run_dir: Path, key: AttemptId, path: str, limit: int | None = None) -> bytes | None:
     """A kept file's bytes (its first `limit`, when given); None when it is not there (never
     kept, or lost). Raises Refused (see `open_kept`)."""
     try:
@@ -155,7 +154,7 @@ class Copied:
         return Copied(self.files + other.files, self.skipped + other.skipped)
 
 
-def copy_kept(run_dir: Path, key: Key, paths: Iterable[str], out: Path) -> Copied:
+def copy_kept(run_dir: Path, key: AttemptId, paths: Iterable[str], out: Path) -> Copied:
     """Copy the attempt's kept files `paths` (those its record lists) from the run folder to
     `out/<attempt path>/`, each opened by `open_kept`; nothing else in the attempt's folder is
     copied. A file not copied (refused, missing, unreadable) is a line of `skipped`."""

@@ -22,8 +22,9 @@ from sys import intern
 from types import NoneType
 from typing import Any, BinaryIO
 
-from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import INDEXED, Detail, attempt_key, spend_sum
+from ..core.identity import AttemptId
+from ..core.model import RECORD_SCHEMA
+from ..core.records import INDEXED, Detail, spend_sum
 from ..core.text import excerpt
 from .files import open_regular
 from .problems import RUNS_AGAIN, StoreProblem
@@ -62,7 +63,7 @@ class IndexRow:
     actually replays it.
     """
 
-    key: Key
+    key: AttemptId
     digest: str
     run_digest: str
     status: str
@@ -101,7 +102,7 @@ class IndexRow:
 
     @property
     def dataset(self) -> str:
-        return self.key[0]
+        return self.key.dataset
 
     def detail(self) -> Detail:
         """What replaying this attempt shows; damaged details become a note, never an error."""
@@ -114,7 +115,11 @@ class IndexRow:
 
     @property
     def task_id(self) -> str:
-        return self.key[1]
+        return self.key.task_id
+
+    @property
+    def attempt(self) -> int:
+        return self.key.attempt
 
 
 def row_of(line: dict[str, Any]) -> IndexRow:
@@ -122,7 +127,12 @@ def row_of(line: dict[str, Any]) -> IndexRow:
     own commits."""
     phase, variant = line["phase"], line.get("variant")
     return IndexRow(
-        attempt_key(line["dataset"], line["task_id"], line["attempt"], variant),
+        AttemptId(
+            dataset=line["dataset"],
+            task_id=line["task_id"],
+            variant=variant,
+            attempt=line["attempt"],
+        ),
         "",
         "",
         *_before_tags(line),
@@ -149,11 +159,11 @@ _after_tags = itemgetter(*_NAMES[_TAGS + 1 : _NAMES.index("replay")])
 class IndexRead:
     """What reading one index gives: the newest readable row of each attempt, and the damage."""
 
-    rows: dict[Key, IndexRow] = field(default_factory=dict)
-    offsets: dict[Key, tuple[int, int]] = field(default_factory=dict)
+    rows: dict[AttemptId, IndexRow] = field(default_factory=dict)
+    offsets: dict[AttemptId, tuple[int, int]] = field(default_factory=dict)
     """Where each row's full record lies in records.jsonl: (offset, length)."""
     problems: list[StoreProblem] = field(default_factory=list)
-    newest: tuple[Key, tuple[int, int]] | None = None
+    newest: tuple[AttemptId, tuple[int, int]] | None = None
     """The last readable line's attempt and record place (its record ends records.jsonl)."""
     damage: Damage | None = None
     """The damaged lines, by attempt (None when there are none)."""
@@ -217,8 +227,8 @@ class Damage:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.lines: dict[Key | None, list[tuple[int, str]]] = {}
-        self.floors: dict[Key, int] = {}
+        self.lines: dict[AttemptId | None, list[tuple[int, str]]] = {}
+        self.floors: dict[AttemptId, int] = {}
         """For each attempt whose newest line is damaged: where the records written after
         that line begin (a record of the attempt before it is an older verdict)."""
 
@@ -226,8 +236,8 @@ class Damage:
         return bool(self.lines)
 
     def add(
-        self, number: int, raw: bytes, before: tuple[Key, tuple[int, int]] | None
-    ) -> Key | None:
+        self, number: int, raw: bytes, before: tuple[AttemptId, tuple[int, int]] | None
+    ) -> AttemptId | None:
         """Note a line `parse_line` refused (blank lines lose nothing); returns its attempt.
         `before`: the newest readable line before it (its record precedes this line's)."""
         if raw.isspace():
@@ -238,13 +248,13 @@ class Damage:
             self.floors[key] = sum(before[1]) if before else 0
         return key
 
-    def superseded(self, key: Key) -> None:
+    def superseded(self, key: AttemptId) -> None:
         """A newer readable line of the attempt makes its earlier damage harmless."""
         if self.lines.pop(key, None) is not None:
             self.floors.pop(key, None)
 
     def problems(
-        self, reindexed: Container[Key | None] = (), effect: str = RUNS_AGAIN
+        self, reindexed: Container[AttemptId | None] = (), effect: str = RUNS_AGAIN
     ) -> list[StoreProblem]:
         """The damaged lines in file order; those of attempts in `reindexed` with `effect`."""
         numbered = sorted(
@@ -278,10 +288,9 @@ def parse_line(
         or not (cost is None or isfinite(cost))  # a too large int raises OverflowError
     ):
         raise ValueError
-    key: Key = (intern(dataset), task_id, attempt)
     facts = _optional_facts(line) if len(line) > _PLAIN_FIELDS else ()
-    if facts and facts[2] is not None:
-        key = attempt_key(key[0], task_id, attempt, intern(facts[2]))
+    variant = intern(facts[2]) if facts and facts[2] is not None else None
+    key = AttemptId(dataset=intern(dataset), task_id=task_id, variant=variant, attempt=attempt)
     row = IndexRow(
         key,
         digest if for_plan else "",
@@ -344,7 +353,7 @@ def _is_location(record: list[Any]) -> bool:
     )
 
 
-def explain(raw: bytes) -> tuple[str, Key | None]:
+def explain(raw: bytes) -> tuple[str, AttemptId | None]:
     """What is wrong with a line `parse_line` refused, and its attempt's key when readable."""
     try:
         line = _decode(raw.rstrip(b"\r\n").decode())
@@ -367,7 +376,7 @@ def explain(raw: bytes) -> tuple[str, Key | None]:
     return "unreadable", key
 
 
-def _key_of(line: dict[str, Any]) -> Key | None:
+def _key_of(line: dict[str, Any]) -> AttemptId | None:
     dataset, task_id, attempt = (line.get(k) for k in ("dataset", "task_id", "attempt"))
     variant = line.get("variant")
     if (
@@ -377,7 +386,7 @@ def _key_of(line: dict[str, Any]) -> Key | None:
         and attempt >= 0
         and (variant is None or type(variant) is str)
     ):
-        return attempt_key(intern(dataset), task_id, attempt, variant)
+        return AttemptId(dataset=intern(dataset), task_id=task_id, variant=variant, attempt=attempt)
     return None
 
 
@@ -389,15 +398,18 @@ _START = re.compile(
 )
 
 
-def _key_from_start(raw: bytes) -> Key | None:
+def _key_from_start(raw: bytes) -> AttemptId | None:
     """The attempt of a torn line, from its start (as `index_entry` writes it), if still there."""
     match = _START.match(raw)
     if match is None:
         return None
     try:
         variant = json.loads(match[2]) if match[2] else None
-        return attempt_key(
-            intern(json.loads(match[1])), json.loads(match[3]), int(match[4]), variant
+        return AttemptId(
+            dataset=intern(json.loads(match[1])),
+            task_id=json.loads(match[3]),
+            variant=variant,
+            attempt=int(match[4]),
         )
     except ValueError:
         return None

@@ -15,8 +15,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from ..core.model import Key
-from ..core.records import key_from_json
+from ..core.identity import AttemptId
 
 INFLIGHT_DIR = "inflight"
 
@@ -34,7 +33,7 @@ class InFlight:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._keys: list[Key] = []
+        self._keys: list[AttemptId] = []
         self._lock = threading.Lock()  # calls start and end in several threads
         self._size = 0
         self._fd = -1
@@ -43,7 +42,7 @@ class InFlight:
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             self._write()
 
-    def note(self, key: Key, running: bool) -> None:
+    def note(self, key: AttemptId, running: bool) -> None:
         """The agent call of `key` starts (`running`) or has ended."""
         with self._lock:
             if running:
@@ -54,7 +53,7 @@ class InFlight:
                 self._write()
 
     def _write(self) -> None:
-        data = json.dumps(self._keys).encode()
+        data = json.dumps([key.to_json() for key in self._keys]).encode()
         try:
             os.pwrite(self._fd, data.ljust(self._size), 0)
         except OSError:
@@ -66,7 +65,7 @@ class InFlight:
         self._size = max(self._size, len(data))
 
 
-def read_in_flight(path: Path) -> list[Key] | None:
+def read_in_flight(path: Path) -> list[AttemptId] | None:
     """The calls a process had in flight when it last wrote its notes; None: not known (no
     notes, or notes that cannot be read)."""
     try:
@@ -76,15 +75,15 @@ def read_in_flight(path: Path) -> list[Key] | None:
     if not isinstance(data, list):
         return None
     try:
-        return [key_from_json(values) for values in data]
+        return [AttemptId.from_json(values) for values in data]
     except (TypeError, ValueError):
         return None
 
 
-def left_in_flight(run_dir: Path) -> set[Key]:
+def left_in_flight(run_dir: Path) -> set[AttemptId]:
     """The calls the run's earlier processes still had in flight when they ended: those of a
     worker that died (a worker that ends cleanly leaves no call noted)."""
-    found: set[Key] = set()
+    found: set[AttemptId] = set()
     for path in sorted((run_dir / INFLIGHT_DIR).glob("*.json")):
         found.update(read_in_flight(path) or ())
     return found

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import StoreError
-from ..core.model import Key
+from ..core.identity import AttemptId
 from .inflight import clear_in_flight, left_in_flight
 from .plan import Plan, make_plan
 from .runs import Store, dataset_key, new_run_id, unfinished
@@ -60,7 +60,7 @@ class OpenRun:
     """How the header describes the run, when plain "new" or "resuming" would not say enough."""
     narrowed_by: str | None = None
     """A resumed run's own narrowing (None: it covers its datasets whole)."""
-    alone: set[Key] = field(default_factory=set)
+    alone: set[AttemptId] = field(default_factory=set)
     """Attempts whose agent call was in flight when a worker of the last session died: they
     run with no other call in flight, so a crash is provably theirs (see store/inflight.py)."""
     dropped: bool = False
@@ -160,7 +160,9 @@ def _never_planned(store: Store, request: RunRequest) -> str | None:
     return None
 
 
-def narrowing(selected: Collection[Key], whole: Collection[Key], how: Sequence[str]) -> str | None:
+def narrowing(
+    selected: Collection[AttemptId], whole: Collection[AttemptId], how: Sequence[str]
+) -> str | None:
     """Why a session's selection is less than its datasets' every attempt (None: it is all of
     them); `how` names the options and paths that may have narrowed it."""
     chosen = set(selected)

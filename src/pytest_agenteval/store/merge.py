@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import StoreError, os_failure
-from ..core.model import Key
+from ..core.identity import AttemptId
 from ..core.records import AttemptRecord, index_entry, placed, to_json_text
 from ..core.shards import Shard, parse_shard
 from .artifacts import ARTIFACTS, Copied, copy_kept, kept_paths
@@ -332,7 +332,7 @@ def _task_ids(part: Part, shard: ShardRun) -> set[str]:
     """The tasks of `shard` whose attempts the part holds."""
     index = part.folder / "index.jsonl"
     rows = _read_index(index, for_plan=False).rows if index.exists() else {}
-    return {task for dataset, task, _ in rows if shard.shard.holds(dataset, task)}
+    return {key.task_id for key in rows if shard.shard.holds(key.dataset, key.task_id)}
 
 
 def _read_index(path: Path, *, for_plan: bool) -> IndexRead:
@@ -359,7 +359,7 @@ def _copy_records(parts: list[Part], folder: Path) -> tuple[int, Copied]:
     record lists as kept (`copy_kept`: regular files inside its folder only); a key two parts
     hold (the merged run and a shard it holds) must have the same record in both."""
     files = RunFiles(folder)
-    copied: dict[Key, tuple[bytes, Part]] = {}
+    copied: dict[AttemptId, tuple[bytes, Part]] = {}
     artifacts = Copied()
     try:
         files.lock()
@@ -370,9 +370,9 @@ def _copy_records(parts: list[Part], folder: Path) -> tuple[int, Copied]:
                 if seen is not None:
                     if seen[0] != digest:
                         raise MergeError(
-                            f"{key[1]} attempt {key[2]} has different records in {seen[1]} and "
-                            f"{part} (was a shard run again after it was merged?); merge the "
-                            "shard runs themselves"
+                            f"{key.task_id} attempt {key.attempt} has different records in "
+                            f"{seen[1]} and {part} (was a shard run again after it was "
+                            "merged?); merge the shard runs themselves"
                         )
                     continue
                 offset, length = files.append_record(data.decode("utf-8"))
@@ -386,7 +386,7 @@ def _copy_records(parts: list[Part], folder: Path) -> tuple[int, Copied]:
     return len(copied), artifacts
 
 
-def _stored(part: Part) -> Iterator[tuple[Key, bytes, AttemptRecord]]:
+def _stored(part: Part) -> Iterator[tuple[AttemptId, bytes, AttemptRecord]]:
     """Each attempt's stored record, as bytes and parsed; damage refuses the merge (naming it)."""
     index = part.folder / "index.jsonl"
     if not index.exists():  # a shard that held no task

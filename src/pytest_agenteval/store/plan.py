@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..core.errors import StoreError
-from ..core.model import Action, Key
-from ..core.records import AttemptRecord, plan_key
+from ..core.identity import AttemptId
+from ..core.model import Action
+from ..core.records import AttemptRecord
 from .index import IndexRow
 
 PLAN_SCHEMA = "agenteval.plan/1"
@@ -49,10 +50,12 @@ class Plan:
     rerun_all: bool = False
     regrade_records: dict[str, AttemptRecord] = field(default_factory=dict)
     """Full records for regrades, shipped to xdist workers."""
-    fetch: Callable[[Key], AttemptRecord | None] | None = None
+    fetch: Callable[[AttemptId], AttemptRecord | None] | None = None
     """Reads a full record from the store (lone process only)."""
 
-    def decide(self, key: Key, digest: str, run_digest: str, regradable: bool = True) -> Decision:
+    def decide(
+        self, key: AttemptId, digest: str, run_digest: str, regradable: bool = True
+    ) -> Decision:
         """The decision for one attempt of the task as collected now.
 
         reuse: a finished record with the same task digest (an agent error is reused while the
@@ -61,7 +64,7 @@ class Plan:
         attempt's process crashed (fewer than CRASH_LIMIT times), a run-wide stop ended its
         agent's loop (`stopped`), or `--agenteval-rerun`.
         """
-        row = self.rows.get(plan_key(key))
+        row = self.rows.get(key.plan_key)
         if row is None:
             return RUN
         if self.rerun_all:
@@ -86,12 +89,12 @@ class Plan:
                 return Decision("regrade", record=record)
         return Decision("run", why="changed")
 
-    def stored(self, key: Key) -> IndexRow | None:
+    def stored(self, key: AttemptId) -> IndexRow | None:
         """The stored attempt a new record of `key` replaces (and keeps as history)."""
-        return self.rows.get(plan_key(key))
+        return self.rows.get(key.plan_key)
 
-    def _record(self, key: Key) -> AttemptRecord | None:
-        record = self.regrade_records.get(plan_key(key))
+    def _record(self, key: AttemptId) -> AttemptRecord | None:
+        record = self.regrade_records.get(key.plan_key)
         if record is None and self.fetch is not None:
             record = self.fetch(key)
         return record
@@ -100,7 +103,10 @@ class Plan:
         """Plain types for xdist's workerinput: rows as value lists, records without history."""
         return {
             "schema": PLAN_SCHEMA,
-            "rows": [[getattr(row, name) for name in _ROW_FIELDS] for row in self.rows.values()],
+            "rows": [
+                [row.key.to_json(), *(getattr(row, name) for name in _ROW_FIELDS[1:])]
+                for row in self.rows.values()
+            ],
             "rerun_errors": self.rerun_errors,
             "rerun_all": self.rerun_all,
             "regrade_records": {k: r.to_json() for k, r in self.regrade_records.items()},
@@ -115,7 +121,7 @@ class Plan:
             )
         rows = (IndexRow(*_row_values(values)) for values in data["rows"])
         return cls(
-            {plan_key(row.key): row for row in rows},
+            {row.key.plan_key: row for row in rows},
             data["rerun_errors"],
             data["rerun_all"],
             {k: AttemptRecord.from_json(r) for k, r in data["regrade_records"].items()},
@@ -126,16 +132,16 @@ _ROW_FIELDS = tuple(f.name for f in fields(IndexRow))
 
 
 def _row_values(values: list[Any]) -> list[Any]:
-    """JSON turned the key and the tags into lists; rows hold tuples."""
+    """The key and the tags back from their JSON lists."""
     key, *rest = values
     tags = _ROW_FIELDS.index("tags")
     rest[tags - 1] = tuple(rest[tags - 1])
-    return [tuple(key), *rest]
+    return [AttemptId.from_json(key), *rest]
 
 
 def make_plan(rows: Iterable[IndexRow], *, rerun_errors: bool, rerun_all: bool) -> Plan:
     """Snapshot the readable stored attempts of a run."""
-    return Plan({plan_key(r.key): r for r in rows}, rerun_errors, rerun_all)
+    return Plan({r.key.plan_key: r for r in rows}, rerun_errors, rerun_all)
 
 
 def changed_parts(

@@ -23,8 +23,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import StoreError
-from ..core.model import Key
-from ..core.records import variant_of
+from ..core.identity import AttemptId
 from .files import write_json
 from .index import IndexRow
 
@@ -157,10 +156,10 @@ class Progress:
     """The attempts running now (this process's and its workers'), while the session runs."""
     _written: float = 0.0
 
-    def plan(self, keys: Collection[Key]) -> None:
+    def plan(self, keys: Collection[AttemptId]) -> None:
         """The attempts the session plans, counted per variant too."""
         self.planned = len(keys)
-        planned = Counter(variant for key in keys if (variant := variant_of(key)) is not None)
+        planned = Counter(variant for key in keys if (variant := key.variant) is not None)
         self.by_variant = {  # by name: the same order in every session and process layout
             name: (planned[name], self.by_variant.get(name, (0, Counter()))[1])
             for name in sorted(planned)

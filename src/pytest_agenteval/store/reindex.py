@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import AttemptRecord, index_entry, placed, stored_key, to_json_text
+from ..core.identity import AttemptId
+from ..core.model import RECORD_SCHEMA
+from ..core.records import AttemptRecord, index_entry, placed, to_json_text
 from ..core.text import excerpt
 from .index import UNREADABLE_ERRORS, IndexRead, IndexRow, parse_line
 from .problems import OUTPUT_LOST, REINDEXED, StoreProblem
@@ -56,7 +57,7 @@ def consistent(read: IndexRead, records: BinaryIO | None) -> bool:
     return record_of(records.read(length), key)[0] is not None
 
 
-def record_of(data: bytes, key: Key | None = None) -> tuple[AttemptRecord | None, str | None]:
+def record_of(data: bytes, key: AttemptId | None = None) -> tuple[AttemptRecord | None, str | None]:
     """The record stored in `data` (one line, of attempt `key` when given), or why not."""
     try:
         parsed = json.loads(data)
@@ -64,7 +65,7 @@ def record_of(data: bytes, key: Key | None = None) -> tuple[AttemptRecord | None
         return None, f"not complete JSON ({exc})"
     if not isinstance(parsed, dict) or parsed.get("schema") != RECORD_SCHEMA:
         return None, f"not an {RECORD_SCHEMA} record"
-    if key is not None and stored_key(parsed) != tuple(key):
+    if key is not None and AttemptId.of_fields(parsed) != key:
         return None, "another attempt's record"
     try:
         return AttemptRecord.from_json(parsed), None
@@ -102,7 +103,7 @@ def reindex(read: IndexRead, index: Path, records: Path, opened: BinaryIO | None
         fixed.lines.append(taken)  # the newest line names the last record, as a sound index's
     damage = read.damage
     unnamed = damage is not None and None in damage.lines  # lines that do not say whose
-    reindexed: set[Key | None] = {*fixed.rows, *([None] if unnamed and lost_lines else [])}
+    reindexed: set[AttemptId | None] = {*fixed.rows, *([None] if unnamed and lost_lines else [])}
     fixed.problems = damage.problems(reindexed, REINDEXED) if damage else []
     size = os.fstat(opened.fileno()).st_size if opened is not None else 0
     fixed.records_problems = problems + _beyond(fixed, records, size)
@@ -126,12 +127,12 @@ def reindex(read: IndexRead, index: Path, records: Path, opened: BinaryIO | None
 
 
 def _scan(
-    f: BinaryIO, path: Path, starts: dict[int, Key]
-) -> tuple[dict[Key, tuple[IndexRow, tuple[int, int], str]], list[StoreProblem]]:
+    f: BinaryIO, path: Path, starts: dict[int, AttemptId]
+) -> tuple[dict[AttemptId, tuple[IndexRow, tuple[int, int], str]], list[StoreProblem]]:
     """The newest intact record of each attempt (its row, place and index line), and the lines
     of records.jsonl that are not records (named by the attempt whose index line points at
     them, in `starts`, if any: its verdict still counts)."""
-    found: dict[Key, tuple[IndexRow, tuple[int, int], str]] = {}
+    found: dict[AttemptId, tuple[IndexRow, tuple[int, int], str]] = {}
     problems: list[StoreProblem] = []
     reasons: dict[str, str] = {}
     f.seek(0)
@@ -153,10 +154,12 @@ def _scan(
     return found, problems
 
 
-def _not_a_record(where: str, problem: str, data: bytes, key: Key | None) -> StoreProblem:
+def _not_a_record(where: str, problem: str, data: bytes, key: AttemptId | None) -> StoreProblem:
     if key is None:
         return StoreProblem(where, f"{problem}: {_shown(data)}", LOST_RECORD)
-    return StoreProblem(where, f"the record of {key[1]} attempt {key[2]} is {problem}", OUTPUT_LOST)
+    return StoreProblem(
+        where, f"the record of {key.task_id} attempt {key.attempt} is {problem}", OUTPUT_LOST
+    )
 
 
 def _beyond(read: IndexRead, path: Path, size: int) -> list[StoreProblem]:

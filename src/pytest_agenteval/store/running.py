@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.records import AttemptId
+from ..core.identity import AttemptId
 
 RUNNING_DIR = "running"
 PHASES = ("waiting", "environment", "agent", "tool", "grading", "judge", "artifacts")

@@ -35,16 +35,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..core.errors import StoreError, os_failure
-from ..core.model import RECORD_SCHEMA, Key
-from ..core.records import (
-    AttemptRecord,
-    index_entry,
-    key_from_json,
-    placed,
-    stored_key,
-    to_json_text,
-    variant_of,
-)
+from ..core.identity import AttemptId
+from ..core.model import RECORD_SCHEMA
+from ..core.records import AttemptRecord, index_entry, placed, to_json_text
 from . import artifacts
 from .artifacts import ARTIFACTS
 from .files import (
@@ -140,8 +133,8 @@ class Store:
             raise StoreError(os_failure("create", self.runs_dir, exc)) from None
         self._problems: dict[str, StoreProblem] = {}
         self._open: dict[str, RunFiles] = {}
-        self._offsets: dict[str, dict[Key, tuple[int, int]]] = {}
-        self._held: dict[str, dict[Key, IndexRow]] = {}
+        self._offsets: dict[str, dict[AttemptId, tuple[int, int]]] = {}
+        self._held: dict[str, dict[AttemptId, IndexRow]] = {}
         self._reindexed: dict[str, tuple[int, list[str], int]] = {}
         """Index lines re-indexed from records.jsonl, not yet appended (with the index's size
         when they were made, and how many attempts they re-index)."""
@@ -253,7 +246,7 @@ class Store:
         path = self.runs_dir / run_id / "index.jsonl"
         try:
             rows = read_index(path, for_plan=False).rows
-            names = {key[0] for key in rows}
+            names = {key.dataset for key in rows}
             return path.stat().st_mtime if names and names <= set(wanted.split("+")) else None
         except OSError:
             return None
@@ -347,12 +340,12 @@ class Store:
         self._update(run_id, status="running")
         self.save_reindexed(run_id)
 
-    def note_running(self, run_id: str, key: Key) -> None:
+    def note_running(self, run_id: str, key: AttemptId) -> None:
         """Name the attempt whose agent starts now; see RunInfo.died_running."""
-        dataset, task_id, attempt = key[:3]  # json.dumps(key), without an encoder per attempt
-        variant = f", {_quoted(key[3])}" if len(key) > 3 else ""
+        # json.dumps(key.to_json()), without an encoder per attempt
+        variant = f", {_quoted(key.variant)}" if key.variant is not None else ""
         self._open[run_id].note_running(
-            f"[{_quoted(dataset)}, {_quoted(task_id)}, {attempt:d}{variant}]"
+            f"[{_quoted(key.dataset)}, {_quoted(key.task_id)}, {key.attempt:d}{variant}]"
         )
 
     def set_agent(self, run_id: str, agent: dict[str, Any]) -> None:
@@ -468,7 +461,7 @@ class Store:
         if offsets is not None:
             offsets[row.key] = (offset, length)
 
-    def keep_artifacts(self, run_id: str, key: Key, files: Mapping[str, bytes]) -> None:
+    def keep_artifacts(self, run_id: str, key: AttemptId, files: Mapping[str, bytes]) -> None:
         """Replace the attempt's artifacts with `files` (`store/artifacts.py`), before its new
         record is committed; raises StoreError."""
         artifacts.replace(self.runs_dir / run_id, key, files)
@@ -556,7 +549,7 @@ class Store:
         finally:
             files.close()
 
-    def record(self, run_id: str, key: Key) -> AttemptRecord | None:
+    def record(self, run_id: str, key: AttemptId) -> AttemptRecord | None:
         """The full stored record of one attempt (None when missing or unreadable, which is
         reported in `problems`)."""
         if run_id not in self._offsets:
@@ -575,7 +568,7 @@ class Store:
     def _read_record(
         self,
         run_id: str,
-        key: Key,
+        key: AttemptId,
         where: tuple[int, int],
         opened: BinaryIO | None = None,
         *,
@@ -670,19 +663,19 @@ def unfinished(note: str | None, rows: list[IndexRow]) -> str | None:
     """The attempt a dead session last started, unless it has a record (then it finished, and
     the session died somewhere else)."""
     try:
-        key = key_from_json(json.loads(note or "null"))
+        key = AttemptId.from_json(json.loads(note or "null"))
     except (ValueError, TypeError):
         return None
     if any(row.key == key for row in rows):
         return None
-    variant = variant_of(key)
+    variant = key.variant
     of = f" of variant {variant}" if variant else ""
-    return f"{key[1]} [attempt {key[2]}]{of} of {key[0]}"
+    return f"{key.task_id} [attempt {key.attempt}]{of} of {key.dataset}"
 
 
-def parse_record(data: bytes, key: Key) -> tuple[AttemptRecord | None, str | None]:
+def parse_record(data: bytes, key: AttemptId) -> tuple[AttemptRecord | None, str | None]:
     """The stored record of attempt `key` from its bytes, or what is wrong with them."""
-    what = f"the record of {key[1]} attempt {key[2]}"
+    what = f"the record of {key.task_id} attempt {key.attempt}"
     if not data:
         return None, f"{what} is missing (records.jsonl is shorter than the index says)"
     try:
@@ -691,7 +684,7 @@ def parse_record(data: bytes, key: Key) -> tuple[AttemptRecord | None, str | Non
         return None, f"{what} is not complete JSON ({exc})"
     if not isinstance(record, dict) or record.get("schema") != RECORD_SCHEMA:
         return None, f"{what} is not an {RECORD_SCHEMA} record"
-    if stored_key(record) != tuple(key):
+    if AttemptId.of_fields(record) != key:
         return None, f"{what} is not where the index says (another attempt's record is there)"
     try:
         return AttemptRecord.from_json(record), None
