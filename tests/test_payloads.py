@@ -1,0 +1,201 @@
+"""The report payloads: each kind's one wire form reads back as itself, and the recorder commits
+each kind through its own handler (no pytester: a real store, the recorder, plain reports)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from helpers import aid
+from pytest_agenteval.core.identity import AttemptId, parse_item_name
+from pytest_agenteval.core.model import AgentResult, Verdict
+from pytest_agenteval.core.payloads import (
+    LoadError,
+    NeverStarted,
+    NewRecord,
+    Payload,
+    Replayed,
+    ShippedRecord,
+    from_wire,
+    to_wire,
+)
+from pytest_agenteval.core.records import AttemptRecord, new_record
+from pytest_agenteval.glue.recorder import Recorder
+from pytest_agenteval.store.lifecycle import OpenRun
+from pytest_agenteval.store.plan import make_plan
+from pytest_agenteval.store.runs import Store
+
+
+def record(key: AttemptId, status: str = "pass") -> AttemptRecord:
+    return new_record(
+        key=key,
+        digest="d1",
+        run_digest="r1",
+        agent={},
+        tags=[],
+        status="pass" if status == "pass" else "fail",
+        verdicts=[Verdict("equals", status == "pass", status, 1.0)],
+        result=AgentResult(output="ok"),
+        started_at=1.0,
+        duration=0.5,
+    )
+
+
+def test_an_identity_derives_each_of_its_forms() -> None:
+    """Item name, plan key, JSON list and label come from the one identity and read back."""
+    plain, variant = aid("ds", "t", 2), aid("ds", "t", 2, "cand")
+    assert (plain.item_name, variant.item_name) == ("t[attempt-2]", "t[cand-attempt-2]")
+    assert parse_item_name("ds/t.yaml::t[cand-attempt-2]@g", "ds") == variant
+    assert (plain.to_json(), variant.to_json()) == (["ds", "t", 2], ["ds", "t", 2, "cand"])
+    assert AttemptId.from_json(variant.to_json()) == variant != plain
+    assert (plain.label, variant.label) == ("t [attempt 2]", "t [cand attempt 2]")
+    assert AttemptId.of_fields({"dataset": "ds", "task_id": "t", "attempt": "2"}) is None
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        Replayed("reuse", aid("ds", "t", 0, "v")),
+        NeverStarted(aid("ds", "t", 1), "no agent"),
+        LoadError("ds", "t", "/x/t.yaml", "bad"),
+    ],
+    ids=["replayed", "never-started", "load-error"],
+)
+def test_each_payload_reads_back_from_its_wire_form(payload: Payload) -> None:
+    assert from_wire(to_wire(payload)) == payload
+
+
+def test_a_new_record_ships_as_one_string_and_reads_back_as_shipped() -> None:
+    made = NewRecord("run", record(aid("ds", "t", 0, "v")))
+    wire = to_wire(made)
+    assert isinstance(wire, str)
+    shipped = from_wire(wire)
+    assert isinstance(shipped, ShippedRecord) and shipped.key == made.record.key
+    assert shipped.text == made.record.to_text() and to_wire(shipped) == wire
+
+
+class Hook:
+    """The record-committed hook as pluggy gives it: its implementations, and the calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def get_hookimpls(self) -> list[Any]:
+        return [SimpleNamespace(argnames=("attempt_record",))]
+
+    def __call__(self, **kwargs: Any) -> None:
+        self.calls.append(kwargs)
+
+
+def recorder(tmp_path: Path, stored: list[AttemptRecord]) -> tuple[Recorder, Store, Hook]:
+    store = Store(tmp_path / "agenteval")
+    store.create_run("r1", [{"name": "ds", "version": "1"}], {"override": None})
+    for old in stored:
+        store.commit("r1", old)
+    store.claim_run("r1")
+    rows, _ = store.index("r1")
+    plan = make_plan(rows, rerun_errors=False, rerun_all=False)
+    hook = Hook()
+    option = SimpleNamespace(
+        markers=False,
+        showfixtures=False,
+        show_fixtures_per_test=False,
+        collectonly=False,
+        numprocesses=None,
+    )
+    config = SimpleNamespace(
+        option=option,
+        pluginmanager=SimpleNamespace(hasplugin=lambda name: False),
+        hook=SimpleNamespace(pytest_agenteval_record_committed=hook),
+        rootpath=tmp_path,
+    )
+    settings = SimpleNamespace(max_cost=None, max_tokens=None, variants=())
+    runtime = SimpleNamespace(
+        settings=settings,
+        stops=None,
+        plan=plan,
+        runner=SimpleNamespace(fingerprint={}, ahead=None),
+        running=None,
+    )
+    made = Recorder(config, runtime, store, OpenRun("r1", True, plan))  # type: ignore[arg-type]
+    return made, store, hook
+
+
+def report_of(key: AttemptId, payload: Any) -> pytest.TestReport:
+    report = pytest.TestReport(
+        f"ds/{key.task_id}.yaml::{key.item_name}", ("x", 0, "x"), {}, "passed", None, "call"
+    )
+    report.agenteval = payload  # type: ignore[attr-defined]
+    return report
+
+
+def send(made: Recorder, report: pytest.TestReport) -> None:
+    """One report through the recorder's logreport wrapper, as pluggy runs it."""
+    wrapper = made.pytest_runtest_logreport(report)
+    next(wrapper)
+    with pytest.raises(StopIteration):
+        wrapper.send(None)
+
+
+def test_the_recorder_commits_each_payload_kind(tmp_path: Path) -> None:
+    """A typed new record, a worker's shipped one (replacing a stored one), a replay, an
+    attempt that never started and a load error: each handled by kind, once."""
+    old = record(aid("ds", "b", 0), "fail")
+    made, store, hook = recorder(tmp_path, [old, record(aid("ds", "c", 0))])
+    new_a = record(aid("ds", "a", 0, "v"))
+    shipped_b = to_wire(NewRecord("regrade", record(aid("ds", "b", 0))))
+    payloads: list[tuple[AttemptId, Any]] = [
+        (new_a.key, NewRecord("run", new_a)),
+        (aid("ds", "b", 0), shipped_b),
+        (aid("ds", "c", 0), to_wire(Replayed("reuse", aid("ds", "c", 0)))),
+        (aid("ds", "d", 0), NeverStarted(aid("ds", "d", 0), "no agent for it")),
+        (aid("ds", "e", 0), to_wire(LoadError("ds", "e", "/x/e.yaml", "bad YAML"))),
+    ]
+    for key, payload in payloads:
+        send(made, report_of(key, payload))
+    assert made.actions == {"run": 1, "regrade": 1, "reuse": 1}
+    assert made.reused == {aid("ds", "c", 0)}
+    assert made.agent_errors == {"no agent for it": 1}
+    assert made.load_errors == [
+        {"dataset": "ds", "label": "e", "path": "/x/e.yaml", "message": "bad YAML"}
+    ]
+    assert made.reported == {aid("ds", "a", 0, "v"), aid("ds", "b", 0), aid("ds", "c", 0)}
+    committed = [call["attempt_record"] for call in hook.calls]
+    assert [r.key for r in committed] == [new_a.key, aid("ds", "b", 0)]
+    assert all(isinstance(r, AttemptRecord) for r in committed)
+    assert hook.calls[1]["record"] is None  # nobody asked for the dict: not parsed for it
+    store.close()
+    rows, problems = Store(tmp_path / "agenteval").index("r1")
+    assert not problems
+    assert {(r.key, r.status) for r in rows} == {
+        (aid("ds", "a", 0, "v"), "pass"),
+        (aid("ds", "b", 0), "pass"),
+        (aid("ds", "c", 0), "pass"),
+    }
+    replaced = Store(tmp_path / "agenteval").record("r1", aid("ds", "b", 0))
+    assert replaced is not None and len(replaced.previous) == 1
+
+
+def test_the_dict_form_of_the_committed_hook_and_key_are_deprecated() -> None:
+    """An implementation that still names `record` (the stored JSON as a dict) is warned when
+    registered; `pytest_agenteval.Key` imports as AttemptId, warned."""
+    import pluggy
+
+    import pytest_agenteval
+    from pytest_agenteval import hookspecs
+
+    manager = pluggy.PluginManager("pytest")
+    manager.add_hookspecs(hookspecs)
+
+    class Old:
+        @pytest.hookimpl
+        def pytest_agenteval_record_committed(self, record: dict[str, Any]) -> None:
+            """An implementation written for the dict."""
+
+    with pytest.warns(DeprecationWarning, match="attempt_record"):
+        manager.register(Old())
+    with pytest.warns(DeprecationWarning, match="AttemptId"):
+        assert pytest_agenteval.Key is AttemptId
