@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import aid
 from pytest_agenteval.core.model import AgentResult, Status
 from pytest_agenteval.core.records import new_record
 from pytest_agenteval.reporting.diff import compare, task_rates
@@ -33,9 +34,8 @@ def row(
     tags: tuple[str, ...] = (),
 ) -> IndexRow:
     """An index row of one attempt of `variant` (None: a task without variant)."""
-    key = ("ds", task, attempt) if variant is None else ("ds", task, attempt, variant)
     return IndexRow(
-        key,  # type: ignore[arg-type]
+        aid("ds", task, attempt, variant),
         "d",
         "r",
         status,
@@ -206,7 +206,7 @@ def commit(
     store.commit(
         run_id,
         new_record(
-            key=("ds", task, attempt, variant),  # type: ignore[arg-type]
+            key=aid("ds", task, attempt, variant),
             digest="d",
             run_digest="r",
             agent={"override": None},
