@@ -43,10 +43,6 @@ TRAJECTORY_SYSTEM = (
 DEFAULT_TIMEOUT = 60.0
 
 
-def forget() -> None:
-    """The session is over (judges keep nothing of their own now: providers are in `seam`)."""
-
-
 def prompt(
     rubric: str, task_input: Any, expected: Any, output: str, trajectory: str | None = None
 ) -> list[dict[str, str]]:
