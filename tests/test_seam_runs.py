@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DatasetMaker, latest_run
+from helpers import DatasetMaker, latest_run, summary_of
 from model_server import ModelServer
 
 LLM_AGENT = """
@@ -98,3 +98,75 @@ def test_named_provider_holds_agents_and_judges_together(
     result.assert_outcomes(passed=6)
     assert len(model_server.requests) == 12
     assert model_server.max_concurrent <= 2
+
+
+def _shared_manifest(server: ModelServer, max_in_flight: int) -> dict[str, object]:
+    return {
+        "providers": {
+            "local": {
+                "openai": {"base_url": server.base_url, "api_key_env": "LOCAL_KEY"},
+                "limits": {"max_in_flight": max_in_flight},
+                "backoff": 0.05,
+                "retries": 8,
+            }
+        },
+        "variants": {
+            "a": {"openai": {"model": "m1", "provider": "local"}},
+            "b": {"openai": {"model": "m2", "provider": "local"}},
+        },
+        "agent": None,
+        "judge": {"model": "j1", "provider": "local"},
+    }
+
+
+def _judged_tasks(n: int) -> dict[str, object]:
+    rubric = 'good? <<{"score": 1, "reason": "ok"}>>'
+    return {
+        f"t{i}.yaml": {
+            "input": "<<ok>>",
+            "expected": "ok",
+            "graders": ["equals", {"judge": rubric}],
+        }
+        for i in range(n)
+    }
+
+
+def test_provider_limit_holds_across_variants_judges_and_workers(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two openai variants and a judge on one provider with max_in_flight 3, concurrency 16,
+    -n 2: the server never sees more than 3 requests at once."""
+    monkeypatch.setenv("LOCAL_KEY", "local-key-abcdefghijkl")
+    model_server.reset(latency=0.05)
+    dataset(_judged_tasks(8), manifest=_shared_manifest(model_server, 3))
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "16", "-n", "2"
+    )
+    result.assert_outcomes(passed=16)
+    assert len(model_server.requests) == 32
+    assert model_server.max_concurrent <= 3
+
+
+def test_a_429_shrinks_the_shared_limit_until_they_stop(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server that answers 429 above 4 requests in flight, max_in_flight 16: the run ends
+    with no error, and the provider's reported limit settles at 4 or less."""
+    monkeypatch.setenv("LOCAL_KEY", "local-key-abcdefghijkl")
+    model_server.reset(latency=0.05, reject_above=4)
+    dataset(_judged_tasks(10), manifest=_shared_manifest(model_server, 16))
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", "16", "-n", "2"
+    )
+    result.assert_outcomes(passed=20)
+    assert model_server.rate_limited > 0
+    summary = summary_of(pytester)
+    (provider,) = summary["providers"].values()
+    assert provider["limit"] <= 4 and provider["rate_limited"] == model_server.rate_limited
+    result.stdout.fnmatch_lines(["*provider local: limit * of 16 in flight, * 429s*"])
