@@ -170,3 +170,6 @@ def test_a_429_shrinks_the_shared_limit_until_they_stop(
     (provider,) = summary["providers"].values()
     assert provider["limit"] <= 4 and provider["rate_limited"] == model_server.rate_limited
     result.stdout.fnmatch_lines(["*provider local: limit * of 16 in flight, * 429s*"])
+    run = pytester.path / ".pytest_cache/agenteval/runs" / latest_run(pytester.path)
+    progress = json.loads((run / "progress.json").read_text())
+    assert progress["providers"]["local"]["rate_limited"] == model_server.rate_limited
