@@ -173,3 +173,48 @@ def test_a_429_shrinks_the_shared_limit_until_they_stop(
     run = pytester.path / ".pytest_cache/agenteval/runs" / latest_run(pytester.path)
     progress = json.loads((run / "progress.json").read_text())
     assert progress["providers"]["local"]["rate_limited"] == model_server.rate_limited
+
+
+def _priced_requests(server: ModelServer) -> float:
+    """What the server was asked for and answered, at the test's prices ($1000 per million
+    input and output tokens)."""
+    per_call = (server.script.input_tokens + server.script.output_tokens) * 1000 / 1e6
+    return per_call * len(server.requests)
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_a_cost_cap_is_never_passed(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: list[str],
+) -> None:
+    """Prices and max_tokens known, concurrency 16: every call reserves its worst case before
+    it is sent, so what the server was asked for, priced, never exceeds the cap; the run
+    stops with `budget`, and a resume with a higher cap runs exactly the rest."""
+    monkeypatch.setenv("LOCAL_KEY", "local-key-abcdefghijkl")
+    model_server.reset(latency=0.05, input_tokens=10, output_tokens=20)
+    tasks = {f"t{i:02}.yaml": {"input": "<<ok>>", "expected": "ok"} for i in range(30)}
+    dataset(
+        tasks,
+        manifest={
+            "providers": {
+                "local": {"openai": {"base_url": model_server.base_url, "api_key_env": "LOCAL_KEY"}}
+            },
+            "agent": {"openai": {"model": "m1", "provider": "local", "max_tokens": 20}},
+            "pricing": {"m1": {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0}},
+        },
+    )
+    args = ["--agenteval", "ds", "--agenteval-concurrency", "16", *workers]
+    first = pytester.runpytest_subprocess(*args, "--agenteval-max-cost", "0.5")
+    assert first.ret != 0
+    assert 0 < _priced_requests(model_server) <= 0.5
+    assert summary_of(pytester)["status"] == "budget"
+    asked = len(model_server.requests)
+    passed = sum(r["status"] == "pass" for r in _records(pytester.path))
+    assert 0 < passed <= asked
+    second = pytester.runpytest_subprocess(*args, "--resume-suite", "--agenteval-max-cost", "100")
+    assert second.ret == 0
+    assert len(model_server.requests) - asked == 30 - passed  # exactly the rest
+    assert summary_of(pytester)["status"] == "complete"

@@ -610,7 +610,7 @@ class Task:
         workspace: Path | Callable[[], Path],
         environment: Callable[[], Environment] | None = None,
         budget: Budget | None = None,
-        llm: Callable[[str | None, Trace | None], ChatClient] | None = None,
+        llm: Callable[..., ChatClient] | None = None,
     ) -> None:
         self.id = id
         self.input = input
@@ -646,6 +646,14 @@ class Task:
                 detail="run it through pytest-agenteval, or pass llm= to Task",
             )
         return self._llm(provider, self.trace if traced else None)
+
+    def _llm_for(self, settings: Any, traced: bool = True) -> ChatClient | None:
+        """The built-in agents' and judges' client: the provider their `settings` name, or
+        the implicit one of their base_url and key variable, bound like `llm` (None for a
+        Task made by hand)."""
+        if self._llm is None:
+            return None
+        return self._llm(None, self.trace if traced else None, settings=settings)
 
     @property
     def workspace(self) -> Path:
@@ -697,7 +705,7 @@ def _unpickled_task(
     budget: Budget | None,
     folder: Path | None,
     environment: Environment | None,
-    llm: Callable[[str | None, Trace | None], ChatClient] | None = None,
+    llm: Callable[..., ChatClient] | None = None,
 ) -> Task:
     """The Task `Task.__reduce__` packed."""
     data = {"id": id, "input": input, "metadata": metadata, "attempt": attempt, "seed": seed}

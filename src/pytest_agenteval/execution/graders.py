@@ -665,10 +665,9 @@ class Judge(BuiltinGrader):
         )
 
     def client(self, ctx: GradeContext) -> ChatClient | None:
-        """The manifest's provider the judge names (its calls are no part of the agent's
-        trace); None: the implicit provider of its settings."""
-        name = self.options.provider
-        return ctx.task.llm(name, traced=False) if name else None
+        """The judge's provider, bound to the run's caps (its calls are no part of the
+        agent's trace); None for a Task made by hand."""
+        return ctx.task._llm_for(self.options, traced=False)
 
 
 BUILTIN_GRADERS: dict[str, type[BuiltinGrader]] = {

@@ -439,6 +439,7 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
         ahead=Ahead(size, stopped or _never) if size > 1 else None,
         limits=limits,
         spent=spent,
+        reserve=stops if stops is not None and stops.budget is not None else None,
         note_phase=context.running.note if context.running is not None else None,
         finished=parts.telemetry.export if parts.telemetry is not None else None,
         traceparent=parts.telemetry.traceparent if parts.telemetry is not None else None,

@@ -29,14 +29,14 @@ class OpenAIAgent:
 
     def __init__(self, options: OpenAIAgentOptions) -> None:
         self.options = options
-        self.route = None if options.provider else route_of(None, settings=options)
 
     def client(self, task: Task) -> ChatClient:
-        """The attempt's client: the manifest's provider by name, else the implicit one."""
-        if self.options.provider:
-            return task.llm(self.options.provider)
-        assert self.route is not None
-        return BoundClient(provider(self.route), task.trace)
+        """The attempt's client: the manifest's provider by name, else the implicit one; a
+        Task made by hand (no run) gets the implicit one, unbound to caps."""
+        found = task._llm_for(self.options)
+        if found is None:
+            return BoundClient(provider(route_of(None, settings=self.options)), task.trace)
+        return found
 
     async def __call__(self, task: Task) -> AgentResult:
         messages = self.messages(task.input)

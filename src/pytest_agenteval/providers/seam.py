@@ -169,6 +169,19 @@ class Provider:
         register_key(key)
         return key
 
+    def prepare(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        params: Mapping[str, Any] | None = None,
+    ) -> Prepared:
+        """The request as it will be sent (its size bounds its input tokens)."""
+        body = self.wire.body(model, messages, tools, params or {})
+        data = json.dumps(body, ensure_ascii=False).encode()
+        max_tokens = body.get("max_tokens")
+        return Prepared(model, data, max_tokens if isinstance(max_tokens, int) else None)
+
     async def send(
         self,
         model: str,
@@ -177,11 +190,12 @@ class Provider:
         params: Mapping[str, Any] | None = None,
     ) -> ChatReply:
         """One chat call, retried as the policy says; its reply carries latency and retries."""
-        key = self.key()
-        body = json.dumps(
-            self.wire.body(model, messages, tools, params or {}), ensure_ascii=False
-        ).encode()
-        headers = self.wire.headers(key)
+        return await self.exchange(self.prepare(model, messages, tools, params))
+
+    async def exchange(self, request: Prepared) -> ChatReply:
+        """Send a prepared request, retried as the policy says."""
+        model, body = request.model, request.body
+        headers = self.wire.headers(self.key())
         url = self.wire.url(self.route.base_url)
         retries, t0 = 0, time.perf_counter()
         while True:
@@ -192,11 +206,8 @@ class Provider:
                 raise
             except Exception as exc:
                 status, after = _classify(exc)
-                if not (
-                    not isinstance(status, str)
-                    and retryable(status)
-                    and retries < self.policy.retries
-                ):
+                again = not isinstance(status, str) and retryable(status)
+                if not (again and retries < self.policy.retries):
                     raise self._failure(model, exc, status, retries) from None
                 wait = self.policy.delay(retries, after, self.rng)
             await asyncio.sleep(wait)
@@ -260,6 +271,15 @@ class Provider:
         error = ProviderError(mask(message), detail=mask(f"Hint: {hint}"))
         error.status = status if isinstance(status, int) else None
         return error
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A request ready to send: its model, its body, the `max_tokens` it asks for."""
+
+    model: str
+    body: bytes
+    max_tokens: int | None
 
 
 class StatusError(Exception):
