@@ -148,7 +148,7 @@ def main() -> None:
                 continue
             floor = floor or ms
             print(
-                f"  {name:5}  {ms:.3f} ms CPU/call  ({ms / floor:.2f}× the floor)  "
+                f"  {name:5}  {ms:.3f} ms CPU/call  ({ms / floor:.2f}x the floor)  "
                 f"wall {wall:.2f} s  connections {opened}"
             )
 
