@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from ..core.chat import ChatMessage, ChatReply, MessageLike, ToolRequest, ToolSpec
+from ..core.text import excerpt
 
 ANTHROPIC_VERSION = "2023-06-01"
 ANTHROPIC_MAX_TOKENS = 4096
@@ -257,7 +258,12 @@ def _str(value: Any) -> str | None:
 
 
 def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """A token count of the reply's usage: absent is None, anything but a count unreadable."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise WireError(f"a token count is not a count: input_value={excerpt(repr(value), 200)}")
 
 
 WIRES: dict[str, Wire] = {"openai": OpenAIWire(), "anthropic": AnthropicWire()}
