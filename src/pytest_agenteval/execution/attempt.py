@@ -43,6 +43,7 @@ from ..core.records import (
     usage_json,
 )
 from ..core.trace import ATTEMPT_LIMITS
+from ..providers.bound import attempt_llm
 from ..providers.pricing import priced, with_prices
 from ..sources.dataset import TaskDef
 from ..store.plan import Decision
@@ -431,6 +432,7 @@ class _Attempt:
             workspace=self._local_folder,
             environment=self._environment,  # made when first asked for (a template: at once)
             budget=task.budget,
+            llm=partial(attempt_llm, task.dataset.manifest.providers),
         )
 
     def _environment(self) -> Environment:
