@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
 
-from ..core.chat import ChatClient, ChatMessage, ChatReply, ToolRequest
+from ..core.chat import ChatClient, ChatMessage, ToolRequest
 from ..core.errors import AgentUnavailable, LimitReached, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
 from ..core.model import AgentResult, Task
@@ -90,7 +90,8 @@ class ReactAgent:
                 messages, model=self.options.model, tools=self.specs, **self.params
             )
             last = reply.text or last
-            task.trace.message("assistant", reply.text, tool_calls=_calls_json(reply) or None)
+            if reply.text:  # the calls it asks for are the tool_call events that follow
+                task.trace.message("assistant", reply.text)
             messages.append(reply.message())
             if not reply.tool_calls:
                 if "submit" not in self.tools:
@@ -144,10 +145,6 @@ class ReactAgent:
         except Exception as exc:  # a function tool's own failure is news for the model
             said = f"{type(exc).__name__}: {exc}"
             return ToolOutput(f"error: {name} raised {cut(said, 2000)}", error=said)
-
-
-def _calls_json(reply: ChatReply) -> list[dict[str, Any]]:
-    return [{"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in reply.tool_calls]
 
 
 def make_react_agent(
