@@ -98,5 +98,5 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per reply")
     options = parser.parse_args()
     httpd = serve(options.port, options.latency)
-    print(f"scripted model at http://127.0.0.1:{options.port}/v1", flush=True)
+    print(f"scripted model at http://127.0.0.1:{httpd.server_address[1]}/v1", flush=True)
     httpd.serve_forever()
