@@ -14,7 +14,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -27,7 +27,7 @@ TOOL_OUTPUT = 10_000
 """Characters of a program's stdout (and of its stderr) sent back to the model: the first
 and last halves, the middle replaced by a note of how much was cut of the whole."""
 
-Run = Callable[[Task, Mapping[str, Any], float | None], Awaitable["ToolOutput"]]
+Run = Callable[[Task, Mapping[str, Any], float | None], Coroutine[Any, Any, "ToolOutput"]]
 
 
 @dataclass(frozen=True, slots=True)
