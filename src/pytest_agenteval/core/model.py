@@ -610,7 +610,7 @@ class Task:
         workspace: Path | Callable[[], Path],
         environment: Callable[[], Environment] | None = None,
         budget: Budget | None = None,
-        llm: Callable[[str | None, Trace], ChatClient] | None = None,
+        llm: Callable[[str | None, Trace | None], ChatClient] | None = None,
     ) -> None:
         self.id = id
         self.input = input
@@ -634,17 +634,18 @@ class Task:
         attempt's `budget` or `timeout` is passed by the model calls its trace holds."""
         self.trace.check(self.budget)
 
-    def llm(self, provider: str | None = None) -> ChatClient:
+    def llm(self, provider: str | None = None, *, traced: bool = True) -> ChatClient:
         """A chat client of the manifest's provider `provider` (None: the only one, else the
         implicit OpenAI one) bound to this attempt: `chat(messages)` / `await achat(...)`.
         Its calls hold the provider's limits, the run's caps and retries, and are counted in
-        this attempt's usage and cost without the agent reporting anything."""
+        this attempt's usage and cost without the agent reporting anything (`traced=False`:
+        a call that is not the agent's, such as a grader's, is kept out of the trace)."""
         if self._llm is None:
             raise AgentError(
                 "this Task has no model providers (it was made by hand)",
                 detail="run it through pytest-agenteval, or pass llm= to Task",
             )
-        return self._llm(provider, self.trace)
+        return self._llm(provider, self.trace if traced else None)
 
     @property
     def workspace(self) -> Path:
@@ -696,7 +697,7 @@ def _unpickled_task(
     budget: Budget | None,
     folder: Path | None,
     environment: Environment | None,
-    llm: Callable[[str | None, Trace], ChatClient] | None = None,
+    llm: Callable[[str | None, Trace | None], ChatClient] | None = None,
 ) -> Task:
     """The Task `Task.__reduce__` packed."""
     data = {"id": id, "input": input, "metadata": metadata, "attempt": attempt, "seed": seed}

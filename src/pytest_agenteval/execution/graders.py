@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..core.chat import ChatClient
 from ..core.environment import Environment
 from ..core.errors import GraderError, GraderSpecError, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
@@ -652,9 +653,22 @@ class Judge(BuiltinGrader):
             if events is None:
                 return self.verdict(False, NO_TRACE)
             return judge.judge(
-                self.options, ctx.task.input, ctx.expected, ctx.output, trajectory=render(events)
+                self.options,
+                ctx.task.input,
+                ctx.expected,
+                ctx.output,
+                trajectory=render(events),
+                client=self.client(ctx),
             )
-        return judge.judge(self.options, ctx.task.input, ctx.expected, ctx.output)
+        return judge.judge(
+            self.options, ctx.task.input, ctx.expected, ctx.output, client=self.client(ctx)
+        )
+
+    def client(self, ctx: GradeContext) -> ChatClient | None:
+        """The manifest's provider the judge names (its calls are no part of the agent's
+        trace); None: the implicit provider of its settings."""
+        name = self.options.provider
+        return ctx.task.llm(name, traced=False) if name else None
 
 
 BUILTIN_GRADERS: dict[str, type[BuiltinGrader]] = {

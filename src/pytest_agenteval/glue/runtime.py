@@ -25,6 +25,7 @@ from ..execution.concurrent import Ahead
 from ..execution.environment import Environments
 from ..execution.executor import Executor
 from ..execution.limits import LimitGate, Limits
+from ..providers.gate import FileGate, use_gate
 from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import CachedTask, SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
@@ -425,6 +426,7 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
         spent = stops.spent if stops.budget is not None else None
         if stops.run_dir is not None:
             limits = AgentLimitTable(settings, LimitGate(stops.run_dir / "limits")).held
+            use_gate(FileGate(stops.run_dir / "providers"))  # shared by every worker
             parts.environments.join_run(stops.run_dir.name)  # the run folder is named by its id
     size = parts.concurrency
     runner = AttemptRunner(

@@ -85,7 +85,7 @@ class BoundClient:
 
 
 def attempt_llm(
-    providers: Mapping[str, ProviderSpec] | None, name: str | None, trace: Trace
+    providers: Mapping[str, ProviderSpec] | None, name: str | None, trace: Trace | None
 ) -> BoundClient:
     """`task.llm(name)`: the manifest's provider (or the implicit one) bound to the trace."""
     try:

@@ -24,9 +24,9 @@ from ..core.chat import ChatMessage, ChatReply, ToolSpec
 from ..core.errors import did_you_mean
 from ..core.llm import Endpoint, ModelSettings, ProviderLimits, ProviderSpec
 from ..core.text import excerpt
+from . import gate as gates
 from . import http
 from .client import ProviderError, RequestTimeout, mask, register_key
-from .gate import Gate, local_gate
 from .retry import DEFAULT_BACKOFF, DEFAULT_RETRIES, RetryPolicy, retryable, what_to_check
 from .wire import WIRES, WireError
 
@@ -137,6 +137,7 @@ def forget() -> None:
     with _lock:
         _providers.clear()
     http.forget()
+    gates.use_gate(None)
 
 
 @dataclass
@@ -144,7 +145,6 @@ class Provider:
     """One route's calls: request, limits, retries, masking."""
 
     route: Route
-    gate: Gate = field(default_factory=local_gate)
     rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
@@ -186,16 +186,12 @@ class Provider:
         retries, t0 = 0, time.perf_counter()
         while True:
             try:
-                async with self.gate.hold(self.route, len(body)):
-                    response = await self._post(url, headers, body)
+                response = await self._admitted(url, headers, body)
                 return self._reply(model, response, retries, time.perf_counter() - t0)
             except ProviderError:
                 raise
             except Exception as exc:
                 status, after = _classify(exc)
-                if status == 429:
-                    self.rate_limited += 1
-                    self.gate.rate_limited(self.route)
                 if not (
                     not isinstance(status, str)
                     and retryable(status)
@@ -206,6 +202,20 @@ class Provider:
             await asyncio.sleep(wait)
             retries += 1
 
+    async def _admitted(self, url: str, headers: dict[str, str], body: bytes) -> http.Response:
+        """One request within the provider's limits, which learn from how it went."""
+        gate = gates.current()
+        async with gate.hold(self.route, len(body)) as slot:
+            try:
+                response = await self._post(url, headers, body)
+            except StatusError as exc:
+                if exc.response.status == 429:
+                    self.rate_limited += 1
+                    gate.rate_limited(self.route, slot)
+                raise
+            gate.succeeded(self.route, response.headers, slot)
+            return response
+
     async def _post(self, url: str, headers: dict[str, str], body: bytes) -> http.Response:
         try:
             async with asyncio.timeout(self.route.timeout):
@@ -214,7 +224,6 @@ class Provider:
             raise RequestTimeout(self.route.timeout) from None
         if response.status >= 300:
             raise StatusError(response)
-        self.gate.succeeded(self.route, response.headers)
         return response
 
     def _reply(self, model: str, response: http.Response, retries: int, took: float) -> ChatReply:
