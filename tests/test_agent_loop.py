@@ -270,3 +270,24 @@ def test_an_unknown_tool_is_a_located_error(
     assert "unknown tool 'sumbit'" in out and "submit" in out
     assert "Traceback" not in out and not model_server.requests
     assert sys.executable
+
+
+def test_two_models_as_variants(
+    pytester: pytest.Pytester, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two react specs differing in their model are two variants of one run: each variant's
+    attempt asks its own model and both are summarised."""
+    monkeypatch.setenv("LOCAL_MODEL_KEY", "local")
+    manifest = _manifest(model_server, "openai", ["submit"])
+    react = manifest.pop("agent")["react"]
+    manifest["variants"] = {
+        "small": {"react": {**react, "model": "small"}},
+        "large": {"react": {**react, "model": "large"}},
+    }
+    root = _dataset(pytester, manifest)
+    task = {"input": 'answer <<call submit {"answer": "HI!"}>>', "expected": "HI!"}
+    (root / "t.yaml").write_text(json.dumps(task))
+    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=2)
+    assert sorted(r["model"] for r in model_server.requests) == ["large", "small"]
+    summary = json.loads(next(pytester.path.rglob("summary.json")).read_text())
+    assert sorted(summary["variants"]) == ["large", "small"]
