@@ -246,3 +246,27 @@ def test_function_tools_get_the_task_and_their_errors_are_told(tmp_path: Path) -
     said = [e.content for e in task.trace.events if isinstance(e, ToolResult)]
     assert said[0] == "error: boom raised ValueError: no"
     assert sys.executable
+
+
+def test_the_task_budget_ends_the_loop_graded_with_what_it_said(tmp_path: Path) -> None:
+    """Past the task's token budget the check before the next turn ends the loop: the answer
+    is the model's last text and the trace says `budget` (the attempt is graded)."""
+    from pytest_agenteval.core.model import Budget
+
+    class Counting(Scripted):
+        def __init__(self, task: Task, *replies: ChatReply) -> None:
+            super().__init__(*replies)
+            self.task = task
+
+        async def achat(self, messages: Sequence[Any], **kw: Any) -> ChatReply:
+            self.task.trace.model_call(input_tokens=100, output_tokens=10)
+            return await super().achat(messages, **kw)
+
+    task = _task(tmp_path)
+    task.budget = Budget(max_tokens=150)
+    agent = make_react_agent({}, tmp_path)
+    reply = ChatReply("looking", (ToolRequest("c", "bash", {"command": "true"}),))
+    client = Counting(task, reply, reply, reply)
+    assert asyncio.run(agent.loop(task, client)).output == "looking"
+    assert len(client.sent) == 2
+    assert task.trace.stopped is not None and task.trace.stopped.limit == "budget"
