@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .core.version import __version__
 
 if TYPE_CHECKING:
+    from .core.chat import ToolSpec
     from .core.environment import ChangedFile, Environment, ExecResult
     from .core.errors import AgentError, AttemptStopped, LimitReached, RunStopped
     from .core.model import (
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .execution.agents import Agent, AgentRef, AgentResolver
     from .execution.executor import AgentCall, Executor
     from .execution.graders import GradeContext, Grader
+    from .execution.tools import Tool, ToolOutput
     from .reporting.summary import Summary
 
 
@@ -52,6 +54,9 @@ _WHERE = {
     "ToolCall": "core.trace",
     "ToolResult": "core.trace",
     "Trace": "core.trace",
+    "Tool": "execution.tools",
+    "ToolOutput": "execution.tools",
+    "ToolSpec": "core.chat",
     "ChangedFile": "core.environment",
     "Environment": "core.environment",
     "ExecResult": "core.environment",
@@ -95,8 +100,11 @@ __all__ = [
     "Summary",
     "Task",
     "TaskSpec",
+    "Tool",
     "ToolCall",
+    "ToolOutput",
     "ToolResult",
+    "ToolSpec",
     "Trace",
     "Usage",
     "Verdict",
