@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -166,18 +166,35 @@ def test_a_build_folder_outside_the_dataset_is_a_load_error(
     result.stderr.fnmatch_lines(["*agenteval.yaml*: at defaults.sandbox.docker.build: *outside*"])
 
 
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda img: os.mkfifo(img / "pipe"), "pipe in the build folder"),
+        (
+            lambda img: (img / "data").symlink_to(img.parent.parent / "outside.txt"),
+            "the symlink data in the build folder points outside it",
+        ),
+    ],
+    ids=["fifo", "symlink-outside"],
+)
 def test_an_unreadable_build_folder_is_build_failed_never_a_shared_tag(
-    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    image: str,
+    make: Callable[[Path], object],
+    said: str,
 ) -> None:
-    """A `build:` folder holding a FIFO cannot be digested: its attempts are `build_failed`
-    saying why, and an image that happens to carry a shared tag is never used for them."""
+    """A `build:` folder holding a FIFO, or a symlink to a file outside it, cannot be
+    digested: its attempts are `build_failed` saying why, and an image that happens to carry
+    a shared tag is never used for them."""
     root = dataset(
         {"t.yaml": {"input": "x", "expected": "x", "sandbox": {"docker": {"build": "img"}}}},
         manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
     )
     (root / "img").mkdir()
     (root / "img/Dockerfile").write_text("FROM scratch\n")
-    os.mkfifo(root / "img/pipe")
+    (root.parent / "outside.txt").write_text("secret\n")
+    make(root / "img")
     subprocess.run(["docker", "tag", image, "agenteval-build:unreadable"], check=True)
     try:
         result = pytester.runpytest("--agenteval", "ds")
@@ -186,7 +203,7 @@ def test_an_unreadable_build_folder_is_build_failed_never_a_shared_tag(
     result.assert_outcomes(errors=1)
     record = latest_record(pytester.path, "t", 0)
     assert (record["phase"], record["error_type"]) == ("build", "build_failed")
-    assert "the build folder" in record["error"] and "pipe in the build folder" in record["error"]
+    assert "the build folder" in record["error"] and said in record["error"]
 
 
 def test_a_failed_build_says_its_log_once_and_refers_to_it_after(
