@@ -14,7 +14,13 @@ from .core.version import __version__
 
 if TYPE_CHECKING:
     from .core.environment import ChangedFile, Environment, ExecResult
-    from .core.errors import AgentError, AttemptStopped, LimitReached, RunStopped
+    from .core.errors import (
+        AgentError,
+        AttemptStopped,
+        EnvironmentUnavailable,
+        LimitReached,
+        RunStopped,
+    )
     from .core.model import (
         AgentResult,
         AnyAgentSpec,
@@ -54,6 +60,7 @@ _WHERE = {
     "Trace": "core.trace",
     "ChangedFile": "core.environment",
     "Environment": "core.environment",
+    "EnvironmentUnavailable": "core.errors",
     "ExecResult": "core.environment",
     "Executor": "execution.executor",
     "GradeContext": "execution.graders",
@@ -80,6 +87,7 @@ __all__ = [
     "AttemptStopped",
     "ChangedFile",
     "Environment",
+    "EnvironmentUnavailable",
     "ExecResult",
     "Executor",
     "GradeContext",
