@@ -579,3 +579,20 @@ def test_a_worker_killed_with_its_sandbox_running_leaves_no_container_after_the_
         f"agenteval: removed 1 sandbox container of a session that is gone (pid {worker} on "
         f"host {socket.gethostname()})"
     ) in out.decode(), out.decode()[-3000:]
+
+
+def test_container_names_of_equal_pids_on_two_client_hosts_differ(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two client machines whose sessions have the same pid, sharing a daemon, never give
+    their attempts the same container name (the name carries a tag of the session label)."""
+    from pytest_agenteval.execution.docker import container_name
+
+    key = ("ds", "t", 0)
+    names = set()
+    for host in ("ci-1", "ci-2"):
+        monkeypatch.setattr(socket, "gethostname", lambda host=host: host)
+        names.add(container_name(key, os.getpid()))
+    assert len(names) == 2
+    assert all(name.startswith(f"agenteval-{os.getpid()}-") for name in names)
+    assert container_name(key, os.getpid()) == container_name(key, os.getpid())
