@@ -15,7 +15,13 @@ from .core.version import __version__
 if TYPE_CHECKING:
     from .core.chat import ToolSpec
     from .core.environment import ChangedFile, Environment, ExecResult
-    from .core.errors import AgentError, AttemptStopped, LimitReached, RunStopped
+    from .core.errors import (
+        AgentError,
+        AttemptStopped,
+        EnvironmentUnavailable,
+        LimitReached,
+        RunStopped,
+    )
     from .core.model import (
         AgentResult,
         AnyAgentSpec,
@@ -59,6 +65,7 @@ _WHERE = {
     "ToolSpec": "core.chat",
     "ChangedFile": "core.environment",
     "Environment": "core.environment",
+    "EnvironmentUnavailable": "core.errors",
     "ExecResult": "core.environment",
     "Executor": "execution.executor",
     "GradeContext": "execution.graders",
@@ -85,6 +92,7 @@ __all__ = [
     "AttemptStopped",
     "ChangedFile",
     "Environment",
+    "EnvironmentUnavailable",
     "ExecResult",
     "Executor",
     "GradeContext",

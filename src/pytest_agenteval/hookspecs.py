@@ -50,7 +50,9 @@ def pytest_agenteval_make_environment(
     Return an object satisfying `pytest_agenteval.Environment` (`exec` returning an
     `ExecResult`, `read_file`, `write_file` taking bytes or a str, `changed_files`,
     `teardown`, ...). Command agents and the `command` grader run in it. The built-in local
-    folder (under pytest's basetemp) answers last.
+    folder (under pytest's basetemp) answers last. An environment that cannot be had raises
+    `pytest_agenteval.EnvironmentUnavailable` (`phase="build"` or `"start"`): an
+    infrastructure error that a resume runs again, never the agent's.
     """
 
 
