@@ -4,6 +4,7 @@ the `openai` agent and the judge naming a manifest provider, its limit held by a
 from __future__ import annotations
 
 import json
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -100,7 +101,7 @@ def test_named_provider_holds_agents_and_judges_together(
     assert model_server.max_concurrent <= 2
 
 
-def _shared_manifest(server: ModelServer, max_in_flight: int) -> dict[str, object]:
+def _shared_manifest(server: ModelServer, max_in_flight: int) -> dict[str, Any]:
     return {
         "providers": {
             "local": {
@@ -119,7 +120,7 @@ def _shared_manifest(server: ModelServer, max_in_flight: int) -> dict[str, objec
     }
 
 
-def _judged_tasks(n: int) -> dict[str, object]:
+def _judged_tasks(n: int) -> dict[str, Any]:
     rubric = 'good? <<{"score": 1, "reason": "ok"}>>'
     return {
         f"t{i}.yaml": {
