@@ -11,6 +11,7 @@ import pytest
 import pytest_agenteval.glue.controller  # noqa: F401
 from chat_server import ChatServer
 from helpers import DatasetMaker
+from model_server import ModelServer
 
 
 @pytest.fixture
@@ -42,5 +43,13 @@ def _lean_inner_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
 def chat_server() -> Iterator[ChatServer]:
     """A real OpenAI-compatible chat server on 127.0.0.1, scripted through `.script`."""
     server = ChatServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def model_server() -> Iterator[ModelServer]:
+    """A real model API on 127.0.0.1 (OpenAI and Anthropic wire formats), scripted."""
+    server = ModelServer().start()
     yield server
     server.stop()

@@ -562,6 +562,6 @@ def test_custom_agent_kind_from_a_plugin_hook(
         [
             "*BUILT 2",
             "*ds/c.yaml:1: at agent: unknown agent kind 'ecko'*",
-            "*built-in kinds: callable, command, openai; other kinds come from plugins*",
+            "*built-in kinds: callable, command, openai, react; other kinds come from plugins*",
         ]
     )

@@ -453,3 +453,30 @@ def test_without_pytest_tmpdir_plugin_nothing_is_left_behind(
     result = pytester.run(sys.executable, "-m", "pytest", "--agenteval", "ds", "-p", "no:tmpdir")
     result.assert_outcomes(passed=1)
     assert os.listdir(system_temp) == []
+
+
+def test_a_build_folder_link_inside_is_digested_and_one_outside_says_why(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A `build:` folder's symlink to a file inside it is digested as that file (changing the
+    file changes the tag); one to a file outside gives no digest and a problem naming the
+    link, which the attempt's `build_failed` says (test_sandbox_hardening.py)."""
+    outside = make_outside(pytester)
+    root = dataset({"t.yaml": {"input": "x", "sandbox": {"docker": {"build": "img"}}}})
+    img = root / "img"
+    img.mkdir()
+    (img / "Dockerfile").write_text("FROM scratch\n")
+    (img / "real.txt").write_text("one")
+    (img / "copy.txt").symlink_to(img / "real.txt")
+
+    def build() -> Any:
+        return load_dataset(root).build_folder(img.resolve())  # read afresh each time
+
+    first = build()
+    assert first.digest is not None and first.problem is None
+    (img / "real.txt").write_text("two")
+    assert build().digest not in (None, first.digest)
+    (img / "leak.txt").symlink_to(outside / "secret.txt")
+    failed = build()
+    assert failed.digest is None
+    assert "the symlink leak.txt in the build folder points outside it" in failed.problem

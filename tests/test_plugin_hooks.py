@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import WORKERS, DatasetMaker, task
+from helpers import WORKERS, DatasetMaker, latest_record, task
 
 GRADER = """
 class Mine:
@@ -246,3 +246,37 @@ def test_every_type_a_hookspec_names_is_public() -> None:
         assert name in pytest_agenteval.__all__, name
         meant = getattr(importlib.import_module(imported[name]), name)
         assert getattr(pytest_agenteval, name) is meant, name
+
+
+@pytest.mark.parametrize(
+    ("phase", "expected"),
+    [("build", ("build", "build_failed")), ("start", ("sandbox", "sandbox_error"))],
+)
+def test_a_plugin_environment_that_cannot_be_had_is_infrastructure_a_resume_runs_again(
+    pytester: pytest.Pytester, dataset: DatasetMaker, phase: str, expected: tuple[str, str]
+) -> None:
+    """A plugin environment raising the documented `EnvironmentUnavailable` errs its attempt
+    as Docker's own failures do (phase `build` as `build_failed`, `start` as a sandbox
+    error), never as the agent's; once it can be had, a plain `--resume-suite` runs the
+    attempt again and it passes."""
+    (pytester.path / "ds/ws").mkdir(parents=True)
+    dataset({"a.yaml": {**task("ok"), "workspace": "ws"}})
+    write(
+        pytester.path / "ds/conftest.py",
+        f"""
+        import pathlib
+        from pytest_agenteval import EnvironmentUnavailable
+
+        def pytest_agenteval_make_environment(task, key, template, dataset_root, config):
+            if not pathlib.Path(dataset_root, "fixed").exists():
+                raise EnvironmentUnavailable("no sandbox today", phase={phase!r})
+            return None
+        """,
+    )
+    args = ("--agenteval", "ds", "--agenteval-run-id", f"plugin-{phase}")
+    pytester.runpytest(*args).assert_outcomes(errors=1)
+    record = latest_record(pytester.path, "a", 0)
+    assert (record["phase"], record["error_type"]) == expected
+    assert "no sandbox today" in record["error"]
+    (pytester.path / "ds/fixed").touch()
+    pytester.runpytest(*args, "--resume-suite").assert_outcomes(passed=1)

@@ -283,7 +283,7 @@ def test_command_agent_and_grader_share_one_container_and_leave_none(
     result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=1, failed=1)
     assert "workspace kept" not in result.stdout.str()  # the failed attempt's is gone too
-    assert _containers(f"agenteval-{os.getpid()}-ds--") == []  # the run was in this process
+    assert _containers(f"agenteval-{os.getpid()}-") == []  # the run was in this process
     assert latest_record(pytester.path, "a", 0)["status"] == "pass"
 
 
@@ -333,7 +333,7 @@ def test_an_interrupted_session_removes_the_containers_it_made(
     )
     result = pytester.runpytest("--agenteval", "ds", no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    assert _containers(f"agenteval-{os.getpid()}-ds--") == []  # the run was in this process
+    assert _containers(f"agenteval-{os.getpid()}-") == []  # the run was in this process
 
 
 def test_a_missing_image_errors_each_attempt_and_the_others_run(

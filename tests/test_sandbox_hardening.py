@@ -14,13 +14,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from daemons import Daemon, build_busybox, own_daemon
-from helpers import DatasetMaker, latest_record
+from helpers import DatasetMaker, aid, latest_record
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.artifacts import collect
 from pytest_agenteval.execution.docker import LABEL, RUN_LABEL, DockerEnvironment, DockerSession
@@ -166,18 +166,35 @@ def test_a_build_folder_outside_the_dataset_is_a_load_error(
     result.stderr.fnmatch_lines(["*agenteval.yaml*: at defaults.sandbox.docker.build: *outside*"])
 
 
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda img: os.mkfifo(img / "pipe"), "pipe in the build folder"),
+        (
+            lambda img: (img / "data").symlink_to(img.parent.parent / "outside.txt"),
+            "the symlink data in the build folder points outside it",
+        ),
+    ],
+    ids=["fifo", "symlink-outside"],
+)
 def test_an_unreadable_build_folder_is_build_failed_never_a_shared_tag(
-    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    image: str,
+    make: Callable[[Path], object],
+    said: str,
 ) -> None:
-    """A `build:` folder holding a FIFO cannot be digested: its attempts are `build_failed`
-    saying why, and an image that happens to carry a shared tag is never used for them."""
+    """A `build:` folder holding a FIFO, or a symlink to a file outside it, cannot be
+    digested: its attempts are `build_failed` saying why, and an image that happens to carry
+    a shared tag is never used for them."""
     root = dataset(
         {"t.yaml": {"input": "x", "expected": "x", "sandbox": {"docker": {"build": "img"}}}},
         manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
     )
     (root / "img").mkdir()
     (root / "img/Dockerfile").write_text("FROM scratch\n")
-    os.mkfifo(root / "img/pipe")
+    (root.parent / "outside.txt").write_text("secret\n")
+    make(root / "img")
     subprocess.run(["docker", "tag", image, "agenteval-build:unreadable"], check=True)
     try:
         result = pytester.runpytest("--agenteval", "ds")
@@ -186,7 +203,7 @@ def test_an_unreadable_build_folder_is_build_failed_never_a_shared_tag(
     result.assert_outcomes(errors=1)
     record = latest_record(pytester.path, "t", 0)
     assert (record["phase"], record["error_type"]) == ("build", "build_failed")
-    assert "the build folder" in record["error"] and "pipe in the build folder" in record["error"]
+    assert "the build folder" in record["error"] and said in record["error"]
 
 
 def test_a_failed_build_says_its_log_once_and_refers_to_it_after(
@@ -562,3 +579,20 @@ def test_a_worker_killed_with_its_sandbox_running_leaves_no_container_after_the_
         f"agenteval: removed 1 sandbox container of a session that is gone (pid {worker} on "
         f"host {socket.gethostname()})"
     ) in out.decode(), out.decode()[-3000:]
+
+
+def test_container_names_of_equal_pids_on_two_client_hosts_differ(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two client machines whose sessions have the same pid, sharing a daemon, never give
+    their attempts the same container name (the name carries a tag of the session label)."""
+    from pytest_agenteval.execution.docker import container_name
+
+    key = aid("ds", "t", 0)
+    names = set()
+    for host in ("ci-1", "ci-2"):
+        monkeypatch.setattr(socket, "gethostname", lambda host=host: host)
+        names.add(container_name(key, os.getpid()))
+    assert len(names) == 2
+    assert all(name.startswith(f"agenteval-{os.getpid()}-") for name in names)
+    assert container_name(key, os.getpid()) == container_name(key, os.getpid())

@@ -14,8 +14,15 @@ from typing import TYPE_CHECKING, Any
 from .core.version import __version__
 
 if TYPE_CHECKING:
+    from .core.chat import ToolSpec
     from .core.environment import ChangedFile, Environment, ExecResult
-    from .core.errors import AgentError, AttemptStopped, LimitReached, RunStopped
+    from .core.errors import (
+        AgentError,
+        AttemptStopped,
+        EnvironmentUnavailable,
+        LimitReached,
+        RunStopped,
+    )
     from .core.identity import AttemptId
     from .core.model import (
         AgentResult,
@@ -32,6 +39,7 @@ if TYPE_CHECKING:
     from .execution.agents import Agent, AgentRef, AgentResolver
     from .execution.executor import AgentCall, Executor
     from .execution.graders import GradeContext, Grader
+    from .execution.tools import Tool, ToolOutput
     from .reporting.summary import Summary
 
 
@@ -54,8 +62,12 @@ _WHERE = {
     "ToolCall": "core.trace",
     "ToolResult": "core.trace",
     "Trace": "core.trace",
+    "Tool": "execution.tools",
+    "ToolOutput": "execution.tools",
+    "ToolSpec": "core.chat",
     "ChangedFile": "core.environment",
     "Environment": "core.environment",
+    "EnvironmentUnavailable": "core.errors",
     "ExecResult": "core.environment",
     "Executor": "execution.executor",
     "GradeContext": "execution.graders",
@@ -82,6 +94,7 @@ __all__ = [
     "AttemptStopped",
     "ChangedFile",
     "Environment",
+    "EnvironmentUnavailable",
     "ExecResult",
     "Executor",
     "GradeContext",
@@ -96,8 +109,11 @@ __all__ = [
     "Summary",
     "Task",
     "TaskSpec",
+    "Tool",
     "ToolCall",
+    "ToolOutput",
     "ToolResult",
+    "ToolSpec",
     "Trace",
     "Usage",
     "Verdict",

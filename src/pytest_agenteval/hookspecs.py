@@ -52,7 +52,9 @@ def pytest_agenteval_make_environment(
     Return an object satisfying `pytest_agenteval.Environment` (`exec` returning an
     `ExecResult`, `read_file`, `write_file` taking bytes or a str, `changed_files`,
     `teardown`, ...). Command agents and the `command` grader run in it. The built-in local
-    folder (under pytest's basetemp) answers last.
+    folder (under pytest's basetemp) answers last. An environment that cannot be had raises
+    `pytest_agenteval.EnvironmentUnavailable` (`phase="build"` or `"start"`): an
+    infrastructure error that a resume runs again, never the agent's.
     """
 
 
@@ -101,3 +103,18 @@ def pytest_agenteval_summary(summary: Summary, config: pytest.Config) -> None:
     `summary.metrics` (None): read `summary.variants[NAME].metrics` and `summary.comparison`.
     `summary.model_dump(by_alias=True)` gives summary.json's content as a plain dict: what this
     hook received before (see the changelog)."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_agenteval_make_tool(name: str, dataset_root: Path) -> Any:
+    """Give the tool a `react` agent lists in `tools:` as `name`, or return None to let others
+    try (the built-ins `bash`, `python`, `read_file`, `write_file`, `submit`, and
+    `module:function` references, answer last).
+
+    Return a `pytest_agenteval.Tool` (its `ToolSpec` and an `async run(task, arguments,
+    timeout)` returning a `ToolOutput`), or a plain function (sync or `async def`): its
+    docstring's first paragraph describes it to the model, its typed parameters are the
+    arguments' JSON schema, and a parameter named `task` receives the attempt's Task (reach
+    its files through `task.environment`). Called at the dataset's folder, when the agent is
+    built; anything else is an error naming your plugin.
+    """

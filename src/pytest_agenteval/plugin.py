@@ -442,10 +442,10 @@ def pytest_configure(config: pytest.Config) -> None:
 CACHES = (
     "pytest_agenteval.core.importing",
     "pytest_agenteval.glue.pluginhooks",
-    "pytest_agenteval.providers.judge",
+    "pytest_agenteval.providers.seam",
 )
 """The modules that keep what a session made (a reference's callable, a folder looked up, a
-judge's client), each with its one `forget()`."""
+provider.s connections), each with its one `forget()`."""
 
 
 def forget_caches() -> None:

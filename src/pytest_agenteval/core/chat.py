@@ -67,6 +67,10 @@ class ChatReply:
     cached: bool = False
     cached_cost: float | None = None
     latency: float = 0.0
+    retries: int = 0
+    """Requests retried before this answer (429s, 5xx, connection errors)."""
+    provider: str | None = None
+    """The provider that answered (its name in the manifest, or the API kind)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Provider-specific fields worth keeping (e.g. Anthropic's cache write tokens)."""
 

@@ -64,6 +64,24 @@ class AgentError(AgentevalError):
         return f"{self.message}\n{self.detail}" if self.detail else self.message
 
 
+class EnvironmentUnavailable(AgentError):
+    """An attempt's environment could not be had (`phase="build"`: its image or files cannot
+    be made; `phase="start"`: it could not be started or reached) or failed under it (its
+    daemon, its machine): infrastructure, not the agent's doing. Raise it from a plugin's
+    environment (`pytest_agenteval_make_environment`, or any of its methods): a `build`
+    failure errs in phase `build` as `build_failed`, any other in phase `sandbox` as
+    `sandbox_error`; both are counted apart, a resume runs the attempt again, and the gate
+    never allows it."""
+
+    error_type = "sandbox_error"
+    phase = "sandbox"
+
+    def __init__(self, message: str, *, detail: str = "", phase: str | None = None) -> None:
+        super().__init__(message, detail=detail)
+        if phase == "build":
+            self.phase, self.error_type = "build", "build_failed"
+
+
 class AgentTimeout(AgentError):
     """The agent did not answer within the task's timeout."""
 

@@ -12,6 +12,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    model_validator,
 )
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -23,9 +24,72 @@ class UserModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class ProviderLimits(UserModel):
+    """What all the calls of one provider may do together, across xdist workers."""
+
+    max_in_flight: PositiveInt | None = None
+    """Most requests at the provider at once (shrunk on 429, regrown on success)."""
+    requests_per_minute: PositiveInt | None = None
+    """Most requests started in any minute."""
+    tokens_per_minute: PositiveInt | None = None
+    """Most tokens (reserved before, settled after each call) in any minute."""
+
+
+class Endpoint(UserModel):
+    """Where one API is and which environment variable holds its key."""
+
+    base_url: str | None = None
+    """The API's base URL (OpenAI kind: ending in `/v1`; default api.openai.com, or
+    api.anthropic.com for the `anthropic` kind)."""
+    api_key_env: str | None = None
+    """The environment variable holding the key (default `OPENAI_API_KEY`, or
+    `ANTHROPIC_API_KEY` for the `anthropic` kind)."""
+    model: str | None = None
+    """The model `task.llm()` asks for when a call names none."""
+
+
+class ProviderSpec(UserModel):
+    """One API endpoint and key of the manifest's `providers:`: its kind and its limits.
+
+    `NAME: {openai: {base_url: ..., api_key_env: ...}, limits: {max_in_flight: 16}}` (or
+    `anthropic: {...}` for Anthropic's Messages API)."""
+
+    openai: Endpoint | None = None
+    """An OpenAI-compatible chat-completions API."""
+    anthropic: Endpoint | None = None
+    """Anthropic's Messages API."""
+    limits: ProviderLimits = ProviderLimits()
+    """Limits all the provider's calls share (agents, variants, judges, `task.llm()`)."""
+    timeout: PositiveFloat | None = None
+    """Seconds one HTTP request may take (default: 600)."""
+    retries: NonNegativeInt | None = None
+    """How many times a 429, a 5xx or a connection error is retried (default 3)."""
+    backoff: NonNegativeFloat | None = None
+    """Seconds before the first retry (default 1), doubled each time."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ProviderSpec:
+        if (self.openai is None) == (self.anthropic is None):
+            raise ValueError("a provider has exactly one kind: `openai:` or `anthropic:`")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "openai" if self.openai is not None else "anthropic"
+
+    @property
+    def endpoint(self) -> Endpoint:
+        found = self.openai or self.anthropic
+        assert found is not None
+        return found
+
+
 class ModelSettings(UserModel):
     """How to reach an OpenAI-compatible chat-completions endpoint and what to ask of it."""
 
+    provider: str | None = None
+    """The manifest's provider (`providers:`) the calls go through; its endpoint, key and
+    limits replace `base_url` and `api_key_env`."""
     model: str | None = None
     """The model name the server knows (e.g. `gpt-4o-mini`, `llama3.1:8b`)."""
     base_url: str | None = None

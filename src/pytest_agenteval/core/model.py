@@ -26,10 +26,11 @@ from pydantic import (
 )
 
 from .errors import AgentError
-from .llm import JudgeSettings, ModelPrice
+from .llm import JudgeSettings, ModelPrice, ProviderSpec
 from .trace import Trace
 
 if TYPE_CHECKING:
+    from .chat import ChatClient
     from .environment import Environment
 
 RECORD_SCHEMA = "agenteval.record/1"
@@ -353,6 +354,10 @@ class Manifest(UserModel):
     """Glob patterns of task files relative to the root (default: every other *.yaml/*.yml)."""
     judge: JudgeSettings | None = None
     """Defaults of every `judge` grader: model, base_url, api_key_env, threshold, ..."""
+    providers: dict[str, ProviderSpec] | None = None
+    """Model APIs by name (one per endpoint and key): `openai:` or `anthropic:`, and the
+    `limits:` all their calls share. Agents, judges and `task.llm(NAME)` name one with
+    `provider: NAME`."""
     pricing: dict[str, ModelPrice] | None = None
     """US dollars per million tokens by model name (as the server names it); prices attempts
     whose agent reports tokens and a model but no cost."""
@@ -579,6 +584,7 @@ class Task:
 
     __slots__ = (
         "_environment",
+        "_llm",
         "_make_environment",
         "_make_workspace",
         "_workspace",
@@ -602,6 +608,7 @@ class Task:
         workspace: Path | Callable[[], Path],
         environment: Callable[[], Environment] | None = None,
         budget: Budget | None = None,
+        llm: Callable[..., ChatClient] | None = None,
     ) -> None:
         self.id = id
         self.input = input
@@ -614,6 +621,7 @@ class Task:
         self._make_workspace = None if isinstance(workspace, Path) else workspace
         self._environment: Environment | None = None
         self._make_environment = environment
+        self._llm = llm
         self.trace = Trace()
         """This attempt's typed trace: append its model calls, tool calls and messages as
         they happen (kept in the record's `transcript`)."""
@@ -623,6 +631,27 @@ class Task:
         run stops (cancel, deadline, a spend or token cap) and `LimitReached` when this
         attempt's `budget` or `timeout` is passed by the model calls its trace holds."""
         self.trace.check(self.budget)
+
+    def llm(self, provider: str | None = None, *, traced: bool = True) -> ChatClient:
+        """A chat client of the manifest's provider `provider` (None: the only one, else the
+        implicit OpenAI one) bound to this attempt: `chat(messages)` / `await achat(...)`.
+        Its calls hold the provider's limits, the run's caps and retries, and are counted in
+        this attempt's usage and cost without the agent reporting anything (`traced=False`:
+        a call that is not the agent's, such as a grader's, is kept out of the trace)."""
+        if self._llm is None:
+            raise AgentError(
+                "this Task has no model providers (it was made by hand)",
+                detail="run it through pytest-agenteval, or pass llm= to Task",
+            )
+        return self._llm(provider, self.trace if traced else None)
+
+    def _llm_for(self, settings: Any, traced: bool = True) -> ChatClient | None:
+        """The built-in agents' and judges' client: the provider their `settings` name, or
+        the implicit one of their base_url and key variable, bound like `llm` (None for a
+        Task made by hand)."""
+        if self._llm is None:
+            return None
+        return self._llm(None, self.trace if traced else None, settings=settings)
 
     @property
     def workspace(self) -> Path:
@@ -659,7 +688,7 @@ class Task:
         environment = self.environment
         folder = self.workspace if environment is None else None
         data = (self.id, self.input, self.metadata, self.attempt, self.seed, self.budget)
-        return (_unpickled_task, (*data, folder, environment))
+        return (_unpickled_task, (*data, folder, environment, self._llm))
 
     def __repr__(self) -> str:
         return f"Task(id={self.id!r}, attempt={self.attempt})"
@@ -674,9 +703,11 @@ def _unpickled_task(
     budget: Budget | None,
     folder: Path | None,
     environment: Environment | None,
+    llm: Callable[..., ChatClient] | None = None,
 ) -> Task:
     """The Task `Task.__reduce__` packed."""
     data = {"id": id, "input": input, "metadata": metadata, "attempt": attempt, "seed": seed}
+    data["llm"] = llm
     if environment is None:
         assert folder is not None
         return Task(**data, workspace=folder, budget=budget)

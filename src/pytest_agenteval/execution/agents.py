@@ -29,6 +29,7 @@ from ..core.model import (
 from ..core.text import excerpt
 from .environment import environment_of
 from .process import MAX_OUTPUT, was_cut
+from .react import MakeTool, make_react_agent
 
 
 class Agent(Protocol):
@@ -113,18 +114,23 @@ PLACEHOLDER = re.compile(r"\{(input|task_id|attempt|seed|workspace|dataset|pytho
 """A command's placeholders; `!q` quotes the value for a shell (`shlex.quote`)."""
 
 
-BUILTIN_AGENT_KINDS = ("callable", "command", "openai")
+BUILTIN_AGENT_KINDS = ("callable", "command", "openai", "react")
 MakeAgent = Callable[[AnyAgentSpec, Path], Agent]
 """Builds the agent a spec names (plugins first, built-ins last); raises AgentError."""
 
 
-def make_builtin_agent(spec: AnyAgentSpec, dataset_root: Path) -> Agent | None:
+def make_builtin_agent(
+    spec: AnyAgentSpec, dataset_root: Path, make_tool: MakeTool | None = None
+) -> Agent | None:
     """The agent a built-in spec names, resolved without starting anything: a callable's
     module is imported. None for a kind a plugin provides. A command's program is looked up
-    by `AgentResolver` (on this machine, or in the container it will run in)."""
+    by `AgentResolver` (on this machine, or in the container it will run in). `make_tool`
+    asks plugins for a `react` agent's tools (`pytest_agenteval_make_tool`)."""
     if isinstance(spec, CommandAgentSpec):
         return CommandAgent(spec, dataset_root)
     if isinstance(spec, PluginAgentSpec):
+        if spec.type == "react":
+            return make_react_agent(spec.options, dataset_root, make_tool)
         if spec.type != "openai":
             return None
         from ..providers.openai import make_openai_agent  # the SDK only when used

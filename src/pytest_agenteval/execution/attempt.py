@@ -36,6 +36,7 @@ from ..core.identity import AttemptId
 from ..core.model import AgentResult, Phase, Status, Task, Verdict
 from ..core.records import AttemptRecord, Detail, new_record, usage_json
 from ..core.trace import ATTEMPT_LIMITS
+from ..providers.bound import Spend, attempt_llm
 from ..providers.pricing import priced, with_prices
 from ..sources.dataset import TaskDef
 from ..store.plan import Decision
@@ -142,6 +143,9 @@ class AttemptRunner:
     spent: Callable[[float | None, int], None] | None = None
     """Told each answer's cost and tokens as it arrives (the run's caps count them); None
     when the run has no cap."""
+    reserve: Spend | None = None
+    """The run's caps for model calls through the provider seam: each reserves its worst
+    case before it is sent and settles on the answer (None: no cap)."""
     ahead: Ahead[_Attempt, Answer] | None = None
     """Under `--agenteval-concurrency`: the pool that starts agent calls ahead of their turn."""
     note_phase: NotePhase | None = None
@@ -163,7 +167,9 @@ class AttemptRunner:
             agent = source()
         except Exception:
             return False
-        context = _Attempt(job, self.environments, self._used(agent.label), self.note_phase)
+        context = _Attempt(
+            job, self.environments, self._used(agent.label), self.note_phase, self.reserve
+        )
         context.phase("waiting")
         self.ahead.schedule(job.key, partial(self._answer, agent, context, ahead=True), context)
         return True
@@ -187,7 +193,7 @@ class AttemptRunner:
                 if calls:
                     self._check_stop()
                 used = decision.record.agent if decision.record else {}
-                context = _Attempt(job, self.environments, used, self.note_phase)
+                context = _Attempt(job, self.environments, used, self.note_phase, self.reserve)
                 started, t0 = time.time(), time.perf_counter()
             outcome = self._carry_out(job, context, early, source, started, t0)
         finally:
@@ -339,7 +345,8 @@ class AttemptRunner:
             self._count(context, as_result(value))
 
     def _count_judges(self, record: AttemptRecord) -> None:
-        if self.spent is not None and record.judge_cost:
+        """Judges' spend, unless their calls reserved and settled it already (the seam)."""
+        if self.reserve is None and self.spent is not None and record.judge_cost:
             self.spent(record.judge_cost, 0)
 
     def _call_agent(self, agent: AgentRef, context: _Attempt) -> AgentResult:
@@ -400,6 +407,7 @@ class _Attempt:
         environments: Environments,
         used: dict[str, Any],
         note_phase: NotePhase | None = None,
+        spend: Spend | None = None,
     ) -> None:
         self.job = job
         self.environments = environments
@@ -429,6 +437,12 @@ class _Attempt:
             workspace=self._local_folder,
             environment=self._environment,  # made when first asked for (a template: at once)
             budget=task.budget,
+            llm=partial(
+                attempt_llm,
+                task.dataset.manifest.providers,
+                spend=spend,
+                pricing=task.dataset.manifest.pricing,
+            ),
         )
 
     def _environment(self) -> Environment:

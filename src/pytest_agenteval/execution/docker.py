@@ -17,6 +17,7 @@ whose worker died. Kept containers (`--agenteval-keep-sandboxes`) are renamed
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
@@ -390,5 +391,8 @@ def _owner(user: str | None) -> tuple[int, int]:
 
 
 def container_name(key: AttemptId, pid: int) -> str:
-    """A container name only this attempt of the session `pid` gets."""
-    return f"agenteval-{pid}-{folder_name(key)}"  # a variant's key names its variant
+    """A container name only this attempt of the session `pid` gets, on any daemon: the pid
+    and a tag of the session's label (host, pid, start), so two client machines whose
+    sessions have equal pids never collide on a shared daemon."""
+    tag = hashlib.sha256(session_label(pid).encode()).hexdigest()[:8]
+    return f"agenteval-{pid}-{tag}-{folder_name(key)}"  # a variant's key names its variant

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..core.chat import ChatClient
 from ..core.environment import Environment
 from ..core.errors import GraderError, GraderSpecError, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
@@ -652,9 +653,21 @@ class Judge(BuiltinGrader):
             if events is None:
                 return self.verdict(False, NO_TRACE)
             return judge.judge(
-                self.options, ctx.task.input, ctx.expected, ctx.output, trajectory=render(events)
+                self.options,
+                ctx.task.input,
+                ctx.expected,
+                ctx.output,
+                trajectory=render(events),
+                client=self.client(ctx),
             )
-        return judge.judge(self.options, ctx.task.input, ctx.expected, ctx.output)
+        return judge.judge(
+            self.options, ctx.task.input, ctx.expected, ctx.output, client=self.client(ctx)
+        )
+
+    def client(self, ctx: GradeContext) -> ChatClient | None:
+        """The judge's provider, bound to the run's caps (its calls are no part of the
+        agent's trace); None for a Task made by hand."""
+        return ctx.task._llm_for(self.options, traced=False)
 
 
 BUILTIN_GRADERS: dict[str, type[BuiltinGrader]] = {

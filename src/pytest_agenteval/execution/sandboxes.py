@@ -16,22 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..core.errors import AgentError
+from ..core.errors import EnvironmentUnavailable
 from .limits import take_slot
+
+__all__ = ["AGAIN", "BuildFailed", "EnvironmentUnavailable", "SandboxSession", "Swept"]
 
 SLOT_POLL = 0.05
 """Seconds between looks for a free sandbox slot (`--agenteval-max-sandboxes`)."""
 AGAIN = "(its whole story is told at this image's first attempt)"
 """The detail of a build failure said already."""
-
-
-class EnvironmentUnavailable(AgentError):
-    """The attempt's sandbox could not be had, or failed under it (its daemon, its CLI, its
-    machine): infrastructure, not the agent's doing. Phase `sandbox`, error type
-    `sandbox_error`; a resume runs the attempt again, and the gate never allows it."""
-
-    error_type = "sandbox_error"
-    phase = "sandbox"
 
 
 class BuildFailed(EnvironmentUnavailable):
@@ -40,6 +33,9 @@ class BuildFailed(EnvironmentUnavailable):
 
     error_type = "build_failed"
     phase = "build"
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        super().__init__(message, detail=detail, phase="build")
 
     def again(self) -> BuildFailed:
         """The same error for a later attempt, its story (what to do, the build's log) told

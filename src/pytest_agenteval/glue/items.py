@@ -8,6 +8,7 @@ is a *failure*. A replayed attempt runs nothing.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,6 +32,7 @@ from ..execution.attempt import AttemptJob, Outcome
 from ..execution.concurrent import NotStarted
 from ..execution.environment import MakeEnvironment
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
+from ..execution.tools import Tool, function_tool
 from ..sources.dataset import TaskDef
 from .failures import as_crash_repr, at_phase, encodable, text_repr, user_traceback
 from .internals import TerminalRepr, fixture_defs, fixture_value, skip_at_item
@@ -297,6 +299,32 @@ def _is_environment(made: object) -> bool:
     return isinstance(made, Environment)
 
 
+def tool_maker(config: pytest.Config, root: Path) -> Callable[[str], Tool | None]:
+    """A `react` agent's tools from `pytest_agenteval_make_tool` at the dataset's folder: a
+    `Tool`, a plain function (its schema from its signature), or None for the built-ins."""
+
+    def make(name: str) -> Tool | None:
+        hook = hook_at(config, "pytest_agenteval_make_tool", root)
+        asked = {"name": name, "dataset_root": root}
+        made = hook(**asked)
+        if made is None or isinstance(made, Tool):
+            return made
+        if callable(made):
+            try:
+                return function_tool(made, name)
+            except TypeError as exc:
+                raise AgentUnavailable(f"react agent: tool {name!r}: {exc}") from None
+        source = answered_by(config, hook, asked, lambda a: isinstance(a, Tool) or callable(a))
+        raise AgentUnavailable(
+            f"pytest_agenteval_make_tool returned {type(made).__name__} for {name!r} "
+            f"(answered by {source})",
+            hint="return a pytest_agenteval.Tool, a function (its docstring and signature "
+            "describe it to the model), or None to let others try",
+        )
+
+    return make
+
+
 class TaskHooks:
     """Hooks registered only while a dataset is active, so other runs pay nothing for them."""
 
@@ -385,7 +413,7 @@ class TaskHooks:
 
     @pytest.hookimpl(trylast=True)
     def pytest_agenteval_make_agent(self, spec: AnyAgentSpec, dataset_root: Path) -> Any:
-        return make_builtin_agent(spec, dataset_root)
+        return make_builtin_agent(spec, dataset_root, tool_maker(self.config, dataset_root))
 
     @pytest.hookimpl(trylast=True)
     def pytest_agenteval_make_grader(

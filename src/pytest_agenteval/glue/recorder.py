@@ -39,6 +39,7 @@ from ..core.records import (
 )
 from ..execution.attempt import interrupted_record
 from ..execution.exits import guard_exits, unguard_exits
+from ..providers.gate import status as provider_status
 from ..sources.dataset import TaskDef, load_task_file
 from ..sources.discovery import arg_path
 from ..store.index import IndexRow, row_of
@@ -109,7 +110,9 @@ class Recorder:
             capped.ledger.reset(capped.cost, capped.tokens)
         self._check_budget()
         folder = None if self.dry else store.runs_dir / run.run_id / PROGRESS_FILE
-        self.progress = Progress(run.run_id, folder, running=self._running)
+        self.progress = Progress(
+            run.run_id, folder, running=self._running, providers=provider_status
+        )
         self._progress_lock = threading.Lock()
         self._last_word = False
         """The session's last progress was written: nothing after it."""

@@ -15,12 +15,13 @@ import pytest
 
 from ..core.errors import StoreError
 from ..core.text import printable
+from ..providers.gate import status as provider_status
 from ..reporting.finish import GateRule, finish_run
 from ..reporting.html import attempt_details, write_html
 from ..reporting.plan_lines import Planned, plan_lines
 from ..reporting.regression import with_regression
 from ..reporting.reports import store_damage_lines, terminal_lines
-from ..reporting.summary import Summary, build_summary
+from ..reporting.summary import ProviderSummary, Summary, build_summary
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, changed_parts
 from ..store.problems import StoreProblem
@@ -242,6 +243,11 @@ class Reporter:
             load_errors=self.recorder.load_errors,
             store_problems=[p.as_dict() for p in self.store.problems],
         )
+        providers = {n: p for n, p in provider_status().items() if p["rate_limited"]}
+        if providers:
+            self.summary = self.summary.model_copy(
+                update={"providers": {n: ProviderSummary(**p) for n, p in providers.items()}}
+            )
         if self.baseline is not None and self.settings.baseline is not None:
             self.summary = with_regression(
                 self.summary,

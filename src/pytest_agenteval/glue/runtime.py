@@ -25,6 +25,7 @@ from ..execution.concurrent import Ahead
 from ..execution.environment import Environments
 from ..execution.executor import Executor
 from ..execution.limits import LimitGate, Limits
+from ..providers.gate import FileGate, use_gate
 from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import CachedTask, SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
@@ -425,6 +426,7 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
         spent = stops.spent if stops.budget is not None else None
         if stops.run_dir is not None:
             limits = AgentLimitTable(settings, LimitGate(stops.run_dir / "limits")).held
+            use_gate(FileGate(stops.run_dir / "providers"))  # shared by every worker
             parts.environments.join_run(stops.run_dir.name)  # the run folder is named by its id
     size = parts.concurrency
     runner = AttemptRunner(
@@ -437,6 +439,7 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
         ahead=Ahead(size, stopped or _never) if size > 1 else None,
         limits=limits,
         spent=spent,
+        reserve=stops if stops is not None and stops.budget is not None else None,
         note_phase=context.running.note if context.running is not None else None,
         finished=parts.telemetry.export if parts.telemetry is not None else None,
         traceparent=parts.telemetry.traceparent if parts.telemetry is not None else None,

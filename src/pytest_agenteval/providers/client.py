@@ -51,6 +51,13 @@ class ProviderError(AgentError):
     Infrastructure trouble, so the attempt is an *error*, never a failure."""
 
     error_type = "ProviderError"
+    status: int | None = None
+    """The HTTP status that ended the call, when one did."""
+
+
+def register_key(key: str) -> None:
+    """A key this process holds: `mask` hides it from now on."""
+    _keys.add(key)
 
 
 def load_sdk() -> ModuleType | None:

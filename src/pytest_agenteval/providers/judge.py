@@ -13,12 +13,15 @@ import secrets
 from collections.abc import Iterator
 from typing import Any
 
-from ..core.errors import AgentError, GraderError, GraderSpecError
+from ..core.chat import ChatClient
+from ..core.errors import GraderError, GraderSpecError
 from ..core.llm import JudgeOptions
-from ..core.model import Verdict
+from ..core.model import Usage, Verdict
 from ..core.records import usage_json
 from ..core.text import excerpt
-from .client import INSTALL, Connection, ProviderError, api_key, load_sdk, mask, mask_json
+from .bound import BoundClient
+from .client import ProviderError, mask, mask_json
+from .seam import provider, route_of
 
 SYSTEM = (
     "You are a strict, fair grader. Score how well the OUTPUT satisfies the RUBRIC, from 0 "
@@ -38,13 +41,6 @@ TRAJECTORY_SYSTEM = (
     '"<one sentence>"}'
 )
 DEFAULT_TIMEOUT = 60.0
-_connections: dict[tuple[str, str], Connection] = {}
-"""One client per judge setting and key, shared by every task of the session."""
-
-
-def forget() -> None:
-    """The session is over: its judges' clients are not a later session's."""
-    _connections.clear()
 
 
 def prompt(
@@ -106,8 +102,6 @@ def check_options(options: JudgeOptions) -> None:
             option="model",
             hint="set `model:` on the grader or in the manifest's `judge:` block",
         )
-    if load_sdk() is None:
-        raise GraderSpecError("the judge grader needs the openai package", hint=INSTALL)
 
 
 def judge(
@@ -116,16 +110,30 @@ def judge(
     expected: Any,
     output: str,
     trajectory: str | None = None,
+    client: ChatClient | None = None,
 ) -> Verdict:
-    """Ask the judge (about the `trajectory` instead of the output, when given); its verdict
-    keeps the prompt, the raw reply and the usage. A judge that cannot answer (errors after
-    retries, an unreadable reply) raises GraderError."""
-    connection = _connection(options)
+    """Ask the judge (about the `trajectory` instead of the output, when given) through
+    `client` (the manifest's provider the options name) or the implicit provider of its
+    settings; its verdict keeps the prompt, the raw reply and the usage. A judge that cannot
+    answer (errors after retries, an unreadable reply) raises GraderError."""
+    settings = _settings(options)
+    client = client or BoundClient(provider(route_of(None, settings=settings)), None)
     messages = prompt(options.rubric, task_input, expected, output, trajectory)
+    params: dict[str, Any] = dict(settings.params or {})
+    params["temperature"] = settings.temperature
+    if settings.max_tokens is not None:
+        params["max_tokens"] = settings.max_tokens
     try:
-        reply = connection.complete(messages)
+        reply = client.chat(messages, model=settings.model, **params)
     except ProviderError as exc:
         raise GraderError(f"judge: {exc.message}", detail=exc.detail) from None
+    usage = Usage(
+        input_tokens=reply.input_tokens,
+        output_tokens=reply.output_tokens,
+        cached_input_tokens=reply.cached_input_tokens,
+        cost=reply.cost,
+        model=reply.model,
+    )
     try:
         score, reason = parse_reply(reply.text)
     except ValueError as exc:
@@ -138,7 +146,7 @@ def judge(
         "model": reply.model,
         "prompt": mask_json(messages),
         "reply": reply.text,
-        "usage": usage_json(reply.usage),
+        "usage": usage_json(usage),
         "retries": reply.retries,
     }
     reason = mask(reason)
@@ -147,25 +155,11 @@ def judge(
     return Verdict("judge", passed, f"{shown}: {reason}" if reason else shown, score, details)
 
 
-def _connection(options: JudgeOptions) -> Connection:
-    key = api_key(options)
-    if key is None:
-        raise GraderError(
-            f"judge: the environment variable {options.key_env} (api_key_env) holding the "
-            "API key is not set",
-            detail=f"Hint: export {options.key_env}=...; a local server takes any value",
-        )
-    settings = options.model_copy(
+def _settings(options: JudgeOptions) -> JudgeOptions:
+    """The judge's settings with its defaults: temperature 0, a 60 s request timeout."""
+    return options.model_copy(
         update={
             "temperature": 0.0 if options.temperature is None else options.temperature,
             "timeout": options.timeout or DEFAULT_TIMEOUT,
         }
     )
-    name = settings.model_dump_json(exclude={"rubric", "threshold", "on"})
-    found = _connections.get((name, key))
-    if found is None:
-        sdk = load_sdk()
-        if sdk is None:  # checked when the grader was built; kept for type checkers
-            raise AgentError("the judge grader needs the openai package", detail=INSTALL)
-        found = _connections[(name, key)] = Connection(sdk, settings, key)
-    return found

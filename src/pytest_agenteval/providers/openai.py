@@ -14,52 +14,69 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..core.chat import ChatClient
 from ..core.errors import AgentUnavailable, did_you_mean
 from ..core.llm import OpenAIAgentOptions
-from ..core.model import AgentResult, Task
-from .client import INSTALL, Connection, api_key, load_sdk, mask_json
+from ..core.model import AgentResult, Task, Usage
+from .bound import BoundClient
+from .client import api_key, mask_json
+from .seam import provider, route_of
 
 
 class OpenAIAgent:
-    """Calls the chat-completions endpoint once per attempt (retries aside)."""
+    """Calls the chat-completions endpoint once per attempt (retries aside), through the
+    provider its settings name (`provider:`) or the implicit one of its base_url and key."""
 
-    def __init__(self, options: OpenAIAgentOptions, connection: Connection) -> None:
+    def __init__(self, options: OpenAIAgentOptions) -> None:
         self.options = options
-        self.connection = connection
+
+    def client(self, task: Task) -> ChatClient:
+        """The attempt's client: the manifest's provider by name, else the implicit one; a
+        Task made by hand (no run) gets the implicit one, unbound to caps."""
+        found = task._llm_for(self.options)
+        if found is None:
+            return BoundClient(provider(route_of(None, settings=self.options)), task.trace)
+        return found
 
     async def __call__(self, task: Task) -> AgentResult:
         messages = self.messages(task.input)
-        limit = task.budget.max_tokens if task.budget else None  # the server stops there
-        started, t0 = time.time(), time.perf_counter()
-        reply = await self.connection.complete_async(messages, limit)
-        latency = time.perf_counter() - t0
+        started = time.time()
         trace = task.trace  # the trace: the messages sent, the call, the reply
         for message in mask_json(messages):
             trace.message(message.get("role", "user"), message.get("content"), at=started)
-        usage = reply.usage
-        trace.model_call(
-            provider="openai",
-            request_model=self.options.model,
-            model=reply.model,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cached_input_tokens=usage.cached_input_tokens,
-            cost=usage.cost,
-            latency=latency,
-            finish_reason=reply.finish_reason,
-            started_at=started,
-            retries=reply.retries,
+        reply = await self.client(task).achat(
+            messages, model=self.options.model, **self.params(task)
         )
         trace.message("assistant", reply.text)
+        usage = Usage(
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+            cached_input_tokens=reply.cached_input_tokens,
+            cost=reply.cost,
+            model=reply.model,
+        )
         return AgentResult(
             output=reply.text,
-            usage=reply.usage,
+            usage=usage,
             call={
                 "model": reply.model,
                 "finish_reason": reply.finish_reason,
                 "retries": reply.retries,
             },
         )
+
+    def params(self, task: Task) -> dict[str, Any]:
+        """The request's parameters: `params` as they are, temperature, and the least of
+        `max_tokens` and the task's token budget (the server stops there)."""
+        s = self.options
+        out: dict[str, Any] = dict(s.params or {})
+        if s.temperature is not None:
+            out["temperature"] = s.temperature
+        budget = task.budget.max_tokens if task.budget else None
+        limits = [n for n in (s.max_tokens, budget) if n is not None]
+        if limits:
+            out["max_tokens"] = min(limits)
+        return out
 
     def messages(self, value: Any) -> list[dict[str, Any]]:
         """A string is the user message (after `system`); chat messages are sent as they are;
@@ -75,19 +92,14 @@ def make_openai_agent(options: dict[str, Any], dataset_root: Path) -> OpenAIAgen
     """The agent an `{openai: {...}}` spec names; raises AgentUnavailable for bad options, a
     missing SDK, or a key variable that is not set."""
     settings = agent_options(options)
-    sdk = load_sdk()
-    if sdk is None:
-        raise AgentUnavailable(
-            "the openai agent needs the openai package, which is not installed", hint=INSTALL
-        )
-    key = api_key(settings)
+    key = api_key(settings) if not settings.provider else "set"
     if key is None:
         raise AgentUnavailable(
             f"the environment variable {settings.key_env} (api_key_env) holding the API key "
             "is not set",
             hint=f"export {settings.key_env}=...; a local server that needs no key takes any value",
         )
-    return OpenAIAgent(settings, Connection(sdk, settings, key))
+    return OpenAIAgent(settings)
 
 
 def agent_options(options: dict[str, Any]) -> OpenAIAgentOptions:

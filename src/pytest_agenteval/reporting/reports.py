@@ -546,6 +546,11 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
     usage = _usage_line(summary.totals)
     lines += [usage] if usage else []
     lines += spend_lines(summary)
+    for name, p in (summary.providers or {}).items():
+        lines.append(
+            f"provider {name}: limit {p.limit} of {p.max_in_flight} in flight, "
+            f"{p.rate_limited} 429s"
+        )
     if summary.variants is not None:
         lines += tags_terminal(summary, verbose)
     else:

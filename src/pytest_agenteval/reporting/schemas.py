@@ -24,6 +24,7 @@ from ..core.model import (
     TaskSpec,
 )
 from ..execution.graders import BUILTIN_GRADERS, BuiltinGrader, Contains
+from ..execution.react import ReactOptions
 
 Schema = dict[str, Any]
 
@@ -142,6 +143,9 @@ def _user_defs() -> dict[str, Schema]:
     openai = OpenAIAgentOptions.model_json_schema()
     describe(openai, defs, OpenAIAgentOptions)
     defs["OpenAIAgentOptions"] = openai
+    react = ReactOptions.model_json_schema()
+    describe(react, defs, ReactOptions)
+    defs["ReactAgentOptions"] = react
     defs["Agent"] = _agent_schema(defs["CallableAgentSpec"]["properties"]["callable"])
     defs["Defaults"]["properties"]["graders"] = _keep_docs(
         defs["Defaults"]["properties"]["graders"], _graders_or_null()
@@ -231,12 +235,16 @@ def _agent_schema(callable_ref: Schema) -> Schema:
                         "if": {"required": ["openai"]},
                         "then": _openai_agent(),
                         "else": {
-                            "description": "An agent kind a plugin provides "
-                            "(`pytest_agenteval_make_agent`), written `{kind: {options}}`, "
-                            "e.g. `openai: {model: ...}`.",
-                            "minProperties": 1,
-                            "maxProperties": 1,
-                            "additionalProperties": {"type": "object"},
+                            "if": {"required": ["react"]},
+                            "then": _react_agent(),
+                            "else": {
+                                "description": "An agent kind a plugin provides "
+                                "(`pytest_agenteval_make_agent`), written `{kind: {options}}`, "
+                                "e.g. `openai: {model: ...}`.",
+                                "minProperties": 1,
+                                "maxProperties": 1,
+                                "additionalProperties": {"type": "object"},
+                            },
                         },
                     },
                 },
@@ -250,6 +258,15 @@ def _openai_agent() -> Schema:
         "description": "A model behind an OpenAI-compatible API "
         "(extra `pytest-agenteval[openai]`).",
         "properties": {"openai": ref("OpenAIAgentOptions"), "limits": ref("AgentLimits")},
+        "additionalProperties": False,
+    }
+
+
+def _react_agent() -> Schema:
+    return {
+        "description": "The built-in tool-using loop: a model calling tools in the attempt's "
+        "environment until it submits.",
+        "properties": {"react": ref("ReactAgentOptions"), "limits": ref("AgentLimits")},
         "additionalProperties": False,
     }
 

@@ -353,6 +353,17 @@ class VariantComparison(_Frozen):
     """The reference's cost per passed attempt."""
 
 
+class ProviderSummary(_Frozen):
+    """One provider's adaptive in-flight limit at the end of the session."""
+
+    limit: int
+    """Requests it may have in flight now (halved on 429, regrown on success)."""
+    max_in_flight: int
+    """Its `limits: max_in_flight`."""
+    rate_limited: int
+    """429 answers it got."""
+
+
 class Summary(_Frozen):
     """summary.json. Errored attempts count as not passed in pass@k / pass^k."""
 
@@ -431,6 +442,10 @@ class Summary(_Frozen):
     """Variants with records in the run that this summary leaves out (removed from the
     manifest, or not chosen by `--agenteval-variant`)."""
 
+    providers: dict[str, ProviderSummary] | None = None
+    """Each provider whose limits changed in this session (a 429 shrank its in-flight limit):
+    its current `limit`, `max_in_flight` and the 429s it got; absent when none did."""
+
     def to_json(self) -> dict[str, Any]:
         """summary.json's content as plain types, in its order (the optional parts only when
         there is one)."""
@@ -448,6 +463,7 @@ _OPTIONAL = (
     "reference",
     "comparison",
     "not_selected",
+    "providers",
 )
 """Parts of summary.json left out when they are None."""
 

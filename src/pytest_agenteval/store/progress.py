@@ -133,6 +133,22 @@ class ProgressFile(BaseModel):
     running: list[RunningAttempt] | None = None
     """The attempts running now and their phases, while the session runs (absent in its
     last word, and in files of older versions)."""
+    providers: dict[str, ProviderProgress] | None = None
+    """Each provider with `limits: max_in_flight`: its current (adaptive) limit and its 429s
+    so far, across the run's processes (absent when no provider has limits)."""
+
+
+class ProviderProgress(BaseModel):
+    """A provider's adaptive in-flight limit now."""
+
+    model_config = ConfigDict(strict=True)
+
+    limit: int
+    """Requests it may have in flight now."""
+    max_in_flight: int
+    """Its `limits: max_in_flight`."""
+    rate_limited: int
+    """429 answers so far."""
 
 
 @dataclass
@@ -154,6 +170,8 @@ class Progress:
     variants)."""
     running: Callable[[], list[dict[str, Any]]] | None = None
     """The attempts running now (this process's and its workers'), while the session runs."""
+    providers: Callable[[], dict[str, dict[str, int]]] | None = None
+    """Each limited provider's current limit and 429 count."""
     _written: float = 0.0
 
     def plan(self, keys: Collection[AttemptId]) -> None:
@@ -212,9 +230,12 @@ class Progress:
             }
         if status in LIVE and self.running is not None:
             data["running"] = self.running()
+        found = self.providers() if self.providers is not None else None
+        if found:
+            data["providers"] = found
         written = ProgressFile.model_validate(data)  # what is written is what the reader takes
         dumped = written.model_dump(by_alias=True)
-        for name in ("variants", "running"):
+        for name in ("variants", "running", "providers"):
             if dumped[name] is None:
                 del dumped[name]  # a run without variants: the file it always had
         return dumped

@@ -90,6 +90,24 @@ class Stops:
         if self.budget is not None and (cost or tokens):
             self.budget.ledger.add(cost or 0.0, tokens)
 
+    def reserve(self, cost: float | None, tokens: int | None) -> str | None:
+        """Before a model call is sent: hold its worst case (`cost`, `tokens`; None: not
+        known, that cap is then approximate for it) against the caps, in every process. A
+        reservation that does not fit is not made: the run stops (`budget`) and its reason is
+        returned."""
+        budget = self.budget
+        if budget is None:
+            return None
+        reason = budget.reserve(cost or 0.0, tokens or 0)
+        if reason is not None:
+            self.halt("budget", reason, publish=True)
+        return reason
+
+    def settle(self, reserved: tuple[float, int], actual: tuple[float, int]) -> None:
+        """The call answered (or failed): its reservation becomes what it really cost."""
+        if self.budget is not None:
+            self.budget.ledger.add(actual[0] - reserved[0], actual[1] - reserved[1])
+
     @property
     def stop(self) -> Stop | None:
         return self._stop
@@ -218,6 +236,25 @@ class Budget:
     def add(self, cost: float | None, input_tokens: int | None, output_tokens: int | None) -> None:
         self.cost += cost or 0.0
         self.tokens += (input_tokens or 0) + (output_tokens or 0)
+
+    def reserve(self, cost: float, tokens: int) -> str | None:
+        """Add a call's worst case to the ledger when it fits under the caps (one locked
+        read and write, so two processes cannot both take the last room); else the reason."""
+        with self.ledger._locked() as fd:
+            answered, used = self.ledger._read(fd)
+            spent, total = max(self.cost, answered), max(self.tokens, used)
+            if self.max_cost is not None and cost and spent + cost > self.max_cost:
+                return (
+                    f"spend cap reached: ${spent:.2f} spent or held of ${self.max_cost:.2f}, "
+                    f"the next call may cost ${cost:.4f}"
+                )
+            if self.max_tokens is not None and tokens and total + tokens > self.max_tokens:
+                return (
+                    f"token cap reached: {total} used or held of {self.max_tokens}, "
+                    f"the next call may use {tokens}"
+                )
+            self.ledger._write(fd, (answered + cost, used + tokens))
+        return None
 
     def totals(self) -> tuple[float, int]:
         """The run's spend and tokens: every answer that arrived, at least what committed."""

@@ -1,0 +1,240 @@
+"""The `react` agent's cost against a floor: 100 tasks x 4 turns, 50 ms per model call, 16 in
+flight, local environment.
+
+Both sides talk to the same scripted model (examples/agent_loop/server.py, its own process,
+not measured) and do the same repair session per task: a fresh copy of the repository, read
+add.sh, write the fix, run `sh test.sh` (a subprocess), submit, then the grader's `sh
+test.sh` (a subprocess). The agenteval side is `pytest --agenteval` over the example's task
+100 times with `--agenteval-concurrency 16`; the floor is a bare asyncio loop (this file's
+`floor`): 16 tasks at once, each over its own keep-alive HTTP/1.1 connection, sending the same
+request bodies (the conversation grows turn by turn, the tools' schemas in each). Measured:
+whole-process CPU (user + system, the tool and grader processes included: `os.wait4` of each
+side's process) and wall, alternating the sides, medians, after one warm-up run (with
+bytecode written: this machine sets PYTHONDONTWRITEBYTECODE, under which every pytest start
+compiles pytest's and the plugins' modules again, a second of CPU no user pays).
+
+    python bench/agent_loop.py            # 100 tasks, median of 3
+    python bench/agent_loop.py --quick    # 32 tasks, once
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "agent_loop"
+LATENCY = 0.05
+IN_FLIGHT = 16
+
+
+def measured(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """CPU seconds (the process and all it waited for) and wall seconds of one command."""
+    t0 = time.perf_counter()
+    child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - t0
+    if status != 0:
+        raise SystemExit(f"{argv[:4]} exited with status {status}")
+    return usage.ru_utime + usage.ru_stime, wall
+
+
+def dataset(folder: Path, tasks: int, port: int) -> Path:
+    """The example with its task repeated `tasks` times in one `tasks:` file."""
+    root = folder / "agent_loop"
+    shutil.copytree(
+        EXAMPLE, root, ignore=shutil.ignore_patterns("busybox", "__pycache__", "*.yaml")
+    )
+    manifest = (EXAMPLE / "agenteval.yaml").read_text()
+    (root / "agenteval.yaml").write_text(manifest.replace("127.0.0.1:8765", f"127.0.0.1:{port}"))
+    import yaml
+
+    task = yaml.safe_load((EXAMPLE / "fix.yaml").read_text())
+    body = {"tasks": [{"id": f"fix{i}", **task} for i in range(tasks)]}
+    (root / "fix.yaml").write_text(json.dumps(body))
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    return root
+
+
+# --- the floor ------------------------------------------------------------------------------
+
+TOOLS = [
+    {"type": "function", "function": {"name": n, "description": d, "parameters": p}}
+    for n, d, p in [
+        (
+            "bash",
+            "Run a shell command.",
+            {"type": "object", "properties": {"command": {"type": "string"}}},
+        ),
+        (
+            "read_file",
+            "Read a file.",
+            {"type": "object", "properties": {"path": {"type": "string"}}},
+        ),
+        (
+            "write_file",
+            "Write a file.",
+            {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            },
+        ),
+        ("submit", "Submit.", {"type": "object", "properties": {"answer": {"type": "string"}}}),
+    ]
+]
+
+
+async def post(
+    streams: tuple[asyncio.StreamReader, asyncio.StreamWriter], port: int, body: dict[str, Any]
+) -> dict[str, Any]:
+    reader, writer = streams
+    data = json.dumps(body).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nAuthorization: Bearer x\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    )
+    writer.write(head.encode() + data)
+    await writer.drain()
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return json.loads(await reader.readexactly(length))
+
+
+async def sh(command: str, cwd: Path) -> tuple[int, bytes]:
+    child = await asyncio.create_subprocess_exec(
+        "sh", "-c", command, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await child.communicate()
+    return child.returncode or 0, out + err
+
+
+async def one_task(i: int, port: int, base: Path, streams: Any) -> bool:
+    work = base / f"t{i}"
+    await asyncio.to_thread(shutil.copytree, EXAMPLE / "repo", work)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are fixing a repository."},
+        {"role": "user", "content": "The tests in test.sh fail. Fix add.sh."},
+    ]
+    for _ in range(4):
+        reply = await post(
+            streams, port, {"model": "scripted", "messages": messages, "tools": TOOLS}
+        )
+        message = reply["choices"][0]["message"]
+        messages.append(message)
+        for call in message.get("tool_calls") or []:
+            name, args = call["function"]["name"], json.loads(call["function"]["arguments"])
+            if name == "submit":
+                status, _ = await sh("sh test.sh", work)  # the grader
+                return status == 0 and "tests pass" in args["answer"]
+            if name == "read_file":
+                text = (work / args["path"]).read_text()
+            elif name == "write_file":
+                (work / args["path"]).write_text(args["content"])
+                text = "wrote"
+            else:
+                status, out = await sh(args["command"], work)
+                text = f"exit status: {status}\nstdout:\n{out.decode()}"
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
+    return False
+
+
+async def floor(tasks: int, port: int) -> None:
+    base = Path(tempfile.mkdtemp(prefix="floor-"))
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(tasks):
+        queue.put_nowait(i)
+    passed: list[bool] = []
+
+    async def worker() -> None:
+        streams = await asyncio.open_connection("127.0.0.1", port)
+        while not queue.empty():
+            passed.append(await one_task(queue.get_nowait(), port, base, streams))
+        streams[1].close()
+
+    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+    shutil.rmtree(base)
+    assert all(passed) and len(passed) == tasks, passed
+
+
+# --- the comparison -------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tasks", type=int)
+    parser.add_argument("--repeats", type=int)
+    options = parser.parse_args()
+    tasks = options.tasks or (32 if options.quick else 100)
+    repeats = options.repeats or (1 if options.quick else 3)
+    folder = Path(tempfile.mkdtemp(prefix="bench-agent-loop-"))
+    server = subprocess.Popen(
+        [sys.executable, str(EXAMPLE / "server.py"), "--port", "0", "--latency", str(LATENCY)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline().rsplit(":", 1)[1].split("/")[0])
+        root = dataset(folder, tasks, port)
+        env = {**os.environ, "LOCAL_MODEL_KEY": "x", "PYTHONHASHSEED": "0"}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode cached, as on a user's machine
+        ours_argv = [
+            sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+            "--agenteval", str(root), "--agenteval-concurrency", str(IN_FLIGHT),
+        ]  # fmt: skip
+        floor_argv = [sys.executable, __file__, "--floor", str(tasks), str(port)]
+        (folder / "plain").mkdir()
+        (folder / "plain" / "test_one.py").write_text("def test_one():\n    pass\n")
+        plain_argv = [*ours_argv[:7], "plain"]
+        sides: dict[str, list[tuple[float, float]]] = {"agenteval": [], "floor": [], "pytest": []}
+        measured(ours_argv, folder, env)  # warm-up: bytecode and pytest's rewritten modules
+        for _ in range(repeats):
+            sides["floor"].append(measured(floor_argv, folder, env))
+            sides["agenteval"].append(measured(ours_argv, folder, env))
+            sides["pytest"].append(measured(plain_argv, folder, env))
+        report(tasks, sides)
+    finally:
+        server.terminate()
+        server.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def report(tasks: int, sides: dict[str, list[tuple[float, float]]]) -> None:
+    cpu = {k: statistics.median(c for c, _ in v) for k, v in sides.items()}
+    wall = {k: statistics.median(w for _, w in v) for k, v in sides.items()}
+    ideal = tasks * 4 * LATENCY / IN_FLIGHT
+    print(f"{tasks} tasks x 4 turns, {LATENCY * 1000:.0f} ms per model call, {IN_FLIGHT} in flight")
+    print(f"(ideal wall: {ideal:.2f} s of model latency)")
+    print("| side | CPU s | wall s |")
+    print("|---|---|---|")
+    for side, said in (
+        ("floor", "floor"),
+        ("agenteval", "agenteval"),
+        ("pytest", "plain pytest, one test"),
+    ):
+        print(f"| {said} | {cpu[side]:.2f} | {wall[side]:.2f} |")
+    ratio_cpu = cpu["agenteval"] / cpu["floor"]
+    ratio_wall = wall["agenteval"] / wall["floor"]
+    print(f"CPU ratio {ratio_cpu:.2f} (target <= 1.5), wall ratio {ratio_wall:.2f} (target <= 1.5)")
+    loop = (cpu["agenteval"] - cpu["pytest"]) / cpu["floor"]
+    print(f"CPU ratio without pytest's own start-up (plain pytest, same run): {loop:.2f}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--floor":
+        asyncio.run(floor(int(sys.argv[2]), int(sys.argv[3])))
+    else:
+        main()

@@ -1,0 +1,3 @@
+#!/bin/sh
+# Prints the sum of its two arguments.
+echo $(( $1 - $2 ))

@@ -1,0 +1,165 @@
+"""A provider bound to one attempt: the `ChatClient` that `task.llm()` returns.
+
+Each call is a `model_call` event of the attempt's trace, so the runner counts its spend in
+the run's ledger as it arrives, sums its usage into the attempt's record and prices it from
+the manifest's `pricing:`; the agent reports nothing itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+from ..core.chat import ChatReply, MessageLike, ToolSpec
+from ..core.errors import AgentError, RunStopped
+from ..core.llm import ModelPrice, ModelSettings, ProviderSpec
+from ..core.trace import Trace
+from .pricing import cost, price_of
+from .seam import Prepared, Provider, ProviderUnknown, provider, route_of, run_sync
+from .wire import as_message
+
+
+class Spend(Protocol):
+    """The run's caps as a call sees them (the run's `Stops`)."""
+
+    def reserve(self, cost: float | None, tokens: int | None) -> str | None: ...
+
+    def settle(self, reserved: tuple[float, int], actual: tuple[float, int]) -> None: ...
+
+
+class BoundClient:
+    """A `ChatClient` of one provider for one attempt (or one grader's call)."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        trace: Trace | None,
+        model: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        *,
+        spend: Spend | None = None,
+        pricing: Mapping[str, ModelPrice] | None = None,
+    ) -> None:
+        self.provider = provider
+        self.trace = trace
+        self.model = model or provider.route.default_model
+        self.params = dict(params or {})
+        self.spend = spend
+        """The run's caps: each call reserves its worst case first (None: no cap)."""
+        self.pricing = pricing
+
+    def worst(self, request: Prepared) -> tuple[float | None, int | None]:
+        """A call's worst case: its body's bytes bound its input tokens, `max_tokens` its
+        output, at the asked model's prices (None where either is unknown)."""
+        if request.max_tokens is None:
+            return None, None
+        tokens = len(request.body) + request.max_tokens
+        price = price_of(request.model, self.pricing or {})
+        if price is None:
+            return None, tokens
+        return cost(price, len(request.body), request.max_tokens), tokens
+
+    async def achat(
+        self,
+        messages: Sequence[MessageLike],
+        *,
+        model: str | None = None,
+        tools: Sequence[ToolSpec] = (),
+        **params: Any,
+    ) -> ChatReply:
+        """One call: the reply with its text, tool calls, usage and cost."""
+        asked = model or self.model
+        if not asked:
+            raise AgentError(
+                f"provider {self.provider.name!r}: no model named",
+                detail="Hint: pass model=... or set `model:` on the provider's endpoint",
+            )
+        started = time.time()
+        request = self.provider.prepare(
+            asked, [as_message(m) for m in messages], tools, {**self.params, **params}
+        )
+        reserved = self._reserve(request)
+        try:
+            reply = await self.provider.exchange(request)
+        except BaseException:
+            self._settle(reserved, (0.0, 0))
+            raise
+        if self.trace is None:  # a grader's call: priced here
+            priced = reply.cost if reply.cost is not None else self._price(asked, reply)
+            self._settle(reserved, self._actual(reply, priced))
+            return reply if priced is None else replace(reply, cost=priced)
+        event = self.trace.model_call(
+            counted=self.spend is not None,
+            provider=reply.provider,
+            request_model=asked,
+            model=reply.model,
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+            cached_input_tokens=reply.cached_input_tokens,
+            cost=reply.cost,
+            latency=reply.latency,
+            finish_reason=reply.finish_reason,
+            started_at=started,
+            retries=reply.retries,
+        )
+        priced = self.trace.cost_of(event)
+        self._settle(reserved, self._actual(reply, priced))
+        return reply if priced is None else replace(reply, cost=priced)
+
+    def _price(self, asked: str, reply: ChatReply) -> float | None:
+        price = price_of(reply.model or asked, self.pricing or {})
+        if price is None or (reply.input_tokens is None and reply.output_tokens is None):
+            return None
+        return cost(
+            price, reply.input_tokens or 0, reply.output_tokens or 0, reply.cached_input_tokens or 0
+        )
+
+    def _reserve(self, request: Prepared) -> tuple[float, int] | None:
+        if self.spend is None:
+            return None
+        worst_cost, worst_tokens = self.worst(request)
+        reason = self.spend.reserve(worst_cost, worst_tokens)
+        if reason is not None:
+            if self.trace is not None:  # the runner reads a run stop from the trace
+                self.trace.limit_hit("run", reason)
+            raise RunStopped(reason)
+        return worst_cost or 0.0, worst_tokens or 0
+
+    def _settle(self, reserved: tuple[float, int] | None, actual: tuple[float, int]) -> None:
+        if self.spend is not None and reserved is not None:
+            self.spend.settle(reserved, actual)
+
+    @staticmethod
+    def _actual(reply: ChatReply, priced: float | None) -> tuple[float, int]:
+        return priced or 0.0, (reply.input_tokens or 0) + (reply.output_tokens or 0)
+
+    def chat(
+        self,
+        messages: Sequence[MessageLike],
+        *,
+        model: str | None = None,
+        tools: Sequence[ToolSpec] = (),
+        **params: Any,
+    ) -> ChatReply:
+        """`achat` for a sync caller (run on the providers' background loop)."""
+        return run_sync(self.achat(messages, model=model, tools=tools, **params))
+
+
+def attempt_llm(
+    providers: Mapping[str, ProviderSpec] | None,
+    name: str | None,
+    trace: Trace | None,
+    *,
+    spend: Spend | None = None,
+    pricing: Mapping[str, ModelPrice] | None = None,
+    settings: ModelSettings | None = None,
+) -> BoundClient:
+    """`task.llm(name)`: the manifest's provider (or the implicit one) bound to the trace
+    and the run's caps."""
+    try:
+        route = route_of(providers, name, settings)
+    except ProviderUnknown as exc:
+        raise AgentError(f"task.llm: {exc.message}", detail=f"Hint: {exc.hint}") from None
+    return BoundClient(provider(route), trace, spend=spend, pricing=pricing)

@@ -1,0 +1,261 @@
+"""The limits all of a provider's calls share: how many in flight, adaptive on 429.
+
+A `Gate` admits a provider's requests. The in-process gate counts the requests in flight per
+provider (every loop and thread of the process together); the run's gate (set by the runtime
+when a run folder is known, `use_gate`) shares the count across xdist workers through flock'd
+slot files. Either adapts: a 429, or a server saying `x-ratelimit-remaining-requests: 0`,
+halves the provider's current limit (at least 1); each success regrows it by one over the
+limit, up to `max_in_flight` (additive increase, multiplicative decrease). Two refinements make
+it settle instead of oscillating: it grows only on a success that filled the window (the call
+held the top slot: demand reached the limit), and never past the level the last 429 showed
+the server takes (the calls in flight then, less one), which itself creeps up slowly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import os
+import struct
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .seam import Route
+
+POLL = 0.002
+"""Seconds between looks for room under a provider's limit."""
+
+
+class Gate(Protocol):
+    """Admits a provider's requests and learns from how they went."""
+
+    def hold(
+        self, route: Route, size: int
+    ) -> contextlib.AbstractAsyncContextManager[int | None]: ...
+
+    def rate_limited(self, route: Route, slot: int | None) -> None: ...
+
+    def succeeded(self, route: Route, headers: Mapping[str, str], slot: int | None) -> None: ...
+
+
+@dataclass
+class Window:
+    """One provider's adaptive limit and what is in flight under it."""
+
+    ceiling: int
+    limit: float
+    cap: float
+    in_flight: int = 0
+    rate_limited: int = 0
+
+    def shrink(self, slot: int | None) -> None:
+        """A 429 for the call that held `slot` (0-based: slot+1 were in flight)."""
+        self.rate_limited += 1
+        if slot is not None:
+            self.cap = float(max(1, min(slot, int(self.cap))))
+        self.limit = max(1.0, min(self.limit / 2, self.cap))
+
+    def grow(self, slot: int | None) -> None:
+        """A success; the window grows when the call held its top slot."""
+        if slot is None or slot + 1 < int(self.limit) or self.limit >= self.ceiling:
+            return
+        self.cap = min(float(self.ceiling), self.cap + 0.05 / self.cap)
+        self.limit = min(self.cap, self.limit + 1 / self.limit)
+
+
+class LocalGate:
+    """Limits counted in this process (no run folder, or limits that need none shared)."""
+
+    def __init__(self) -> None:
+        self.windows: dict[str, Window] = {}
+        self._lock = threading.Lock()
+
+    def _window(self, route: Route) -> Window | None:
+        ceiling = route.limits.max_in_flight
+        if ceiling is None:
+            return None
+        found = self.windows.get(route.label)
+        if found is None:
+            found = self.windows[route.label] = Window(ceiling, float(ceiling), float(ceiling))
+        return found
+
+    @contextlib.asynccontextmanager
+    async def hold(self, route: Route, size: int) -> AsyncIterator[int | None]:
+        with self._lock:
+            window = self._window(route)
+        if window is None:
+            yield None
+            return
+        slot = self._enter(window)
+        while slot is None:
+            await asyncio.sleep(POLL)
+            slot = self._enter(window)
+        try:
+            yield slot
+        finally:
+            with self._lock:
+                window.in_flight -= 1
+
+    def _enter(self, window: Window) -> int | None:
+        with self._lock:
+            if window.in_flight < int(window.limit):
+                window.in_flight += 1
+                return window.in_flight - 1
+            return None
+
+    def rate_limited(self, route: Route, slot: int | None) -> None:
+        with self._lock:
+            window = self._window(route)
+            if window is not None:
+                window.shrink(slot)
+
+    def succeeded(self, route: Route, headers: Mapping[str, str], slot: int | None) -> None:
+        if headers.get("x-ratelimit-remaining-requests") == "0":
+            self.rate_limited(route, slot)
+            return
+        with self._lock:
+            window = self._window(route)
+            if window is not None:
+                window.grow(slot)
+
+    def status(self) -> dict[str, dict[str, int]]:
+        """Each provider's current limit and 429 count (for progress and the summary)."""
+        with self._lock:
+            return {
+                label.split("@", 1)[0]: {
+                    "limit": int(w.limit),
+                    "max_in_flight": w.ceiling,
+                    "rate_limited": w.rate_limited,
+                }
+                for label, w in self.windows.items()
+            }
+
+
+class FileGate:
+    """Limits shared by every process of a run on this machine: flock'd slot files and a state
+    file (the current limit and the 429 count) per provider in the run folder's `providers/`.
+
+    A call takes a free slot below the provider's current limit (a lock the kernel releases if
+    its holder dies); a 429 halves the limit in the state file, so every worker sees it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._made = False
+
+    def _base(self, route: Route) -> Path:
+        if not self._made:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._made = True
+        digest = hashlib.sha256(route.label.encode()).hexdigest()[:16]
+        return self.folder / f"{route.name[:40]}-{digest}"
+
+    @contextlib.asynccontextmanager
+    async def hold(self, route: Route, size: int) -> AsyncIterator[int | None]:
+        ceiling = route.limits.max_in_flight
+        if ceiling is None:
+            yield None
+            return
+        base = self._base(route)
+        fd, slot = await self._take(base, ceiling)
+        try:
+            yield slot
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    async def _take(self, base: Path, ceiling: int) -> tuple[int, int]:
+        while True:
+            limit = min(ceiling, int(self._state(base, ceiling).limit))
+            for slot in range(max(1, limit)):
+                fd = os.open(f"{base}.slot{slot}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                return fd, slot
+            await asyncio.sleep(POLL)
+
+    def _state(self, base: Path, ceiling: int) -> Window:
+        try:
+            data = Path(f"{base}.state").read_bytes()
+        except FileNotFoundError:
+            data = b""
+        if len(data) != _STATE.size:
+            return Window(ceiling, float(ceiling), float(ceiling))
+        limit, cap, count, _ = _STATE.unpack(data)
+        return Window(ceiling, limit, cap, rate_limited=count)
+
+    def _update(self, route: Route, change: Callable[[Window], None]) -> None:
+        ceiling = route.limits.max_in_flight
+        if ceiling is None:
+            return
+        base = self._base(route)
+        fd = os.open(f"{base}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            window = self._state(base, ceiling)
+            before = (window.limit, window.cap, window.rate_limited)
+            change(window)
+            after = (window.limit, window.cap, window.rate_limited)
+            if after != before:
+                tmp = Path(f"{base}.state.{os.getpid()}")
+                tmp.write_bytes(_STATE.pack(*after, ceiling))
+                os.replace(tmp, f"{base}.state")
+        finally:
+            os.close(fd)
+
+    def rate_limited(self, route: Route, slot: int | None) -> None:
+        self._update(route, lambda window: window.shrink(slot))
+
+    def succeeded(self, route: Route, headers: Mapping[str, str], slot: int | None) -> None:
+        if headers.get("x-ratelimit-remaining-requests") == "0":
+            self.rate_limited(route, slot)
+            return
+        ceiling = route.limits.max_in_flight
+        if ceiling is None or slot is None:
+            return
+        window = self._state(self._base(route), ceiling)
+        if slot + 1 >= int(window.limit) and window.limit < ceiling:
+            self._update(route, lambda w: w.grow(slot))
+
+    def status(self) -> dict[str, dict[str, int]]:
+        """Each provider's shared current limit and 429 count, as the state files say."""
+        found: dict[str, dict[str, int]] = {}
+        for path in sorted(self.folder.glob("*.state")):
+            data = path.read_bytes()
+            if len(data) == _STATE.size:
+                limit, _, count, ceiling = _STATE.unpack(data)
+                name = path.name.removesuffix(".state").rsplit("-", 1)[0]
+                found[name] = {"limit": int(limit), "max_in_flight": ceiling, "rate_limited": count}
+        return found
+
+
+_STATE = struct.Struct("<ddqq")
+"""A provider's state file: its current limit and cap, its 429 count, its `max_in_flight`."""
+_gate: Gate = LocalGate()
+
+
+def current() -> Gate:
+    """The process's gate (the run's, once the runtime set one)."""
+    return _gate
+
+
+def use_gate(gate: Gate | None) -> None:
+    """Every provider call from now on is admitted through `gate` (None: this process's own
+    counts, as when no run folder is known)."""
+    global _gate
+    _gate = LocalGate() if gate is None else gate
+
+
+def status() -> dict[str, dict[str, int]]:
+    """Each provider's current limit and 429 count, for progress and the summary."""
+    gate = _gate
+    return gate.status() if isinstance(gate, LocalGate | FileGate) else {}

@@ -1,0 +1,260 @@
+"""A real model API on 127.0.0.1 for tests, speaking both wire formats, scripted and counting.
+
+`POST /v1/chat/completions` (OpenAI) and `POST /v1/messages` (Anthropic), `GET /v1/models`.
+It runs in the test process (a thread), so a test scripts it through `server.script` while
+pytest runs in a pytester subprocess (or this process) that talks to it at `server.base_url`
+(OpenAI kind) or `server.root` (Anthropic kind).
+
+What a reply says is computed from the request, so graders pass or fail deterministically:
+the last `<<...>>` segment of the last message is the reply (`What is 6*7? <<42>>` answers
+`42`); without one the last message is echoed. `<<call NAME {json}>>` makes the reply a tool
+call of NAME with those arguments instead (a tool result holding `<<done>>` then answers
+`done`). `script.replies` are answered first, in order: each `{"text": ..., "tool_calls":
+[{"name": ..., "arguments": {...}}]}`.
+
+Counting: `requests` (bodies), `paths`, `max_concurrent`, `rate_limited` (429s sent).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+REPLY = re.compile(r"<<(.*?)>>", re.DOTALL)
+CALL = re.compile(r"^call\s+([A-Za-z0-9_.-]+)\s*(.*)$", re.DOTALL)
+
+
+@dataclass
+class Script:
+    """How the server answers; tests change it between runs (`reset`)."""
+
+    latency: float = 0.0
+    """Seconds before every reply."""
+    statuses: list[int] = field(default_factory=list)
+    """Statuses of the next chat requests, in order (each consumed once); then 200."""
+    always: int | None = None
+    """A status every chat request gets (after `statuses`)."""
+    retry_after: str | None = None
+    """The `Retry-After` header on 429 and 503 replies."""
+    reject_above: int | None = None
+    """429 for a request that arrives while this many or more are in flight already."""
+    malformed: bool = False
+    """200 replies whose body is not JSON."""
+    model: str | None = None
+    """The model name replies carry (default: the model asked for)."""
+    models: list[str] | None = None
+    """Models the server knows: `GET /v1/models` lists them, a chat for another is a 404.
+    None: every model is known."""
+    input_tokens: int = 100
+    output_tokens: int = 20
+    replies: list[dict[str, Any]] = field(default_factory=list)
+    """Replies given first, in order (each consumed once)."""
+
+
+class ModelServer:
+    """Both APIs, scripted by `script`, counting what they see."""
+
+    def __init__(self) -> None:
+        self.script = Script()
+        self.requests: list[dict[str, Any]] = []
+        """Bodies of the chat requests seen, in arrival order."""
+        self.paths: list[str] = []
+        """Method and path of every request (`GET /v1/models`...)."""
+        self.max_concurrent = 0
+        self.rate_limited = 0
+        self.connections = 0
+        """TCP connections accepted."""
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    @property
+    def base_url(self) -> str:
+        return self.root + "/v1"
+
+    def start(self) -> ModelServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def reset(self, **script: Any) -> None:
+        """A fresh script (keyword arguments set its fields) and zeroed counters."""
+        with self._lock:
+            self.script = Script(**script)
+            self.requests, self.paths = [], []
+            self.max_concurrent = self.rate_limited = self.connections = 0
+
+    def _enter(self, body: dict[str, Any]) -> tuple[int, Script]:
+        with self._lock:
+            self.requests.append(body)
+            script = self.script
+            above = script.reject_above is not None and self._in_flight >= script.reject_above
+            self._in_flight += 1
+            self.max_concurrent = max(self.max_concurrent, self._in_flight)
+            status = script.statuses.pop(0) if script.statuses else script.always or 200
+            if above and status == 200:
+                status = 429
+            if status == 429:
+                self.rate_limited += 1
+            known = script.models
+            if status == 200 and known is not None and body.get("model") not in known:
+                status = 404
+        return status, script
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def _next_reply(self, body: dict[str, Any], anthropic: bool) -> dict[str, Any]:
+        with self._lock:
+            scripted = self.script.replies.pop(0) if self.script.replies else None
+        if scripted is not None:
+            return scripted
+        text = _last_text(body.get("messages") or [], anthropic)
+        found = REPLY.findall(text)
+        said = found[-1] if found else text
+        call = CALL.match(said.strip())
+        if call:
+            arguments = json.loads(call.group(2) or "{}")
+            return {"text": "", "tool_calls": [{"name": call.group(1), "arguments": arguments}]}
+        return {"text": said}
+
+    def openai_body(self, body: dict[str, Any], script: Script) -> dict[str, Any]:
+        reply = self._next_reply(body, anthropic=False)
+        n = len(self.requests)
+        calls = [
+            {
+                "id": f"call_{n}_{i}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))},
+            }
+            for i, c in enumerate(reply.get("tool_calls") or [])
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": reply.get("text") or None}
+        if calls:
+            message["tool_calls"] = calls
+        return {
+            "id": f"chatcmpl-{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": script.model or body.get("model"),
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+            ],
+            "usage": {
+                "prompt_tokens": script.input_tokens,
+                "completion_tokens": script.output_tokens,
+                "total_tokens": script.input_tokens + script.output_tokens,
+            },
+        }
+
+    def anthropic_body(self, body: dict[str, Any], script: Script) -> dict[str, Any]:
+        reply = self._next_reply(body, anthropic=True)
+        n = len(self.requests)
+        blocks: list[dict[str, Any]] = []
+        if reply.get("text"):
+            blocks.append({"type": "text", "text": reply["text"]})
+        for i, c in enumerate(reply.get("tool_calls") or []):
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{n}_{i}",
+                    "name": c["name"],
+                    "input": c.get("arguments", {}),
+                }
+            )
+        calls = any(b["type"] == "tool_use" for b in blocks)
+        return {
+            "id": f"msg_{n}",
+            "type": "message",
+            "role": "assistant",
+            "model": script.model or body.get("model"),
+            "content": blocks,
+            "stop_reason": "tool_use" if calls else "end_turn",
+            "usage": {"input_tokens": script.input_tokens, "output_tokens": script.output_tokens},
+        }
+
+
+def _last_text(messages: list[dict[str, Any]], anthropic: bool) -> str:
+    if not messages:
+        return ""
+    content = messages[-1].get("content", "")
+    if isinstance(content, list):  # Anthropic blocks: text, or tool results' content
+        parts = [b.get("text") or b.get("content") or "" for b in content]
+        return "".join(p if isinstance(p, str) else json.dumps(p) for p in parts)
+    return str(content or "")
+
+
+def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def setup(self) -> None:
+            super().setup()
+            with server._lock:
+                server.connections += 1
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            server.paths.append(f"GET {self.path}")
+            if self.path.rstrip("/").endswith("/models"):
+                known = server.script.models or []
+                data = [{"id": m, "object": "model"} for m in known]
+                self._send(200, {"object": "list", "data": data})
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:
+            server.paths.append(f"POST {self.path}")
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            anthropic = self.path.endswith("/messages")
+            if not anthropic and not self.path.endswith("/chat/completions"):
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            status, script = server._enter(body)
+            try:
+                time.sleep(script.latency)
+                if status != 200:
+                    message = f"scripted status {status} for model {body.get('model')!r}"
+                    headers = {"Retry-After": script.retry_after} if script.retry_after else {}
+                    self._send(status, {"error": {"message": message, "type": "test"}}, headers)
+                elif script.malformed:
+                    self._send(200, b"{this is not json")
+                elif anthropic:
+                    self._send(200, server.anthropic_body(body, script))
+                else:
+                    self._send(200, server.openai_body(body, script))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            finally:
+                server._leave()
+
+        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
