@@ -1,8 +1,8 @@
 """When a provider call is tried again, how long to wait first, and what a refusal means.
 
-Pure decisions: the client (`providers/client.py`) classifies the SDK's exceptions into an HTTP
-status (None for a connection error) and asks here. We retry ourselves (the SDK's own
-`max_retries` is 0) so the record can say how many retries an answer took.
+Pure decisions: a provider (`providers/seam.py`) classifies a failed request into an HTTP status
+(None for a connection error) and asks here, so the record can say how many retries an answer
+took.
 """
 
 from __future__ import annotations
