@@ -230,6 +230,7 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
             status, script = server._enter(body)
+            self.entered = True
             try:
                 time.sleep(script.latency)
                 if status != 200:
@@ -245,10 +246,18 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 pass
             finally:
+                self._left()
+
+        def _left(self) -> None:
+            """The request is no longer in flight: said before its reply's first byte is written
+            (once the client has the whole reply it may send the next one at once)."""
+            if getattr(self, "entered", False):
+                self.entered = False
                 server._leave()
 
         def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            self._left()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

@@ -365,6 +365,28 @@ def test_ctrl_c_under_xdist_lets_attempts_in_flight_finish(
     assert sorted(Counter(dataset.calls()).values()) == [1] * 30
 
 
+@pytest.mark.slow
+def test_a_sigint_to_the_controller_alone_stops_the_workers_too(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """SIGINT sent to the xdist controller's pid only, with no terminal (`kill -INT`, a CI
+    job's timeout): the workers stop too, so no attempt starts past those recorded and one in
+    flight per worker (before, they went on for seconds and their reports were dropped); a
+    resume runs the rest."""
+    costly(dataset, 12, sleep=0.3)
+    proc = _start_in_group(pytester, "-n", "2", "--attempts", "2")
+    _wait_for_records(pytester, 2)
+    os.kill(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()
+    assert len(dataset.calls()) <= len(stored(pytester.path)) + 2, out.decode()
+    resumed = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--resume-suite", "-n", "2", "--attempts", "2"
+    )
+    resumed.assert_outcomes(passed=24)
+    assert len(dataset.calls()) <= 24 + 2
+
+
 # Each call starts a child in a session of its own (a terminal's Ctrl-C does not reach it)
 # and waits for it.
 STUCK = """

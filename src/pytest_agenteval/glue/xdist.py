@@ -5,6 +5,9 @@ Registered only when xdist is loaded (its hook specs exist only then).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -64,7 +67,9 @@ class XdistHooks:
         its queue of them, and with them finished (maybe paid) attempts."""
         try:
             return (yield)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            if type(exc) is KeyboardInterrupt:  # not xdist's own stop (`-x`, maxfail)
+                interrupt_workers()
             _report_what_arrived(session.config)
             raise
 
@@ -100,6 +105,41 @@ def _regrades(runtime: Runtime) -> dict[str, Any]:
                 decision = runtime.decide(key, task)
                 if decision.record is not None:
                     found[key.plan_key] = decision.record.with_previous(())
+    return found
+
+
+def interrupt_workers() -> None:
+    """Pass a SIGINT on to the workers, unless a terminal's Ctrl-C already reached them.
+
+    A SIGINT sent to the controller alone (`kill -INT`, a CI job's timeout) would leave the
+    workers starting attempts whose reports nobody reads any more: paid for, then lost. The
+    workers are this process's children; a terminal signals its whole foreground group."""
+    if _in_terminals_foreground():
+        return
+    for pid in _children():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)
+
+
+def _in_terminals_foreground() -> bool:
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False  # no controlling terminal: nobody pressed Ctrl-C at one
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _children() -> list[int]:
+    """This process's child processes (Linux's /proc; elsewhere none are known)."""
+    found: list[int] = []
+    for listing in Path("/proc/self/task").glob("*/children"):
+        with contextlib.suppress(OSError, ValueError):
+            found += [int(pid) for pid in listing.read_text().split()]
     return found
 
 
