@@ -144,10 +144,10 @@ def test_ctrl_c_commits_what_workers_already_sent(
     result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--dist", "worksteal")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     calls, committed = len(dataset.calls()), len(stored(pytester.path))
-    assert calls == 30 and committed >= 26
+    assert 28 <= calls <= 30 and committed >= 26  # interrupted workers start nothing more
     (pytester.path / "conftest.py").unlink()
     pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2", "--resume-suite")
-    assert len(stored(pytester.path)) == 30 and len(dataset.calls()) == 30 + 30 - committed
+    assert len(stored(pytester.path)) == 30 and len(dataset.calls()) == calls + 30 - committed
 
 
 def test_a_worker_that_does_not_see_the_run_folder_keeps_its_stops_local(tmp_path: Path) -> None:

@@ -257,8 +257,9 @@ class Provider:
         base = self.route.base_url
         after = f" (after {retries} retries)" if retries else ""
         if status == "unparseable":
-            what = f"the reply is not a {self.wire.kind} reply: {exc}"
-            hint = f"is {base} an {self.wire.kind}-compatible API?"
+            reply, api = _REPLIES.get(self.wire.kind, ("a reply", "the right kind of"))
+            what = f"the reply is not {reply}: {exc}"
+            hint = f"is {base} {api} API?"
         elif isinstance(exc, RequestTimeout):
             what = str(exc)
             hint = "the server answers too slowly: raise `timeout`, or check the server"
@@ -296,6 +297,13 @@ def _classify(exc: Exception) -> tuple[int | str | None, str | None]:
     if isinstance(exc, http.HttpError | RequestTimeout | OSError):
         return None, None
     return "unparseable", None
+
+
+_REPLIES = {
+    "openai": ("a chat completion", "an OpenAI-compatible (…/v1)"),
+    "anthropic": ("a Messages API reply", "an Anthropic Messages"),
+}
+"""What each wire kind's reply is called, and its API, in an unreadable reply's message."""
 
 
 def _server_message(exc: Exception) -> str:
