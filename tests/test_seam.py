@@ -120,7 +120,7 @@ def test_retries_then_answer(model_server: ModelServer) -> None:
     ("script", "said"),
     [
         ({"always": 500}, "HTTP 500"),
-        ({"malformed": True}, "not a openai reply"),
+        ({"malformed": True}, "not a chat completion"),
         ({"models": ["other"]}, "HTTP 404"),
     ],
 )
