@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 
 class AgentevalError(Exception):
@@ -189,3 +192,21 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     """A `did you mean 'x'?` hint for a misspelt name, or None when nothing is close."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else None
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def agent_options(kind: str, model: type[M], options: Mapping[str, Any]) -> M:
+    """An agent kind's validated options; the first problem as an AgentUnavailable naming the
+    option (an unknown one with a did-you-mean)."""
+    try:
+        return model.model_validate(dict(options))
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        option = ".".join(str(p) for p in error["loc"]) or "options"
+        if error["type"] == "extra_forbidden":
+            fields = model.model_fields
+            hint = did_you_mean(option, fields) or "options: " + ", ".join(fields)
+            raise AgentUnavailable(f"{kind} agent: unknown option {option!r}", hint=hint) from None
+        raise AgentUnavailable(f"{kind} agent: at {option}: {error['msg']}") from None

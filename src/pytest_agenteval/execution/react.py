@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt
 
 from ..core.chat import ChatClient, ChatMessage, ToolRequest
-from ..core.errors import AgentUnavailable, LimitReached, did_you_mean
+from ..core.errors import AgentUnavailable, LimitReached, agent_options, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
 from ..core.model import AgentResult, Task
 from .tools import BUILTIN_TOOLS, Tool, ToolArgumentError, ToolOutput, check_required, cut
@@ -163,16 +163,7 @@ def make_react_agent(
 
 def react_options(options: Mapping[str, Any]) -> ReactOptions:
     """The validated options; the first problem as an AgentUnavailable naming the option."""
-    try:
-        return ReactOptions.model_validate(dict(options))
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        option = ".".join(str(p) for p in error["loc"]) or "options"
-        if error["type"] == "extra_forbidden":
-            fields = ReactOptions.model_fields
-            hint = did_you_mean(option, fields) or "options: " + ", ".join(fields)
-            raise AgentUnavailable(f"react agent: unknown option {option!r}", hint=hint) from None
-        raise AgentUnavailable(f"react agent: at {option}: {error['msg']}") from None
+    return agent_options("react", ReactOptions, options)
 
 
 def tool_named(name: str, dataset_root: Path, make_tool: MakeTool | None) -> Tool:

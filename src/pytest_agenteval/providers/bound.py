@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from ..core.chat import ChatReply, MessageLike, ToolSpec
 from ..core.errors import AgentError, RunStopped
 from ..core.llm import ModelPrice, ModelSettings, ProviderSpec
+from ..core.model import Usage
 from ..core.trace import Trace
 from .pricing import cost, price_of
 from .seam import Prepared, Provider, ProviderUnknown, provider, route_of, run_sync
@@ -163,3 +164,14 @@ def attempt_llm(
     except ProviderUnknown as exc:
         raise AgentError(f"task.llm: {exc.message}", detail=f"Hint: {exc.hint}") from None
     return BoundClient(provider(route), trace, spend=spend, pricing=pricing)
+
+
+def usage_of(reply: ChatReply) -> Usage:
+    """What a reply used, as an attempt's or a judge's record keeps it."""
+    return Usage(
+        input_tokens=reply.input_tokens,
+        output_tokens=reply.output_tokens,
+        cached_input_tokens=reply.cached_input_tokens,
+        cost=reply.cost,
+        model=reply.model,
+    )

@@ -16,10 +16,10 @@ from typing import Any
 from ..core.chat import ChatClient
 from ..core.errors import GraderError, GraderSpecError
 from ..core.llm import JudgeOptions
-from ..core.model import Usage, Verdict
+from ..core.model import Verdict
 from ..core.records import usage_json
 from ..core.text import excerpt
-from .bound import BoundClient
+from .bound import BoundClient, usage_of
 from .client import ProviderError, mask, mask_json
 from .seam import provider, route_of
 
@@ -127,13 +127,7 @@ def judge(
         reply = client.chat(messages, model=settings.model, **params)
     except ProviderError as exc:
         raise GraderError(f"judge: {exc.message}", detail=exc.detail) from None
-    usage = Usage(
-        input_tokens=reply.input_tokens,
-        output_tokens=reply.output_tokens,
-        cached_input_tokens=reply.cached_input_tokens,
-        cost=reply.cost,
-        model=reply.model,
-    )
+    usage = usage_of(reply)
     try:
         score, reason = parse_reply(reply.text)
     except ValueError as exc:

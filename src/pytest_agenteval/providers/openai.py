@@ -12,13 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from ..core.chat import ChatClient
-from ..core.errors import AgentUnavailable, did_you_mean
+from ..core.errors import AgentUnavailable, agent_options
 from ..core.llm import OpenAIAgentOptions
-from ..core.model import AgentResult, Task, Usage
-from .bound import BoundClient
+from ..core.model import AgentResult, Task
+from .bound import BoundClient, usage_of
 from .client import api_key, mask_json
 from .seam import provider, route_of
 
@@ -48,13 +46,7 @@ class OpenAIAgent:
             messages, model=self.options.model, **self.params(task)
         )
         trace.message("assistant", reply.text)
-        usage = Usage(
-            input_tokens=reply.input_tokens,
-            output_tokens=reply.output_tokens,
-            cached_input_tokens=reply.cached_input_tokens,
-            cost=reply.cost,
-            model=reply.model,
-        )
+        usage = usage_of(reply)
         return AgentResult(
             output=reply.text,
             usage=usage,
@@ -89,9 +81,9 @@ class OpenAIAgent:
 
 
 def make_openai_agent(options: dict[str, Any], dataset_root: Path) -> OpenAIAgent:
-    """The agent an `{openai: {...}}` spec names; raises AgentUnavailable for bad options, a
-    missing SDK, or a key variable that is not set."""
-    settings = agent_options(options)
+    """The agent an `{openai: {...}}` spec names; raises AgentUnavailable for bad options or
+    a key variable that is not set."""
+    settings = agent_options("openai", OpenAIAgentOptions, options)
     key = api_key(settings) if not settings.provider else "set"
     if key is None:
         raise AgentUnavailable(
@@ -100,17 +92,3 @@ def make_openai_agent(options: dict[str, Any], dataset_root: Path) -> OpenAIAgen
             hint=f"export {settings.key_env}=...; a local server that needs no key takes any value",
         )
     return OpenAIAgent(settings)
-
-
-def agent_options(options: dict[str, Any]) -> OpenAIAgentOptions:
-    """The validated options; the first problem as an AgentUnavailable naming the option."""
-    try:
-        return OpenAIAgentOptions.model_validate(options)
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        option = ".".join(str(p) for p in error["loc"]) or "options"
-        if error["type"] == "extra_forbidden":
-            fields = OpenAIAgentOptions.model_fields
-            hint = did_you_mean(option, fields) or "options: " + ", ".join(fields)
-            raise AgentUnavailable(f"openai agent: unknown option {option!r}", hint=hint) from None
-        raise AgentUnavailable(f"openai agent: at {option}: {error['msg']}") from None
