@@ -10,6 +10,12 @@ the wall time of each, the seconds the sandbox adds per attempt and the ratio. T
     python bench/sandbox.py                   # 200 attempts, concurrency 1 and 8
     python bench/sandbox.py --attempts 20     # a quick run
     python bench/sandbox.py --concurrency 4   # other concurrencies (repeatable)
+    python bench/sandbox.py --cap 4           # 16 attempts of 1 s under --agenteval-max-sandboxes 4
+
+`--cap N` measures attempts started ahead under the cap instead: 16 attempts of an agent that
+sleeps 1 s, at concurrency 8 under `--agenteval-max-sandboxes N`, against the floor of the same
+agent on the host at concurrency N (N at a time, no container), in the same run. The aim for
+N = 4: under 10 s (each process made its sandboxed attempts one at a time before: 29 s).
 """
 
 from __future__ import annotations
@@ -42,12 +48,18 @@ def build_image(root: Path) -> None:
     subprocess.run(["docker", "build", "-q", "-t", IMAGE, str(folder)], check=True)
 
 
-def make_dataset(root: Path, attempts: int, sandboxed: bool) -> Path:
-    ds = root / ("boxed" if sandboxed else "host") / "ds"
+SLEEPER = ["sh", "-c", "sleep 1; echo -n ok"]
+"""The `--cap` agent: one second of waiting, as a model call would."""
+
+
+def make_dataset(
+    root: Path, attempts: int, sandboxed: bool, agent: list[str] = AGENT, name: str = ""
+) -> Path:
+    ds = root / (name + ("boxed" if sandboxed else "host")) / "ds"
     (ds / "ws").mkdir(parents=True)
     (ds / "ws/README").write_text("a small workspace\n")
     (ds / "ws/src.txt").write_text("1 + 1\n")
-    manifest: dict[str, object] = {"name": "bench", "agent": {"command": AGENT, "stdin": "none"}}
+    manifest: dict[str, object] = {"name": "bench", "agent": {"command": agent, "stdin": "none"}}
     if sandboxed:
         manifest["defaults"] = {"sandbox": {"docker": {"image": IMAGE}}}
     (ds / "agenteval.yaml").write_text(json.dumps(manifest))
@@ -58,10 +70,10 @@ def make_dataset(root: Path, attempts: int, sandboxed: bool) -> Path:
     return ds.parent
 
 
-def run(folder: Path, concurrency: int) -> float:
+def run(folder: Path, concurrency: int, *extra: str) -> float:
     shutil.rmtree(folder / ".pytest_cache", ignore_errors=True)
     argv = [sys.executable, "-m", "pytest", "--agenteval", "ds", "-q", "-p", "no:randomly"]
-    argv += ["--agenteval-concurrency", str(concurrency)]
+    argv += ["--agenteval-concurrency", str(concurrency), *extra]
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=folder, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -75,7 +87,10 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=200, help="attempts per run (200)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per side, median kept (1)")
     parser.add_argument("--concurrency", type=int, action="append", help="default: 1 and 8")
+    parser.add_argument("--cap", type=int, help="measure 16 attempts under this sandbox cap")
     args = parser.parse_args()
+    if args.cap is not None:
+        return under_cap(args.cap, args.repeats)
     attempts = args.attempts
     with tempfile.TemporaryDirectory(prefix="agenteval-bench-sandbox-") as tmp:
         root = Path(tmp)
@@ -96,6 +111,24 @@ def main() -> None:
                 f"| {sandboxed / plain:.1f}x |",
                 flush=True,
             )
+
+
+def under_cap(cap: int, repeats: int) -> None:
+    """16 attempts of 1 s at concurrency 8 under `--agenteval-max-sandboxes cap`, against the
+    host at concurrency `cap` (the floor: `cap` at a time, no container)."""
+    with tempfile.TemporaryDirectory(prefix="agenteval-bench-sandbox-") as tmp:
+        root = Path(tmp)
+        build_image(root)
+        host = make_dataset(root, 16, False, SLEEPER, "cap")
+        boxed = make_dataset(root, 16, True, SLEEPER, "cap")
+        floors, capped = [], []
+        for _ in range(repeats):
+            floors.append(run(host, cap))
+            capped.append(run(boxed, 8, "--agenteval-max-sandboxes", str(cap)))
+        floor, wall = statistics.median(floors), statistics.median(capped)
+        print(f"16 attempts of 1 s, concurrency 8, --agenteval-max-sandboxes {cap}")
+        print(f"(median of {repeats}) host at concurrency {cap}: {floor:.2f} s; ", end="")
+        print(f"sandboxed under the cap: {wall:.2f} s ({wall / floor:.2f}x the floor)")
 
 
 if __name__ == "__main__":

@@ -370,6 +370,54 @@ def test_ahead_keeps_a_bounded_window_in_item_order() -> None:
     assert {0, 1, 2, 7, *range(8, 40)} <= set(started)
 
 
+def test_ahead_admits_calls_in_order_and_a_held_place_waits_its_turn(tmp_path: Path) -> None:
+    """Calls that need a slot (real flock'd slot files, one of two held by another holder as
+    another worker would) are admitted in schedule order only, a held place (an attempt made
+    at its turn) among them; none later gets one first, and the poller admits the next as
+    soon as a slot comes free, from this process or another."""
+    import threading
+    import time
+
+    from pytest_agenteval.execution.concurrent import Ahead
+    from pytest_agenteval.execution.limits import release_slot, try_slot
+
+    other = try_slot(tmp_path, "s", 2)  # another process's sandbox
+    admitted: list[int] = []
+    slots: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def admit(i: int) -> Callable[[], bool]:
+        def take() -> bool:
+            slot = try_slot(tmp_path, "s", 2)
+            if slot is not None:
+                with lock:
+                    admitted.append(i)
+                    slots[i] = slot
+            return slot is not None
+
+        return take
+
+    ahead: Ahead[None, int] = Ahead(4, lambda: None)
+    for i in range(6):
+        if i == 2:
+            ahead.hold(aid("d", "t", i), admit(i))
+        else:
+            ahead.schedule(aid("d", "t", i), lambda i=i: i, None, admit(i))  # type: ignore[misc]
+    time.sleep(0.2)
+    assert admitted == [0]  # one slot free: the first call only
+    release_slot(other)
+    for i in range(6):
+        early = ahead.take(aid("d", "t", i))
+        assert early is not None
+        early.wait()
+        assert (early.call is None) == (i == 2)
+        if early.call is not None:
+            assert early.result() == i
+        release_slot(slots[i])  # its sandbox is removed at its item's end
+    ahead.close()
+    assert admitted == list(range(6))
+
+
 SPAWNING = """
 import pathlib, subprocess, sys
 

@@ -677,6 +677,45 @@ def test_max_sandboxes_bounds_the_containers_alive_across_workers(
     assert max(seen) == 1 and len(seen) > 4
 
 
+@pytest.mark.slow
+def test_max_sandboxes_starts_attempts_ahead_up_to_the_cap(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """`--agenteval-max-sandboxes 4` with `--agenteval-concurrency 8` on two xdist workers:
+    sandboxed attempts start ahead of their turn as slots come free, so four containers of
+    the run are alive at once, never five (sampled from a thread), and no worker waits
+    forever for a slot a later attempt of its own holds."""
+    tasks = {f"c{i:02}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(16)}
+    dataset(
+        tasks,
+        manifest={
+            "agent": {"command": ["sh", "-c", 'sleep 1; echo -n "$0"', "{input}"]},
+            "defaults": {"sandbox": _sandboxed(image)},
+        },
+    )
+    run_id = f"cap{os.getpid()}"
+    seen: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            seen.append(len(_labelled(f"{RUN_LABEL}={run_id}")))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = pytester.runpytest_subprocess(
+            "--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "8",
+            "--agenteval-max-sandboxes", "4", "--agenteval-run-id", run_id,
+        )  # fmt: skip
+    finally:
+        done.set()
+        sampler.join()
+    result.assert_outcomes(passed=16)
+    assert max(seen) == 4, f"containers alive, as sampled: {seen}"
+    assert _labelled(f"{RUN_LABEL}={run_id}") == []
+
+
 def test_a_missing_image_is_counted_apart_fails_the_gate_and_runs_again_on_resume(
     pytester: pytest.Pytester, dataset: DatasetMaker, image: str
 ) -> None:

@@ -155,23 +155,32 @@ class AttemptRunner:
     traceparent: Callable[[], str] | None = None
     """A W3C `traceparent` for a new attempt's agent span (OpenTelemetry on), or None."""
 
-    def schedule(self, job: AttemptJob, source: AgentSource) -> bool:
+    def schedule(self, job: AttemptJob, source: AgentSource, at_turn: bool = False) -> bool:
         """Start the attempt's agent call ahead of its turn, when it has one to make; False
         when its agent cannot be had now (it is then made at the attempt's turn, and fails
-        there as in a serial run)."""
-        if self.ahead is None or not _calls_agent(job.decision) or self.ahead.scheduled(job.key):
+        there as in a serial run). An attempt made at its turn (a regrade; one whose agent
+        cannot be had at its turn, `at_turn`) that needs a sandbox slot holds its place in
+        the order slots are taken in (`Ahead`)."""
+        if self.ahead is None or self.ahead.scheduled(job.key):
             return True
-        if self.environments.at_turn_only(job.task):
+        admit = self.environments.admission(job.task, job.key)
+        if not _calls_agent(job.decision):
+            if admit is not None and job.decision.action != "reuse":
+                self.ahead.hold(job.key, admit)
             return True
         try:
             agent = source()
         except Exception:
+            if at_turn and admit is not None:
+                self.ahead.hold(job.key, admit)
+                return True
             return False
         context = _Attempt(
             job, self.environments, self._used(agent.label), self.note_phase, self.reserve
         )
         context.phase("waiting")
-        self.ahead.schedule(job.key, partial(self._answer, agent, context, ahead=True), context)
+        call = partial(self._answer, agent, context, ahead=True)
+        self.ahead.schedule(job.key, call, context, admit)
         return True
 
     def run(self, job: AttemptJob, source: AgentSource) -> Outcome:
@@ -182,11 +191,15 @@ class AttemptRunner:
         if decision.action == "reuse":
             return Outcome(decision)
         calls = _calls_agent(decision)
-        early = self.ahead.take(job.key) if self.ahead and calls else None
+        early = self.ahead.take(job.key) if self.ahead else None
         context: _Attempt | None = None
         try:
+            if early is not None and early.call is None:
+                early.wait()  # its place in the order sandbox slots are taken in
+                early = None
             if early is not None:
                 context = early.context
+                assert context is not None  # a call's, never a held place's
                 early.wait()  # raises NotStarted when the run stopped before the call began
                 started, t0 = early.started, early.t0
             else:
@@ -197,6 +210,7 @@ class AttemptRunner:
                 started, t0 = time.time(), time.perf_counter()
             outcome = self._carry_out(job, context, early, source, started, t0)
         finally:
+            self.environments.unreserve(job.key)  # a slot taken for it and never used
             if context is not None:
                 context.phase(None)
         if self.finished is not None and outcome.record is not None:

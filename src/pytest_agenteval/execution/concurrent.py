@@ -17,6 +17,15 @@ A stop (cancel, spend cap, deadline, Ctrl-C) is checked where a call would start
 never started report why, and their items are skipped, not recorded. `cancel` gives up on the
 calls in flight too (Ctrl-C's grace is over): their items are skipped the same way.
 
+A call may need something before it starts that other processes also want (a sandbox slot
+under `--agenteval-max-sandboxes`): its `admit` takes it without waiting, and calls are admitted
+in schedule order, none before an earlier one has what it needs. So a later attempt never holds
+a slot its process's current item waits for: a process that waits holds no slot of a later
+item, and no two processes (xdist workers) can wait on each other. An attempt made at its
+item's turn that needs one (a regrade, an agent that could not be had ahead) holds its place
+in that order with a call of None. While a call waits to be admitted, a poller thread asks
+again every `ADMIT_POLL` seconds.
+
 The pool's threads are daemon threads, so an abandoned call never keeps the process alive.
 """
 
@@ -51,13 +60,25 @@ R = TypeVar("R")
 """What a call returns (the agent's answer)."""
 CANCEL_POLL = 0.1
 """Seconds between two looks for a cancel while an item waits for its call."""
+ADMIT_POLL = 0.02
+"""Seconds between two tries to admit the first call waiting for what it needs."""
+Admit = Callable[[], bool]
+"""Take what a call needs before it starts (a sandbox slot) without waiting; False: not now."""
 
 
 class Started(Generic[C, R]):
     """An agent call scheduled ahead: when it started, and its answer (or error) once it ends."""
 
-    def __init__(self, call: Callable[[], R], context: C, owner: Ahead[C, R]) -> None:
+    def __init__(
+        self,
+        call: Callable[[], R] | None,
+        context: C | None,
+        owner: Ahead[C, R],
+        admit: Admit | None = None,
+    ) -> None:
         self.call = call
+        """None: a place held in the admission order for an attempt made at its turn."""
+        self.admit = admit
         self.owner = owner
         self.context = context
         """What the caller keeps with the call (the attempt's context)."""
@@ -69,12 +90,16 @@ class Started(Generic[C, R]):
         self.running = False
         self.dropped = False
         """Its item will never take it (pytest passed over it): never hand it to the pool."""
+        self.taken = False
+        """Its item took it (and waits for it)."""
 
     def wait(self) -> None:
-        """Wait for the call to end; raises NotStarted when it never began or was given up
-        on (`Ahead.cancel`)."""
-        future = self.future
-        assert future is not None
+        """Wait for the call to end (a held place: to be admitted); raises NotStarted when
+        it never began or was given up on (`Ahead.cancel`)."""
+        while (future := self.future) is None:  # taken before it was admitted
+            if self.owner.cancelled is not None:
+                raise self.owner.cancelled
+            time.sleep(ADMIT_POLL)
         while not future.done():
             with contextlib.suppress(TimeoutError):
                 future.result(CANCEL_POLL)
@@ -127,6 +152,9 @@ class Ahead(Generic[C, R]):
         """Scheduled and not handed to the pool yet."""
         self._handed = 0
         """Handed to the pool and not taken."""
+        self._blocked = threading.Condition(self._lock)
+        """Notified when the first waiting call could not be admitted (the poller's cue)."""
+        self._poller: threading.Thread | None = None
 
     @property
     def running(self) -> int:
@@ -139,9 +167,19 @@ class Ahead(Generic[C, R]):
         """Calls scheduled and not taken yet."""
         return len(self._calls)
 
-    def schedule(self, key: AttemptId, call: Callable[[], R], context: C) -> None:
-        """Start `call` once the pool has room, unless the run is stopping by then."""
-        started = Started(call, context, self)
+    def schedule(
+        self, key: AttemptId, call: Callable[[], R], context: C, admit: Admit | None = None
+    ) -> None:
+        """Start `call` once the pool has room and `admit` (in schedule order) took what the
+        call needs, unless the run is stopping by then."""
+        self._add(key, Started(call, context, self, admit))
+
+    def hold(self, key: AttemptId, admit: Admit) -> None:
+        """Hold the place of an attempt made at its turn in the order calls are admitted in:
+        it is admitted in that order (its item's `wait` returns then), never run."""
+        self._add(key, Started(None, None, self, admit))
+
+    def _add(self, key: AttemptId, started: Started[C, R]) -> None:
         with self._lock:
             self._calls[key] = started
             self._waiting.append(started)
@@ -149,18 +187,61 @@ class Ahead(Generic[C, R]):
         self._submit(ready)
 
     def _ready(self) -> list[Started[C, R]]:
-        """The waiting calls the look-ahead window has room for (lock held)."""
+        """The waiting calls the look-ahead window has room for, admitted in order (lock
+        held); the first that cannot be admitted stops the rest and wakes the poller."""
         ready = []
-        while self._waiting and self._handed < 2 * self.size:
-            started = self._waiting.popleft()
-            if started.future is None and not started.dropped:
-                self._handed += 1
-                started.future = Future()  # set by the pool thread that runs it
-                ready.append(started)
+        while self._waiting:
+            started = self._waiting[0]
+            if started.future is not None or started.dropped:
+                self._waiting.popleft()
+                continue
+            taken = started.taken  # its item waits for it: past the window
+            if not taken and self._handed >= 2 * self.size:
+                break
+            if started.admit is not None and not self._admit(started):
+                self._wake_poller()
+                break
+            self._waiting.popleft()
+            started.future = Future()  # set by the pool thread that runs it
+            if started.call is None:
+                started.future.set_result((None, None))  # a place held: admitted, not run
+                continue
+            self._handed += 0 if taken else 1
+            ready.append(started)
         return ready
 
+    def _admit(self, started: Started[C, R]) -> bool:
+        """Whether the call may start: admitted, or the run is stopping (it will not run)."""
+        assert started.admit is not None
+        if started.admit():
+            started.admit = None
+            return True
+        return self._closed or self.stopped() is not None
+
+    def _wake_poller(self) -> None:
+        """Have the poller try the first waiting call again soon (lock held)."""
+        if self._poller is None:
+            self._poller = threading.Thread(target=self._poll, name="agenteval-admit", daemon=True)
+            self._poller.start()
+        self._blocked.notify()
+
+    def _poll(self) -> None:
+        """The poller: while a call waits to be admitted, try again every ADMIT_POLL."""
+        while not self._closed:
+            with self._lock:
+                ready = self._ready()
+                if not ready and not self._admission_waits():
+                    self._blocked.wait()
+                    continue
+            self._submit(ready)
+            time.sleep(ADMIT_POLL)
+
+    def _admission_waits(self) -> bool:
+        """Whether the first waiting call waits to be admitted (lock held)."""
+        return bool(self._waiting) and self._waiting[0].admit is not None
+
     def _submit(self, ready: list[Started[C, R]]) -> None:
-        for started in ready:
+        for started in ready:  # the first a taken call: in the queue before the others
             self._queue.put(started)
             if len(self._threads) < self.size:
                 thread = threading.Thread(
@@ -176,6 +257,7 @@ class Ahead(Generic[C, R]):
             started.future.set_result(self._start(started))
 
     def _start(self, started: Started[C, R]) -> tuple[R | None, BaseException | None]:
+        assert started.call is not None  # a held place is never handed to the pool
         reason = "the session ended" if self._closed else self.stopped()
         if reason is not None:
             return None, NotStarted(reason)
@@ -191,7 +273,9 @@ class Ahead(Generic[C, R]):
 
     def take(self, key: AttemptId) -> Started[C, R] | None:
         """The call scheduled for `key` (each attempt is taken once), or None. Calls scheduled
-        before it that were not taken belong to items pytest passed over: they are dropped."""
+        before it that were not taken belong to items pytest passed over: they are dropped.
+        A call not handed over yet (pytest passed over many items, or it waits to be
+        admitted) is handed over as soon as it is admitted, past the window."""
         with self._lock:
             found = self._calls.get(key)
             if found is None:
@@ -199,16 +283,13 @@ class Ahead(Generic[C, R]):
             while True:
                 passed, started = self._calls.popitem(last=False)
                 if started.future is not None:
-                    self._handed -= 1
+                    self._handed -= 0 if started.call is None else 1
                 elif passed != key:
                     started.dropped = True
                 if passed == key:
                     break
-            late = found.future is None  # not handed over yet (pytest passed over many items)
-            if late:
-                found.future = Future()
+            found.taken = True
             ready = self._ready()
-        self._submit([found] if late else [])
         self._submit(ready)
         return found
 
@@ -228,5 +309,6 @@ class Ahead(Generic[C, R]):
         with self._lock:
             self._calls.clear()
             self._waiting.clear()
+            self._blocked.notify()
         for _ in self._threads:
             self._queue.put(None)

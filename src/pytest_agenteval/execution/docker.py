@@ -93,6 +93,8 @@ class DockerSession:
         self._removing: list[subprocess.Popen[bytes]] = []
         self._doomed: list[str] = []
         """Containers torn down while a removal ran: the next removal's."""
+        self._freeing: list[threading.Thread] = []
+        """Removals of containers that hold a slot (`remove_then_free`)."""
         self.alive: set[str] = set()
         """Containers of this process not torn down yet (an interrupted attempt's)."""
 
@@ -128,6 +130,20 @@ class DockerSession:
             self._removing = [self._remove(self._doomed)]
             self._doomed = []
 
+    def remove_then_free(self, name: str, slot: int) -> None:
+        """Remove a container that holds a sandbox slot without waiting for it, and give the
+        slot back once it is gone (never before: the cap counts containers that exist)."""
+
+        def remove() -> None:
+            remove_now([name])
+            self.forget(name)
+            release_slot(slot)
+
+        thread = threading.Thread(target=remove, name="agenteval-remove", daemon=True)
+        with self._lock:
+            self._freeing = [t for t in self._freeing if t.is_alive()] + [thread]
+        thread.start()
+
     @staticmethod
     def _remove(names: list[str]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
@@ -156,8 +172,11 @@ class DockerSession:
         with self._lock:
             removing, self._removing = self._removing, []
             doomed, self._doomed = self._doomed, []
+            freeing, self._freeing = self._freeing, []
         for removal in removing:
             removal.wait()
+        for thread in freeing:
+            thread.join()
         if doomed:
             remove_now(doomed)
 
@@ -173,16 +192,23 @@ class DockerEnvironment:
         session: DockerSession,
         build: BuildFolder | None = None,
         max_bytes: int = ARTIFACTS_MAX_BYTES,
+        *,
+        slot: int | None = None,
     ) -> None:
         """A started container of `spec`'s image (built from `build`, the folder and its
         digest, when it has one) holding a copy of `template`; `changed_files` holds the
-        bytes of at most `max_bytes` of them (the task's `artifacts: {max_bytes}`)."""
+        bytes of at most `max_bytes` of them (the task's `artifacts: {max_bytes}`). Under
+        `--agenteval-max-sandboxes` it holds `slot` (taken ahead), else waits for one."""
         self.spec = spec
         self.name = name
         self.template = template
         self.max_bytes = max_bytes
         self._dead: str | None = None
-        image, image_id = session.image(spec.docker, build)
+        try:
+            image, image_id = session.image(spec.docker, build)
+        except BaseException:
+            release_slot(slot)
+            raise
         self.image_id: str | None = image_id
         """The id of the image the container was made of."""
         self._session = session
@@ -190,7 +216,9 @@ class DockerEnvironment:
         self.captured: dict[str, str] | None = None
         """What `sandbox: environment:` captured inside, by name (None: nothing asked)."""
         max_alive = session.policy.max_alive
-        self._slot = sandbox_slot(max_alive) if max_alive is not None else None
+        if slot is None and max_alive is not None:
+            slot = sandbox_slot(max_alive)
+        self._slot = slot
         session.started(name)
         try:
             checked(self._run_argv(image, session.labels()), f"starting a container of {image!r}")
@@ -348,15 +376,13 @@ class DockerEnvironment:
         self._slot = None
 
     def _remove(self) -> None:
-        """Remove the container: in the background, or at once when it holds a slot (the
-        next sandbox may start only once it is gone)."""
-        if self._slot is None:
+        """Remove the container in the background; one that holds a slot gives it back once
+        it is gone (the next sandbox may start only then)."""
+        slot, self._slot = self._slot, None
+        if slot is None:
             self._session.remove_later(self.name)
-            return
-        docker(["rm", "-f", self.name])
-        self._session.forget(self.name)
-        release_slot(self._slot)
-        self._slot = None
+        else:
+            self._session.remove_then_free(self.name, slot)
 
     def _inside(self, path: str) -> str:
         """`path` as an absolute path below `workdir`; one that leads out of it is refused."""

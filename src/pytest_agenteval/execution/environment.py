@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Literal
 
@@ -76,17 +77,34 @@ class Environments:
         self._swept: list[str] = []
         """What the session's end sweep removed (`sweep`), a line each."""
         self._lock = threading.Lock()
+        self._reserved: dict[AttemptId, int] = {}
+        """Sandbox slots taken for attempts (admitted ahead) whose container is not made yet."""
 
-    def at_turn_only(self, task: TaskDef) -> bool:
-        """Whether the task's attempts must make their environment at their item's turn, not
-        ahead of it: a sandbox under `--agenteval-max-sandboxes`, since an attempt ahead would
-        hold a slot until its turn, which may wait for that very slot (each process then holds
-        at most one, and its current item always goes on)."""
-        return (
-            task.sandbox is not None
-            and self._sandboxes is not None
-            and (self._sandboxes.max_alive is not None)
-        )
+    def admission(self, task: TaskDef, key: AttemptId) -> Callable[[], bool] | None:
+        """What the attempt must take before it starts ahead of its turn (a sandbox slot
+        under `--agenteval-max-sandboxes`, tried without waiting: see `Ahead`), or None."""
+        size = self._sandboxes.max_alive if self._sandboxes is not None else None
+        if task.sandbox is None or size is None:
+            return None
+        return partial(self._reserve, key, size)
+
+    def _reserve(self, key: AttemptId, size: int) -> bool:
+        from .sandboxes import free_sandbox_slot
+
+        slot = free_sandbox_slot(size)
+        if slot is None:
+            return False
+        with self._lock:
+            self._reserved[key] = slot
+        return True
+
+    def unreserve(self, key: AttemptId) -> None:
+        """Give back the slot taken for the attempt if its environment never took it on."""
+        from .limits import release_slot
+
+        with self._lock:
+            slot = self._reserved.pop(key, None)
+        release_slot(slot)
 
     def join_run(self, run_id: str) -> None:
         """The run this process's attempts belong to: its containers are labelled with it."""
@@ -108,8 +126,16 @@ class Environments:
                     self._docker.run_id = self._run_id
             name = container_name(key, self._session)
             kept = task.artifacts.max_bytes if task.artifacts is not None else 0
+            with self._lock:
+                slot = self._reserved.pop(key, None)
             return DockerEnvironment(
-                task.sandbox, name, task.workspace_dir, self._docker, task.sandbox_build, kept
+                task.sandbox,
+                name,
+                task.workspace_dir,
+                self._docker,
+                task.sandbox_build,
+                kept,
+                slot=slot,
             )
         return self.workspaces.create(key, task.workspace_dir)
 
@@ -143,7 +169,9 @@ class Environments:
         return [swept.line() for session in sessions for swept in session.swept] + self._swept
 
     def close(self) -> None:
-        """The session is over: the sandboxes being removed are gone."""
+        """The session is over: the sandboxes being removed are gone, no slot is held."""
+        for key in list(self._reserved):
+            self.unreserve(key)
         if self._docker is not None:
             self._docker.close()
         self.workspaces.close()

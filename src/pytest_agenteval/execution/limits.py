@@ -90,19 +90,25 @@ class LimitGate:
 
 def take_slot(folder: Path, name: str, size: int, poll: float = SLOT_POLL) -> int:
     """Wait for the first free of `size` slot files `<name>.slot<i>` in `folder` and hold it
-    (`_release` gives it back; the kernel does when the holder dies). Each file is made when
-    first reached, so a look costs the slots held, however large `size` is."""
-    while True:
-        for i in range(size):
-            fd = os.open(folder / f"{name}.slot{i}", os.O_RDWR | os.O_CREAT, 0o644)
-            HELD.add(fd)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                _release(fd)
-                continue
-            return fd
+    (`_release` gives it back; the kernel does when the holder dies)."""
+    while (slot := try_slot(folder, name, size)) is None:
         time.sleep(poll)
+    return slot
+
+
+def try_slot(folder: Path, name: str, size: int) -> int | None:
+    """The first free of `size` slot files, held, or None when all are held. Each file is
+    made when first reached, so a look costs the slots held, however large `size` is."""
+    for i in range(size):
+        fd = os.open(folder / f"{name}.slot{i}", os.O_RDWR | os.O_CREAT, 0o644)
+        HELD.add(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _release(fd)
+            continue
+        return fd
+    return None
 
 
 def _release(slot: int, *_: object) -> None:

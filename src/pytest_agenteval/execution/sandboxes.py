@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..core.errors import EnvironmentUnavailable
-from .limits import take_slot
+from .limits import take_slot, try_slot
 
 __all__ = ["AGAIN", "BuildFailed", "EnvironmentUnavailable", "SandboxSession", "Swept"]
 
@@ -122,6 +122,15 @@ def machine_folder() -> Path:
 def sandbox_slot(size: int) -> int:
     """Wait for one of `size` sandbox slots of this machine's user and hold it (flock'd
     files: a dead holder's slot is free again at once); `release_slot` gives it back."""
+    return take_slot(_slots(), "sandbox", size, SLOT_POLL)
+
+
+def free_sandbox_slot(size: int) -> int | None:
+    """One of `size` sandbox slots held now, or None when all are held (never waits)."""
+    return try_slot(_slots(), "sandbox", size)
+
+
+def _slots() -> Path:
     folder = machine_folder() / "sandboxes"
     folder.mkdir(exist_ok=True)
-    return take_slot(folder, "sandbox", size, SLOT_POLL)
+    return folder

@@ -138,7 +138,9 @@ class AheadHooks:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         if self.deferred and self.deferred[0] is item:
-            self.deferred.popleft()  # its turn: it runs now, as in a serial run
+            # its turn: it runs now, as in a serial run, holding its place among those that
+            # take sandbox slots before any later attempt may take one
+            self.deferred.popleft().schedule(at_turn=True)
         self._retry_deferred()
         if self.upcoming is not None:
             self._top_up()

@@ -113,11 +113,12 @@ class AttemptItem(AgentevalItem):
         task = self.task
         return AttemptJob(task, self.attempt, self.runtime.decide(self.key, task), self.variant)
 
-    def schedule(self) -> bool:
+    def schedule(self, at_turn: bool = False) -> bool:
         """Start this attempt's agent call ahead of its turn (`--agenteval-concurrency`);
-        False when its agent cannot be had yet (a fixture not made yet)."""
+        False when its agent cannot be had yet (a fixture not made yet). `at_turn`: its turn
+        has come (the attempt holds its place among those taking sandbox slots)."""
         self._job = self._job or self.job()  # decided once: setup takes the same job
-        return self.runtime.runner.schedule(self._job, self._agent_ahead)
+        return self.runtime.runner.schedule(self._job, self._agent_ahead, at_turn)
 
     def setup(self) -> None:
         try:
