@@ -288,15 +288,16 @@ def _repair(args: argparse.Namespace) -> int:
 
 
 def _sweep_sandboxes() -> str | None:
-    """`repair` also removes the Docker sandboxes of this host's sessions that are gone and
-    says how many (nothing to say where no docker command is installed)."""
+    """`repair` also removes the Docker sandboxes of this host's sessions that are gone, on
+    every daemon this machine's sessions used, and says how many (nothing to say where no
+    docker command is installed)."""
     if shutil.which("docker") is None:
         return None
-    from .execution.docker import remove_orphans
+    from .execution.docker import known_hosts, remove_orphans
     from .execution.sandboxes import EnvironmentUnavailable
 
     try:
-        swept = remove_orphans()
+        swept = remove_orphans(hosts=known_hosts())
     except EnvironmentUnavailable as exc:
         return f"sandboxes not checked: {exc.message}"
     return swept.line() if swept.names else "no sandbox container of a gone session left"

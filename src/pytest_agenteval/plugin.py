@@ -254,6 +254,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "session of this user (default: unbounded).",
     )
     option(
+        "--agenteval-docker-host",
+        action="append",
+        dest="agenteval_docker_hosts",
+        type=options.docker_host,
+        metavar="URL",
+        default=[],
+        ini=("agenteval_docker_hosts", "args"),
+        help="a Docker daemon sandboxes may go to (unix:///run/a.sock, ssh://ci@build-2; "
+        "repeatable): each attempt's goes to the one with the fewest of this process's "
+        "alive; overrides the datasets' docker: hosts: (default: the daemon DOCKER_HOST "
+        "or the current context names).",
+    )
+    option(
         "--agenteval-sandbox-allow",
         dest="agenteval_sandbox_allow",
         type=options.sandbox_allow,

@@ -27,6 +27,7 @@ from pydantic import (
 
 from .errors import AgentError
 from .llm import JudgeSettings, ModelPrice, ProviderSpec
+from .options import DOCKER_HOST_SCHEMES
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -198,6 +199,22 @@ class DockerImage(UserModel):
     build: str | None = Field(default=None, min_length=1)
     """A folder with a Dockerfile, relative to the dataset root: built once per content
     digest of the folder and tagged by it (`agenteval-build:<digest>`)."""
+    hosts: list[str] = Field(default_factory=list)
+    """The Docker daemons the containers may go to (`unix:///run/a.sock`,
+    `ssh://ci@build-2`): each attempt's to the one with the fewest of the process's alive,
+    the image built on each. Default: the daemon `DOCKER_HOST` or the current context names.
+    `--agenteval-docker-host` overrides it; not part of the task's digest."""
+
+    @field_validator("hosts")
+    @classmethod
+    def _addresses(cls, hosts: list[str]) -> list[str]:
+        for host in hosts:
+            if not host.startswith(DOCKER_HOST_SCHEMES) or not host.split("://", 1)[1]:
+                raise ValueError(
+                    f"{host!r} is not a Docker daemon's address "
+                    "(unix:///run/docker.sock, ssh://user@host, tcp://host:2376)"
+                )
+        return list(dict.fromkeys(hosts))
 
     @model_validator(mode="after")
     def _one_source(self) -> DockerImage:

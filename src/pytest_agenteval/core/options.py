@@ -78,6 +78,20 @@ def sandbox_allow(value: str) -> frozenset[str]:
     return names
 
 
+DOCKER_HOST_SCHEMES = ("unix://", "ssh://", "tcp://", "npipe://", "fd://")
+"""The forms of a Docker daemon's address (`docker --host`)."""
+
+
+def docker_host(value: str) -> str:
+    """`--agenteval-docker-host`: a daemon's address, as `docker --host` takes it."""
+    if not value.startswith(DOCKER_HOST_SCHEMES) or len(value.split("://", 1)[1]) == 0:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a Docker daemon's address "
+            "(unix:///run/docker.sock, ssh://user@host, tcp://host:2376)"
+        )
+    return value
+
+
 def agent_ref(value: str) -> str:
     where, sep, name = value.rpartition(":")
     if not (sep and where and name.replace("_", "a").replace(".", "a").isalnum()):

@@ -129,6 +129,9 @@ class AttemptRecord:
     whose records do not name one."""
     image: str | None = None
     """The id of the Docker image the attempt's sandbox was made of (None: no sandbox)."""
+    sandbox_host: str | None = None
+    """The Docker daemon the attempt's sandbox ran on, when the run or task named its
+    daemons (`--agenteval-docker-host`, `docker: hosts:`); None: the default one."""
     environment: dict[str, str] | None = None
     """What `sandbox: environment:` captured inside the attempt's container before its agent,
     by name (output stripped); None when nothing was asked."""
@@ -266,6 +269,7 @@ def new_record(
     expected: Any = None,
     wait: float = 0.0,
     image: str | None = None,
+    sandbox_host: str | None = None,
     environment: dict[str, str] | None = None,
     changed_files: list[dict[str, Any]] | None = None,
     part_digests: dict[str, str] | None = None,
@@ -305,6 +309,7 @@ def new_record(
         wait=wait,
         variant=key.variant,
         image=image,
+        sandbox_host=sandbox_host,
         environment=json_safe(environment) if environment is not None else None,  # type: ignore[arg-type]
         changed_files=json_safe(changed_files) if changed_files else changed_files,  # type: ignore[arg-type]
         part_digests=part_digests,
@@ -523,6 +528,7 @@ FIELDS: tuple[Field, ...] = (
     Field("expected", "r.expected", _same, omit="r.expected is None"),
     Field("wait", "r.wait", lambda wait: float(wait or 0.0), omit="not r.wait"),
     Field("image", "r.image", _optional(str), omit="r.image is None"),
+    Field("sandbox_host", "r.sandbox_host", _optional(str), omit="r.sandbox_host is None"),
     Field("environment", "r.environment", _same, omit="r.environment is None", index=(dict,)),
     Field("changed_files", "r.changed_files", _same, omit="r.changed_files is None"),
     Field("part_digests", "r.part_digests", _same, omit="r.part_digests is None"),

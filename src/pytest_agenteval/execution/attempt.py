@@ -538,6 +538,7 @@ class _Attempt:
             expected=task.spec.expected,
             wait=self.wait,
             image=getattr(self.environment, "image_id", None),  # a sandbox's
+            sandbox_host=getattr(self.environment, "sandbox_host", None),
             environment=getattr(self.environment, "captured", None),
             changed_files=self.artifacts.files if self.artifacts is not None else None,
             part_digests=task.part_digests,

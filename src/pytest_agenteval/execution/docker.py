@@ -17,9 +17,11 @@ whose worker died. Kept containers (`--agenteval-keep-sandboxes`) are renamed
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import subprocess
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -27,11 +29,13 @@ from ..core.environment import ChangedFile, Finished
 from ..core.identity import AttemptId
 from ..core.model import ARTIFACTS_MAX_BYTES, DockerImage, SandboxSpec
 from ..sources.dataset import BuildFolder
+from ..store.locks import locked
 from .docker_cli import (
     DAEMON_GONE,
     DOCKER_TIMEOUT,
     SandboxUnavailable,
     checked,
+    cli,
     docker,
     docker_env,
     remove_now,
@@ -42,7 +46,7 @@ from .docker_images import DockerImages
 from .environment import SandboxPolicy
 from .limits import release_slot
 from .process import run_program
-from .sandboxes import Swept, sandbox_slot, session_alive, session_label
+from .sandboxes import Swept, machine_folder, sandbox_slot, session_alive, session_label
 from .workspaces import folder_name
 
 LABEL = "agenteval.session"
@@ -53,15 +57,36 @@ KEPT = "agenteval-kept-"
 """Prefix a kept container is renamed to: no session's cleanup removes it."""
 NAME_AND_SESSION = '{{.Names}}\t{{.Label "agenteval.session"}}'
 """`docker ps --format` of a container's name and session label."""
+HOSTS_FILE = "docker-hosts"
+"""In the machine folder: the daemons this user's sessions used besides the default one."""
 
 
-def remove_orphans(run_id: str | None = None) -> Swept:
-    """Remove the containers of this host's sessions that are gone (kept ones aside; of the
-    run `run_id` only, when given)."""
+def remove_orphans(run_id: str | None = None, hosts: Sequence[str | None] = (None,)) -> Swept:
+    """Remove the containers of this client host's sessions that are gone, on every daemon of
+    `hosts` (None: the default one; kept containers aside; of the run `run_id` only, when
+    given). A daemon that cannot be reached is passed over unless none can be."""
+    names: list[str] = []
+    sessions: list[str] = []
+    failed: list[SandboxUnavailable] = []
+    for host in dict.fromkeys(hosts):
+        try:
+            swept = _remove_orphans_on(run_id, host)
+        except SandboxUnavailable as exc:
+            failed.append(exc)
+            continue
+        names += swept.names
+        sessions += swept.sessions
+    if failed and len(failed) == len(dict.fromkeys(hosts)):
+        raise failed[0]
+    return Swept(tuple(names), tuple(dict.fromkeys(sessions)))
+
+
+def _remove_orphans_on(run_id: str | None, host: str | None) -> Swept:
     wanted = f"{RUN_LABEL}={run_id}" if run_id is not None else LABEL
     listed = checked(
         ["ps", "-a", "--filter", f"label={wanted}", "--format", NAME_AND_SESSION],
         "listing the sandboxes",
+        host=host,
     )
     gone: dict[str, str] = {}
     for line in listed.decode().splitlines():
@@ -69,14 +94,35 @@ def remove_orphans(run_id: str | None = None) -> Swept:
         if name and label and not name.startswith(KEPT) and not session_alive(label):
             gone[name] = label
     if gone:
-        docker(["rm", "-f", *gone])
+        docker(["rm", "-f", *gone], host=host)
     return Swept(tuple(gone), tuple(dict.fromkeys(gone.values())))
+
+
+def known_hosts() -> list[str | None]:
+    """The daemons sessions of this client machine's user used (`note_host`), the default
+    one first: what `agenteval repair` sweeps."""
+    try:
+        listed = (machine_folder() / HOSTS_FILE).read_text().splitlines()
+    except OSError:
+        listed = []
+    return [None, *dict.fromkeys(line for line in listed if line)]
+
+
+def note_host(host: str) -> None:
+    """Remember a daemon a session of this machine used, for later sweeps (`known_hosts`)."""
+    if host in known_hosts():
+        return
+    with locked(machine_folder() / f"{HOSTS_FILE}.lock"):
+        if host not in known_hosts():
+            with (machine_folder() / HOSTS_FILE).open("a") as f:
+                f.write(host + "\n")
 
 
 class DockerSession:
     """What every container of a process shares: its labels, the run's policy, the images
-    (made sure of once), and the containers alive. Its first image sweeps the orphans of
-    sessions that are gone; `close` ends it with none of its containers left."""
+    (made sure of once per daemon), and the containers alive, on which daemon. Its first
+    image sweeps the orphans of sessions that are gone, on every daemon it may use; `close`
+    ends it with none of its containers left."""
 
     def __init__(self, session: str | None = None, policy: SandboxPolicy | None = None) -> None:
         """`session` is the label of the session the containers belong to (default: this
@@ -85,57 +131,92 @@ class DockerSession:
         self.policy = policy or SandboxPolicy()
         self.run_id: str | None = None
         """The run the containers' attempts belong to (labelled), once known."""
-        self.images = DockerImages()
+        self.images: dict[str | None, DockerImages] = {}
+        """The images of each daemon (None: the default one)."""
         self.swept: list[Swept] = []
         """What this process's orphan sweep removed (said at the session's end)."""
         self._lock = threading.Lock()
-        self._started = False
-        self._removing: list[subprocess.Popen[bytes]] = []
-        self._doomed: list[str] = []
-        """Containers torn down while a removal ran: the next removal's."""
+        self._swept_on: set[str | None] = set()
+        self._removing: dict[str | None, subprocess.Popen[bytes]] = {}
+        self._doomed: dict[str | None, list[str]] = {}
+        """Containers torn down while a removal on their daemon ran: the next removal's."""
         self._freeing: list[threading.Thread] = []
         """Removals of containers that hold a slot (`remove_then_free`)."""
-        self.alive: set[str] = set()
-        """Containers of this process not torn down yet (an interrupted attempt's)."""
+        self.alive: dict[str, str | None] = {}
+        """Containers of this process not torn down yet (an interrupted attempt's), and the
+        daemon each is on."""
+        self._placed: dict[str | None, int] = {}
 
-    def image(self, docker: DockerImage, build: BuildFolder | None = None) -> tuple[str, str]:
-        """The name and id of the image a container starts from (`DockerImages.ensure`); the
-        session's first sweeps the orphans of sessions that are gone."""
+    def hosts_for(self, spec: SandboxSpec) -> tuple[str | None, ...]:
+        """The daemons the task's containers may go to: the run's (`--agenteval-docker-host`,
+        ini `agenteval_docker_hosts`), else the task's `docker: hosts:`, else the default."""
+        return self.policy.hosts or tuple(spec.docker.hosts) or (None,)
+
+    def place(self, hosts: Sequence[str | None]) -> str | None:
+        """The daemon of `hosts` with the most free room: the fewest containers of this
+        process alive on it (then the fewest made there, so equal ones take turns)."""
+        if len(hosts) == 1:
+            return hosts[0]
         with self._lock:
-            if not self._started:
-                swept = remove_orphans()
+            alive = Counter(self.alive.values())
+            host = min(hosts, key=lambda h: (alive[h], self._placed.get(h, 0)))
+            self._placed[host] = self._placed.get(host, 0) + 1
+        return host
+
+    def image(
+        self,
+        docker: DockerImage,
+        build: BuildFolder | None = None,
+        host: str | None = None,
+        hosts: Sequence[str | None] = (),
+    ) -> tuple[str, str]:
+        """The name and id of the image a container on `host` starts from
+        (`DockerImages.ensure`); the session's first sweeps the orphans of sessions that are
+        gone on every daemon of `hosts` it has not swept yet."""
+        with self._lock:
+            sweep = [h for h in dict.fromkeys([host, *hosts]) if h not in self._swept_on]
+            self._swept_on.update(sweep)
+            images = self.images.setdefault(host, DockerImages(host))
+        if sweep:
+            for each in sweep:
+                if each is not None:
+                    note_host(each)
+            with contextlib.suppress(SandboxUnavailable):  # its own attempt says so
+                swept = remove_orphans(hosts=sweep)
                 if swept.names:
-                    self.swept.append(swept)
-                self._started = True
-        return self.images.ensure(docker, build)
+                    with self._lock:
+                        self.swept.append(swept)
+        return images.ensure(docker, build)
 
     def labels(self) -> dict[str, str]:
         """The labels of this process's containers: its session, and its run when known."""
         return {LABEL: self.session, **({RUN_LABEL: self.run_id} if self.run_id else {})}
 
-    def started(self, name: str) -> None:
+    def started(self, name: str, host: str | None = None) -> None:
         """A container of this process is being made (removed at `close` unless torn down)."""
         with self._lock:
-            self.alive.add(name)
+            self.alive[name] = host
 
-    def remove_later(self, name: str) -> None:
+    def remove_later(self, name: str, host: str | None = None) -> None:
         """Remove a container without waiting for it (`wait` does, at the end). One `docker
-        rm` runs at a time: the containers torn down meanwhile go together in the next, so
-        under concurrency an attempt costs less than one docker call to remove."""
+        rm` runs at a time per daemon: the containers torn down meanwhile go together in the
+        next, so under concurrency an attempt costs less than one docker call to remove."""
         with self._lock:
-            self.alive.discard(name)
-            self._doomed.append(name)
-            if self._removing and self._removing[-1].poll() is None:
+            self.alive.pop(name, None)
+            doomed = self._doomed.setdefault(host, [])
+            doomed.append(name)
+            running = self._removing.get(host)
+            if running is not None and running.poll() is None:
                 return  # the next teardown (or `wait`) takes this one along
-            self._removing = [self._remove(self._doomed)]
-            self._doomed = []
+            self._removing[host] = self._remove(doomed, host)
+            self._doomed[host] = []
 
-    def remove_then_free(self, name: str, slot: int) -> None:
+    def remove_then_free(self, name: str, slot: int, host: str | None = None) -> None:
         """Remove a container that holds a sandbox slot without waiting for it, and give the
         slot back once it is gone (never before: the cap counts containers that exist)."""
 
         def remove() -> None:
-            remove_now([name])
+            remove_now([name], host)
             self.forget(name)
             release_slot(slot)
 
@@ -145,9 +226,9 @@ class DockerSession:
         thread.start()
 
     @staticmethod
-    def _remove(names: list[str]) -> subprocess.Popen[bytes]:
+    def _remove(names: list[str], host: str | None) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            ["docker", "rm", "-f", *names],
+            [*cli(host), "rm", "-f", *names],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=docker_env(),
@@ -156,29 +237,30 @@ class DockerSession:
     def forget(self, name: str) -> None:
         """A container of this process is gone or kept: `close` leaves it."""
         with self._lock:
-            self.alive.discard(name)
+            self.alive.pop(name, None)
 
     def close(self) -> None:
         """The session is over: remove the containers no attempt tore down (Ctrl-C, a stop)
         and wait until every removal is done."""
         with self._lock:
-            left, self.alive = sorted(self.alive), set()
-        if left:
-            remove_now(left)
+            left, self.alive = self.alive, {}
+        for host in dict.fromkeys(left.values()):
+            remove_now(sorted(n for n, h in left.items() if h == host), host)
         self.wait()
 
     def wait(self) -> None:
         """Wait until the containers being removed, and those waiting for it, are gone."""
         with self._lock:
-            removing, self._removing = self._removing, []
-            doomed, self._doomed = self._doomed, []
+            removing, self._removing = self._removing, {}
+            doomed, self._doomed = self._doomed, {}
             freeing, self._freeing = self._freeing, []
-        for removal in removing:
+        for removal in removing.values():
             removal.wait()
         for thread in freeing:
             thread.join()
-        if doomed:
-            remove_now(doomed)
+        for host, names in doomed.items():
+            if names:
+                remove_now(names, host)
 
 
 class DockerEnvironment:
@@ -204,8 +286,13 @@ class DockerEnvironment:
         self.template = template
         self.max_bytes = max_bytes
         self._dead: str | None = None
+        hosts = session.hosts_for(spec)
+        self.host = session.place(hosts)
+        """The daemon the container is on (None: the default one)."""
+        self.sandbox_host = self.host if hosts != (None,) else None
+        """The daemon the record names: when the run or task names its daemons."""
         try:
-            image, image_id = session.image(spec.docker, build)
+            image, image_id = session.image(spec.docker, build, self.host, hosts)
         except BaseException:
             release_slot(slot)
             raise
@@ -219,9 +306,13 @@ class DockerEnvironment:
         if slot is None and max_alive is not None:
             slot = sandbox_slot(max_alive)
         self._slot = slot
-        session.started(name)
+        session.started(name, self.host)
         try:
-            checked(self._run_argv(image, session.labels()), f"starting a container of {image!r}")
+            checked(
+                self._run_argv(image, session.labels()),
+                f"starting a container of {image!r}",
+                host=self.host,
+            )
             owner = _owner(spec.user)
             if template is not None or owner != (0, 0):
                 # else `docker run --workdir` made the empty folder, and it is root's
@@ -229,6 +320,7 @@ class DockerEnvironment:
                     ["cp", "--archive", "-", f"{name}:/"],
                     "copying the workspace in",
                     input=workspace_tar(template, spec.workdir, owner),
+                    host=self.host,
                 )
             if spec.environment:
                 self.captured = self._capture(spec.environment)
@@ -302,7 +394,7 @@ class DockerEnvironment:
         container stopped) raises SandboxUnavailable, never passes for the program's exit."""
         if self._dead is not None:
             raise OSError(f"the sandbox {self.name} is gone: {self._dead}")
-        command = ["docker", "exec", "--workdir", self.spec.workdir]
+        command = [*cli(self.host), "exec", "--workdir", self.spec.workdir]
         if self.spec.user is not None:  # the container's own user stays the image's: `cp` needs it
             command += ["--user", self.spec.user]
         if input is not None:
@@ -314,7 +406,7 @@ class DockerEnvironment:
         )
         if done.timed_out:
             self._dead = f"killed at the timeout of {timeout:g}s"
-            docker(["kill", self.name])
+            docker(["kill", self.name], host=self.host)
         elif done.returncode in (126, 127) and "exec failed" in done.stdout + done.stderr:
             raise OSError((done.stdout + done.stderr).strip())  # docker says it on stdout
         elif done.returncode == 137 and self._oom_killed():
@@ -328,7 +420,7 @@ class DockerEnvironment:
         gone): raise SandboxUnavailable unless the container still runs, so the program's own
         status stands."""
         unreachable(said)
-        state = docker(["inspect", "--format", "{{.State.Running}}", self.name])
+        state = docker(["inspect", "--format", "{{.State.Running}}", self.name], host=self.host)
         if state.returncode != 0 or state.stdout.strip() != b"true":
             why = (said.strip() or state.stderr.decode(errors="replace").strip())[-2000:]
             self._dead = "its container stopped under the attempt"
@@ -338,25 +430,25 @@ class DockerEnvironment:
             )
 
     def _oom_killed(self) -> bool:
-        state = docker(["inspect", "--format", "{{.State.OOMKilled}}", self.name])
+        state = docker(["inspect", "--format", "{{.State.OOMKilled}}", self.name], host=self.host)
         return state.stdout.strip() == b"true"
 
     def read_file(self, path: str) -> bytes:
         inside = self._inside(path)
-        with copy_out(self.name, inside) as tar:
+        with copy_out(self.name, inside, self.host) as tar:
             return first_file(tar, path)
 
     def write_file(self, path: str, data: bytes | str) -> None:
         data = data.encode() if isinstance(data, str) else data
         tar = file_tar(PurePosixPath(self._inside(path)), data, _owner(self.spec.user))
-        done = docker(["cp", "--archive", "-", f"{self.name}:/"], input=tar)
+        done = docker(["cp", "--archive", "-", f"{self.name}:/"], input=tar, host=self.host)
         if done.returncode != 0:
             raise OSError(f"{path}: {done.stderr.decode(errors='replace').strip()}")
 
     def changed_files(self) -> list[ChangedFile]:
         """The changes against the template, from one `docker cp` of `workdir` read as it
         streams: no file's bytes past the room `max_bytes` leaves are held."""
-        with copy_out(self.name, f"{self.spec.workdir.rstrip('/')}/.") as tar:
+        with copy_out(self.name, f"{self.spec.workdir.rstrip('/')}/.", self.host) as tar:
             return changes(tar, self.template, self.max_bytes)
 
     def teardown(self, keep: bool) -> None:
@@ -364,8 +456,10 @@ class DockerEnvironment:
         `--agenteval-keep-sandboxes` asks (`failed`: when `keep`, the attempt did not pass)."""
         try:
             if self.keep == "all" or (self.keep == "failed" and keep):
-                docker(["kill", self.name])
-                checked(["rename", self.name, self.kept_name], "keeping the sandbox")
+                docker(["kill", self.name], host=self.host)
+                checked(
+                    ["rename", self.name, self.kept_name], "keeping the sandbox", host=self.host
+                )
             else:
                 self._remove()
                 return
@@ -380,9 +474,9 @@ class DockerEnvironment:
         it is gone (the next sandbox may start only then)."""
         slot, self._slot = self._slot, None
         if slot is None:
-            self._session.remove_later(self.name)
+            self._session.remove_later(self.name, self.host)
         else:
-            self._session.remove_then_free(self.name, slot)
+            self._session.remove_then_free(self.name, slot, self.host)
 
     def _inside(self, path: str) -> str:
         """`path` as an absolute path below `workdir`; one that leads out of it is refused."""

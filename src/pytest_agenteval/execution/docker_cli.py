@@ -27,14 +27,20 @@ class SandboxUnavailable(EnvironmentUnavailable):
     daemon that does not answer or died, a container docker refused or lost."""
 
 
+def cli(host: str | None = None) -> list[str]:
+    """The docker command speaking to `host` (`unix:///run/a.sock`, `ssh://ci@build-2`;
+    None: the daemon the user configured, by `DOCKER_HOST` or the current context)."""
+    return ["docker"] if host is None else ["docker", "--host", host]
+
+
 def docker(
-    args: Sequence[str], *, input: bytes | None = None
+    args: Sequence[str], *, input: bytes | None = None, host: str | None = None
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run the docker CLI (`args` after `docker`); a missing CLI or a daemon that cannot be
-    reached raises SandboxUnavailable, any other failure is the caller's to read."""
+    """Run the docker CLI (`args` after `docker`) against `host`; a missing CLI or a daemon
+    that cannot be reached raises SandboxUnavailable, any other failure is the caller's."""
     try:
         done = subprocess.run(
-            ["docker", *args],
+            [*cli(host), *args],
             input=input,
             capture_output=True,
             timeout=DOCKER_TIMEOUT,
@@ -50,10 +56,12 @@ def docker(
     return done
 
 
-def checked(args: Sequence[str], what: str, *, input: bytes | None = None) -> bytes:
+def checked(
+    args: Sequence[str], what: str, *, input: bytes | None = None, host: str | None = None
+) -> bytes:
     """The stdout of a docker command that must succeed; its failure is SandboxUnavailable
     saying `what` failed."""
-    done = docker(args, input=input)
+    done = docker(args, input=input, host=host)
     if done.returncode != 0:
         raise SandboxUnavailable(
             f"sandbox: {what} failed", detail=done.stderr.decode(errors="replace").strip()
@@ -77,13 +85,13 @@ def docker_env() -> dict[str, str]:
     return os.environ.copy()
 
 
-def remove_now(names: list[str]) -> None:
+def remove_now(names: list[str], host: str | None = None) -> None:
     """`docker rm -f` of `names`; with its daemon gone they are left to the orphan sweep."""
     with contextlib.suppress(SandboxUnavailable):
-        docker(["rm", "-f", *names])
+        docker(["rm", "-f", *names], host=host)
 
 
-def image_id(image: str) -> str | None:
+def image_id(image: str, host: str | None = None) -> str | None:
     """The id of the image `image` names, when the daemon has it."""
-    done = docker(["image", "inspect", "--format", "{{.Id}}", image])
+    done = docker(["image", "inspect", "--format", "{{.Id}}", image], host=host)
     return done.stdout.decode().strip() if done.returncode == 0 else None

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from ..core.environment import Change, ChangedFile
 from ..sources.templates import template_entries
-from .docker_cli import DOCKER_TIMEOUT, docker_env, unreachable
+from .docker_cli import DOCKER_TIMEOUT, cli, docker_env, unreachable
 
 
 def workspace_tar(template: Path | None, workdir: str, owner: tuple[int, int]) -> bytes:
@@ -56,12 +56,12 @@ def _add(tar: tarfile.TarFile, name: str, source: Path | None, owner: tuple[int,
 
 
 @contextlib.contextmanager
-def copy_out(container: str, path: str) -> Iterator[tarfile.TarFile]:
+def copy_out(container: str, path: str, host: str | None = None) -> Iterator[tarfile.TarFile]:
     """`path` of `container` as a tar, read as `docker cp` streams it (never whole); a copy
     that fails or is cut short raises OSError (FileNotFoundError: no such path), or
     SandboxUnavailable when the daemon is gone."""
     proc = subprocess.Popen(
-        ["docker", "cp", f"{container}:{path}", "-"],
+        [*cli(host), "cp", f"{container}:{path}", "-"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=docker_env(),

@@ -52,6 +52,9 @@ class SandboxPolicy:
     allow: frozenset[str] = frozenset()
     """What the datasets' sandboxes may lift (`--agenteval-sandbox-allow`): `network`,
     `unbounded`."""
+    hosts: tuple[str, ...] = ()
+    """The Docker daemons sandboxes go to (`--agenteval-docker-host`); empty: the datasets'
+    `docker: hosts:`, else the default daemon."""
 
 
 MakeEnvironment = Callable[["TaskDef", AttemptId], "Environment | None"]
@@ -150,14 +153,16 @@ class Environments:
 
     def sweep(self) -> None:
         """Remove the sandboxes of this run whose session is gone (an xdist worker killed
-        with them running), as the session ends (asked only of a run with sandboxes)."""
+        with them running), as the session ends (asked only of a run with sandboxes), on
+        every daemon this machine's sessions used."""
         if self._run_id is None:
             return
-        from .docker import remove_orphans
+        from .docker import known_hosts, remove_orphans
         from .sandboxes import EnvironmentUnavailable
 
+        hosts = self._sandboxes.hosts if self._sandboxes is not None else ()
         try:
-            swept = remove_orphans(self._run_id)
+            swept = remove_orphans(self._run_id, [*known_hosts(), *hosts])
         except EnvironmentUnavailable:
             return  # no docker, or its daemon is gone: the next session's sweep
         if swept.names:

@@ -128,11 +128,21 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
             keep=_setting(config, "agenteval_keep_sandboxes", options.keep_sandboxes),
             max_alive=_setting(config, "agenteval_max_sandboxes", options.positive_int),
             allow=_setting(config, "agenteval_sandbox_allow", options.sandbox_allow) or frozenset(),
+            hosts=_docker_hosts(config),
         ),
         variants=_variants(config),
         reference=_setting(config, "agenteval_reference", options.variant_name),
         otel=bool(_setting(config, "agenteval_otel")),
     )
+
+
+def _docker_hosts(config: pytest.Config) -> tuple[str, ...]:
+    """`--agenteval-docker-host` (each), else ini `agenteval_docker_hosts`, checked alike."""
+    given = config.getoption("agenteval_docker_hosts") or config.getini("agenteval_docker_hosts")
+    try:
+        return tuple(dict.fromkeys(options.docker_host(host) for host in given))
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"ini setting agenteval_docker_hosts: {exc}") from None
 
 
 def _variants(config: pytest.Config) -> tuple[str, ...]:

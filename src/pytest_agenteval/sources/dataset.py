@@ -351,7 +351,11 @@ class TaskDef:
                 # only when set, so the digests of tasks written before it stay the same
                 # what it captures (`environment:`) is not what the agent sees
                 **(
-                    {"sandbox": self.sandbox.model_dump(mode="json", exclude={"environment"})}
+                    {
+                        "sandbox": self.sandbox.model_dump(
+                            mode="json", exclude={"environment": True, "docker": {"hosts"}}
+                        )
+                    }
                     if self.sandbox
                     else {}
                 ),
@@ -375,7 +379,7 @@ class TaskDef:
             "agent": spec.agent.model_dump(mode="json", exclude={"limits"}) if spec.agent else None,
             "workspace": self._workspace_digest,
             "sandbox": [
-                sandbox.model_dump(mode="json", exclude={"environment"}),
+                sandbox.model_dump(mode="json", exclude={"environment": True, "docker": {"hosts"}}),
                 (self.sandbox_build.digest or "unreadable") if self.sandbox_build else None,
             ]
             if sandbox
