@@ -1,0 +1,158 @@
+"""Several Docker daemons in one run, against two real ones: the default daemon and a second
+one of the test's own (its own socket, data root, exec root and pid file). Attempts spread
+over both, each daemon builds the image once, records name the daemon, and nothing is left
+on either after a kill -9 and a resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemons import Daemon, own_daemon
+from helpers import DatasetMaker, default_sigint
+from pytest_agenteval.execution.docker import RUN_LABEL, known_hosts
+
+DEFAULT = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+"""The default daemon's address, as a host list names it."""
+
+
+@pytest.fixture(scope="module")
+def second() -> Iterator[Daemon]:
+    """A second dockerd of this module's own, removed with all it made at the end."""
+    if shutil.which("busybox") is None:
+        pytest.skip("busybox-static is not installed")
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.skip("no Docker daemon answers")
+    daemon = own_daemon()
+    try:
+        yield daemon
+    finally:
+        daemon.close()
+
+
+def _image_folder(root: Path) -> dict[str, object]:
+    """A `build:` folder in the dataset (busybox `FROM scratch`): each daemon builds it."""
+    folder = root / "img"
+    folder.mkdir()
+    shutil.copy(shutil.which("busybox") or "", folder / "busybox")
+    (folder / "Dockerfile").write_text(
+        'FROM scratch\nCOPY busybox /bin/busybox\nRUN ["/bin/busybox", "--install", "-s", "/bin"]\n'
+    )
+    return {"build": "img"}
+
+
+def _on(host: str, run_id: str) -> list[str]:
+    """The names of the run's containers on the daemon `host`."""
+    listed = subprocess.run(
+        ["docker", "--host", host, "ps", "-a", "--filter", f"label={RUN_LABEL}={run_id}"]
+        + ["--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return listed.stdout.split()
+
+
+def _started_on(host: str, run_id: str, since: float) -> int:
+    """How many containers of the run the daemon `host` started since `since` (its events)."""
+    events = subprocess.run(
+        ["docker", "--host", host, "events", "--since", str(int(since)), "--until", "0s"]
+        + ["--filter", "event=start", "--filter", f"label={RUN_LABEL}={run_id}"]
+        + ["--format", "{{.Actor.Attributes.name}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return len(events.stdout.split())
+
+
+def _records(root: Path, run_id: str) -> list[dict[str, object]]:
+    path = root / ".pytest_cache/agenteval/runs" / run_id / "records.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_attempts_spread_over_two_daemons_and_records_name_theirs(
+    pytester: pytest.Pytester, dataset: DatasetMaker, second: Daemon
+) -> None:
+    """40 sandboxed attempts at concurrency 8 on two xdist workers, the manifest naming two
+    daemons (`docker: hosts:`): both daemons start containers of the run (by their events),
+    each built the `build:` image (one tag on each), each record names the daemon its
+    attempt ran on, and none of the run's containers is left on either."""
+    tasks = {f"h{i:02}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(40)}
+    root = dataset(
+        tasks, manifest={"agent": {"command": ["sh", "-c", 'sleep 0.3; echo -n "$0"', "{input}"]}}
+    )
+    docker = {**_image_folder(root), "hosts": [DEFAULT, second.host]}
+    manifest = json.loads((root / "agenteval.yaml").read_text())
+    manifest["defaults"] = {"sandbox": {"docker": docker}}
+    (root / "agenteval.yaml").write_text(json.dumps(manifest))
+    run_id = f"hosts{os.getpid()}"
+    since = time.time() - 1
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "8",
+        "--agenteval-run-id", run_id,
+    )  # fmt: skip
+    result.assert_outcomes(passed=40)
+    hosts = Counter(record.get("sandbox_host") for record in _records(pytester.path, run_id))
+    assert set(hosts) == {DEFAULT, second.host} and sum(hosts.values()) == 40, hosts
+    for host in (DEFAULT, second.host):
+        assert 0 < _started_on(host, run_id, since) <= hosts[host]
+        assert _on(host, run_id) == []
+    built = second.docker("images", "--format", "{{.Repository}}", "agenteval-build").stdout
+    assert built.split() == ["agenteval-build"]
+    assert second.host in known_hosts()
+
+
+@pytest.mark.slow
+def test_a_killed_session_on_two_daemons_leaves_nothing_after_a_resume(
+    pytester: pytest.Pytester, dataset: DatasetMaker, second: Daemon
+) -> None:
+    """kill -9 of a session with containers running on both daemons
+    (`--agenteval-docker-host`, twice) leaves them running; `--resume-suite` removes them
+    on both, runs those attempts again, and leaves no container of the run on either."""
+    tasks = {f"k{i}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(4)}
+    root = dataset(tasks, manifest={"agent": "boxed:run"})
+    manifest = json.loads((root / "agenteval.yaml").read_text())
+    manifest["defaults"] = {"sandbox": {"docker": _image_folder(root)}}
+    (root / "agenteval.yaml").write_text(json.dumps(manifest))
+    (root / "boxed.py").write_text(
+        "import pathlib\n"
+        "def run(task):\n"
+        "    if pathlib.Path(__file__).with_name('hold').exists():\n"
+        "        task.environment.exec(['sleep', '600'])\n"
+        "    return task.input\n"
+    )
+    (root / "hold").touch()
+    run_id = f"hostskill{os.getpid()}"
+    hosts = ["--agenteval-docker-host", DEFAULT, "--agenteval-docker-host", second.host]
+    argv = ["--agenteval", "ds", "--agenteval-run-id", run_id, *hosts]
+    session = pytester.popen(
+        [sys.executable, "-m", "pytest", *argv, "--agenteval-concurrency", "4"],
+        stdin=None,  # type: ignore[arg-type]
+        start_new_session=True,
+        preexec_fn=default_sigint,
+    )
+    deadline = time.monotonic() + 180  # hang guard
+    while time.monotonic() < deadline:
+        if all(len(_on(host, run_id)) == 2 for host in (DEFAULT, second.host)):
+            break
+        time.sleep(0.2)
+    os.killpg(session.pid, signal.SIGKILL)
+    session.wait(30)
+    assert [len(_on(host, run_id)) for host in (DEFAULT, second.host)] == [2, 2]
+    (root / "hold").unlink()
+    resumed = pytester.runpytest_subprocess(*argv, "--resume-suite")
+    resumed.assert_outcomes(passed=4)
+    resumed.stdout.fnmatch_lines(["*removed 4 sandbox containers of a session that is gone*"])
+    assert [_on(host, run_id) for host in (DEFAULT, second.host)] == [[], []]
