@@ -54,8 +54,10 @@ def _image_folder(root: Path) -> dict[str, object]:
 def _on(host: str, run_id: str) -> list[str]:
     """The names of the run's containers on the daemon `host`."""
     listed = subprocess.run(
-        ["docker", "--host", host, "ps", "-a", "--filter", f"label={RUN_LABEL}={run_id}"]
-        + ["--format", "{{.Names}}"],
+        [
+            *("docker", "--host", host, "ps", "-a"),
+            *("--filter", f"label={RUN_LABEL}={run_id}", "--format", "{{.Names}}"),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -66,9 +68,11 @@ def _on(host: str, run_id: str) -> list[str]:
 def _started_on(host: str, run_id: str, since: float) -> int:
     """How many containers of the run the daemon `host` started since `since` (its events)."""
     events = subprocess.run(
-        ["docker", "--host", host, "events", "--since", str(int(since)), "--until", "0s"]
-        + ["--filter", "event=start", "--filter", f"label={RUN_LABEL}={run_id}"]
-        + ["--format", "{{.Actor.Attributes.name}}"],
+        [
+            *("docker", "--host", host, "events", "--since", str(int(since)), "--until", "0s"),
+            *("--filter", "event=start", "--filter", f"label={RUN_LABEL}={run_id}"),
+            *("--format", "{{.Actor.Attributes.name}}"),
+        ],
         capture_output=True,
         text=True,
         check=True,
