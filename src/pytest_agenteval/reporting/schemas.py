@@ -156,11 +156,13 @@ def _user_defs() -> dict[str, Schema]:
 
 
 def _docker_image(defs: dict[str, Schema]) -> None:
-    """A sandbox's image: exactly one of `image: NAME` and `build: DIR`, each a string."""
+    """A sandbox's image: exactly one of `image: NAME` and `build: DIR`, each a string; the
+    daemons it may go to (`hosts:`), a list of addresses."""
     image = defs["DockerImage"]
-    for prop in image["properties"].values():
+    for name, prop in image["properties"].items():
         prop.pop("default", None)
-        prop["type"] = "string"
+        if name != "hosts":
+            prop["type"] = "string"
     image["oneOf"] = [{"required": ["image"]}, {"required": ["build"]}]
 
 
