@@ -160,3 +160,41 @@ def test_a_killed_session_on_two_daemons_leaves_nothing_after_a_resume(
     resumed.assert_outcomes(passed=4)
     resumed.stdout.fnmatch_lines(["*removed 4 sandbox containers of a session that is gone*"])
     assert [_on(host, run_id) for host in (DEFAULT, second.host)] == [[], []]
+
+
+def test_a_docker_host_that_is_no_address_is_a_usage_error(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """`--agenteval-docker-host` and its ini twin take what `docker --host` takes, and say
+    so, quoting the bad value."""
+    dataset({"a.yaml": {"input": "x", "expected": "x"}})
+    result = pytester.runpytest("--agenteval-docker-host", "build-2")
+    result.stderr.fnmatch_lines(["*'build-2' is not a Docker daemon's address*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    pytester.makeini("[pytest]\nagenteval_docker_hosts = unix:///run/a.sock ci@build-2\n")
+    result = pytester.runpytest("--agenteval", "ds")
+    result.stderr.fnmatch_lines(["*agenteval_docker_hosts: 'ci@build-2' is not a Docker*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_a_task_naming_a_bad_docker_host_is_an_error_at_its_line(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A task's `docker: hosts:` entry that is no daemon address is a load error at its line,
+    naming the field; the other tasks run."""
+    dataset(
+        {
+            "good.yaml": {"input": "x", "expected": "x"},
+            "bad.yaml": {
+                "input": "x",
+                "expected": "x",
+                "sandbox": {"docker": {"image": "i:1", "hosts": ["build-2"]}},
+            },
+        },
+        manifest={"agent": {"command": ["echo", "-n", "{input}"]}},
+    )
+    result = pytester.runpytest("--agenteval", "ds")
+    result.stdout.fnmatch_lines(
+        ["*bad.yaml:*sandbox.docker.hosts*'build-2' is not a Docker daemon's address*"]
+    )
+    result.assert_outcomes(passed=1, errors=1)
