@@ -216,9 +216,11 @@ class DockerSession:
         slot back once it is gone (never before: the cap counts containers that exist)."""
 
         def remove() -> None:
-            remove_now([name], host)
-            self.forget(name)
-            release_slot(slot)
+            try:
+                remove_now([name], host)
+                self.forget(name)
+            finally:
+                release_slot(slot)
 
         thread = threading.Thread(target=remove, name="agenteval-remove", daemon=True)
         with self._lock:
