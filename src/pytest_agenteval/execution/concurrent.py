@@ -231,7 +231,8 @@ class Ahead(Generic[C, R]):
             with self._lock:
                 ready = self._ready()
                 if not ready and not self._admission_waits():
-                    self._blocked.wait()
+                    if not self._closed:  # `close` notifies under the lock
+                        self._blocked.wait()
                     continue
             self._submit(ready)
             time.sleep(ADMIT_POLL)

@@ -105,7 +105,12 @@ def known_hosts() -> list[str | None]:
         listed = (machine_folder() / HOSTS_FILE).read_text().splitlines()
     except OSError:
         listed = []
-    return [None, *dict.fromkeys(line for line in listed if line)]
+    return [None, *dict.fromkeys(line for line in listed if line and _may_be_there(line))]
+
+
+def _may_be_there(host: str) -> bool:
+    """Whether a daemon may still answer there: a unix socket whose file is gone cannot."""
+    return not host.startswith("unix://") or Path(host.removeprefix("unix://")).exists()
 
 
 def note_host(host: str) -> None:
