@@ -281,6 +281,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="token cap of the run (input + output, all its sessions), like --agenteval-max-cost.",
     )
     option(
+        "--agenteval-probe-only",
+        dest="agenteval_probe_only",
+        action="store_true",
+        default=False,
+        help="check every provider and model the selected attempts reach (models list, key, "
+        "prices under a cost cap), then stop: exit 0 when all answer, 2 when one does not.",
+    )
+    option(
+        "--agenteval-no-probe",
+        dest="agenteval_no_probe",
+        action="store_true",
+        default=False,
+        help="start attempts without checking the providers and models first (the probe "
+        "otherwise stops the session with status 'probe_failed' before anything is spent).",
+    )
+    option(
         "--agenteval-deadline",
         dest="agenteval_deadline",
         type=options.deadline,

@@ -100,6 +100,10 @@ def start_controller(config: pytest.Config, runtime: Runtime, opened: OpenedRun)
     config.pluginmanager.register(recorder, "agenteval-recorder")
     reporter = Reporter(runtime, store, run, recorder, baseline)
     config.pluginmanager.register(reporter, "agenteval-reporter")
+    if runtime.settings.probe and runtime.stops is not None:
+        from .probe import ProbeHooks
+
+        config.pluginmanager.register(ProbeHooks(runtime), "agenteval-probe")
     if config.pluginmanager.hasplugin("xdist"):
         from .xdist import XdistHooks
 

@@ -68,6 +68,10 @@ class Settings:
     """The variant the others are compared with (`--agenteval-reference`); None: the first."""
     otel: bool = False
     """`--agenteval-otel` (or ini `agenteval_otel`): export each attempt's trace."""
+    probe: bool = True
+    """Check every provider and model before the first attempt (`--agenteval-no-probe`: not)."""
+    probe_only: bool = False
+    """`--agenteval-probe-only`: the probe alone, then the session ends (exit 0 or 2)."""
 
 
 def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
@@ -132,6 +136,8 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         variants=_variants(config),
         reference=_setting(config, "agenteval_reference", options.variant_name),
         otel=bool(_setting(config, "agenteval_otel")),
+        probe=not config.getoption("agenteval_no_probe"),
+        probe_only=bool(config.getoption("agenteval_probe_only")),
     )
 
 

@@ -39,7 +39,7 @@ STOP_SCHEMA = "agenteval.stop/1"
 LOOK_EVERY = 0.01
 """Seconds between two looks for stop files; bounds how late a process sees a stop."""
 
-StopKind = Literal["cancelled", "budget", "deadline", "interrupted"]
+StopKind = Literal["cancelled", "budget", "deadline", "interrupted", "probe_failed"]
 STOP_KINDS = ("cancelled", "budget", "deadline")
 CTRL_C = "interrupted (Ctrl-C)"
 """The reason of a stop by Ctrl-C, as every report says it."""
