@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import unquote
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 REPLY = re.compile(r"<<(.*?)>>", re.DOTALL)
 CALL = re.compile(r"^call\s+([A-Za-z0-9_.-]+)\s*(.*)$", re.DOTALL)
@@ -221,7 +221,7 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
         def _refused(self) -> bool:
             """401 for a key other than the script's (its message names no key)."""
             wanted = server.script.api_key
-            given = self.headers.get("x-api-key") or self.headers.get("Authorization", "")
+            given = self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
             if wanted is None or given.removeprefix("Bearer ") == wanted:
                 return False
             self._send(401, {"error": {"message": "Incorrect API key provided", "type": "auth"}})

@@ -23,6 +23,7 @@ from ..sources.dataset import Dataset, with_judge_defaults
 from ..sources.speccache import CachedTask
 from .runtime import Runtime
 
+
 class ProbeHooks:
     """Checks every provider and model the session reaches before anything is spent."""
 
