@@ -119,6 +119,15 @@ def test_list_file_needs_ids_and_reports_each_bad_task(root: Path) -> None:
         ("- a\n- b\n", "t.yaml:1: a task file holds one task (a mapping) or a `tasks:` list"),
         ("tasks: []\nother: 1\n", "t.yaml:2: at other: unknown key 'other'"),
         ("tasks: 5\n", "t.yaml:1: at tasks: `tasks` must be a list of tasks"),
+        (
+            "input: x\nexpected: x\ntags: math\n",
+            "t.yaml:3: at tags: expected a list, found 'math'\nHint: write a list: tags: [math]",
+        ),
+        (
+            "input: x\nexpected: x\ngraders: {exact: {}}\n",
+            "t.yaml:3: at graders: expected a list, found a mapping\n"
+            "Hint: write a list: `[a, b]` or one `- item` per line",
+        ),
         ("tasks:\n  - just text\n", "t.yaml:2: at tasks[0]: a task must be a mapping"),
         ("input: !!python/object:os.system x\n", "invalid YAML"),
     ],

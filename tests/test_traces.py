@@ -379,3 +379,24 @@ def test_each_model_call_counts_in_the_run_s_spend_once() -> None:
     trace.message("assistant", "hi")
     assert spent == [(1.0, 1_000_000)]
     assert watch.counted == (1.5, 1_000_010) and watch.turns == 2
+
+
+def test_show_prints_a_tool_s_output_once() -> None:
+    """The result sent back to the model is the tool's output again: `show` refers to it."""
+    from pytest_agenteval.core.trace import ToolResult, event_json
+    from pytest_agenteval.reporting.show import _Cut, _trace_lines
+
+    events: list[AnyEvent] = [
+        ToolCall(tool="bash", arguments={"cmd": "ls"}, exit_status=0, output="a\nb"),
+        ToolResult(tool="bash", content="a\nb"),
+        ToolResult(tool="bash", content="c"),
+    ]
+    lines = _trace_lines([event_json(e) for e in events], _Cut(full=True))
+    assert lines[1:] == [
+        '  [1] tool bash {"cmd": "ls"} → exit 0',
+        "      a",
+        "      b",
+        "  [2] tool result (bash): the output above",
+        "  [3] tool result (bash)",
+        "      c",
+    ]

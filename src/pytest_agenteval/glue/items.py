@@ -50,6 +50,7 @@ PHASE_WORDS = {
 """Where an errored attempt stopped (its record's phase), in the words its error's first line,
 crash message and JUnit `phase` property use. The report's `when` stays pytest's `setup`."""
 NOT_BUILT = "agent build"
+SAID_NOT_BUILT = pytest.StashKey[set[str]]()
 """Where an attempt whose agent cannot be built stopped."""
 
 
@@ -221,9 +222,7 @@ class AttemptItem(AgentevalItem):
         if isinstance(exc, AttemptFailed | ReplayedError):
             return self._describe()
         if isinstance(exc, AgentUnavailable):
-            text = f"{self._headline()} not run: {exc.where}: {exc.problem}"
-            note = "nothing was recorded; the agenteval section at the end says more"
-            return self._text(f"{text}\n({note})", f"not run: {exc.where}: {exc.problem}")
+            return self._text(self._not_built(exc), f"not run: {exc.where}: {exc.problem}")
         if isinstance(exc, AgentError):
             text = f"{self._headline()} error: {exc.render()}{self._workspace_line()}"
             return self._text(text, exc.message)
@@ -233,6 +232,18 @@ class AttemptItem(AgentevalItem):
             # Our own bug, not the agent's: keep every frame so it can be reported and fixed.
             return f"internal error in pytest-agenteval, please report it:\n{excinfo.getrepr()}"
         return user_traceback(excinfo)
+
+    def _not_built(self, exc: AgentUnavailable) -> str:
+        """Why the attempt did not run: in full the first time this process meets the error,
+        then by reference (one broken import would otherwise print once per attempt)."""
+        said = self.session.stash.setdefault(SAID_NOT_BUILT, set())
+        problem = f"{exc.where}: {exc.problem}"
+        if problem in said:
+            why = "the first such error above says why"
+            return f"{self._headline()} not run: its agent cannot be built ({why})"
+        said.add(problem)
+        note = "nothing was recorded; the agenteval section at the end says more"
+        return f"{self._headline()} not run: {problem}\n({note})"
 
     def failed_at(self, exc: BaseException) -> str | None:
         """Where the attempt errored (`agent call`, `grading`, `budget`, `sandbox build`, a

@@ -320,15 +320,20 @@ def _trace_lines(transcript: list[Any], cut: _Cut) -> list[str]:
         return ["transcript:", *_transcript(transcript)]
     tools = sum(1 for e in typed if e.type == "tool_call")
     lines = [f"trace: {turns(typed)} model turns, {tools} tool calls"]
+    shown = ""
     for number, (item, event) in enumerate(zip(transcript, events, strict=True), 1):
         if event is None:
             lines += _transcript([item])
             continue
         text = render_event(number, event, limit=10**9)
         head, _, body = text.partition("\n")
+        if body and body == shown:  # a tool's result as the model got it: the output above
+            lines.append(f"  {head}: the output above")
+            continue
         lines.append("  " + head)
         if body:
             lines += _indented(cut(body), "  ")
+        shown = body
     return lines
 
 

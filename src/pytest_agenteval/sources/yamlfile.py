@@ -226,11 +226,23 @@ def validation_errors(
             key = loc[-1:] == ("[key]",)
             where = (*prefix, *loc[:-2]) if key else (*prefix, *loc)
             problem, hint, line = _quote_it(node, where, error["input"], key)
+        elif kind == "list_type":
+            problem, hint = _list_wanted(loc[-1], error["input"])
+            where = (*prefix, *loc)
         else:
             problem = error["msg"].removeprefix("Value error, ")
             where = (*prefix, *loc)
         errors.append(TaskFileError(path, problem, line=line, field=field_path(where), hint=hint))
     return sorted(errors, key=lambda e: e.line or 0)
+
+
+def _list_wanted(name: Any, value: Any) -> tuple[str, str]:
+    """A single value where a list belongs (`tags: math`): the problem, and the list to write."""
+    found = "a mapping" if isinstance(value, dict) else f"{value!r}"
+    if isinstance(value, str | int | float | bool):
+        written = f"{name}: [{value}]" if isinstance(name, str) else f"[{value}]"
+        return f"expected a list, found {found}", f"write a list: {written}"
+    return f"expected a list, found {found}", "write a list: `[a, b]` or one `- item` per line"
 
 
 def _unquoted(value: Any) -> bool:
