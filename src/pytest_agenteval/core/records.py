@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import NoneType
 from typing import Any
 
+from .error_classes import derived_class, phase_class  # noqa: F401  # phase_class: in FIELDS
 from .identity import AttemptId
 from .model import RECORD_SCHEMA, AgentResult, Phase, Status, Usage, Verdict
 from .numbers import rounded
@@ -150,6 +151,10 @@ class AttemptRecord:
     """Seconds spent in each phase: `wait` (for the agent's limits, when it waited),
     `environment` (making it), `agent`, `graders` (one per grader, in order, judges included),
     `artifacts`; None in records written before they were kept."""
+    error_class: str | None = None
+    """An error's class, one of `ERROR_CLASSES` (`rate_limited`, `provider_error`, `timeout`,
+    ...); derived from `phase` and `error_type` for a record that stores none. None for a
+    pass or a fail."""
 
     @property
     def key(self) -> AttemptId:
@@ -234,6 +239,8 @@ class AttemptRecord:
         for f in STORED:
             if f.read is not None:
                 values[f.attribute] = f.read(data[f.name] if f.required else data.get(f.name))
+        if values["status"] == "error" and values["error_class"] is None:
+            values["error_class"] = derived_class(values["phase"], values["error_type"])
         return cls(**values)
 
     def replacing(self, old: AttemptRecord) -> AttemptRecord:
@@ -272,6 +279,7 @@ def new_record(
     transcript: list[Any] | None = None,
     stopped: str | None = None,
     timings: dict[str, Any] | None = None,
+    error_class: str | None = None,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt.
@@ -310,6 +318,9 @@ def new_record(
         part_digests=part_digests,
         stopped=stopped,
         timings=timings,
+        error_class=(error_class or derived_class(phase, error_type))
+        if status == "error"
+        else None,
     )
 
 
@@ -528,6 +539,13 @@ FIELDS: tuple[Field, ...] = (
     Field("part_digests", "r.part_digests", _same, omit="r.part_digests is None"),
     Field("stopped", "r.stopped", _optional(str), omit="r.stopped is None"),
     Field("timings", "r.timings", _same, omit="r.timings is None"),
+    Field(
+        "error_class",
+        "r.error_class",
+        _optional(str),
+        omit="r.error_class is None or r.error_class == phase_class(r.phase)",
+        index=_STR,
+    ),
     # Facts only the index line holds: what metrics and replays need without the record.
     Field("input_tokens", "r.input_tokens", stored=False, index=_MAYBE_INT),
     Field("output_tokens", "r.output_tokens", stored=False, index=_MAYBE_INT),
@@ -557,7 +575,7 @@ and the hook's payload follow."""
 INDEX_LINE: tuple[str, ...] = (
     *("schema", "dataset", "variant", "task_id", "attempt", "digest", "run_digest", "status"),
     *("score", "duration", "input_tokens", "output_tokens", "cost", "tags", "reason", "phase"),
-    *("replay", "crashes", "model", "judge_cost", "environment", "variant_agent"),
+    *("replay", "crashes", "model", "judge_cost", "environment", "variant_agent", "error_class"),
 )
 """The order of an index line's fields (format `/1`'s; `placed` appends `record`)."""
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.environment import Environment
+from ..core.error_classes import class_of
 from ..core.errors import (
     AgentError,
     AgentTimeout,
@@ -505,6 +506,7 @@ class _Attempt:
     ) -> AttemptRecord:
         task = self.job.task
         trace = self.task.trace
+        error_type = getattr(exc, "error_type", type(exc).__name__) if exc else None
         record = new_record(
             key=self.job.key,
             digest=task.digest,
@@ -517,8 +519,9 @@ class _Attempt:
             started_at=started + self.wait,
             duration=time.perf_counter() - t0 - self.wait,
             error=error_text(exc) if exc is not None else None,
-            error_type=getattr(exc, "error_type", type(exc).__name__) if exc else None,
+            error_type=error_type,
             phase=phase if exc is not None else None,
+            error_class=class_of(exc, phase, error_type) if exc is not None else None,
             regraded=self.job.decision.action == "regrade",
             task_input=task.spec.input,
             expected=task.spec.expected,

@@ -271,6 +271,10 @@ class Provider:
         message = f"model {model!r} at {base} failed{after}: {excerpt(mask(what), 500)}"
         error = ProviderError(mask(message), detail=mask(f"Hint: {hint}"))
         error.status = status if isinstance(status, int) else None
+        if status == 429:
+            error.error_class = "rate_limited"
+        elif isinstance(exc, RequestTimeout):
+            error.error_class = "timeout"
         return error
 
 
