@@ -217,7 +217,8 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
         lines.append("  (none: the attempt ended before grading)")
     if record.error:
         where = f" in {record.phase}" if record.phase else ""
-        kind = f" ({record.error_type})" if record.error_type else ""
+        named = [n for n in (record.error_class, record.error_type) if n]
+        kind = f" ({', '.join(dict.fromkeys(named))})" if named else ""
         lines += ["", f"error{where}{kind}:", *_indented(record.error)]
     if record.transcript:
         lines += ["", *_trace_lines(record.transcript, cut)]
