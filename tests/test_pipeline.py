@@ -73,6 +73,7 @@ def test_sys_exit_in_the_agent_is_an_error_record(
         "fail": 0,
         "error": 1,
         "over_budget": 0,
+        "error_classes": {"agent_error": 1},
         "reused": 0,
         "regraded": 0,
         "run": 2,
