@@ -209,6 +209,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "set); needs pip install 'pytest-agenteval[otel]'.",
     )
     option(
+        "--agenteval-model-cache",
+        dest="agenteval_model_cache",
+        type=options.model_cache,
+        metavar="MODE",
+        ini=("agenteval_model_cache", "string"),
+        help="answer model calls from a cache under pytest's cache dir, keyed by endpoint, "
+        "whole request and attempt index: on (read and write), read (no writes), replay (a "
+        "miss is an error), off (default). A cached answer costs $0 against caps.",
+    )
+    option(
         "--agenteval-concurrency",
         dest="agenteval_concurrency",
         type=options.positive_int,

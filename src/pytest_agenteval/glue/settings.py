@@ -68,6 +68,8 @@ class Settings:
     """The variant the others are compared with (`--agenteval-reference`); None: the first."""
     otel: bool = False
     """`--agenteval-otel` (or ini `agenteval_otel`): export each attempt's trace."""
+    model_cache: str = "off"
+    """`--agenteval-model-cache` (or ini `agenteval_model_cache`): on, read, replay, off."""
 
 
 def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
@@ -132,6 +134,7 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         variants=_variants(config),
         reference=_setting(config, "agenteval_reference", options.variant_name),
         otel=bool(_setting(config, "agenteval_otel")),
+        model_cache=_setting(config, "agenteval_model_cache", options.model_cache) or "off",
     )
 
 

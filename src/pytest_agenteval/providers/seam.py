@@ -24,6 +24,7 @@ from ..core.chat import ChatMessage, ChatReply, ToolSpec
 from ..core.errors import did_you_mean
 from ..core.llm import Endpoint, ModelSettings, ProviderLimits, ProviderSpec
 from ..core.text import excerpt
+from . import cache as caches
 from . import gate as gates
 from . import http
 from .client import ProviderError, RequestTimeout, mask, register_key
@@ -138,6 +139,7 @@ def forget() -> None:
         _providers.clear()
     http.forget()
     gates.use_gate(None)
+    caches.use_cache(None)
 
 
 @dataclass
