@@ -68,7 +68,8 @@ def test_a_second_fresh_run_sends_nothing(
 ) -> None:
     """10 tasks x 3 attempts under `on`: the first run sends 30 requests (one per attempt,
     though attempts of a task ask the same), the second fresh run none, and their summaries
-    agree; the second run's records say each call was cached, at $0 with its cost kept."""
+    agree; the second run's records, JUnit and HTML say each call was cached, at $0 with its
+    first cost kept apart."""
     args = ["--agenteval", "ds", "--agenteval-model-cache", "on", *workers]
     first = pytester.runpytest_subprocess(*args)
     first.assert_outcomes(passed=30)
@@ -78,7 +79,8 @@ def test_a_second_fresh_run_sends_nothing(
     before = summary_of(pytester, latest_run(pytester.path))
     model_server.reset()
     junit = pytester.path / "junit.xml"
-    second = pytester.runpytest_subprocess(*args, f"--junitxml={junit}")
+    html = pytester.path / "report.html"
+    second = pytester.runpytest_subprocess(*args, f"--junitxml={junit}", f"--agenteval-html={html}")
     second.assert_outcomes(passed=30)
     assert model_server.requests == []
     after = summary_of(pytester, latest_run(pytester.path))
@@ -91,6 +93,7 @@ def test_a_second_fresh_run_sends_nothing(
         (call,) = [e for e in record["transcript"] if e.get("type") == "model_call"]
         assert call["cached"] is True
     assert junit.read_text().count('name="cached_calls" value="1"') == 30
+    assert html.read_text().count('"cached 1"') == 30
 
 
 @pytest.mark.slow
