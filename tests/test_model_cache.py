@@ -189,3 +189,23 @@ def test_cache_commands_stats_prune_clear(
     with pytest.raises(SystemExit):
         agenteval(["cache", "prune", "--older-than", "soon", "--cache-dir", str(tmp_path)])
     assert "'soon' is not an age" in capsys.readouterr().err
+
+
+def test_the_cache_needs_the_cache_provider(
+    pytester: pytest.Pytester, cached_dataset: Path, model_server: ModelServer
+) -> None:
+    """Without pytest's cache provider there is nowhere to keep answers: `replay` is a usage
+    error, not a run that quietly reaches the model."""
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-model-cache", "replay", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--agenteval-model-cache replay*needs the cache provider*"])
+    assert model_server.requests == []
+
+
+def test_a_bad_mode_is_refused(pytester: pytest.Pytester, cached_dataset: Path) -> None:
+    """A mode that is none of on, read, replay, off is a usage error quoting it."""
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-model-cache", "yes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*'yes' is not one of on, read, replay, off*"])

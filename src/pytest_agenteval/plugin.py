@@ -393,6 +393,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     settings = read_settings(config, list(named))
     folder = agenteval_dir(config)
+    if folder is None and settings.model_cache != "off":  # replay must never reach a model
+        raise pytest.UsageError(
+            f"--agenteval-model-cache {settings.model_cache} keeps answers in pytest's cache "
+            "dir: it needs the cache provider (drop -p no:cacheprovider)"
+        )
     specs = SpecCache(folder / CACHE_NAME if folder else None)
     parts = load_datasets(named, specs, settings.sandboxes.allow)
     datasets = [dataset for dataset, _ in parts.values()]
