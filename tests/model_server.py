@@ -13,7 +13,7 @@ call of NAME with those arguments instead (a tool result holding `<<done>>` then
 `done`). `script.replies` are answered first, in order: each `{"text": ..., "tool_calls":
 [{"name": ..., "arguments": {...}}]}`.
 
-Counting: `requests` (bodies), `paths`, `max_concurrent`, `rate_limited` (429s sent).
+Counting: `requests` (bodies), `arrivals` (their times), `paths`, `max_concurrent`, `rate_limited` (429s sent).
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ class ModelServer:
         self.script = Script()
         self.requests: list[dict[str, Any]] = []
         """Bodies of the chat requests seen, in arrival order."""
+        self.arrivals: list[float] = []
+        """When each chat request arrived (`time.monotonic()`), in arrival order."""
         self.paths: list[str] = []
         """Method and path of every request (`GET /v1/models`...)."""
         self.max_concurrent = 0
@@ -101,12 +103,13 @@ class ModelServer:
         """A fresh script (keyword arguments set its fields) and zeroed counters."""
         with self._lock:
             self.script = Script(**script)
-            self.requests, self.paths = [], []
+            self.requests, self.paths, self.arrivals = [], [], []
             self.max_concurrent = self.rate_limited = self.connections = 0
 
     def _enter(self, body: dict[str, Any]) -> tuple[int, Script]:
         with self._lock:
             self.requests.append(body)
+            self.arrivals.append(time.monotonic())
             script = self.script
             above = script.reject_above is not None and self._in_flight >= script.reject_above
             self._in_flight += 1

@@ -193,6 +193,28 @@ def _parser() -> argparse.ArgumentParser:
         "progress.json as written",
     )
     schema.set_defaults(command=_schema)
+
+    cache = sub.add_parser(
+        "cache", help="the model-call cache (--agenteval-model-cache): stats, prune, clear"
+    )
+    actions = cache.add_subparsers(metavar="ACTION")
+    stats = actions.add_parser("stats", help="how many cached answers, how large, how old")
+    cache_option(stats)
+    stats.set_defaults(command=_cache_stats)
+    prune = actions.add_parser("prune", help="remove cached answers older than an age")
+    prune.add_argument(
+        "--older-than",
+        type=options.age,
+        required=True,
+        metavar="AGE",
+        help="remove answers written longer ago than this: 30d, 12h, 90m, 45s",
+    )
+    cache_option(prune)
+    prune.set_defaults(command=_cache_prune)
+    clear = actions.add_parser("clear", help="remove every cached answer")
+    cache_option(clear)
+    clear.set_defaults(command=_cache_clear)
+    cache.set_defaults(command=lambda _: _usage(cache))
     return parser
 
 
@@ -476,3 +498,48 @@ def _schema(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _model_cache(args: argparse.Namespace) -> Path:
+    from .providers.cache import FOLDER
+    from .store.locate import cache_dir, find_rootdir
+
+    return (args.cache_dir or cache_dir(args.rootdir or find_rootdir(Path.cwd()))) / FOLDER
+
+
+def _cache_stats(args: argparse.Namespace) -> int:
+    from .providers.cache import stats
+
+    folder = _model_cache(args)
+    found = stats(folder)
+    print(f"model cache: {folder}")
+    print(f"{counted(found.entries, 'cached answer')}, {found.bytes / 1e6:.1f} MB")
+    if found.oldest is not None and found.newest is not None:
+        when = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+            for t in (found.oldest, found.newest)
+        )
+        print("written from {} to {}".format(*when))
+    print(f"first cost: ${found.cost:.4f} (what they cost when asked; a hit costs $0)")
+    return 0
+
+
+def _cache_prune(args: argparse.Namespace) -> int:
+    from .providers.cache import prune
+
+    removed = prune(_model_cache(args), args.older_than)
+    print(f"removed {counted(removed, 'cached answer')}")
+    return 0
+
+
+def _cache_clear(args: argparse.Namespace) -> int:
+    from .providers.cache import clear
+
+    removed = clear(_model_cache(args))
+    print(f"removed {counted(removed, 'cached answer')}")
+    return 0

@@ -209,6 +209,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "set); needs pip install 'pytest-agenteval[otel]'.",
     )
     option(
+        "--agenteval-model-cache",
+        dest="agenteval_model_cache",
+        type=options.model_cache,
+        metavar="MODE",
+        ini=("agenteval_model_cache", "string"),
+        help="answer model calls from a cache under pytest's cache dir, keyed by endpoint, "
+        "whole request and attempt index: on (read and write), read (no writes), replay (a "
+        "miss is an error), off (default). A cached answer costs $0 against caps.",
+    )
+    option(
         "--agenteval-concurrency",
         dest="agenteval_concurrency",
         type=options.positive_int,
@@ -399,6 +409,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     settings = read_settings(config, list(named))
     folder = agenteval_dir(config)
+    if folder is None and settings.model_cache != "off":  # replay must never reach a model
+        raise pytest.UsageError(
+            f"--agenteval-model-cache {settings.model_cache} keeps answers in pytest's cache "
+            "dir: it needs the cache provider (drop -p no:cacheprovider)"
+        )
     specs = SpecCache(folder / CACHE_NAME if folder else None)
     parts = load_datasets(named, specs, settings.sandboxes.allow)
     datasets = [dataset for dataset, _ in parts.values()]

@@ -529,6 +529,11 @@ class Usage(UserModel):
     """Input tokens the provider served from its cache (part of `input_tokens`)."""
     model: str | None = None
     """The model that used the tokens, as the provider names it (looked up in `pricing:`)."""
+    cached_calls: Count | None = None
+    """Model calls answered from the model cache (`--agenteval-model-cache`): no request
+    was sent, they cost 0 in `cost`."""
+    cached_cost: Money | None = None
+    """What the cached answers cost when they were first asked (not in `cost`)."""
 
 
 class AgentResult(UserModel):

@@ -327,7 +327,7 @@ def new_record(
 def usage_json(usage: Usage) -> dict[str, Any]:
     """Usage as stored: tokens and cost always, the optional facts only when known."""
     found = usage.model_dump()
-    for name in ("cached_input_tokens", "model"):
+    for name in ("cached_input_tokens", "model", "cached_calls", "cached_cost"):
         if found[name] is None:
             del found[name]
     return found

@@ -443,6 +443,8 @@ class _Attempt:
                 task.dataset.manifest.providers,
                 spend=spend,
                 pricing=task.dataset.manifest.pricing,
+                attempt=job.attempt,
+                task_id=task.id,
             ),
         )
 

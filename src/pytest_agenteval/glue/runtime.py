@@ -25,7 +25,9 @@ from ..execution.concurrent import Ahead
 from ..execution.environment import Environments
 from ..execution.executor import Executor
 from ..execution.limits import LimitGate, Limits
+from ..providers.cache import FOLDER, ModelCache, use_cache
 from ..providers.gate import FileGate, use_gate
+from ..providers.rates import Rates, use_rates
 from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import CachedTask, SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
@@ -427,7 +429,11 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
         if stops.run_dir is not None:
             limits = AgentLimitTable(settings, LimitGate(stops.run_dir / "limits")).held
             use_gate(FileGate(stops.run_dir / "providers"))  # shared by every worker
+            use_rates(Rates(stops.run_dir / "providers"))
             parts.environments.join_run(stops.run_dir.name)  # the run folder is named by its id
+    if parts.agenteval_dir is not None:  # beside the store, in pytest's cache dir
+        folder = parts.agenteval_dir.parent / FOLDER
+        use_cache(ModelCache(folder, settings.model_cache))
     size = parts.concurrency
     runner = AttemptRunner(
         parts.executor,
