@@ -49,8 +49,9 @@ class XdistHooks:
         records regrades need, and the agent fingerprint."""
         if self._shipment is None:
             plan = self.runtime.plan
-            if plan.rows:
-                plan.regrade_records.update(_regrades(self.runtime))
+            if plan.rows:  # the shipped copy carries the records; the plan is not changed
+                regrades = {**plan.regrade_records, **_regrades(self.runtime)}
+                plan = replace(plan, regrade_records=regrades)
             self._shipment = {
                 "schema": SHIPMENT_SCHEMA,
                 "plan": plan.to_json(),
