@@ -66,12 +66,15 @@ class Environments:
         workspaces: Workspaces,
         plugins: MakeEnvironment | None = None,
         sandboxes: SandboxPolicy | None = None,
+        run_id: str | None = None,
     ) -> None:
+        """`run_id`: the run this process's attempts belong to (its containers are labelled
+        with it, and the session's end sweeps its orphans); None: not known yet."""
         self.workspaces = workspaces
         self._plugins = plugins
         self._session = os.getpid()  # a forked agent's container is named for its session
         self._sandboxes = sandboxes
-        self._run_id: str | None = None
+        self._run_id = run_id
         self._docker: DockerSession | None = None
         self._swept: list[str] = []
         """What the session's end sweep removed (`sweep`), a line each."""
@@ -88,9 +91,9 @@ class Environments:
             and (self._sandboxes.max_alive is not None)
         )
 
-    def join_run(self, run_id: str) -> None:
-        """The run this process's attempts belong to: its containers are labelled with it."""
-        self._run_id = run_id
+    def for_run(self, run_id: str) -> Environments:
+        """The same factory for the attempts of run `run_id` (a new one: this is not changed)."""
+        return Environments(self.workspaces, self._plugins, self._sandboxes, run_id)
 
     def create(self, task: TaskDef, key: AttemptId) -> Environment:
         """A fresh environment for the attempt `key` (its variant's own, in a run with

@@ -80,7 +80,7 @@ def open_controller_run(
         deadline = settings.deadline
         at = options.deadline_at(deadline, time.time()) if deadline else None
         run_dir = store.runs_dir / run.run_id
-        stops = Stops(run_dir, at)
+        stops = Stops(run_dir, at, max_cost=settings.max_cost, max_tokens=settings.max_tokens)
         clear_running(run_dir)  # an earlier session's workers are gone
         context = RunContext(
             fingerprint,

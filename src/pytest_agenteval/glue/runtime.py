@@ -33,7 +33,7 @@ from ..sources.speccache import CachedTask, SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
 from ..store.plan import Decision, Plan
 from ..store.running import Running
-from ..store.stops import Budget, Stops
+from ..store.stops import Stops
 from .pluginhooks import answered_by
 from .settings import Settings
 
@@ -422,22 +422,22 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
     limits, fingerprint), with the attempt runner built for them."""
     settings, stops = parts.settings, context.stops
     stopped = spent = limits = None
+    environments = parts.environments
     if stops is not None:
-        stops.cap(Budget(settings.max_cost, settings.max_tokens))
         stopped = stops.reason
         spent = stops.spent if stops.budget is not None else None
         if stops.run_dir is not None:
             limits = AgentLimitTable(settings, LimitGate(stops.run_dir / "limits")).held
             use_gate(FileGate(stops.run_dir / "providers"))  # shared by every worker
             use_rates(Rates(stops.run_dir / "providers"))
-            parts.environments.join_run(stops.run_dir.name)  # the run folder is named by its id
+            environments = environments.for_run(stops.run_dir.name)  # the folder is named by its id
     if parts.agenteval_dir is not None:  # beside the store, in pytest's cache dir
         folder = parts.agenteval_dir.parent / FOLDER
         use_cache(ModelCache(folder, settings.model_cache))
     size = parts.concurrency
     runner = AttemptRunner(
         parts.executor,
-        parts.environments,
+        environments,
         context.fingerprint,
         passthrough=(pytest.exit.Exception, pytest.skip.Exception),
         note_running=context.note_running,
