@@ -341,7 +341,6 @@ def pytest_runtest_teardown(item):
 """
 
 
-@pytest.mark.slow
 def test_a_crash_after_the_record_was_committed_keeps_the_record(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
