@@ -119,3 +119,7 @@ def main() -> None:
     ours = cpu["ours"]
     print(f"| agenteval | {ours:.2f} | {wall['ours']:.2f} | {ours / n * 1000:.2f} ms |")
     print(f"CPU ratio {ours / floor:.2f} (target <= 2.0); wall {wall['ours'] / ideal:.2f}x ideal")
+
+
+if __name__ == "__main__":
+    main()
