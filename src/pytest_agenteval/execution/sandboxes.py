@@ -125,3 +125,11 @@ def sandbox_slot(size: int) -> int:
     folder = machine_folder() / "sandboxes"
     folder.mkdir(exist_ok=True)
     return take_slot(folder, "sandbox", size, SLOT_POLL)
+
+
+def kind_slot(size: int, kind: str) -> int:
+    """`sandbox_slot` for the sandboxes of a plugin's kind: its own `size` slots on this
+    machine, apart from Docker's."""
+    folder = machine_folder() / f"sandboxes-{kind}"
+    folder.mkdir(exist_ok=True)
+    return take_slot(folder, "sandbox", size, SLOT_POLL)
