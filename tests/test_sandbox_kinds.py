@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from helpers import WORKERS, DatasetMaker, latest_record, latest_run, stored
 
 KIND_PLUGIN = Path(__file__).parent / "kind_plugin.py"
