@@ -182,3 +182,63 @@ def test_the_kind_s_bound_and_the_next_session_s_orphan_sweep(
     assert not orphan.exists()
     starts = [entry for entry in _log(pytester) if entry[0] == "start"]
     assert [entry[3] for entry in starts] == [2]
+
+
+def test_a_docker_sandbox_dumps_as_before_kinds_and_a_plugin_s_as_written() -> None:
+    """The `docker:` form dumps exactly as before kinds (its task digests stay), a plugin's
+    kind as `KIND: {options}`, and each reads back as itself."""
+    from pytest_agenteval.core.model import SandboxSpec
+
+    docker = SandboxSpec.model_validate({"docker": {"image": "x"}, "memory": "2g"})
+    assert docker.model_dump(mode="json", exclude={"environment"}) == {
+        "docker": {"image": "x", "build": None},
+        "workdir": "/workspace",
+        "network": "none",
+        "cpus": None,
+        "memory": "2g",
+        "pids_limit": 256,
+        "user": None,
+        "env": {},
+    }
+    folder = SandboxSpec.model_validate({"folder": {"label": "a"}, "env": {"A": "1"}})
+    dumped = folder.model_dump(mode="json")
+    assert dumped["folder"] == {"label": "a"} and "plugin" not in dumped
+    assert SandboxSpec.model_validate(dumped) == folder and folder.kind == "folder"
+    assert docker.kind == "docker" and docker.kind_options == {"image": "x"}
+
+
+def test_a_record_from_before_kinds_keeps_its_image_and_shows_it() -> None:
+    """A format /1 record that names its Docker image in `image` reads as it is, and `show`
+    says its image as it says a new record's `sandbox`."""
+    from pytest_agenteval.core.records import AttemptRecord
+    from pytest_agenteval.reporting.show import _sandbox_lines
+
+    old = {
+        **{"schema": "agenteval.record/1", "dataset": "ds", "task_id": "a", "attempt": 0},
+        **{"digest": "d", "run_digest": "r", "agent": {}, "status": "pass"},
+        **{"duration": 1.0, "started_at": 0.0, "image": "sha256:abc"},
+    }
+    record = AttemptRecord.from_json(old)
+    assert record.image == "sha256:abc" and record.sandbox is None
+    assert _sandbox_lines(record) == ["sandbox image sha256:abc"]
+    new = AttemptRecord.from_json(
+        {**old, "image": None, "sandbox": {"kind": "docker", "image": "sha256:abc"}}
+    )
+    assert _sandbox_lines(new) == ["sandbox image sha256:abc"]
+    assert new.to_json()["sandbox"] == {"kind": "docker", "image": "sha256:abc"}
+    folder = AttemptRecord.from_json({**old, "image": None, "sandbox": {"kind": "folder"}})
+    assert _sandbox_lines(folder) == ["sandbox folder"]
+
+
+def test_a_kind_that_is_not_one_is_a_usage_error_naming_who_gave_it(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A hook returning something that is not an EnvironmentKind stops the session at
+    configure with a line naming the hook's plugin, never a traceback."""
+    pytester.makeconftest("def pytest_agenteval_environment_kinds():\n    return [object()]\n")
+    dataset({"a.yaml": {"input": "x", "expected": "x"}})
+    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    text = result.stdout.str() + result.stderr.str()
+    assert "pytest_agenteval_environment_kinds of" in text and "conftest.py" in text
+    assert "gave object, not a pytest_agenteval.EnvironmentKind" in text
+    assert "Traceback" not in text and result.ret != 0
