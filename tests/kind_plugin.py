@@ -208,6 +208,11 @@ def _files(root: Path) -> dict[str, Path]:
     return {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()}
 
 
+def entry_kind() -> FolderKind:
+    """What the entry point of the group names: the kind, rooted at `$KIND_ROOT`."""
+    return FolderKind(Path(os.environ["KIND_ROOT"]))
+
+
 CONFTEST = """
 from pathlib import Path
 

@@ -8,7 +8,10 @@ session."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -242,3 +245,42 @@ def test_a_kind_that_is_not_one_is_a_usage_error_naming_who_gave_it(
     assert "pytest_agenteval_environment_kinds of" in text and "conftest.py" in text
     assert "gave object, not a pytest_agenteval.EnvironmentKind" in text
     assert "Traceback" not in text and result.ret != 0
+
+
+def _entry_point(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kind installed as a package would be: a dist-info naming it in the entry point
+    group, on the path of every process started from here."""
+    site = pytester.path / "site"
+    info = site / "folder_kind-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: folder-kind\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[pytest_agenteval.environment_kinds]\nfolder = kind_plugin:entry_kind\n"
+    )
+    (site / "kind_plugin.py").write_text(KIND_PLUGIN.read_text())
+    monkeypatch.setenv("PYTHONPATH", f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("KIND_ROOT", str(pytester.path / "private"))
+
+
+def test_an_entry_point_kind_runs_and_agenteval_repair_sweeps_its_orphans(
+    pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kind an installed package names in `pytest_agenteval.environment_kinds` needs no
+    conftest.py, and `agenteval repair` sweeps what gone sessions of it left."""
+    _entry_point(pytester, monkeypatch)
+    root = _dataset(dataset, "pyagent:run", {"folder": {"label": "ep"}})
+    (root / "pyagent.py").write_text(PYTHON_AGENT)
+    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=1, failed=1)
+    assert latest_record(pytester.path, "a", 0)["sandbox"]["label"] == "ep"
+    orphan = pytester.path / "private/box/agenteval-1-x-orphan"
+    orphan.mkdir()
+    (orphan / "session").write_text(f"{socket.gethostname()}/999999999/1")
+    repair = subprocess.run(
+        [sys.executable, "-m", "pytest_agenteval.cli", "repair", latest_run(pytester.path)],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "removed 1 private folders of gone sessions" in repair.stdout, repair
+    assert not orphan.exists()

@@ -253,6 +253,12 @@ class Held:
     def where(self) -> str:
         return self.inner.where
 
+    @property
+    def captured(self) -> dict[str, str] | None:
+        """What the environment captured inside for the record (`sandbox: environment:`)."""
+        captured: dict[str, str] | None = getattr(self.inner, "captured", None)
+        return captured
+
     def exec(
         self,
         argv: Sequence[str],
