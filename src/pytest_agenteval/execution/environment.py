@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..core.environment import ChangedFile, Environment, Finished
 from ..core.errors import EnvironmentUnavailable
 from ..core.files import open_below
 from ..core.identity import AttemptId
-from ..core.kinds import EnvironmentKind, KindSession, SandboxRequest
+from ..core.kinds import EnvironmentKind, Keep, KindSession, SandboxRequest
 from ..core.model import local_folder
 from ..sources.templates import copy_template, template_entries
 from .limits import release_slot
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from ..core.model import SandboxSpec, Task
     from ..sources.dataset import TaskDef
     from .workspaces import Workspaces
-
-Keep = Literal["failed", "all"]
 
 
 @dataclass(frozen=True)
