@@ -1,5 +1,6 @@
-"""Where an attempt's files live and its programs run: the Environment seam, and its first kind,
-a local folder.
+"""Where an attempt's files live and its programs run: the Environment seam, its dispatch to
+the sandbox kinds (`core/kinds.py`'s `EnvironmentKind`: Docker's, a plugin's), and the first
+kind of environment, a local folder.
 
 Command agents, the `command` grader, python graders and Python agents reach an attempt's files
 and programs only through its `Environment`, made by one factory (`Environments`). The protocol
