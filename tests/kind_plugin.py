@@ -52,10 +52,10 @@ class FolderKind:
     options = FolderOptions
     on_host = True
     default_alive: int | None = None
-    max_alive: int | None = 2
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, max_alive: int | None = None) -> None:
         self.root = root
+        self.max_alive = max_alive
         self.session: KindSession | None = None
 
     def log(self, *entry: Any) -> None:
@@ -218,8 +218,10 @@ from pathlib import Path
 
 from kind_plugin import FolderKind
 
+MAX_ALIVE = None
+
 
 def pytest_agenteval_environment_kinds():
-    return [FolderKind(Path(__file__).parent / "private")]
+    return [FolderKind(Path(__file__).parent / "private", MAX_ALIVE)]
 """
 """The conftest.py a pytester run registers the kind with."""

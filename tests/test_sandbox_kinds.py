@@ -45,11 +45,11 @@ def run(task):
 """
 
 
-def _install(pytester: pytest.Pytester) -> None:
+def _install(pytester: pytest.Pytester, max_alive: int | None = None) -> None:
     from kind_plugin import CONFTEST
 
     (pytester.path / "kind_plugin.py").write_text(KIND_PLUGIN.read_text())
-    pytester.makeconftest(CONFTEST)
+    pytester.makeconftest(CONFTEST.replace("MAX_ALIVE = None", f"MAX_ALIVE = {max_alive}"))
 
 
 def _log(pytester: pytest.Pytester) -> list[list[Any]]:
@@ -115,11 +115,13 @@ def test_a_python_agent_works_through_task_environment(
     pytester: pytest.Pytester, dataset: DatasetMaker, isolate: list[str]
 ) -> None:
     """A Python agent gets no local path, only `task.environment`, and reads, writes and
-    runs there (also in a forked child under `--agenteval-isolate`)."""
-    _install(pytester)
+    runs there (also in a forked child under `--agenteval-isolate`, under a bound of 2
+    alive, whose slots the dispatch holds)."""
+    _install(pytester, max_alive=2 if isolate else None)
     root = _dataset(dataset, "pyagent:run", {"folder": {}, "env": {}})
     (root / "pyagent.py").write_text(PYTHON_AGENT)
-    result = pytester.runpytest_subprocess("--agenteval", "ds", *isolate)
+    ahead = [] if isolate else ["--agenteval-concurrency", "2"]  # unbounded: made ahead
+    result = pytester.runpytest_subprocess("--agenteval", "ds", *ahead, *isolate)
     result.assert_outcomes(passed=1, failed=1)
     record = latest_record(pytester.path, "a", 0)
     assert record["output"] == "right/seed"
@@ -171,7 +173,7 @@ def test_the_kind_s_bound_and_the_next_session_s_orphan_sweep(
 ) -> None:
     """`--agenteval-max-sandboxes` above the kind's maximum is held to it (2); a private
     folder a gone session left is removed by the next session's start, which says so."""
-    _install(pytester)
+    _install(pytester, max_alive=2)
     root = _dataset(dataset, "pyagent:run", {"folder": {}})
     (root / "pyagent.py").write_text(PYTHON_AGENT)
     orphan = pytester.path / "private/box/agenteval-1-x-orphan"
