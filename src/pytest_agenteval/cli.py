@@ -310,18 +310,27 @@ def _repair(args: argparse.Namespace) -> int:
 
 
 def _sweep_sandboxes() -> str | None:
-    """`repair` also removes the Docker sandboxes of this host's sessions that are gone and
-    says how many (nothing to say where no docker command is installed)."""
-    if shutil.which("docker") is None:
-        return None
-    from .execution.docker import remove_orphans
+    """`repair` also removes the sandboxes of this host's sessions that are gone, of every
+    kind it knows (Docker's, where a docker command is installed, and the installed kinds'
+    of the entry point group `pytest_agenteval.environment_kinds`), and says how many."""
+    from .execution.kinds import KindError, installed_kinds, registry
     from .execution.sandboxes import EnvironmentUnavailable
 
     try:
-        swept = remove_orphans()
-    except EnvironmentUnavailable as exc:
+        kinds = registry(installed_kinds())
+    except KindError as exc:
         return f"sandboxes not checked: {exc.message}"
-    return swept.line() if swept.names else "no sandbox container of a gone session left"
+    if shutil.which("docker") is None:
+        del kinds["docker"]
+    lines = []
+    for name, kind in kinds.items():
+        try:
+            lines += kind.sweep(None)
+        except EnvironmentUnavailable as exc:
+            lines.append(f"{name} sandboxes not checked: {exc.message}")
+    if not kinds:
+        return None
+    return "\n".join(lines) or "no sandbox container of a gone session left"
 
 
 def _cancel(args: argparse.Namespace) -> int:

@@ -402,7 +402,7 @@ def pytest_configure(config: pytest.Config) -> None:
         check_variants,
         make_executor,
     )
-    from .glue.sandboxes import SandboxNotes
+    from .glue.sandboxes import SandboxNotes, environment_kinds
     from .glue.settings import read_settings
     from .glue.xdist import worker_context
     from .sources.speccache import CACHE_NAME, SpecCache
@@ -415,7 +415,9 @@ def pytest_configure(config: pytest.Config) -> None:
             "dir: it needs the cache provider (drop -p no:cacheprovider)"
         )
     specs = SpecCache(folder / CACHE_NAME if folder else None)
-    parts = load_datasets(named, specs, settings.sandboxes.allow)
+    kinds = environment_kinds(config)
+    options = {name: kind.options for name, kind in kinds.items()}
+    parts = load_datasets(named, specs, settings.sandboxes.allow, options)
     datasets = [dataset for dataset, _ in parts.values()]
     check_variants(settings, datasets)
     guard.folders.adopt(datasets)
@@ -443,6 +445,7 @@ def pytest_configure(config: pytest.Config) -> None:
             Workspaces(lambda: _basetemp(config)),
             TaskHooks.environment_maker(config),
             settings.sandboxes,
+            kinds,
         ),
         concurrency=size,
         telemetry=_telemetry(config, settings.otel),

@@ -129,7 +129,12 @@ class AttemptRecord:
     """The variant (agent configuration) the attempt ran; None for a dataset without variants,
     whose records do not name one."""
     image: str | None = None
-    """The id of the Docker image the attempt's sandbox was made of (None: no sandbox)."""
+    """The id of the Docker image the attempt's sandbox was made of, in records written before
+    `sandbox` (newer ones say it there)."""
+    sandbox: dict[str, Any] | None = None
+    """The attempt's sandbox as its kind describes it: `kind` (`docker`, a plugin's) and what
+    the kind says of it (Docker: the `image` id). None: no sandbox, or a record written before
+    kinds (which names its Docker image in `image`)."""
     environment: dict[str, str] | None = None
     """What `sandbox: environment:` captured inside the attempt's container before its agent,
     by name (output stripped); None when nothing was asked."""
@@ -273,6 +278,7 @@ def new_record(
     expected: Any = None,
     wait: float = 0.0,
     image: str | None = None,
+    sandbox: dict[str, Any] | None = None,
     environment: dict[str, str] | None = None,
     changed_files: list[dict[str, Any]] | None = None,
     part_digests: dict[str, str] | None = None,
@@ -313,6 +319,7 @@ def new_record(
         wait=wait,
         variant=key.variant,
         image=image,
+        sandbox=json_safe(sandbox) if sandbox is not None else None,  # type: ignore[arg-type]
         environment=json_safe(environment) if environment is not None else None,  # type: ignore[arg-type]
         changed_files=json_safe(changed_files) if changed_files else changed_files,  # type: ignore[arg-type]
         part_digests=part_digests,
@@ -534,6 +541,7 @@ FIELDS: tuple[Field, ...] = (
     Field("expected", "r.expected", _same, omit="r.expected is None"),
     Field("wait", "r.wait", lambda wait: float(wait or 0.0), omit="not r.wait"),
     Field("image", "r.image", _optional(str), omit="r.image is None"),
+    Field("sandbox", "r.sandbox", _optional(dict), omit="r.sandbox is None"),
     Field("environment", "r.environment", _same, omit="r.environment is None", index=(dict,)),
     Field("changed_files", "r.changed_files", _same, omit="r.changed_files is None"),
     Field("part_digests", "r.part_digests", _same, omit="r.part_digests is None"),

@@ -528,7 +528,7 @@ class _Attempt:
             task_input=task.spec.input,
             expected=task.spec.expected,
             wait=self.wait,
-            image=getattr(self.environment, "image_id", None),  # a sandbox's
+            sandbox=self.environments.describe(task, self.environment),
             environment=getattr(self.environment, "captured", None),
             changed_files=self.artifacts.files if self.artifacts is not None else None,
             part_digests=task.part_digests,

@@ -99,13 +99,20 @@ class DockerSession:
     def image(self, docker: DockerImage, build: BuildFolder | None = None) -> tuple[str, str]:
         """The name and id of the image a container starts from (`DockerImages.ensure`); the
         session's first sweeps the orphans of sessions that are gone."""
-        with self._lock:
-            if not self._started:
-                swept = remove_orphans()
-                if swept.names:
-                    self.swept.append(swept)
-                self._started = True
+        self.start()
         return self.images.ensure(docker, build)
+
+    def start(self) -> list[Swept]:
+        """Sweep the orphans of sessions that are gone, once per session (again after a
+        sweep that failed); what it removed."""
+        with self._lock:
+            if self._started:
+                return []
+            swept = remove_orphans()
+            if swept.names:
+                self.swept.append(swept)
+            self._started = True
+            return [swept] if swept.names else []
 
     def labels(self) -> dict[str, str]:
         """The labels of this process's containers: its session, and its run when known."""
@@ -182,6 +189,7 @@ class DockerEnvironment:
         self.template = template
         self.max_bytes = max_bytes
         self._dead: str | None = None
+        assert spec.docker is not None, "a Docker sandbox names its image"
         image, image_id = session.image(spec.docker, build)
         self.image_id: str | None = image_id
         """The id of the image the container was made of."""

@@ -178,7 +178,7 @@ class Runtime:
         cannot be built; the located problem is made once per spec.
         """
         spec = self.agent_spec(task, variant)
-        on_host = task.sandbox is None  # a sandbox's programs are the container's
+        on_host = self.runner.environments.on_host(task)  # a container's are the image's
         made = self._declared.get((id(spec), on_host))
         if made is not None:
             return made
