@@ -99,6 +99,29 @@ async def seam(port: int, n: int, c: int) -> None:
     await asyncio.gather(*(worker(n // c) for _ in range(c)))
 
 
+async def hop(port: int, n: int, c: int) -> None:
+    """The seam as the attempt pool calls an async agent today: C threads, each handing its
+    call to one event loop thread and blocking on the answer (the per-call thread hop)."""
+    import threading
+
+    from pytest_agenteval.core.chat import ChatMessage
+    from pytest_agenteval.providers.seam import Provider, Route
+
+    os.environ["BENCH_KEY"] = "bench-key-0123456789"
+    provider = Provider(Route("bench", "openai", f"http://127.0.0.1:{port}/v1", "BENCH_KEY"))
+    messages = [ChatMessage("user", "hi")]
+    loop = asyncio.get_running_loop()
+
+    def worker(k: int) -> None:
+        for _ in range(k):
+            asyncio.run_coroutine_threadsafe(provider.send("m", messages), loop).result()
+
+    threads = [threading.Thread(target=worker, args=(n // c,)) for _ in range(c)]
+    for thread in threads:
+        thread.start()
+    await asyncio.gather(*(asyncio.to_thread(thread.join) for thread in threads))
+
+
 async def sdk(port: int, n: int, c: int) -> None:
     import openai
 
@@ -125,7 +148,7 @@ def measure(name: str, n: int, c: int, latency: float) -> tuple[float, float, in
     server = multiprocessing.Process(target=serve, args=(queue, latency), daemon=True)
     server.start()
     port = queue.get()
-    run = {"bare": bare, "seam": seam, "sdk": sdk}[name]
+    run = {"bare": bare, "seam": seam, "hop": hop, "sdk": sdk}[name]
     cpu0, wall0 = time.process_time(), time.perf_counter()
     asyncio.run(run(port, n, c))
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -140,7 +163,7 @@ def main() -> None:
     for c, latency in ((64, 0.05), (512, 0.5)):
         print(f"{n} calls, {c} in flight, {latency * 1000:g} ms each")
         floor = None
-        for name in ("bare", "seam", "sdk"):
+        for name in ("bare", "seam", "hop", "sdk"):
             try:
                 ms, wall, opened = measure(name, n, c, latency)
             except ImportError:

@@ -136,6 +136,12 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
+        def do_GET(self) -> None:
+            """The models list the probe asks for: every model is known (the model server,
+            `model_server.py`, scripts unknown ones)."""
+            name = self.path.rstrip("/").rpartition("/models/")[2]
+            self._send(200, {"id": name, "object": "model"} if name else {"data": []})
+
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")

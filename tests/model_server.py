@@ -1,6 +1,7 @@
 """A real model API on 127.0.0.1 for tests, speaking both wire formats, scripted and counting.
 
-`POST /v1/chat/completions` (OpenAI) and `POST /v1/messages` (Anthropic), `GET /v1/models`.
+`POST /v1/chat/completions` (OpenAI) and `POST /v1/messages` (Anthropic), `GET /v1/models`
+(the known models) and `GET /v1/models/NAME` (404 for a model not known; 401 for a bad key).
 It runs in the test process (a thread), so a test scripts it through `server.script` while
 pytest runs in a pytester subprocess (or this process) that talks to it at `server.base_url`
 (OpenAI kind) or `server.root` (Anthropic kind).
@@ -12,7 +13,7 @@ call of NAME with those arguments instead (a tool result holding `<<done>>` then
 `done`). `script.replies` are answered first, in order: each `{"text": ..., "tool_calls":
 [{"name": ..., "arguments": {...}}]}`.
 
-Counting: `requests` (bodies), `paths`, `max_concurrent`, `rate_limited` (429s sent).
+Counting: `requests` (bodies), `arrivals` (their times), `paths`, `max_concurrent`, `rate_limited` (429s sent).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 REPLY = re.compile(r"<<(.*?)>>", re.DOTALL)
 CALL = re.compile(r"^call\s+([A-Za-z0-9_.-]+)\s*(.*)$", re.DOTALL)
@@ -49,7 +51,11 @@ class Script:
     """The model name replies carry (default: the model asked for)."""
     models: list[str] | None = None
     """Models the server knows: `GET /v1/models` lists them, a chat for another is a 404.
-    None: every model is known."""
+    None: every model is known. `GET /v1/models/NAME` answers 404 for a model not known."""
+    list_models: bool = True
+    """False: no `GET /v1/models` routes (a server the probe must send a request instead)."""
+    api_key: str | None = None
+    """The only key the server takes (Bearer or `x-api-key`); any other gets 401. None: any."""
     input_tokens: int = 100
     output_tokens: int = 20
     replies: list[dict[str, Any]] = field(default_factory=list)
@@ -63,6 +69,8 @@ class ModelServer:
         self.script = Script()
         self.requests: list[dict[str, Any]] = []
         """Bodies of the chat requests seen, in arrival order."""
+        self.arrivals: list[float] = []
+        """When each chat request arrived (`time.monotonic()`), in arrival order."""
         self.paths: list[str] = []
         """Method and path of every request (`GET /v1/models`...)."""
         self.max_concurrent = 0
@@ -95,12 +103,13 @@ class ModelServer:
         """A fresh script (keyword arguments set its fields) and zeroed counters."""
         with self._lock:
             self.script = Script(**script)
-            self.requests, self.paths = [], []
+            self.requests, self.paths, self.arrivals = [], [], []
             self.max_concurrent = self.rate_limited = self.connections = 0
 
     def _enter(self, body: dict[str, Any]) -> tuple[int, Script]:
         with self._lock:
             self.requests.append(body)
+            self.arrivals.append(time.monotonic())
             script = self.script
             above = script.reject_above is not None and self._in_flight >= script.reject_above
             self._in_flight += 1
@@ -212,12 +221,33 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
+        def _refused(self) -> bool:
+            """401 for a key other than the script's (its message names no key)."""
+            wanted = server.script.api_key
+            given = self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
+            if wanted is None or given.removeprefix("Bearer ") == wanted:
+                return False
+            self._send(401, {"error": {"message": "Incorrect API key provided", "type": "auth"}})
+            return True
+
         def do_GET(self) -> None:
             server.paths.append(f"GET {self.path}")
-            if self.path.rstrip("/").endswith("/models"):
-                known = server.script.models or []
-                data = [{"id": m, "object": "model"} for m in known]
+            if self._refused():
+                return
+            path = self.path.rstrip("/")
+            known = server.script.models
+            if not server.script.list_models or not path.startswith("/v1/models"):
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+            elif path.endswith("/models"):
+                data = [{"id": m, "object": "model"} for m in known or []]
                 self._send(200, {"object": "list", "data": data})
+            elif "/models/" in path:
+                name = unquote(path.rpartition("/models/")[2])
+                if known is None or name in known:
+                    self._send(200, {"id": name, "object": "model"})
+                else:
+                    message = f"The model '{name}' does not exist"
+                    self._send(404, {"error": {"message": message, "type": "not_found"}})
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -225,6 +255,8 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             server.paths.append(f"POST {self.path}")
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
+            if self._refused():
+                return
             anthropic = self.path.endswith("/messages")
             if not anthropic and not self.path.endswith("/chat/completions"):
                 self._send(404, {"error": {"message": f"no route {self.path}"}})

@@ -158,17 +158,41 @@ def test_async_agent(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
 @pytest.mark.parametrize("agent", ["agent:run", "agent:run_async"])
 def test_timeout_is_an_error(pytester: pytest.Pytester, dataset: DatasetMaker, agent: str) -> None:
     """An agent that exceeds the task's timeout errors, even if it swallows exceptions, and the
-    run does not wait for it (a hang guard far below the agent's 60 s, not a speed check)."""
+    run does not wait for it: the run is over before the agent wakes from its 60 s sleep (no
+    clock in the test)."""
     meta = {"sleep": 60, "async_sleep": 60}
-    dataset(
+    root = dataset(
         {"slow.yaml": task("ok", metadata=meta, timeout=0.3), "fine.yaml": task("ok")},
-        manifest={"agent": agent},
+        manifest={"agent": f"sleeper:{agent.split(':')[1]}"},
     )
-    start = time.monotonic()
+    (root / "sleeper.py").write_text(SLEEPER)
     result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*slow [[]attempt 0[]] error: agent timed out after 0.3s*"])
-    assert time.monotonic() - start < 30
+    assert not (root / "woke.log").exists()
+
+
+# The test agent, which writes woke.log when the slow task's sleep ends.
+SLEEPER = """
+import pathlib
+from agent import run as _run, run_async as _run_async
+
+WOKE = pathlib.Path(__file__).with_name("woke.log")
+
+
+def run(task):
+    answer = _run(task)
+    if task.id == "slow":
+        WOKE.write_text("woke")
+    return answer
+
+
+async def run_async(task):
+    answer = await _run_async(task)
+    if task.id == "slow":
+        WOKE.write_text("woke")
+    return answer
+"""
 
 
 def test_agent_from_file_path_and_override(

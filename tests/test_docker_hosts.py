@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,7 +81,7 @@ def _started_on(host: str, run_id: str, since: float) -> int:
     return len(events.stdout.split())
 
 
-def _records(root: Path, run_id: str) -> list[dict[str, object]]:
+def _records(root: Path, run_id: str) -> list[dict[str, Any]]:
     path = root / ".pytest_cache/agenteval/runs" / run_id / "records.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -108,7 +109,7 @@ def test_attempts_spread_over_two_daemons_and_records_name_theirs(
         "--agenteval-run-id", run_id,
     )  # fmt: skip
     result.assert_outcomes(passed=40)
-    hosts = Counter(record.get("sandbox_host") for record in _records(pytester.path, run_id))
+    hosts = Counter(record["sandbox"].get("host") for record in _records(pytester.path, run_id))
     assert set(hosts) == {DEFAULT, second.host} and sum(hosts.values()) == 40, hosts
     for host in (DEFAULT, second.host):
         assert 0 < _started_on(host, run_id, since) <= hosts[host]

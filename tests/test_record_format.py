@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from helpers import aid
+from pytest_agenteval.core.error_classes import phase_class
 from pytest_agenteval.core.identity import AttemptId
 from pytest_agenteval.core.model import AgentResult, Verdict
 from pytest_agenteval.core.payloads import NewRecord, ShippedRecord, from_wire, ship
@@ -199,6 +200,8 @@ def _as_row(entry: dict[str, Any], name: str) -> Any:
     """What a row holds for an index entry's field (an absent optional field: its default)."""
     if name == "tags":
         return tuple(entry["tags"])
+    if name == "error_class" and entry["status"] == "error":  # implied by its phase
+        return entry.get(name) or phase_class(entry["phase"])
     return entry.get(name, 0 if name == "crashes" else None)
 
 
@@ -276,3 +279,22 @@ def test_a_sandbox_record_keeps_its_image_and_captured_environment() -> None:
         assert row.environment == record.environment == row_of(entry).environment
     mistyped = placed(to_json_text(index_entry(plain) | {"environment": 3}), 7, 9).encode()
     assert parse_line(mistyped, {}, True)[0].environment is None
+
+
+def test_an_error_class_is_written_only_where_its_phase_does_not_imply_it() -> None:
+    """A 429 after retries (class `rate_limited`, phase agent) writes its class in the record
+    and its index line, and both read it back; an agent error implied by its phase writes
+    none (format /1's bytes as before) and reads back `agent_error`; an old record of a timeout
+    without a class reads back `timeout`, derived from its error type."""
+    error = examples()["error"]
+    assert "error_class" not in error.to_text() and "error_class" not in index_entry(error)
+    assert AttemptRecord.from_text(error.to_text()).error_class == "agent_error"
+    limited = replace(error, error_class="rate_limited")
+    entry = index_entry(limited)
+    assert json.loads(limited.to_text())["error_class"] == entry["error_class"] == "rate_limited"
+    assert AttemptRecord.from_text(limited.to_text()).error_class == "rate_limited"
+    row, _ = parse_line(placed(to_json_text(entry), 7, 9).encode(), {}, True)
+    assert row.error_class == row_of(entry).error_class == "rate_limited"
+    old = json.loads(error.to_text()) | {"error_type": "AgentTimeout"}
+    assert AttemptRecord.from_json(old).error_class == "timeout"
+    assert examples()["plain"].error_class is None

@@ -40,6 +40,7 @@ def test_summary_json_has_exact_metrics(pytester: pytest.Pytester, dataset: Data
         "fail": 5,
         "error": 3,
         "over_budget": 0,
+        "error_classes": {"agent_error": 3},
         "reused": 0,
         "regraded": 0,
         "run": 12,

@@ -778,7 +778,8 @@ def test_the_record_keeps_the_image_and_the_captured_environment_and_drift_is_sa
     hosts = []
     for attempt in (0, 1):
         record = latest_record(pytester.path, "a", attempt)
-        assert record["image"] == image_id
+        assert record["sandbox"] == {"kind": "docker", "image": image_id}  # its kind's words
+        assert "image" not in record  # the field of records written before kinds
         captured = record["environment"]
         assert captured["os"] == "Linux" and "no-such-program" in captured["gone"]
         hosts.append(captured["host"])

@@ -183,7 +183,10 @@ def _priced_requests(server: ModelServer) -> float:
     return per_call * len(server.requests)
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
+@pytest.mark.parametrize(
+    "workers",
+    [pytest.param([], id="alone"), pytest.param(["-n", "2"], id="xdist", marks=pytest.mark.slow)],
+)
 def test_a_cost_cap_is_never_passed(
     pytester: pytest.Pytester,
     dataset: DatasetMaker,

@@ -90,7 +90,11 @@ def test_show_attempt_in_full(run_dir: str, capsys: pytest.CaptureFixture[str]) 
     assert "transcript:\n  [user]\n    question\n  [assistant]" in out
     assert "tokens 11 in / 5 out · cost 0.2500" in out and "duration" in out
     code, out, _ = out_of(capsys, "show", run_dir, "broken/0")
-    assert code == 0 and "error in agent (RuntimeError):" in out and "the tool broke" in out
+    assert (
+        code == 0
+        and "error in agent (agent_error, RuntimeError):" in out
+        and "the tool broke" in out
+    )
 
 
 def test_show_unknown_task_suggests(run_dir: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -427,3 +427,23 @@ def test_ctrl_c_gives_up_on_attempts_after_the_grace(
     for pid_file in root.glob("*.pid"):
         with pytest.raises(ProcessLookupError):
             os.kill(int(pid_file.read_text()), 0)
+
+
+def test_stops_are_capped_at_construction_and_reason_is_a_query(tmp_path: Path) -> None:
+    """The caps are given to `Stops` when it is made (no later `cap`); asking why the run
+    stops writes nothing, while a published halt tells the run's other processes once."""
+    from pytest_agenteval.store.stops import STOP_FILE, Stops
+
+    assert Stops(tmp_path).budget is None  # uncapped: no spend file, nothing to check
+    stops = Stops(tmp_path, max_tokens=100)
+    assert stops.budget is not None and stops.reason() is None
+    stops.spent(None, 150)  # answers past the cap, counted in the run folder's ledger
+    other = Stops(tmp_path, max_tokens=100)  # another process of the run reads the same ledger
+    assert stops.reason() == other.reason() == "token cap reached: 150 of 100"
+    assert not (tmp_path / STOP_FILE).exists()
+    stops.halt("budget", "token cap reached: 150 of 100", publish=True)
+    written = json.loads((tmp_path / STOP_FILE).read_text())
+    assert (written["kind"], written["reason"]) == ("budget", "token cap reached: 150 of 100")
+    (tmp_path / STOP_FILE).unlink()
+    stops.halt("budget", "again", publish=True)  # one file per kind is enough
+    assert not (tmp_path / STOP_FILE).exists()

@@ -12,7 +12,8 @@ from pytest_agenteval.cli import main
 GOLDEN = Path(__file__).parent / "golden" / "reports"
 """`agenteval/runs/*`: the example suite's run (ex1), a narrowed run of it with a load error
 and a regression block (ex2), and the v1 golden run; `expected/*`: their reports as written
-before the summary became a model."""
+before the summary became a model, plus the errors counted by class (`counts.error_classes`,
+JUnit's `errors_<class>`), added since."""
 
 
 @pytest.mark.parametrize("run_id", ["ex1", "ex2", "golden1"])

@@ -81,10 +81,21 @@ def commands() -> list[tuple[str, argparse.ArgumentParser, str]]:
     """Each subcommand of `agenteval`: name, parser and its one-line help."""
     from pytest_agenteval import cli
 
-    parser = cli._parser()
+    return _subcommands(cli._parser(), "")
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: str) -> list[Any]:
+    """The subcommands of `parser`, a command with actions of its own (`cache stats`) as
+    each of them."""
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {choice.dest: choice.help or "" for choice in sub._choices_actions}
-    return [(name, p, helps.get(name, "")) for name, p in sub.choices.items()]
+    found: list[tuple[str, argparse.ArgumentParser, str]] = []
+    for name, p in sub.choices.items():
+        if any(isinstance(a, argparse._SubParsersAction) for a in p._actions):
+            found += _subcommands(p, f"{prefix}{name} ")
+        else:
+            found.append((f"{prefix}{name}", p, helps.get(name, "")))
+    return found
 
 
 def _arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:

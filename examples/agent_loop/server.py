@@ -64,6 +64,15 @@ def handler(latency: float) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
+        def do_GET(self) -> None:
+            """The models list pytest-agenteval's probe asks for before the first attempt."""
+            if self.path.rstrip("/") in ("/v1/models", "/v1/models/scripted"):
+                model = {"id": "scripted", "object": "model"}
+                listed = self.path.rstrip("/").endswith("/models")
+                self._send(200, {"object": "list", "data": [model]} if listed else model)
+            else:
+                self._send(404, {"error": {"message": f"no model or route {self.path}"}})
+
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             if not self.path.endswith("/chat/completions"):

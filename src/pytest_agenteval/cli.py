@@ -193,6 +193,28 @@ def _parser() -> argparse.ArgumentParser:
         "progress.json as written",
     )
     schema.set_defaults(command=_schema)
+
+    cache = sub.add_parser(
+        "cache", help="the model-call cache (--agenteval-model-cache): stats, prune, clear"
+    )
+    actions = cache.add_subparsers(metavar="ACTION")
+    stats = actions.add_parser("stats", help="how many cached answers, how large, how old")
+    cache_option(stats)
+    stats.set_defaults(command=_cache_stats)
+    prune = actions.add_parser("prune", help="remove cached answers older than an age")
+    prune.add_argument(
+        "--older-than",
+        type=options.age,
+        required=True,
+        metavar="AGE",
+        help="remove answers written longer ago than this: 30d, 12h, 90m, 45s",
+    )
+    cache_option(prune)
+    prune.set_defaults(command=_cache_prune)
+    clear = actions.add_parser("clear", help="remove every cached answer")
+    cache_option(clear)
+    clear.set_defaults(command=_cache_clear)
+    cache.set_defaults(command=lambda _: _usage(cache))
     return parser
 
 
@@ -288,19 +310,27 @@ def _repair(args: argparse.Namespace) -> int:
 
 
 def _sweep_sandboxes() -> str | None:
-    """`repair` also removes the Docker sandboxes of this host's sessions that are gone, on
-    every daemon this machine's sessions used, and says how many (nothing to say where no
-    docker command is installed)."""
-    if shutil.which("docker") is None:
-        return None
-    from .execution.docker import known_hosts, remove_orphans
+    """`repair` also removes the sandboxes of this host's sessions that are gone, of every
+    kind it knows (Docker's, where a docker command is installed, and the installed kinds'
+    of the entry point group `pytest_agenteval.environment_kinds`), and says how many."""
+    from .execution.kinds import KindError, installed_kinds, registry
     from .execution.sandboxes import EnvironmentUnavailable
 
     try:
-        swept = remove_orphans(hosts=known_hosts())
-    except EnvironmentUnavailable as exc:
+        kinds = registry(installed_kinds())
+    except KindError as exc:
         return f"sandboxes not checked: {exc.message}"
-    return swept.line() if swept.names else "no sandbox container of a gone session left"
+    if shutil.which("docker") is None:
+        del kinds["docker"]
+    lines = []
+    for name, kind in kinds.items():
+        try:
+            lines += kind.sweep(None)
+        except EnvironmentUnavailable as exc:
+            lines.append(f"{name} sandboxes not checked: {exc.message}")
+    if not kinds:
+        return None
+    return "\n".join(lines) or "no sandbox container of a gone session left"
 
 
 def _cancel(args: argparse.Namespace) -> int:
@@ -477,3 +507,48 @@ def _schema(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _model_cache(args: argparse.Namespace) -> Path:
+    from .providers.cache import FOLDER
+    from .store.locate import cache_dir, find_rootdir
+
+    return (args.cache_dir or cache_dir(args.rootdir or find_rootdir(Path.cwd()))) / FOLDER
+
+
+def _cache_stats(args: argparse.Namespace) -> int:
+    from .providers.cache import stats
+
+    folder = _model_cache(args)
+    found = stats(folder)
+    print(f"model cache: {folder}")
+    print(f"{counted(found.entries, 'cached answer')}, {found.bytes / 1e6:.1f} MB")
+    if found.oldest is not None and found.newest is not None:
+        when = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+            for t in (found.oldest, found.newest)
+        )
+        print("written from {} to {}".format(*when))
+    print(f"first cost: ${found.cost:.4f} (what they cost when asked; a hit costs $0)")
+    return 0
+
+
+def _cache_prune(args: argparse.Namespace) -> int:
+    from .providers.cache import prune
+
+    removed = prune(_model_cache(args), args.older_than)
+    print(f"removed {counted(removed, 'cached answer')}")
+    return 0
+
+
+def _cache_clear(args: argparse.Namespace) -> int:
+    from .providers.cache import clear
+
+    removed = clear(_model_cache(args))
+    print(f"removed {counted(removed, 'cached answer')}")
+    return 0

@@ -58,6 +58,20 @@ def pytest_agenteval_make_environment(
     """
 
 
+@pytest.hookspec
+def pytest_agenteval_environment_kinds() -> Any:
+    """Return the sandbox kinds this plugin or conftest.py provides: a
+    `pytest_agenteval.EnvironmentKind`, or a list of them (or None).
+
+    A task names one as `sandbox: {NAME: {options}, ...common options}`; its options are
+    validated by the kind's `options` model when the task file loads (errors at their line).
+    Called once per process at configure, so only a conftest.py at the rootdir (or a
+    plugin) is asked; an installed package may instead name its kinds in the entry point
+    group `pytest_agenteval.environment_kinds`. A kind named like an earlier one (even
+    `docker`) replaces it. See docs/guides/sandbox-kinds.md.
+    """
+
+
 @pytest.hookspec(firstresult=True)
 def pytest_agenteval_make_executor(
     config: pytest.Config, isolate: bool, concurrency: int, agents: AgentResolver

@@ -209,6 +209,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "set); needs pip install 'pytest-agenteval[otel]'.",
     )
     option(
+        "--agenteval-model-cache",
+        dest="agenteval_model_cache",
+        type=options.model_cache,
+        metavar="MODE",
+        ini=("agenteval_model_cache", "string"),
+        help="answer model calls from a cache under pytest's cache dir, keyed by endpoint, "
+        "whole request and attempt index: on (read and write), read (no writes), replay (a "
+        "miss is an error), off (default). A cached answer costs $0 against caps.",
+    )
+    option(
         "--agenteval-concurrency",
         dest="agenteval_concurrency",
         type=options.positive_int,
@@ -292,6 +302,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="N",
         ini=("agenteval_max_tokens", "string"),
         help="token cap of the run (input + output, all its sessions), like --agenteval-max-cost.",
+    )
+    option(
+        "--agenteval-probe-only",
+        dest="agenteval_probe_only",
+        action="store_true",
+        default=False,
+        help="check every provider and model the selected attempts reach (models list, key, "
+        "prices under a cost cap), then stop: exit 0 when all answer, 2 when one does not.",
+    )
+    option(
+        "--agenteval-no-probe",
+        dest="agenteval_no_probe",
+        action="store_true",
+        default=False,
+        help="start attempts without checking the providers and models first (the probe "
+        "otherwise stops the session with status 'probe_failed' before anything is spent).",
     )
     option(
         "--agenteval-deadline",
@@ -389,15 +415,22 @@ def pytest_configure(config: pytest.Config) -> None:
         check_variants,
         make_executor,
     )
-    from .glue.sandboxes import SandboxNotes
+    from .glue.sandboxes import SandboxNotes, environment_kinds
     from .glue.settings import read_settings
     from .glue.xdist import worker_context
     from .sources.speccache import CACHE_NAME, SpecCache
 
     settings = read_settings(config, list(named))
     folder = agenteval_dir(config)
+    if folder is None and settings.model_cache != "off":  # replay must never reach a model
+        raise pytest.UsageError(
+            f"--agenteval-model-cache {settings.model_cache} keeps answers in pytest's cache "
+            "dir: it needs the cache provider (drop -p no:cacheprovider)"
+        )
     specs = SpecCache(folder / CACHE_NAME if folder else None)
-    parts = load_datasets(named, specs, settings.sandboxes.allow)
+    kinds = environment_kinds(config)
+    options = {name: kind.options for name, kind in kinds.items()}
+    parts = load_datasets(named, specs, settings.sandboxes.allow, options)
     datasets = [dataset for dataset, _ in parts.values()]
     check_variants(settings, datasets)
     guard.folders.adopt(datasets)
@@ -425,6 +458,7 @@ def pytest_configure(config: pytest.Config) -> None:
             Workspaces(lambda: _basetemp(config)),
             TaskHooks.environment_maker(config),
             settings.sandboxes,
+            kinds,
         ),
         concurrency=size,
         telemetry=_telemetry(config, settings.otel),

@@ -88,9 +88,13 @@ class EnvironmentUnavailable(AgentError):
 class AgentTimeout(AgentError):
     """The agent did not answer within the task's timeout."""
 
+    error_class = "timeout"
+
 
 class GraderError(AgentError):
     """A grader could not judge the output (it crashed, or its command could not run)."""
+
+    error_class = "grading_error"
 
 
 class OverBudget(AgentError):

@@ -30,9 +30,10 @@ class ProviderLimits(UserModel):
     max_in_flight: PositiveInt | None = None
     """Most requests at the provider at once (shrunk on 429, regrown on success)."""
     requests_per_minute: PositiveInt | None = None
-    """Most requests started in any minute."""
+    """Most requests started in any minute (a token bucket holding one second's worth)."""
     tokens_per_minute: PositiveInt | None = None
-    """Most tokens (reserved before, settled after each call) in any minute."""
+    """Most tokens in any minute: each request reserves its body's bytes plus `max_tokens`,
+    settled to what it used when it answers."""
 
 
 class Endpoint(UserModel):

@@ -20,8 +20,10 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    SerializerFunctionWrapHandler,
     Tag,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -223,11 +225,25 @@ class DockerImage(UserModel):
         return self
 
 
-class SandboxSpec(UserModel):
-    """Run each attempt's command agent and command graders in a fresh Docker container."""
+class PluginSandbox(UserModel):
+    """A sandbox of a kind a plugin registers (an `EnvironmentKind`), written
+    `sandbox: {KIND: {options}}`."""
 
-    docker: DockerImage
+    type: str
+    """The kind's name."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Options the kind validates with its own model."""
+
+
+class SandboxSpec(UserModel):
+    """Run each attempt's command agent and command graders in a fresh sandbox of its own: a
+    Docker container (`docker:`), or a kind a plugin registers (`KIND: {options}`), beside
+    the options common to every kind."""
+
+    docker: DockerImage | None = None
     """The image: `{image: NAME}` or `{build: DIR}`."""
+    plugin: PluginSandbox | None = None
+    """A plugin's kind, written as `KIND: {options}` (never as `plugin:`)."""
     workdir: str = Field(default="/workspace", pattern=r"^/")
     """The container's working directory (`{workspace}`), holding a copy of the task's
     workspace template."""
@@ -249,6 +265,53 @@ class SandboxSpec(UserModel):
     command whose output (stripped) the record keeps (`{python: "python3 --version"}`); the
     summary warns when a name's values differ across the run's attempts. Not part of the
     task's digest: changing it runs nothing again."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_key(cls, value: Any) -> Any:
+        """`KIND: {options}` beside the common options names a plugin's kind."""
+        if not isinstance(value, dict) or "plugin" in value or "docker" in value:
+            return value
+        kinds = [key for key in value if key not in cls.model_fields]
+        if len(kinds) != 1:
+            return value  # none: the kind is missing; several: each is an unknown key
+        (kind,) = kinds
+        options = value[kind]
+        rest = {key: item for key, item in value.items() if key != kind}
+        return {"plugin": {"type": kind, "options": {} if options is None else options}, **rest}
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> SandboxSpec:
+        if (self.docker is None) == (self.plugin is None):
+            raise ValueError(
+                "name the sandbox's kind once: `docker: {image: NAME}` or a kind a plugin "
+                "registers (`KIND: {options}`)"
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Dumped as written: a Docker sandbox exactly as before kinds (so its digests stay),
+        a plugin's as `KIND: {options}`."""
+        data: dict[str, Any] = handler(self)
+        plugin = data.pop("plugin", None)
+        if plugin is None:
+            return data
+        data.pop("docker", None)
+        return {plugin["type"]: plugin["options"], **data}
+
+    @property
+    def kind(self) -> str:
+        """The kind's name: `docker`, or the plugin's."""
+        return self.plugin.type if self.plugin is not None else "docker"
+
+    @property
+    def kind_options(self) -> dict[str, Any]:
+        """The options written under the kind's key."""
+        if self.plugin is not None:
+            return self.plugin.options
+        assert self.docker is not None
+        return self.docker.model_dump(exclude_none=True)
 
     @field_validator("memory")
     @classmethod
@@ -546,6 +609,11 @@ class Usage(UserModel):
     """Input tokens the provider served from its cache (part of `input_tokens`)."""
     model: str | None = None
     """The model that used the tokens, as the provider names it (looked up in `pricing:`)."""
+    cached_calls: Count | None = None
+    """Model calls answered from the model cache (`--agenteval-model-cache`): no request
+    was sent, they cost 0 in `cost`."""
+    cached_cost: Money | None = None
+    """What the cached answers cost when they were first asked (not in `cost`)."""
 
 
 class AgentResult(UserModel):

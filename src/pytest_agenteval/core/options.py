@@ -92,6 +92,32 @@ def docker_host(value: str) -> str:
     return value
 
 
+MODEL_CACHE_MODES = ("on", "read", "replay", "off")
+"""`--agenteval-model-cache`: read and write, read only, read and a miss is an error, off."""
+
+
+def model_cache(value: str) -> str:
+    """`--agenteval-model-cache`: how model calls use the cache."""
+    if value in MODEL_CACHE_MODES:
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(MODEL_CACHE_MODES)}")
+
+
+def age(value: str) -> float:
+    """Seconds from an age such as `30d`, `12h`, `90m`, `45s` (`agenteval cache prune`)."""
+    units = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+    text = value.strip()
+    scale = units.get(text[-1:])
+    number = text[:-1] if scale is not None else text
+    try:
+        seconds = float(number) * (scale or 86400.0)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an age such as 30d, 12h, 90m or 45s")
+    return seconds
+
+
 def agent_ref(value: str) -> str:
     where, sep, name = value.rpartition(":")
     if not (sep and where and name.replace("_", "a").replace(".", "a").isalnum()):

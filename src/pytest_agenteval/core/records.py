@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import NoneType
 from typing import Any
 
+from .error_classes import derived_class, phase_class  # noqa: F401  # phase_class: in FIELDS
 from .identity import AttemptId
 from .model import RECORD_SCHEMA, AgentResult, Phase, Status, Usage, Verdict
 from .numbers import rounded
@@ -128,10 +129,12 @@ class AttemptRecord:
     """The variant (agent configuration) the attempt ran; None for a dataset without variants,
     whose records do not name one."""
     image: str | None = None
-    """The id of the Docker image the attempt's sandbox was made of (None: no sandbox)."""
-    sandbox_host: str | None = None
-    """The Docker daemon the attempt's sandbox ran on, when the run or task named its
-    daemons (`--agenteval-docker-host`, `docker: hosts:`); None: the default one."""
+    """The id of the Docker image the attempt's sandbox was made of, in records written before
+    `sandbox` (newer ones say it there)."""
+    sandbox: dict[str, Any] | None = None
+    """The attempt's sandbox as its kind describes it: `kind` (`docker`, a plugin's) and what
+    the kind says of it (Docker: the `image` id). None: no sandbox, or a record written before
+    kinds (which names its Docker image in `image`)."""
     environment: dict[str, str] | None = None
     """What `sandbox: environment:` captured inside the attempt's container before its agent,
     by name (output stripped); None when nothing was asked."""
@@ -153,6 +156,10 @@ class AttemptRecord:
     """Seconds spent in each phase: `wait` (for the agent's limits, when it waited),
     `environment` (making it), `agent`, `graders` (one per grader, in order, judges included),
     `artifacts`; None in records written before they were kept."""
+    error_class: str | None = None
+    """An error's class, one of `ERROR_CLASSES` (`rate_limited`, `provider_error`, `timeout`,
+    ...); derived from `phase` and `error_type` for a record that stores none. None for a
+    pass or a fail."""
 
     @property
     def key(self) -> AttemptId:
@@ -237,6 +244,8 @@ class AttemptRecord:
         for f in STORED:
             if f.read is not None:
                 values[f.attribute] = f.read(data[f.name] if f.required else data.get(f.name))
+        if values["status"] == "error" and values["error_class"] is None:
+            values["error_class"] = derived_class(values["phase"], values["error_type"])
         return cls(**values)
 
     def replacing(self, old: AttemptRecord) -> AttemptRecord:
@@ -269,13 +278,14 @@ def new_record(
     expected: Any = None,
     wait: float = 0.0,
     image: str | None = None,
-    sandbox_host: str | None = None,
+    sandbox: dict[str, Any] | None = None,
     environment: dict[str, str] | None = None,
     changed_files: list[dict[str, Any]] | None = None,
     part_digests: dict[str, str] | None = None,
     transcript: list[Any] | None = None,
     stopped: str | None = None,
     timings: dict[str, Any] | None = None,
+    error_class: str | None = None,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt.
@@ -309,19 +319,22 @@ def new_record(
         wait=wait,
         variant=key.variant,
         image=image,
-        sandbox_host=sandbox_host,
+        sandbox=json_safe(sandbox) if sandbox is not None else None,  # type: ignore[arg-type]
         environment=json_safe(environment) if environment is not None else None,  # type: ignore[arg-type]
         changed_files=json_safe(changed_files) if changed_files else changed_files,  # type: ignore[arg-type]
         part_digests=part_digests,
         stopped=stopped,
         timings=timings,
+        error_class=(error_class or derived_class(phase, error_type))
+        if status == "error"
+        else None,
     )
 
 
 def usage_json(usage: Usage) -> dict[str, Any]:
     """Usage as stored: tokens and cost always, the optional facts only when known."""
     found = usage.model_dump()
-    for name in ("cached_input_tokens", "model"):
+    for name in ("cached_input_tokens", "model", "cached_calls", "cached_cost"):
         if found[name] is None:
             del found[name]
     return found
@@ -528,12 +541,19 @@ FIELDS: tuple[Field, ...] = (
     Field("expected", "r.expected", _same, omit="r.expected is None"),
     Field("wait", "r.wait", lambda wait: float(wait or 0.0), omit="not r.wait"),
     Field("image", "r.image", _optional(str), omit="r.image is None"),
-    Field("sandbox_host", "r.sandbox_host", _optional(str), omit="r.sandbox_host is None"),
+    Field("sandbox", "r.sandbox", _optional(dict), omit="r.sandbox is None"),
     Field("environment", "r.environment", _same, omit="r.environment is None", index=(dict,)),
     Field("changed_files", "r.changed_files", _same, omit="r.changed_files is None"),
     Field("part_digests", "r.part_digests", _same, omit="r.part_digests is None"),
     Field("stopped", "r.stopped", _optional(str), omit="r.stopped is None"),
     Field("timings", "r.timings", _same, omit="r.timings is None"),
+    Field(
+        "error_class",
+        "r.error_class",
+        _optional(str),
+        omit="r.error_class is None or r.error_class == phase_class(r.phase)",
+        index=_STR,
+    ),
     # Facts only the index line holds: what metrics and replays need without the record.
     Field("input_tokens", "r.input_tokens", stored=False, index=_MAYBE_INT),
     Field("output_tokens", "r.output_tokens", stored=False, index=_MAYBE_INT),
@@ -563,7 +583,7 @@ and the hook's payload follow."""
 INDEX_LINE: tuple[str, ...] = (
     *("schema", "dataset", "variant", "task_id", "attempt", "digest", "run_digest", "status"),
     *("score", "duration", "input_tokens", "output_tokens", "cost", "tags", "reason", "phase"),
-    *("replay", "crashes", "model", "judge_cost", "environment", "variant_agent"),
+    *("replay", "crashes", "model", "judge_cost", "environment", "variant_agent", "error_class"),
 )
 """The order of an index line's fields (format `/1`'s; `placed` appends `record`)."""
 

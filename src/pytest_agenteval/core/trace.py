@@ -54,7 +54,9 @@ class ModelCall(_Event):
     latency: float | None = Field(default=None, ge=0)
     """Seconds from the request to the whole reply."""
     cached: bool = False
-    """The answer came from a cache (no request reached the provider)."""
+    """The answer came from a cache (no request reached the provider; `cost` is 0)."""
+    cached_cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """A cached answer's cost when it was first asked (counted against no cap)."""
     finish_reason: str | None = None
     """Why the model stopped (`stop`, `length`, `tool_calls`...)."""
     started_at: float | None = None

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.environment import Environment
+from ..core.error_classes import class_of
 from ..core.errors import (
     AgentError,
     AgentTimeout,
@@ -456,6 +457,8 @@ class _Attempt:
                 task.dataset.manifest.providers,
                 spend=spend,
                 pricing=task.dataset.manifest.pricing,
+                attempt=job.attempt,
+                task_id=task.id,
             ),
         )
 
@@ -519,6 +522,7 @@ class _Attempt:
     ) -> AttemptRecord:
         task = self.job.task
         trace = self.task.trace
+        error_type = getattr(exc, "error_type", type(exc).__name__) if exc else None
         record = new_record(
             key=self.job.key,
             digest=task.digest,
@@ -531,14 +535,14 @@ class _Attempt:
             started_at=started + self.wait,
             duration=time.perf_counter() - t0 - self.wait,
             error=error_text(exc) if exc is not None else None,
-            error_type=getattr(exc, "error_type", type(exc).__name__) if exc else None,
+            error_type=error_type,
             phase=phase if exc is not None else None,
+            error_class=class_of(exc, phase, error_type) if exc is not None else None,
             regraded=self.job.decision.action == "regrade",
             task_input=task.spec.input,
             expected=task.spec.expected,
             wait=self.wait,
-            image=getattr(self.environment, "image_id", None),  # a sandbox's
-            sandbox_host=getattr(self.environment, "sandbox_host", None),
+            sandbox=self.environments.describe(task, self.environment),
             environment=getattr(self.environment, "captured", None),
             changed_files=self.artifacts.files if self.artifacts is not None else None,
             part_digests=task.part_digests,

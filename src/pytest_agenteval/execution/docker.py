@@ -155,7 +155,8 @@ class DockerSession:
     def hosts_for(self, spec: SandboxSpec) -> tuple[str | None, ...]:
         """The daemons the task's containers may go to: the run's (`--agenteval-docker-host`,
         ini `agenteval_docker_hosts`), else the task's `docker: hosts:`, else the default."""
-        return self.policy.hosts or tuple(spec.docker.hosts) or (None,)
+        named = spec.docker.hosts if spec.docker is not None else []
+        return self.policy.hosts or tuple(named) or (None,)
 
     def place(self, hosts: Sequence[str | None]) -> str | None:
         """The daemon of `hosts` with the most free room: the fewest containers of this
@@ -192,6 +193,28 @@ class DockerSession:
                     with self._lock:
                         self.swept.append(swept)
         return images.ensure(docker, build)
+
+    def start(self) -> list[Swept]:
+        """Sweep the orphans of sessions that are gone on every daemon this machine's sessions
+        used and the run names, once per session; what it removed. (A daemon only a task
+        names is swept at its first image.)"""
+        with self._lock:
+            hosts = [*known_hosts(), *self.policy.hosts]
+            sweep = [h for h in dict.fromkeys(hosts) if h not in self._swept_on]
+            self._swept_on.update(sweep)
+        if not sweep:
+            return []
+        try:
+            swept = remove_orphans(hosts=sweep)
+        except SandboxUnavailable:
+            with self._lock:  # the next start tries again
+                self._swept_on.difference_update(sweep)
+            raise
+        if not swept.names:
+            return []
+        with self._lock:
+            self.swept.append(swept)
+        return [swept]
 
     def labels(self) -> dict[str, str]:
         """The labels of this process's containers: its session, and its run when known."""
@@ -293,6 +316,7 @@ class DockerEnvironment:
         self.template = template
         self.max_bytes = max_bytes
         self._dead: str | None = None
+        assert spec.docker is not None, "a Docker sandbox names its image"
         hosts = session.hosts_for(spec)
         self.host = session.place(hosts)
         """The daemon the container is on (None: the default one)."""

@@ -1,5 +1,6 @@
-"""Where an attempt's files live and its programs run: the Environment seam, and its first kind,
-a local folder.
+"""Where an attempt's files live and its programs run: the Environment seam, its dispatch to
+the sandbox kinds (`core/kinds.py`'s `EnvironmentKind`: Docker's, a plugin's), and the first
+kind of environment, a local folder.
 
 Command agents, the `command` grader, python graders and Python agents reach an attempt's files
 and programs only through its `Environment`, made by one factory (`Environments`). The protocol
@@ -18,27 +19,27 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..core.environment import ChangedFile, Environment, Finished
+from ..core.errors import EnvironmentUnavailable
 from ..core.files import open_below
 from ..core.identity import AttemptId
+from ..core.kinds import EnvironmentKind, Keep, KindSession, SandboxRequest
 from ..core.model import local_folder
 from ..sources.templates import copy_template, template_entries
+from .limits import release_slot
 from .process import run_program
+from .sandboxes import kind_slot
 
 if TYPE_CHECKING:
-    from ..core.model import Task
+    from ..core.model import SandboxSpec, Task
     from ..sources.dataset import TaskDef
-    from .docker import DockerSession
-    from .sandboxes import SandboxSession
     from .workspaces import Workspaces
-
-Keep = Literal["failed", "all"]
 
 
 @dataclass(frozen=True)
@@ -62,39 +63,73 @@ MakeEnvironment = Callable[["TaskDef", AttemptId], "Environment | None"]
 
 
 class Environments:
-    """The one factory of attempts' environments: a plugin's, else a Docker container when
-    the task has a `sandbox:`, else a local folder."""
+    """The one factory of attempts' environments: a plugin's, else one of the sandbox kind the
+    task's `sandbox:` names (Docker's, a plugin kind's), else a local folder."""
 
     def __init__(
         self,
         workspaces: Workspaces,
         plugins: MakeEnvironment | None = None,
         sandboxes: SandboxPolicy | None = None,
+        kinds: Mapping[str, EnvironmentKind] | None = None,
+        run_id: str | None = None,
     ) -> None:
+        """`kinds`: the sandbox kinds by name (default: the built-in `docker` alone); `run_id`:
+        the run this process's attempts belong to (its sandboxes are labelled with it, and the
+        session's end sweeps its orphans); None: not known yet."""
         self.workspaces = workspaces
         self._plugins = plugins
         self._session = os.getpid()  # a forked agent's container is named for its session
-        self._sandboxes = sandboxes
-        self._run_id: str | None = None
-        self._docker: DockerSession | None = None
+        self._sandboxes = sandboxes or SandboxPolicy()
+        self._run_id = run_id
+        if kinds is None:
+            from .kinds import builtin_kinds
+
+            kinds = builtin_kinds()
+        self.kinds: dict[str, EnvironmentKind] = dict(kinds)
+        self._started: dict[str, KindSession] = {}
+        """The kinds this process's session started, and what each was told."""
         self._swept: list[str] = []
-        """What the session's end sweep removed (`sweep`), a line each."""
+        """What the orphan sweeps removed, a line each."""
         self._lock = threading.Lock()
         self._reserved: dict[AttemptId, int] = {}
         """Sandbox slots taken for attempts (admitted ahead) whose container is not made yet."""
 
-    def admission(self, task: TaskDef, key: AttemptId) -> Callable[[], bool] | None:
-        """What the attempt must take before it starts ahead of its turn (a sandbox slot
-        under `--agenteval-max-sandboxes`, tried without waiting: see `Ahead`), or None."""
-        size = self._sandboxes.max_alive if self._sandboxes is not None else None
-        if task.sandbox is None or size is None:
-            return None
-        return partial(self._reserve, key, size)
+    def kind_of(self, task: TaskDef) -> EnvironmentKind | None:
+        """The kind of the task's sandbox (None: no sandbox, or a kind the run does not know,
+        which loading the task reported)."""
+        return self.kinds.get(task.sandbox.kind) if task.sandbox is not None else None
 
-    def _reserve(self, key: AttemptId, size: int) -> bool:
+    def on_host(self, task: TaskDef) -> bool:
+        """Whether the task's programs run on this machine (its agent's program is looked up
+        on this machine's PATH): no sandbox, or a kind that says so."""
+        if task.sandbox is None:
+            return True
+        kind = self.kind_of(task)
+        return kind is not None and kind.on_host
+
+    def max_alive(self, kind: EnvironmentKind) -> int | None:
+        """Sandboxes of `kind` alive at once on this machine: `--agenteval-max-sandboxes`,
+        else the kind's default, never above its maximum."""
+        wanted = self._sandboxes.max_alive
+        size = wanted if wanted is not None else kind.default_alive
+        if kind.max_alive is not None:
+            size = kind.max_alive if size is None else min(size, kind.max_alive)
+        return size
+
+    def admission(self, task: TaskDef, key: AttemptId) -> Callable[[], bool] | None:
+        """What the attempt must take before it starts ahead of its turn (a slot under its
+        kind's bound of alive sandboxes, tried without waiting: see `Ahead`), or None."""
+        kind = self.kind_of(task)
+        size = self.max_alive(kind) if kind is not None else None
+        if kind is None or size is None:
+            return None
+        return partial(self._reserve, key, kind.name, size)
+
+    def _reserve(self, key: AttemptId, kind: str, size: int) -> bool:
         from .sandboxes import free_sandbox_slot
 
-        slot = free_sandbox_slot(size)
+        slot = free_sandbox_slot(size, kind)
         if slot is None:
             return False
         with self._lock:
@@ -109,9 +144,11 @@ class Environments:
             slot = self._reserved.pop(key, None)
         release_slot(slot)
 
-    def join_run(self, run_id: str) -> None:
-        """The run this process's attempts belong to: its containers are labelled with it."""
-        self._run_id = run_id
+    def for_run(self, run_id: str) -> Environments:
+        """The same factory for the attempts of run `run_id` (a new one: this is not changed)."""
+        return Environments(
+            self.workspaces, self._plugins, self._sandboxes, self.kinds, run_id=run_id
+        )
 
     def create(self, task: TaskDef, key: AttemptId) -> Environment:
         """A fresh environment for the attempt `key` (its variant's own, in a run with
@@ -119,28 +156,75 @@ class Environments:
         made = self._plugins(task, key) if self._plugins is not None else None
         if made is not None:
             return made
-        if task.sandbox is not None:
-            from .docker import DockerEnvironment, DockerSession, container_name
-            from .sandboxes import session_label
+        if task.sandbox is None:
+            return self.workspaces.create(key, task.workspace_dir)
+        from .docker import container_name
 
-            with self._lock:  # pool threads make sandboxes at once
-                if self._docker is None:
-                    self._docker = DockerSession(session_label(self._session), self._sandboxes)
-                    self._docker.run_id = self._run_id
-            name = container_name(key, self._session)
-            kept = task.artifacts.max_bytes if task.artifacts is not None else 0
-            with self._lock:
-                slot = self._reserved.pop(key, None)
-            return DockerEnvironment(
-                task.sandbox,
-                name,
-                task.workspace_dir,
-                self._docker,
-                task.sandbox_build,
-                kept,
-                slot=slot,
+        kind = self._kind(task.sandbox)
+        session = self._start(kind)
+        options = kind.options.model_validate(task.sandbox.kind_options)
+        request = SandboxRequest(
+            key=key,
+            name=container_name(key, self._session),
+            options=options,
+            spec=task.sandbox,
+            template=task.workspace_dir,
+            dataset_root=task.dataset.root,
+            max_bytes=task.artifacts.max_bytes if task.artifacts is not None else 0,
+            prepared=task.sandbox_build,
+        )
+        with self._lock:
+            slot = self._reserved.pop(key, None)  # taken ahead (`admission`)
+        if kind.name == "docker" or session.max_alive is None:
+            # Docker holds its own slot, freed once its container is gone
+            return kind.create(replace(request, slot=slot))
+        if slot is None:
+            slot = kind_slot(session.max_alive, kind.name)
+        try:
+            return Held(kind.create(request), slot)
+        except BaseException:
+            release_slot(slot)
+            raise
+
+    def _kind(self, sandbox: SandboxSpec) -> EnvironmentKind:
+        kind = self.kinds.get(sandbox.kind)
+        if kind is None:
+            raise EnvironmentUnavailable(
+                f"no sandbox kind {sandbox.kind!r} is registered in this process",
+                detail="a plugin or conftest.py registers it through "
+                "`pytest_agenteval_environment_kinds`",
+                phase="start",
             )
-        return self.workspaces.create(key, task.workspace_dir)
+        return kind
+
+    def _start(self, kind: EnvironmentKind) -> KindSession:
+        """The kind's session in this process, started (its orphans swept) at its first
+        sandbox; a start that failed is tried again by the next."""
+        with self._lock:  # pool threads make sandboxes at once
+            session = self._started.get(kind.name)
+            if session is None:
+                from .sandboxes import session_label
+
+                session = KindSession(
+                    session_label(self._session),
+                    self._run_id,
+                    self.max_alive(kind),
+                    self._sandboxes.keep,
+                    self._sandboxes.hosts,
+                )
+                self._swept += kind.start(session)
+                self._started[kind.name] = session
+            return session
+
+    def describe(self, task: TaskDef, environment: Environment | None) -> dict[str, Any] | None:
+        """What the attempt's record keeps of its sandbox (`sandbox`): its kind and what the
+        kind says of it; None for no sandbox or one that was never made."""
+        kind = self.kind_of(task)
+        if kind is None or environment is None or kind.name not in self._started:
+            return None
+        inner = environment.inner if isinstance(environment, Held) else environment
+        said = kind.describe(inner)
+        return {"kind": kind.name, **(said or {})}
 
     def ready(self) -> None:
         """Make what this process's environments share (the base folder) now."""
@@ -151,35 +235,93 @@ class Environments:
         made one."""
         return self.workspaces.existing(key, task.workspace_dir)
 
-    def sweep(self) -> None:
+    def sweep(self, kinds: Iterable[str] = ("docker",)) -> None:
         """Remove the sandboxes of this run whose session is gone (an xdist worker killed
-        with them running), as the session ends (asked only of a run with sandboxes), on
-        every daemon this machine's sessions used."""
+        with them running), of each kind named, as the session ends."""
         if self._run_id is None:
             return
-        from .docker import known_hosts, remove_orphans
-        from .sandboxes import EnvironmentUnavailable
-
-        hosts = self._sandboxes.hosts if self._sandboxes is not None else ()
-        try:
-            swept = remove_orphans(self._run_id, [*known_hosts(), *hosts])
-        except EnvironmentUnavailable:
-            return  # no docker, or its daemon is gone: the next session's sweep
-        if swept.names:
-            self._swept.append(swept.line())
+        for name in kinds:
+            kind = self.kinds.get(name)
+            if kind is None:
+                continue
+            try:
+                self._swept += kind.sweep(self._run_id)
+            except EnvironmentUnavailable:
+                continue  # no docker, or its daemon is gone: the next session's sweep
 
     def said(self) -> list[str]:
         """What this process's orphan sweeps removed, a line each, for the terminal."""
-        sessions: list[SandboxSession] = [self._docker] if self._docker is not None else []
-        return [swept.line() for session in sessions for swept in session.swept] + self._swept
+        return list(self._swept)
 
     def close(self) -> None:
-        """The session is over: the sandboxes being removed are gone, no slot is held."""
+        """The session is over: every started kind ends (the sandboxes being removed are
+        gone), and no slot is held."""
         for key in list(self._reserved):
             self.unreserve(key)
-        if self._docker is not None:
-            self._docker.close()
+        with self._lock:
+            started, self._started = [self.kinds[name] for name in self._started], {}
+        for kind in started:
+            kind.end()
         self.workspaces.close()
+
+
+class Held:
+    """A plugin kind's environment holding one of its kind's slots on this machine, given
+    back once its teardown is done (so no more are alive than the bound)."""
+
+    def __init__(self, inner: Environment, slot: int) -> None:
+        self.inner = inner
+        self._slot: int | None = slot
+
+    @property
+    def workdir(self) -> str:
+        return self.inner.workdir
+
+    @property
+    def python(self) -> str:
+        return self.inner.python
+
+    @property
+    def local_path(self) -> Path | None:
+        return self.inner.local_path
+
+    @property
+    def where(self) -> str:
+        return self.inner.where
+
+    @property
+    def captured(self) -> dict[str, str] | None:
+        """What the environment captured inside for the record (`sandbox: environment:`)."""
+        captured: dict[str, str] | None = getattr(self.inner, "captured", None)
+        return captured
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        input: bytes | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Finished:
+        return self.inner.exec(argv, input=input, timeout=timeout, env=env)
+
+    def read_file(self, path: str) -> bytes:
+        return self.inner.read_file(path)
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        self.inner.write_file(path, data)
+
+    def changed_files(self) -> list[ChangedFile]:
+        return self.inner.changed_files()
+
+    def teardown(self, keep: bool) -> None:
+        try:
+            self.inner.teardown(keep)
+        finally:
+            release_slot(self._slot)
+            self._slot = None
+
+    def __repr__(self) -> str:
+        return f"Held({self.inner!r})"
 
 
 class LocalEnvironment:

@@ -1,10 +1,11 @@
-"""What every kind of sandbox needs, whoever runs it (Docker today, other kinds later): the
-errors of an environment that could not be had or failed under its attempt, each with its
-phase; who a session is and whether it is gone (what orphan sweeps decide by); what a sweep
-removed, in a line for a person; and this machine's sandbox slots.
+"""What the built-in sandbox kinds share, whoever runs them: the errors of an environment
+that could not be had or failed under its attempt, each with its phase; who a session is and
+whether it is gone (what orphan sweeps decide by); what a sweep removed, in a line for a
+person; and this machine's sandbox slots (Docker's, and each plugin kind's apart).
 
-A kind's own module (`docker.py` and its helpers) keeps what only it knows: how to make,
-list and remove its sandboxes, where their images come from.
+The protocol a kind answers is `core/kinds.py`'s `EnvironmentKind`; a kind's own module
+(`docker.py` and its helpers, `docker_kind.py`) keeps what only it knows: how to make, list
+and remove its sandboxes, where their images come from.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from ..core.errors import EnvironmentUnavailable
 from .limits import take_slot, try_slot
 
-__all__ = ["AGAIN", "BuildFailed", "EnvironmentUnavailable", "SandboxSession", "Swept"]
+__all__ = ["AGAIN", "BuildFailed", "EnvironmentUnavailable", "Swept"]
 
 SLOT_POLL = 0.05
 """Seconds between looks for a free sandbox slot (`--agenteval-max-sandboxes`)."""
@@ -41,17 +41,6 @@ class BuildFailed(EnvironmentUnavailable):
         """The same error for a later attempt, its story (what to do, the build's log) told
         at the image's first attempt, so the terminal shows it once."""
         return BuildFailed(self.message, detail=AGAIN)
-
-
-class SandboxSession(Protocol):
-    """What a kind keeps for one process's sandboxes: made with its first sandbox (which
-    first sweeps the orphans of sessions that are gone), closed once when the session ends
-    (nothing of its sandboxes left running)."""
-
-    swept: list[Swept]
-    """What its orphan sweeps removed, said at the session's end."""
-
-    def close(self) -> None: ...
 
 
 def session_label(pid: int | None = None) -> str:
@@ -125,12 +114,20 @@ def sandbox_slot(size: int) -> int:
     return take_slot(_slots(), "sandbox", size, SLOT_POLL)
 
 
-def free_sandbox_slot(size: int) -> int | None:
-    """One of `size` sandbox slots held now, or None when all are held (never waits)."""
-    return try_slot(_slots(), "sandbox", size)
+def free_sandbox_slot(size: int, kind: str = "docker") -> int | None:
+    """One of `size` sandbox slots of `kind` held now, or None when all are held (never
+    waits)."""
+    return try_slot(_slots(kind), "sandbox", size)
 
 
-def _slots() -> Path:
-    folder = machine_folder() / "sandboxes"
+def kind_slot(size: int, kind: str) -> int:
+    """`sandbox_slot` for the sandboxes of a plugin's kind: its own `size` slots on this
+    machine, apart from Docker's."""
+    return take_slot(_slots(kind), "sandbox", size, SLOT_POLL)
+
+
+def _slots(kind: str = "docker") -> Path:
+    """The slot files of `kind`'s sandboxes on this machine (Docker's keep their old folder)."""
+    folder = machine_folder() / ("sandboxes" if kind == "docker" else f"sandboxes-{kind}")
     folder.mkdir(exist_ok=True)
     return folder

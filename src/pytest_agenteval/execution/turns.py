@@ -107,12 +107,16 @@ def summed_usage(trace: Trace) -> Usage | None:
     known = [c for c in costs if c is not None]
     cached = [e.cached_input_tokens for e in calls if e.cached_input_tokens is not None]
     models = {e.model or e.request_model for e in calls} - {None}
+    hits = [e for e in calls if e.cached]
+    firsts = [e.cached_cost for e in hits if e.cached_cost is not None]
     return Usage(
         input_tokens=sum(e.input_tokens or 0 for e in calls),
         output_tokens=sum(e.output_tokens or 0 for e in calls),
         cost=sum(known) if known else None,
         cached_input_tokens=sum(cached) if cached else None,
         model=models.pop() if len(models) == 1 else None,
+        cached_calls=len(hits) or None,
+        cached_cost=sum(firsts) if firsts else None,
     )
 
 

@@ -6,13 +6,14 @@ import atexit
 import gc
 import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from pydantic import BaseModel
 
 from ..core.errors import TaskFileError, display_path
 from ..core.identity import item_name
@@ -37,15 +38,19 @@ Parts = dict[Path, tuple[Dataset, tuple[Path, ...] | None]]
 
 
 def load_datasets(
-    named: dict[Path, str], specs: SpecCache | None = None, allow: frozenset[str] = frozenset()
+    named: dict[Path, str],
+    specs: SpecCache | None = None,
+    allow: frozenset[str] = frozenset(),
+    kinds: Mapping[str, type[BaseModel]] | None = None,
 ) -> Parts:
     """The datasets the paths are, or lie in; `named` gives the option naming each path;
-    their sandboxes may lift what `allow` says (`--agenteval-sandbox-allow`)."""
+    their sandboxes may lift what `allow` says (`--agenteval-sandbox-allow`) and be of the
+    `kinds` named (their options models by name)."""
     found: dict[Path, tuple[Dataset, list[Path]]] = {}
     by_name: dict[str, Path] = {}
     for path, how in named.items():
         try:
-            dataset = load_dataset(path, specs, allow)
+            dataset = load_dataset(path, specs, allow, kinds)
         except TaskFileError as exc:
             raise pytest.UsageError(f"{how}: {exc}" if how else str(exc)) from None
         found.setdefault(dataset.root, (dataset, []))[1].append(path)

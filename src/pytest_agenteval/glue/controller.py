@@ -80,7 +80,7 @@ def open_controller_run(
         deadline = settings.deadline
         at = options.deadline_at(deadline, time.time()) if deadline else None
         run_dir = store.runs_dir / run.run_id
-        stops = Stops(run_dir, at)
+        stops = Stops(run_dir, at, max_cost=settings.max_cost, max_tokens=settings.max_tokens)
         clear_running(run_dir)  # an earlier session's workers are gone
         context = RunContext(
             fingerprint,
@@ -100,6 +100,10 @@ def start_controller(config: pytest.Config, runtime: Runtime, opened: OpenedRun)
     config.pluginmanager.register(recorder, "agenteval-recorder")
     reporter = Reporter(runtime, store, run, recorder, baseline)
     config.pluginmanager.register(reporter, "agenteval-reporter")
+    if runtime.settings.probe and runtime.stops is not None:
+        from .probe import ProbeHooks
+
+        config.pluginmanager.register(ProbeHooks(runtime), "agenteval-probe")
     if config.pluginmanager.hasplugin("xdist"):
         from .xdist import XdistHooks
 

@@ -19,7 +19,7 @@ from ..core.errors import AgentError, AgentevalError, AgentUnavailable, GraderSp
 from ..core.identity import AttemptId
 from ..core.model import AnyAgentSpec, GraderSpec, TaskSpec
 from ..core.payloads import PAYLOADS, NeverStarted, NewRecord, Payload, Replayed, to_wire
-from ..core.records import Detail
+from ..core.records import AttemptRecord, Detail
 from ..core.text import excerpt, printable
 from ..execution.agents import (
     BUILTIN_AGENT_KINDS,
@@ -125,6 +125,7 @@ class AttemptItem(AgentevalItem):
         try:
             job, self._job = self._job or self.job(), None
             self.outcome = outcome = self.runtime.runner.run(job, self._agent)
+            self._note_cached(outcome.record)
         except AgentUnavailable as exc:  # raised before the attempt began: nothing to record
             self.not_started = exc
             raise
@@ -194,6 +195,14 @@ class AttemptItem(AgentevalItem):
         if found is None:
             found = folders[self.parent] = bool(fixture_defs(self, FIXTURE_NAME))
         return found
+
+    def _note_cached(self, record: AttemptRecord | None) -> None:
+        """`cached_calls` in --junitxml: the attempt's calls the model cache answered (the
+        one property its process adds, as the index carries no usage)."""
+        usage = record.usage if record is not None else None
+        hits = usage.get("cached_calls") if usage else None
+        if hits:
+            self.user_properties.append(("cached_calls", hits))
 
     def report_extras(self) -> Payload:
         """What the report carries to the controller: a new record with its action (typed:

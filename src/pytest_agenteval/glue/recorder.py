@@ -465,8 +465,9 @@ class Recorder:
     def _check_budget(self) -> None:
         reason = self.budget.reached()
         stops = self.runtime.stops
-        if reason is not None and stops is not None and stops.stop is None:
-            stops.halt("budget", reason, publish=True)
+        stop = stops.stop if stops is not None else None
+        if reason is not None and stops is not None and (stop is None or stop.kind == "budget"):
+            stops.halt("budget", reason, publish=True)  # a committed price the ledger lacks
 
     def crashed(self, nodeid: str, report: pytest.TestReport, worker: str | None = None) -> None:
         """A worker died running `nodeid`: an interruption, recorded as an error a resume runs

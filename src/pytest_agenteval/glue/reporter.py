@@ -187,12 +187,14 @@ class Reporter:
         --agenteval-strict, Ctrl-C before the first attempt ended) and no stop came: there is
         nothing to keep."""
         sharded = self.runtime.shard is not None  # an empty shard is kept for merge
+        if self.settings.probe_only:  # a probe alone leaves no run behind
+            return not self.run.resumed
         return not (self.run.resumed or self._began() or sharded or self._stop() is not None)
 
     def _never_began(self, exitstatus: int) -> bool:
         """A resumed run whose session ended in a usage error (a path that does not exist, a
         bad option) before any attempt: the run is left as it was, its reports untouched."""
-        usage_error = exitstatus == pytest.ExitCode.USAGE_ERROR
+        usage_error = exitstatus == pytest.ExitCode.USAGE_ERROR or self.settings.probe_only
         return self.run.resumed and usage_error and not self._began()
 
     def _began(self) -> bool:
@@ -297,6 +299,11 @@ class Reporter:
         if self.summary is None:
             return None
         stop = self._stop()
+        if stop is not None and stop.kind == "probe_failed" == self.summary.status:
+            return (
+                "agenteval: stopped (the probe failed): no attempt started; fix what it named "
+                "above and run again (--agenteval-no-probe skips it)"
+            )
         if stop is not None and self.summary.status == stop.kind:
             then = RESUME if stop.kind != "budget" else budget_line(self.recorder.budget)
             return f"agenteval: stopped ({stop.reason}): attempts not started were skipped; {then}"

@@ -25,13 +25,15 @@ from ..execution.concurrent import Ahead
 from ..execution.environment import Environments
 from ..execution.executor import Executor
 from ..execution.limits import LimitGate, Limits
+from ..providers.cache import FOLDER, ModelCache, use_cache
 from ..providers.gate import FileGate, use_gate
+from ..providers.rates import Rates, use_rates
 from ..sources.dataset import Dataset, TaskDef, load_task_file
 from ..sources.speccache import CachedTask, SpecCache
 from ..sources.yamlfile import field_path, line_of, parse
 from ..store.plan import Decision, Plan
 from ..store.running import Running
-from ..store.stops import Budget, Stops
+from ..store.stops import Stops
 from .pluginhooks import answered_by
 from .settings import Settings
 
@@ -176,7 +178,7 @@ class Runtime:
         cannot be built; the located problem is made once per spec.
         """
         spec = self.agent_spec(task, variant)
-        on_host = task.sandbox is None  # a sandbox's programs are the container's
+        on_host = self.runner.environments.on_host(task)  # a container's are the image's
         made = self._declared.get((id(spec), on_host))
         if made is not None:
             return made
@@ -420,18 +422,22 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
     limits, fingerprint), with the attempt runner built for them."""
     settings, stops = parts.settings, context.stops
     stopped = spent = limits = None
+    environments = parts.environments
     if stops is not None:
-        stops.cap(Budget(settings.max_cost, settings.max_tokens))
         stopped = stops.reason
         spent = stops.spent if stops.budget is not None else None
         if stops.run_dir is not None:
             limits = AgentLimitTable(settings, LimitGate(stops.run_dir / "limits")).held
             use_gate(FileGate(stops.run_dir / "providers"))  # shared by every worker
-            parts.environments.join_run(stops.run_dir.name)  # the run folder is named by its id
+            use_rates(Rates(stops.run_dir / "providers"))
+            environments = environments.for_run(stops.run_dir.name)  # the folder is named by its id
+    if parts.agenteval_dir is not None:  # beside the store, in pytest's cache dir
+        folder = parts.agenteval_dir.parent / FOLDER
+        use_cache(ModelCache(folder, settings.model_cache))
     size = parts.concurrency
     runner = AttemptRunner(
         parts.executor,
-        parts.environments,
+        environments,
         context.fingerprint,
         passthrough=(pytest.exit.Exception, pytest.skip.Exception),
         note_running=context.note_running,

@@ -1,6 +1,7 @@
-"""What a session says of its sandboxes: the orphans its processes' sweeps removed (a line
-each at the end, an xdist worker's through its workeroutput), and the sweep of a dead
-worker's sandboxes when the session ends."""
+"""What a session knows and says of its sandboxes: the kinds registered (Docker's and the
+plugins'), the orphans its processes' sweeps removed (a line each at the end, an xdist
+worker's through its workeroutput), and the sweep of a dead worker's sandboxes when the
+session ends."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from ..core.kinds import EnvironmentKind
+from ..execution.kinds import KindError, installed_kinds, registry
 from .runtime import Runtime
 
 SWEPT = "agenteval_swept"
@@ -38,10 +41,27 @@ class SandboxNotes:
             if said:
                 config.workeroutput[SWEPT] = said  # type: ignore[attr-defined]
             return
-        if self.worker_died and any(t.sandbox is not None for t in self.runtime.all_tasks()):
-            environments.sweep()  # a killed worker left its containers running
+        kinds = {t.sandbox.kind for t in self.runtime.all_tasks() if t.sandbox is not None}
+        if self.worker_died and kinds:
+            environments.sweep(sorted(kinds))  # a killed worker left its sandboxes running
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         for line in [*self.lines, *self.runtime.runner.environments.said()]:
             terminalreporter.write_line(f"agenteval: {line}", yellow=True)
+
+
+def environment_kinds(config: pytest.Config) -> dict[str, EnvironmentKind]:
+    """The sandbox kinds this run knows: Docker, the entry points', then each plugin's and
+    conftest's `pytest_agenteval_environment_kinds` (a kind that is not one is a usage error
+    naming who gave it)."""
+    hook = config.hook.pytest_agenteval_environment_kinds
+    try:
+        answers = installed_kinds()
+        answers += [
+            (f"pytest_agenteval_environment_kinds of {impl.plugin_name}", impl.function())
+            for impl in hook.get_hookimpls()
+        ]
+        return registry(answers)
+    except KindError as exc:
+        raise pytest.UsageError(exc.render()) from None

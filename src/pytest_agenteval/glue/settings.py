@@ -68,6 +68,12 @@ class Settings:
     """The variant the others are compared with (`--agenteval-reference`); None: the first."""
     otel: bool = False
     """`--agenteval-otel` (or ini `agenteval_otel`): export each attempt's trace."""
+    probe: bool = True
+    """Check every provider and model before the first attempt (`--agenteval-no-probe`: not)."""
+    probe_only: bool = False
+    """`--agenteval-probe-only`: the probe alone, then the session ends (exit 0 or 2)."""
+    model_cache: str = "off"
+    """`--agenteval-model-cache` (or ini `agenteval_model_cache`): on, read, replay, off."""
 
 
 def _setting(config: pytest.Config, name: str, parse: Any = None) -> Any:
@@ -133,6 +139,9 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         variants=_variants(config),
         reference=_setting(config, "agenteval_reference", options.variant_name),
         otel=bool(_setting(config, "agenteval_otel")),
+        probe=not config.getoption("agenteval_no_probe"),
+        probe_only=bool(config.getoption("agenteval_probe_only")),
+        model_cache=_setting(config, "agenteval_model_cache", options.model_cache) or "off",
     )
 
 

@@ -49,8 +49,9 @@ class XdistHooks:
         records regrades need, and the agent fingerprint."""
         if self._shipment is None:
             plan = self.runtime.plan
-            if plan.rows:
-                plan.regrade_records.update(_regrades(self.runtime))
+            if plan.rows:  # the shipped copy carries the records; the plan is not changed
+                regrades = {**plan.regrade_records, **_regrades(self.runtime)}
+                plan = replace(plan, regrade_records=regrades)
             self._shipment = {
                 "schema": SHIPMENT_SCHEMA,
                 "plan": plan.to_json(),
@@ -175,7 +176,8 @@ def worker_context(config: pytest.Config, parts: Parts, fingerprint: dict[str, A
     stops = shipped.get("stops")
     if not stops:
         return context
-    joined, unshared = worker_stops(stops, parts.agenteval_dir)
+    caps = parts.settings.max_cost, parts.settings.max_tokens
+    joined, unshared = worker_stops(stops, parts.agenteval_dir, caps)
     note = running = None
     if unshared:
         config.workeroutput[UNSHARED] = unshared  # type: ignore[attr-defined]
@@ -189,14 +191,18 @@ def worker_context(config: pytest.Config, parts: Parts, fingerprint: dict[str, A
     return replace(context, stops=joined, note_running=note, running=running)
 
 
-def worker_stops(shipped: dict[str, Any], local: Path | None) -> tuple[Stops, str | None]:
+def worker_stops(
+    shipped: dict[str, Any],
+    local: Path | None,
+    caps: tuple[float | None, int | None] = (None, None),
+) -> tuple[Stops, str | None]:
     """The stops a worker checks: in the controller's run folder when the worker sees it;
     otherwise (another machine or working directory) in a folder of its own machine, so limits
     hold among that machine's workers and nothing is written where the controller's path
     happens to point. Also says why, when the run folder is not shared."""
     run_dir = Path(shipped["run_dir"])
     if (run_dir / "run.json").is_file():
-        return Stops(run_dir, shipped["deadline"]), None
+        return Stops(run_dir, shipped["deadline"], max_cost=caps[0], max_tokens=caps[1]), None
     base = local if local is not None else Path(tempfile.gettempdir()) / "agenteval"
     own = base / "unshared" / run_dir.name
     note = (
@@ -204,7 +210,7 @@ def worker_stops(shipped: dict[str, Any], local: Path | None) -> tuple[Stops, st
         "agent limits hold only among the workers of its machine, and cancel, the spend and "
         "token caps and a Ctrl-C of the controller do not reach it (the deadline does)"
     )
-    return Stops(own, shipped["deadline"]), note
+    return Stops(own, shipped["deadline"], max_cost=caps[0], max_tokens=caps[1]), note
 
 
 def _stops(stops: Stops | None) -> dict[str, Any] | None:

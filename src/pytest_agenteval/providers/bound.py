@@ -17,6 +17,8 @@ from ..core.errors import AgentError, RunStopped
 from ..core.llm import ModelPrice, ModelSettings, ProviderSpec
 from ..core.model import Usage
 from ..core.trace import Trace
+from . import cache as caches
+from .client import ProviderError
 from .pricing import cost, price_of
 from .seam import Prepared, Provider, ProviderUnknown, provider, route_of, run_sync
 from .wire import as_message
@@ -42,8 +44,13 @@ class BoundClient:
         *,
         spend: Spend | None = None,
         pricing: Mapping[str, ModelPrice] | None = None,
+        attempt: int | None = None,
+        task_id: str | None = None,
     ) -> None:
         self.provider = provider
+        self.attempt = attempt
+        """The attempt's index: part of a cache key, so attempt k stays its own sample."""
+        self.task_id = task_id
         self.trace = trace
         self.model = model or provider.route.default_model
         self.params = dict(params or {})
@@ -81,16 +88,31 @@ class BoundClient:
         request = self.provider.prepare(
             asked, [as_message(m) for m in messages], tools, {**self.params, **params}
         )
+        cache, key = caches.current(), ""
+        if cache is not None:
+            route = self.provider.route
+            key = cache.key(route.kind, route.base_url, request.body, self.attempt)
+            hit = cache.get(key)
+            if hit is not None:
+                return self._cached(asked, *hit, started)
+            if cache.mode == "replay":
+                raise self._replay_miss(asked)
         reserved = self._reserve(request)
         try:
             reply = await self.provider.exchange(request)
         except BaseException:
             self._settle(reserved, (0.0, 0))
             raise
+        priced = self._record(asked, reply, started)
+        self._settle(reserved, self._actual(reply, priced))
+        if cache is not None and cache.writes:
+            cache.put(key, reply, priced)
+        return reply if priced is None else replace(reply, cost=priced)
+
+    def _record(self, asked: str, reply: ChatReply, started: float) -> float | None:
+        """The call's `model_call` event (an attempt's call), and its cost."""
         if self.trace is None:  # a grader's call: priced here
-            priced = reply.cost if reply.cost is not None else self._price(asked, reply)
-            self._settle(reserved, self._actual(reply, priced))
-            return reply if priced is None else replace(reply, cost=priced)
+            return reply.cost if reply.cost is not None else self._price(asked, reply)
         event = self.trace.model_call(
             counted=self.spend is not None,
             provider=reply.provider,
@@ -104,10 +126,30 @@ class BoundClient:
             finish_reason=reply.finish_reason,
             started_at=started,
             retries=reply.retries,
+            cached=reply.cached,
+            cached_cost=reply.cached_cost,
         )
-        priced = self.trace.cost_of(event)
-        self._settle(reserved, self._actual(reply, priced))
-        return reply if priced is None else replace(reply, cost=priced)
+        return self.trace.cost_of(event)
+
+    def _cached(
+        self, asked: str, reply: ChatReply, original: float | None, started: float
+    ) -> ChatReply:
+        """A cache hit: $0 against every cap, its first cost kept apart as `cached_cost`."""
+        reply = replace(
+            reply, cost=0.0, cached=True, cached_cost=original, provider=self.provider.name
+        )
+        self._record(asked, reply, started)
+        return reply
+
+    def _replay_miss(self, asked: str) -> ProviderError:
+        task = f"task {self.task_id!r} attempt {self.attempt}" if self.task_id else "a call"
+        return ProviderError(
+            f"model cache (replay): no cached answer for {task}, model {asked!r} at "
+            f"{self.provider.route.base_url}",
+            detail="Hint: fill the cache with a run under --agenteval-model-cache on; a "
+            "request that changed (messages, tools, parameters, model) or another attempt "
+            "index is a miss",
+        )
 
     def _price(self, asked: str, reply: ChatReply) -> float | None:
         price = price_of(reply.model or asked, self.pricing or {})
@@ -156,6 +198,8 @@ def attempt_llm(
     spend: Spend | None = None,
     pricing: Mapping[str, ModelPrice] | None = None,
     settings: ModelSettings | None = None,
+    attempt: int | None = None,
+    task_id: str | None = None,
 ) -> BoundClient:
     """`task.llm(name)`: the manifest's provider (or the implicit one) bound to the trace
     and the run's caps."""
@@ -163,7 +207,9 @@ def attempt_llm(
         route = route_of(providers, name, settings)
     except ProviderUnknown as exc:
         raise AgentError(f"task.llm: {exc.message}", detail=f"Hint: {exc.hint}") from None
-    return BoundClient(provider(route), trace, spend=spend, pricing=pricing)
+    return BoundClient(
+        provider(route), trace, spend=spend, pricing=pricing, attempt=attempt, task_id=task_id
+    )
 
 
 def usage_of(reply: ChatReply) -> Usage:
@@ -174,4 +220,6 @@ def usage_of(reply: ChatReply) -> Usage:
         cached_input_tokens=reply.cached_input_tokens,
         cost=reply.cost,
         model=reply.model,
+        cached_calls=1 if reply.cached else None,
+        cached_cost=reply.cached_cost if reply.cached else None,
     )

@@ -33,6 +33,8 @@ class ProviderError(AgentError):
     Infrastructure trouble, so the attempt is an *error*, never a failure."""
 
     error_type = "ProviderError"
+    error_class = "provider_error"
+    """`rate_limited` for a 429 after its retries, `timeout` for a request that timed out."""
     status: int | None = None
     """The HTTP status that ended the call, when one did."""
 

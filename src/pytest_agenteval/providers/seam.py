@@ -24,8 +24,9 @@ from ..core.chat import ChatMessage, ChatReply, ToolSpec
 from ..core.errors import did_you_mean
 from ..core.llm import Endpoint, ModelSettings, ProviderLimits, ProviderSpec
 from ..core.text import excerpt
+from . import cache as caches
 from . import gate as gates
-from . import http
+from . import http, rates
 from .client import ProviderError, RequestTimeout, mask, register_key
 from .retry import DEFAULT_BACKOFF, DEFAULT_RETRIES, RetryPolicy, retryable, what_to_check
 from .wire import WIRES, WireError
@@ -138,6 +139,8 @@ def forget() -> None:
         _providers.clear()
     http.forget()
     gates.use_gate(None)
+    caches.use_cache(None)
+    rates.use_rates(None)
 
 
 @dataclass
@@ -198,10 +201,16 @@ class Provider:
         headers = self.wire.headers(self.key())
         url = self.wire.url(self.route.base_url)
         retries, t0 = 0, time.perf_counter()
+        reserved = len(body) + (request.max_tokens or 0)  # bytes bound the input tokens
+        per_minute = rates.current()
         while True:
+            await per_minute.admit(self.route, reserved)  # requests_per_minute, tokens_per_minute
+            used = 0
             try:
                 response = await self._admitted(url, headers, body)
-                return self._reply(model, response, retries, time.perf_counter() - t0)
+                reply = self._reply(model, response, retries, time.perf_counter() - t0)
+                used = (reply.input_tokens or 0) + (reply.output_tokens or 0) or reserved
+                return reply
             except ProviderError:
                 raise
             except Exception as exc:
@@ -210,6 +219,8 @@ class Provider:
                 if not (again and retries < self.policy.retries):
                     raise self._failure(model, exc, status, retries) from None
                 wait = self.policy.delay(retries, after, self.rng)
+            finally:
+                per_minute.settle(self.route, reserved, used)
             await asyncio.sleep(wait)
             retries += 1
 
@@ -271,6 +282,10 @@ class Provider:
         message = f"model {model!r} at {base} failed{after}: {excerpt(mask(what), 500)}"
         error = ProviderError(mask(message), detail=mask(f"Hint: {hint}"))
         error.status = status if isinstance(status, int) else None
+        if status == 429:
+            error.error_class = "rate_limited"
+        elif isinstance(exc, RequestTimeout):
+            error.error_class = "timeout"
         return error
 
 

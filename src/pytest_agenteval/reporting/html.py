@@ -82,7 +82,7 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
     timeline = trace_view(record.transcript)
     plain = None if timeline is not None else record.transcript
     transcript, transcript_len = _clip(_transcript_text(plain))
-    flags = [*(["reused"] if reused else []), *_history_flags(record)]
+    flags = [*(["reused"] if reused else []), *_history_flags(record), *_cache_flags(record)]
     return {
         "i": record.attempt,
         "s": record.status,
@@ -108,6 +108,12 @@ def attempt_view(record: AttemptRecord, reused: bool = False) -> dict[str, Any]:
         "cj": record.judge_cost,
         "f": flags,
     }
+
+
+def _cache_flags(record: AttemptRecord) -> list[str]:
+    """`cached N`: how many of the attempt's model calls the model cache answered."""
+    hits = (record.usage or {}).get("cached_calls")
+    return [f"cached {hits}"] if hits else []
 
 
 def trace_view(transcript: list[Any] | None) -> dict[str, Any] | None:

@@ -301,6 +301,14 @@ def _pass_rate(task: TaskSummary) -> tuple[float, str, str]:
     return (task.c / task.n if task.n else 0.0, task.task_id, task.variant or "")
 
 
+def _class_lines(counts: Counts) -> list[str]:
+    """`errors by class: rate_limited 2, agent_error 1`, when there are errors."""
+    found = counts.error_classes
+    if not found:
+        return []
+    return ["errors by class: " + ", ".join(f"{name} {n}" for name, n in found.items())]
+
+
 def _counts_line(counts: Counts) -> str:
     """`7 passed, 1 failed, 3 errors (2 over budget, 1 sandbox build failed), 1 load error;
     30 reused, 2 regraded`: what the errors were in their parentheses (also `N sandbox
@@ -435,7 +443,9 @@ def _suite_properties(summary: Summary, rule: str, suite: _Suite) -> list[tuple[
             ("pass_at_1_ci95", json.dumps([shown(v) for v in ci95] if ci95 else None)),
         ]
     if counts is not None:
-        found += [(f"count_{k}", v) for k, v in counts.model_dump(by_alias=True).items()]
+        dumped = counts.model_dump(by_alias=True, exclude={"error_classes"})
+        found += [(f"count_{k}", v) for k, v in dumped.items()]
+        found += [(f"errors_{k}", n) for k, n in (counts.error_classes or {}).items()]
     return found + ([("narrowed", narrowed)] if narrowed else [])
 
 
@@ -520,6 +530,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
         f"{counted(_n_tasks(summary), 'task')}, {attempts_words(summary)}",
         *([f"{narrowed}: the metrics cover these attempts only"] if narrowed else []),
         _counts_line(counts) + (f"; {counts.run} run now" if counts.run is not None else ""),
+        *_class_lines(counts),
         *_agent_error_lines(summary.agent_errors),
     ]
     if summary.variants is not None or m is None:

@@ -152,7 +152,24 @@ def _user_defs() -> dict[str, Schema]:
     )
     _grader_defs(defs)
     _docker_image(defs)
+    _sandbox_kinds(defs)
     return defs
+
+
+def _sandbox_kinds(defs: dict[str, Schema]) -> None:
+    """A sandbox names its kind by a key: `docker: {...}`, or any other key a plugin's kind
+    (its options, which the kind checks), beside the common options."""
+    sandbox = defs["SandboxSpec"]
+    sandbox["properties"].pop("plugin", None)
+    props = sandbox["properties"]
+    props["docker"] = _keep_docs(props["docker"], ref("DockerImage"))
+    defs.pop("PluginSandbox", None)
+    sandbox["additionalProperties"] = {
+        "type": ["object", "null"],
+        "description": "A sandbox kind a plugin registers (`pytest_agenteval_environment_kinds`)"
+        ": `KIND: {options}`, its options checked by the kind.",
+    }
+    sandbox["minProperties"] = 1
 
 
 def _docker_image(defs: dict[str, Schema]) -> None:

@@ -171,8 +171,16 @@ def task_lines(
 
 
 def _sandbox_lines(record: AttemptRecord) -> list[str]:
-    """The image a sandboxed attempt's container was made of, and what it captured inside."""
+    """The sandbox an attempt ran in (its kind's description; an older record's Docker
+    image), and what it captured inside."""
     lines = [f"sandbox image {record.image}"] if record.image else []
+    described = dict(record.sandbox or {})
+    kind = described.pop("kind", None)
+    if kind == "docker" and list(described) == ["image"]:
+        lines.append(f"sandbox image {described['image']}")
+    elif kind is not None:
+        facts = ", ".join(f"{name} {value}" for name, value in described.items())
+        lines.append(f"sandbox {kind}" + (f": {facts}" if facts else ""))
     for name, value in (record.environment or {}).items():
         lines.append(f"environment {name}: {value}")
     return lines
@@ -217,7 +225,8 @@ def attempt_lines(record: AttemptRecord, reuse: str, full: bool = False) -> list
         lines.append("  (none: the attempt ended before grading)")
     if record.error:
         where = f" in {record.phase}" if record.phase else ""
-        kind = f" ({record.error_type})" if record.error_type else ""
+        named = [n for n in (record.error_class, record.error_type) if n]
+        kind = f" ({', '.join(dict.fromkeys(named))})" if named else ""
         lines += ["", f"error{where}{kind}:", *_indented(record.error)]
     if record.transcript:
         lines += ["", *_trace_lines(record.transcript, cut)]

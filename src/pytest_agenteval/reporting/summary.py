@@ -199,6 +199,9 @@ class Counts(_Frozen):
     sandbox_error: int | None = None
     """The errors whose sandbox failed under them, its Docker daemon or CLI (phase
     `sandbox`); absent when none did."""
+    error_classes: dict[str, int] | None = None
+    """The errors by class (`rate_limited`, `provider_error`, `timeout`, `agent_error`, ...;
+    docs/reference/records.md lists them), most first; absent when there is no error."""
     reused: int | None = None
     """Attempts the last session reused as they were recorded."""
     regraded: int | None = None
@@ -209,7 +212,7 @@ class Counts(_Frozen):
     """Tasks (or task files) that could not be loaded in the last session."""
 
     @model_serializer(mode="wrap")
-    def _present(self, handler: SerializerFunctionWrapHandler) -> dict[str, int]:
+    def _present(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """summary.json leaves out the session counts the last session did not give."""
         return {k: v for k, v in handler(self).items() if v is not None}
 
@@ -513,6 +516,7 @@ def build_summary(
         "counts": {
             **tot.counts,
             **build_failures(rows),
+            **error_classes(rows),
             **session_counts,
             "load_error": len(load_errors),
         },
@@ -563,7 +567,7 @@ def _variant_parts(
         spent = _totals_json(tot, attempts)
         parts[name] = {
             **_variant_agents(fingerprint, name, attempts),
-            "counts": tot.counts,
+            "counts": {**tot.counts, **error_classes(attempts)},
             "metrics": _group_json(group_metrics(its_tasks, ks)),
             "totals": spent,
             "tags": _tags_json(its_tasks, ks),
@@ -629,6 +633,12 @@ def build_failures(rows: Sequence[IndexRow]) -> dict[str, int]:
         **({"build_failed": failed} if failed else {}),
         **({"sandbox_error": lost} if lost else {}),
     }
+
+
+def error_classes(rows: Sequence[IndexRow]) -> dict[str, dict[str, int]]:
+    """`error_classes`: the errors of `rows` by class, most first (nothing without errors)."""
+    found = Counter(row.error_class for row in rows if row.error_class is not None)
+    return {"error_classes": dict(found.most_common())} if found else {}
 
 
 def environment_drift(rows: Sequence[IndexRow]) -> list[dict[str, Any]]:

@@ -8,19 +8,20 @@ import fnmatch
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..core.errors import (
     GraderSpecError,
     TaskFileError,
     TaskFileErrors,
     TemplateError,
+    did_you_mean,
 )
 from ..core.model import (
     ArtifactsSpec,
@@ -60,6 +61,10 @@ class Dataset:
     """What its sandboxes may lift of the default isolation (the run's
     `--agenteval-sandbox-allow`): a sandbox asking for more is a load error. None: not
     checked (read only to know its templates)."""
+    kinds: Mapping[str, type[BaseModel]] | None = field(default=None, compare=False, repr=False)
+    """The options model of each sandbox kind the run knows, by name (`docker` and the
+    plugins'): a sandbox of another kind, or with bad options, is a load error. None: not
+    checked."""
     templates_only: bool = field(default=False, compare=False, repr=False)
     """Read only to know its templates (a session that does not evaluate it): a task file
     without the word `workspace` names none, and is not parsed."""
@@ -215,14 +220,18 @@ def _skipped_dir(name: str) -> bool:
 
 
 def load_dataset(
-    path: Path, cache: SpecCache | None = None, sandbox_allow: frozenset[str] | None = None
+    path: Path,
+    cache: SpecCache | None = None,
+    sandbox_allow: frozenset[str] | None = None,
+    kinds: Mapping[str, type[BaseModel]] | None = None,
 ) -> Dataset:
     """The dataset `path` is, or lies in: its manifest is the nearest `agenteval.yaml` at or
     above `path`, as pytest finds its rootdir, so a part of a dataset keeps its ids and agent.
 
     Without a manifest, the folder itself (a file's folder) is a dataset named after it. With a
     cache, unchanged task files are not parsed again. Its sandboxes may lift what
-    `sandbox_allow` says of the default isolation (None: not checked).
+    `sandbox_allow` says of the default isolation, and be of the `kinds` named (None: not
+    checked).
     """
     path = path.resolve()
     if not path.exists():
@@ -232,7 +241,8 @@ def load_dataset(
     root = find_dataset_root(path)
     if root is None:
         folder = path if path.is_dir() else path.parent
-        return Dataset(folder, Manifest(name=_safe_name(folder.name)), None, cache, sandbox_allow)
+        manifest = Manifest(name=_safe_name(folder.name))
+        return Dataset(folder, manifest, None, cache, sandbox_allow, kinds)
     manifest_path = root / MANIFEST_NAME
     node, data = parse(manifest_path)
     if not isinstance(data, dict):
@@ -254,10 +264,12 @@ def load_dataset(
         )
     default = manifest.defaults.sandbox
     if default is not None:
-        errors = sandbox_problems(default, root, sandbox_allow, manifest_path, node, ("defaults",))
+        errors = sandbox_problems(
+            default, root, sandbox_allow, manifest_path, node, ("defaults",), kinds
+        )
         if errors:
             raise TaskFileErrors(errors)
-    return Dataset(root, manifest, manifest_path, cache, sandbox_allow)
+    return Dataset(root, manifest, manifest_path, cache, sandbox_allow, kinds)
 
 
 def _safe_name(name: str) -> str:
@@ -397,7 +409,8 @@ class TaskDef:
     def sandbox_build(self) -> BuildFolder | None:
         """The folder a sandbox's `build:` image is made from, and its content digest (the
         image's tag): a changed Dockerfile is a changed task. None without a `build:`."""
-        build = self.sandbox.docker.build if self.sandbox else None
+        docker = self.sandbox.docker if self.sandbox else None
+        build = docker.build if docker else None
         if build is None:
             return None
         return self.dataset.build_folder((self.dataset.root / build).resolve())
@@ -571,7 +584,9 @@ def _check_sandbox(task: TaskDef, node: Any, loc: tuple[Any, ...]) -> list[TaskF
     sandbox, dataset = task.spec.sandbox, task.dataset
     if sandbox is None:
         return []
-    return sandbox_problems(sandbox, dataset.root, dataset.sandbox_allow, task.path, node, loc)
+    return sandbox_problems(
+        sandbox, dataset.root, dataset.sandbox_allow, task.path, node, loc, dataset.kinds
+    )
 
 
 def sandbox_problems(
@@ -581,10 +596,16 @@ def sandbox_problems(
     path: Path,
     node: Any,
     loc: tuple[Any, ...],
+    kinds: Mapping[str, type[BaseModel]] | None = None,
 ) -> list[TaskFileError]:
-    """What a sandbox asks for that a dataset may not: a `build:` folder outside it, and
+    """What a sandbox asks for that a dataset may not: a kind the run does not know or bad
+    options of its kind (`kinds`: None, not checked), a `build:` folder outside it, and
     isolation lifted that the run's user did not allow (None: not checked), located at
     their lines."""
+    if kinds is not None:
+        wrong = kind_problems(sandbox, kinds, path, node, (*loc, "sandbox"))
+        if wrong:
+            return wrong
     found = []
     build = build_problem(sandbox, root)
     if build is not None:
@@ -607,9 +628,43 @@ def sandbox_problems(
     ]
 
 
+def kind_problems(
+    sandbox: SandboxSpec,
+    kinds: Mapping[str, type[BaseModel]],
+    path: Path,
+    node: Any,
+    loc: tuple[Any, ...],
+) -> list[TaskFileError]:
+    """A sandbox of a kind no plugin registered, or whose options its kind's model refuses,
+    located at the kind's key (an option's own line when pydantic names one)."""
+    name = sandbox.kind
+    where = (*loc, name)
+    model = kinds.get(name)
+    if model is None:
+        known = ", ".join(sorted(kinds))
+        return [
+            TaskFileError(
+                path,
+                f"unknown sandbox kind {name!r} (known: {known})",
+                line=line_of(node, where),
+                field=field_path(where),
+                hint=did_you_mean(name, list(kinds))
+                or "a plugin or conftest.py registers a kind through the hook "
+                "`pytest_agenteval_environment_kinds` (see docs/guides/sandbox-kinds.md)",
+            )
+        ]
+    if sandbox.plugin is None:
+        return []  # docker's options were validated with the task
+    try:
+        model.model_validate(sandbox.plugin.options)
+    except ValidationError as exc:
+        return validation_errors(exc, path, node, where, model)
+    return []
+
+
 def build_problem(sandbox: SandboxSpec, root: Path) -> tuple[str, str] | None:
     """Why a sandbox's `build:` folder cannot be used (outside the dataset), with a hint."""
-    build = sandbox.docker.build
+    build = sandbox.docker.build if sandbox.docker is not None else None
     if build is None:
         return None
     try:

@@ -22,6 +22,7 @@ from sys import intern
 from types import NoneType
 from typing import Any, BinaryIO
 
+from ..core.error_classes import phase_class
 from ..core.identity import AttemptId
 from ..core.model import RECORD_SCHEMA
 from ..core.records import INDEXED, Detail, spend_sum
@@ -94,6 +95,9 @@ class IndexRow:
     variant_agent: str | None = None
     """A variant's attempt: the agent its session's fingerprint names for the variant (None
     in index lines written before it was kept: run.json's label then)."""
+    error_class: str | None = None
+    """An error's class (`core.error_classes`): the line's (written only when its phase does
+    not imply it), else what its phase implies; None for a pass or a fail."""
 
     @property
     def spend(self) -> float | None:
@@ -145,6 +149,7 @@ def row_of(line: dict[str, Any]) -> IndexRow:
         variant,
         line.get("environment"),
         line.get("variant_agent"),
+        _class_of(line.get("error_class"), line["status"], phase),
     )  # type: ignore[call-arg]  # mypy cannot count the itemgetters'
 
 
@@ -289,6 +294,9 @@ def parse_line(
     ):
         raise ValueError
     facts = _optional_facts(line) if len(line) > _PLAIN_FIELDS else ()
+    if status == "error":
+        written = facts[5] if facts else None
+        facts = (*(facts[:5] if facts else _NO_FACTS), _class_of(written, status, phase))
     variant = intern(facts[2]) if facts and facts[2] is not None else None
     key = AttemptId(dataset=intern(dataset), task_id=task_id, variant=variant, attempt=attempt)
     row = IndexRow(
@@ -315,9 +323,18 @@ _PLAIN_FIELDS = len(FIELDS)
 """Fields of a line without optional facts (crashes, model, judge cost, variant): most lines."""
 
 
+_NO_FACTS = (None, None, None, None, None)
+
+
+def _class_of(written: Any, status: str, phase: str | None) -> str | None:
+    if status != "error":
+        return None
+    return written if type(written) is str else phase_class(phase)
+
+
 def _optional_facts(
     line: dict[str, Any],
-) -> tuple[str | None, float | None, str | None, dict[str, str] | None, str | None]:
+) -> tuple[str | None, float | None, str | None, dict[str, str] | None, str | None, str | None]:
     """The optional model, judge cost, variant, captured environment and variant's agent of a
     line; a mistyped model, judge cost, environment or agent is left out, not fatal (a mistyped
     variant is: its attempt would be another's)."""
@@ -327,13 +344,14 @@ def _optional_facts(
         raise TypeError
     environment = line.get("environment")
     captured = environment if type(environment) is dict else None
-    agent = line.get("variant_agent")
+    agent, kind = line.get("variant_agent"), line.get("error_class")
     return (
         model if type(model) is str else None,
         judge if known else None,
         variant,
         captured,
         intern(agent) if type(agent) is str else None,
+        intern(kind) if type(kind) is str else None,
     )
 
 

@@ -126,8 +126,12 @@ def _resume(store: Store, request: RunRequest) -> OpenRun:
     changed = variant_drift(info.agent, request.fingerprint, ran) if recorded else []
     if (drift or changed) and not request.allow_drift:
         raise StoreError(_drift_message(info.run_id, drift, changed))
-    plan = make_plan(rows, rerun_errors=request.rerun_errors, rerun_all=request.rerun_all)
-    plan.fetch = lambda key: store.record(info.run_id, key)
+    plan = make_plan(
+        rows,
+        rerun_errors=request.rerun_errors,
+        rerun_all=request.rerun_all,
+        fetch=lambda key: store.record(info.run_id, key),
+    )
     alone = left_in_flight(store.runs_dir / info.run_id)
     if not request.dry:
         store.claim_run(info.run_id)

@@ -139,9 +139,16 @@ def _row_values(values: list[Any]) -> list[Any]:
     return [AttemptId.from_json(key), *rest]
 
 
-def make_plan(rows: Iterable[IndexRow], *, rerun_errors: bool, rerun_all: bool) -> Plan:
-    """Snapshot the readable stored attempts of a run."""
-    return Plan({r.key.plan_key: r for r in rows}, rerun_errors, rerun_all)
+def make_plan(
+    rows: Iterable[IndexRow],
+    *,
+    rerun_errors: bool,
+    rerun_all: bool,
+    fetch: Callable[[AttemptId], AttemptRecord | None] | None = None,
+) -> Plan:
+    """Snapshot the readable stored attempts of a run; `fetch` reads one's full record (the
+    record source is given to the plan when it is made)."""
+    return Plan({r.key.plan_key: r for r in rows}, rerun_errors, rerun_all, fetch=fetch)
 
 
 def changed_parts(

@@ -39,7 +39,7 @@ STOP_SCHEMA = "agenteval.stop/1"
 LOOK_EVERY = 0.01
 """Seconds between two looks for stop files; bounds how late a process sees a stop."""
 
-StopKind = Literal["cancelled", "budget", "deadline", "interrupted"]
+StopKind = Literal["cancelled", "budget", "deadline", "interrupted", "probe_failed"]
 STOP_KINDS = ("cancelled", "budget", "deadline")
 CTRL_C = "interrupted (Ctrl-C)"
 """The reason of a stop by Ctrl-C, as every report says it."""
@@ -69,21 +69,28 @@ class Stop:
 class Stops:
     """One process's view of the run's stops; once one is seen, it stays."""
 
-    def __init__(self, run_dir: Path | None, deadline: float | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path | None,
+        deadline: float | None = None,
+        *,
+        max_cost: float | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        """`max_cost`/`max_tokens`: the run's caps, checked at every call's start, their spend
+        kept in this run's folder (so every process of the run counts against them)."""
         self.run_dir = run_dir
         self.deadline = deadline
         self._stop: Stop | None = None
+        self._published: set[str] = set()
         self._lock = threading.Lock()
         self._looked = 0.0
         self._files = (run_dir / CANCEL_FILE, run_dir / STOP_FILE) if run_dir else None
         self.budget: Budget | None = None
-        """The run's caps, checked at every call's start (set by `cap`)."""
-
-    def cap(self, budget: Budget) -> None:
-        """Check `budget` before every agent call; its spend is kept in this run's folder."""
-        if budget.capped:
-            budget.ledger = Ledger(self.run_dir / SPEND_FILE if self.run_dir else None)
-            self.budget = budget
+        """The run's caps and spend; None: uncapped."""
+        if max_cost is not None or max_tokens is not None:
+            ledger = Ledger(run_dir / SPEND_FILE if run_dir else None)
+            self.budget = Budget(max_cost, max_tokens, ledger)
 
     def spent(self, cost: float | None, tokens: int) -> None:
         """An answer arrived: count what it cost (before its call gives up its limit slot)."""
@@ -113,15 +120,16 @@ class Stops:
         return self._stop
 
     def reason(self) -> str | None:
-        """Why no new attempt may start now, or None (called before each attempt starts)."""
+        """Why no new attempt may start now, or None (called before each attempt starts). A
+        query: it writes nothing (`halt(..., publish=True)` tells the other processes)."""
         found = self._stop or self._look() or self._over_budget()
         return found.reason if found else None
 
     def _over_budget(self) -> Stop | None:
         """The caps against every answer of the run so far (read each time: exact)."""
         reason = self.budget.reached() if self.budget is not None else None
-        if reason is not None:
-            self.halt("budget", reason, publish=True)
+        if reason is not None:  # every process reads the same ledger: nothing to publish
+            self.halt("budget", reason)
         return self._stop
 
     def halt(self, kind: StopKind, reason: str, *, publish: bool = False) -> None:
@@ -129,7 +137,10 @@ class Stops:
         with self._lock:
             if self._stop is None:
                 self._stop = Stop(kind, reason)
-        if publish and self.run_dir is not None:
+            first = publish and kind not in self._published  # once per kind is enough
+            if first:
+                self._published.add(kind)
+        if first and self.run_dir is not None:
             with contextlib.suppress(StoreError):  # stops this process; others see no file
                 data = {"schema": STOP_SCHEMA, "kind": kind, "reason": reason}
                 write_json(self.run_dir / STOP_FILE, data)
@@ -222,12 +233,14 @@ class Budget:
     committed attempts spent (earlier sessions too); in `ledger`, once the run's stops check
     it, every answer that arrived in any of its processes."""
 
-    def __init__(self, max_cost: float | None, max_tokens: int | None) -> None:
+    def __init__(
+        self, max_cost: float | None, max_tokens: int | None, ledger: Ledger | None = None
+    ) -> None:
         self.max_cost = max_cost
         self.max_tokens = max_tokens
         self.cost = 0.0
         self.tokens = 0
-        self.ledger = Ledger(None)
+        self.ledger = ledger if ledger is not None else Ledger(None)
 
     @property
     def capped(self) -> bool:

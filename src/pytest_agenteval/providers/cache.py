@@ -1,0 +1,195 @@
+"""The model-call cache: a request asked before is answered from disk, not paid for again.
+
+`--agenteval-model-cache on|read|replay|off` (off by default). The key is the provider's
+kind and endpoint, the whole request as sent (model, messages, tools, parameters) and the
+attempt index, so attempt k of a task stays an independent sample of the model: the cache
+replays the run, it never turns three attempts into one answer. Entries are one JSON file
+each under `<cache_dir>/agenteval-models/`, written as the store writes (a temporary file,
+then a rename), so a worker that dies mid-write leaves no half entry; an unreadable entry is
+reported once and treated as a miss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ..core.chat import ChatReply, ToolRequest
+
+Mode = Literal["on", "read", "replay", "off"]
+MODES: tuple[Mode, ...] = ("on", "read", "replay", "off")
+SCHEMA = "agenteval.model-cache/1"
+KEY_VERSION = 1
+"""Part of every key: a change to what a key covers makes old entries misses, not errors."""
+FOLDER = "agenteval-models"
+"""Beside the agenteval store in pytest's cache dir (`--cache-clear` leaves both)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """What `agenteval cache stats` prints."""
+
+    entries: int
+    bytes: int
+    oldest: float | None
+    newest: float | None
+    cost: float
+    """What the cached answers cost when they were first asked (0 where unknown)."""
+
+
+class ModelCache:
+    """One session's view of the cache: its mode and folder."""
+
+    def __init__(self, folder: Path, mode: str) -> None:
+        self.folder = folder
+        self.mode = mode
+        self._reported: set[str] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def reads(self) -> bool:
+        return self.mode in ("on", "read", "replay")
+
+    @property
+    def writes(self) -> bool:
+        return self.mode == "on"
+
+    @staticmethod
+    def key(kind: str, base_url: str, body: bytes, attempt: int | None) -> str:
+        """The entry's name: endpoint, whole request body and attempt index, hashed."""
+        digest = hashlib.sha256()
+        head = json.dumps([KEY_VERSION, kind, base_url.rstrip("/"), attempt]).encode()
+        digest.update(head + b"\n" + body)
+        return digest.hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.folder / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> tuple[ChatReply, float | None] | None:
+        """The cached reply and its original cost; None on a miss (or an unreadable entry,
+        reported once)."""
+        path = self._path(key)
+        try:
+            data = json.loads(path.read_bytes())
+            if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+                raise ValueError(f"not a {SCHEMA} entry")
+            return _reply(data["reply"]), data.get("cost")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._report(path, exc)
+            return None
+
+    def put(self, key: str, reply: ChatReply, cost: float | None) -> None:
+        """Keep a reply (best effort: a cache that cannot be written costs a call, not a run)."""
+        path = self._path(key)
+        entry = {"schema": SCHEMA, "at": time.time(), "cost": cost, "reply": _json(reply)}
+        data = json.dumps(entry, ensure_ascii=False).encode()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            self._report(path, exc)
+
+    def _report(self, path: Path, exc: Exception) -> None:
+        with self._lock:
+            if str(path) in self._reported:
+                return
+            self._reported.add(str(path))
+        print(
+            f"agenteval: model cache: {path}: {exc} (treated as a miss)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def entries(folder: Path) -> Iterator[Path]:
+    """Every entry file of the cache at `folder`."""
+    if folder.is_dir():
+        yield from folder.glob("??/*.json")
+
+
+def stats(folder: Path) -> Stats:
+    """How many entries, how large, how old, and what they cost when asked."""
+    count = size = 0
+    oldest: float | None = None
+    newest: float | None = None
+    cost = 0.0
+    for path in entries(folder):
+        try:
+            raw = path.read_bytes()
+            data = json.loads(raw)
+        except (OSError, ValueError):
+            continue
+        count, size = count + 1, size + len(raw)
+        at = data.get("at") if isinstance(data, dict) else None
+        if isinstance(at, int | float):
+            oldest = at if oldest is None else min(oldest, at)
+            newest = at if newest is None else max(newest, at)
+        spent = data.get("cost") if isinstance(data, dict) else None
+        cost += spent if isinstance(spent, int | float) else 0.0
+    return Stats(count, size, oldest, newest, cost)
+
+
+def prune(folder: Path, older_than: float, now: float | None = None) -> int:
+    """Remove the entries written more than `older_than` seconds ago (and unreadable ones);
+    returns how many."""
+    cutoff = (time.time() if now is None else now) - older_than
+    removed = 0
+    for path in entries(folder):
+        try:
+            data = json.loads(path.read_bytes())
+            at = data.get("at") if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            at = None
+        if not isinstance(at, int | float) or at < cutoff:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed += 1
+    return removed
+
+
+def clear(folder: Path) -> int:
+    """Remove every entry; returns how many."""
+    return prune(folder, -1e18)
+
+
+def _json(reply: ChatReply) -> dict[str, Any]:
+    found = asdict(reply)
+    found["tool_calls"] = [asdict(call) for call in reply.tool_calls]
+    found["extra"] = dict(reply.extra)
+    for name in ("cost", "cached", "cached_cost", "latency", "retries"):
+        del found[name]
+    return found
+
+
+def _reply(data: dict[str, Any]) -> ChatReply:
+    calls = tuple(ToolRequest(c["id"], c["name"], c["arguments"]) for c in data["tool_calls"])
+    return ChatReply(**{**data, "tool_calls": calls})
+
+
+_cache: ModelCache | None = None
+
+
+def current() -> ModelCache | None:
+    """The session's cache (None: off)."""
+    return _cache
+
+
+def use_cache(cache: ModelCache | None) -> None:
+    """Every model call of this process from now on goes through `cache` (None: off)."""
+    global _cache
+    _cache = cache if cache is not None and cache.mode != "off" else None

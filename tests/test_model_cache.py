@@ -1,0 +1,211 @@
+"""The model-call cache (`--agenteval-model-cache`): a fresh run answered from the cache sends
+nothing, attempt k stays its own sample, `read` never writes, `replay` makes a miss an error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import DatasetMaker, latest_run, summary_of
+from model_server import ModelServer
+from pytest_agenteval.cli import main as agenteval
+from pytest_agenteval.providers.cache import FOLDER, ModelCache, entries, prune, stats
+
+
+def _manifest(server: ModelServer) -> dict[str, Any]:
+    return {
+        "providers": {
+            "local": {
+                "openai": {"base_url": server.base_url, "api_key_env": "LOCAL_KEY"},
+                "limits": {"max_in_flight": 4},
+            }
+        },
+        "defaults": {"attempts": 3},
+        "agent": {"openai": {"model": "m1", "provider": "local"}},
+        "pricing": {"m1": {"input_per_mtok": 1.0, "output_per_mtok": 10.0}},
+    }
+
+
+def _tasks(n: int = 10) -> dict[str, Any]:
+    return {f"t{i}.yaml": {"input": f"task {i} <<ok>>", "expected": "ok"} for i in range(n)}
+
+
+def _records(root: Path) -> list[dict[str, Any]]:
+    run = root / ".pytest_cache/agenteval/runs" / latest_run(root) / "records.jsonl"
+    return [json.loads(line) for line in run.read_text().splitlines() if line.strip()]
+
+
+def _outcome(summary: dict[str, Any]) -> Any:
+    """What two runs of the same answers agree on: the counts, the metrics, the tokens and
+    each attempt's status (not the cost: a cached answer costs $0)."""
+    tasks = {t["task_id"]: [a["status"] for a in t["attempts"]] for t in summary["tasks"]}
+    tokens = (summary["totals"]["input_tokens"], summary["totals"]["output_tokens"])
+    return summary["counts"], summary["metrics"], tokens, tasks
+
+
+@pytest.fixture
+def cached_dataset(
+    dataset: DatasetMaker, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    monkeypatch.setenv("LOCAL_KEY", "local-key-abcdefghijkl")
+    return dataset(_tasks(), manifest=_manifest(model_server))
+
+
+def _cache_dir(pytester: pytest.Pytester) -> Path:
+    return pytester.path / ".pytest_cache" / FOLDER
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_a_second_fresh_run_sends_nothing(
+    pytester: pytest.Pytester,
+    cached_dataset: Path,
+    model_server: ModelServer,
+    workers: list[str],
+) -> None:
+    """10 tasks x 3 attempts under `on`: the first run sends 30 requests (one per attempt,
+    though attempts of a task ask the same), the second fresh run none, and their summaries
+    agree; the second run's records, JUnit and HTML say each call was cached, at $0 with its
+    first cost kept apart."""
+    args = ["--agenteval", "ds", "--agenteval-model-cache", "on", *workers]
+    first = pytester.runpytest_subprocess(*args)
+    first.assert_outcomes(passed=30)
+    assert len(model_server.requests) == 30
+    assert len({json.dumps(r, sort_keys=True) for r in model_server.requests}) == 10
+    assert stats(_cache_dir(pytester)).entries == 30
+    before = summary_of(pytester, latest_run(pytester.path))
+    model_server.reset()
+    junit = pytester.path / "junit.xml"
+    html = pytester.path / "report.html"
+    second = pytester.runpytest_subprocess(*args, f"--junitxml={junit}", f"--agenteval-html={html}")
+    second.assert_outcomes(passed=30)
+    assert model_server.requests == []
+    after = summary_of(pytester, latest_run(pytester.path))
+    assert before["run_id"] != after["run_id"]
+    assert _outcome(after) == _outcome(before)
+    for record in _records(pytester.path):
+        usage = record["usage"]
+        assert usage["cached_calls"] == 1 and usage["cost"] == 0
+        assert usage["cached_cost"] == pytest.approx((100 * 1.0 + 20 * 10.0) / 1e6)
+        (call,) = [e for e in record["transcript"] if e.get("type") == "model_call"]
+        assert call["cached"] is True
+    assert junit.read_text().count('name="cached_calls" value="1"') == 30
+    assert html.read_text().count('"cached 1"') == 30
+
+
+@pytest.mark.slow
+def test_replay_with_an_empty_cache_errors_every_attempt(
+    pytester: pytest.Pytester, cached_dataset: Path, model_server: ModelServer
+) -> None:
+    """`replay` with nothing cached: every attempt is an error naming its task and model,
+    and no request reaches the server."""
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-model-cache", "replay", "-n", "2"
+    )
+    result.assert_outcomes(errors=30)
+    assert model_server.requests == []
+    records = _records(pytester.path)
+    assert len(records) == 30
+    for record in records:
+        assert record["status"] == "error"
+        assert "model cache (replay): no cached answer for task" in record["error"]
+        assert f"{record['task_id']!r} attempt {record['attempt']}" in record["error"]
+        assert "model 'm1'" in record["error"]
+
+
+@pytest.mark.slow
+def test_read_uses_hits_and_never_writes(
+    pytester: pytest.Pytester, cached_dataset: Path, model_server: ModelServer
+) -> None:
+    """`read` on an empty cache calls the model and writes nothing; after an `on` run it is
+    answered from the cache."""
+    read = ["--agenteval", "ds", "--agenteval-model-cache", "read", "-p", "no:xdist"]
+    pytester.runpytest_subprocess(*read).assert_outcomes(passed=30)
+    assert len(model_server.requests) == 30
+    assert stats(_cache_dir(pytester)).entries == 0
+    pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-model-cache", "on", "-p", "no:xdist"
+    ).assert_outcomes(passed=30)
+    model_server.reset()
+    pytester.runpytest_subprocess(*read).assert_outcomes(passed=30)
+    assert model_server.requests == []
+
+
+def test_the_attempt_index_and_the_request_make_the_key() -> None:
+    """Attempt k of one request is its own entry; any byte of the request or the endpoint
+    changes the key."""
+    key = ModelCache.key
+    base = key("openai", "http://h/v1", b'{"model":"m"}', 0)
+    assert base != key("openai", "http://h/v1", b'{"model":"m"}', 1)
+    assert base != key("openai", "http://h/v1", b'{"model":"n"}', 0)
+    assert base != key("openai", "http://other/v1", b'{"model":"m"}', 0)
+    assert base != key("anthropic", "http://h/v1", b'{"model":"m"}', 0)
+    assert base == key("openai", "http://h/v1/", b'{"model":"m"}', 0)
+
+
+def test_a_corrupt_entry_is_a_miss_reported_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unreadable entry is reported once on stderr and treated as a miss."""
+    from pytest_agenteval.core.chat import ChatReply, ToolRequest
+
+    cache = ModelCache(tmp_path, "on")
+    reply = ChatReply("hi", (ToolRequest("c1", "bash", {"cmd": "ls"}),), "stop", "m", 3, 4)
+    cache.put("ab" + "0" * 62, reply, 0.5)
+    found = cache.get("ab" + "0" * 62)
+    assert found is not None and found[0] == reply and found[1] == 0.5
+    broken = tmp_path / "cd" / ("cd" + "0" * 62 + ".json")
+    broken.parent.mkdir()
+    broken.write_text("{not json")
+    assert cache.get("cd" + "0" * 62) is None
+    assert cache.get("cd" + "0" * 62) is None
+    assert capsys.readouterr().err.count("treated as a miss") == 1
+
+
+def test_cache_commands_stats_prune_clear(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agenteval cache stats` counts the entries; `prune --older-than` removes the old ones,
+    `clear` the rest; a bad age is a one-line error."""
+    from pytest_agenteval.core.chat import ChatReply
+
+    folder = tmp_path / FOLDER
+    cache = ModelCache(folder, "on")
+    for i in range(3):
+        cache.put(f"{i:02}" + "0" * 62, ChatReply(f"r{i}"), 0.25)
+    old = next(entries(folder))
+    data = json.loads(old.read_text())
+    old.write_text(json.dumps({**data, "at": data["at"] - 40 * 86400}))
+    assert agenteval(["cache", "stats", "--cache-dir", str(tmp_path)]) == 0
+    assert "3 cached answers" in capsys.readouterr().out
+    assert agenteval(["cache", "prune", "--older-than", "30d", "--cache-dir", str(tmp_path)]) == 0
+    assert "removed 1 cached answer" in capsys.readouterr().out
+    assert agenteval(["cache", "clear", "--cache-dir", str(tmp_path)]) == 0
+    assert "removed 2 cached answers" in capsys.readouterr().out
+    assert prune(folder, 0) == 0
+    with pytest.raises(SystemExit):
+        agenteval(["cache", "prune", "--older-than", "soon", "--cache-dir", str(tmp_path)])
+    assert "'soon' is not an age" in capsys.readouterr().err
+
+
+def test_the_cache_needs_the_cache_provider(
+    pytester: pytest.Pytester, cached_dataset: Path, model_server: ModelServer
+) -> None:
+    """Without pytest's cache provider there is nowhere to keep answers: `replay` is a usage
+    error, not a run that quietly reaches the model."""
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-model-cache", "replay", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--agenteval-model-cache replay*needs the cache provider*"])
+    assert model_server.requests == []
+
+
+def test_a_bad_mode_is_refused(pytester: pytest.Pytester, cached_dataset: Path) -> None:
+    """A mode that is none of on, read, replay, off is a usage error quoting it."""
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-model-cache", "yes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*'yes' is not one of on, read, replay, off*"])

@@ -1,0 +1,197 @@
+"""The probe before spending: a typo'd model, a bad key or a model without a price under a
+cost cap stops the session before any attempt (status `probe_failed`, exit 2), against the
+real model server, alone and under `-n 2`; `--agenteval-probe-only` and `--agenteval-no-probe`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import DatasetMaker, latest_run, summary_of
+from model_server import ModelServer
+from pytest_agenteval.core.llm import ModelPrice
+from pytest_agenteval.providers.probe import Use, probe, unpriced
+from pytest_agenteval.providers.seam import Route, forget, run_sync
+
+KEY = "local-key-abcdefghijkl"
+XDIST = [pytest.param((), id="alone"), pytest.param(("-n", "2"), id="n2", marks=pytest.mark.slow)]
+
+
+def _manifest(server: ModelServer, model: str, **more: Any) -> dict[str, Any]:
+    provider = {"openai": {"base_url": server.base_url, "api_key_env": "LOCAL_KEY"}}
+    return {
+        "providers": {"local": provider},
+        "agent": {"openai": {"model": model, "provider": "local"}},
+        **more,
+    }
+
+
+def _tasks(n: int) -> dict[str, Any]:
+    return {f"t{i:02}.yaml": {"input": "q <<42>>", "expected": "42"} for i in range(n)}
+
+
+def _chats(server: ModelServer) -> list[str]:
+    return [p for p in server.paths if p.startswith("POST")]
+
+
+def _run_json(root: Path) -> dict[str, Any]:
+    run = root / ".pytest_cache/agenteval/runs" / latest_run(root)
+    return dict(json.loads((run / "run.json").read_text()))
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_unknown_model_stops_the_session_before_any_attempt(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    xdist: tuple[str, ...],
+) -> None:
+    """20 tasks whose agent names a model the server does not know (its 404): no chat request
+    reaches the server, exit 2, the message names the provider and the model, and run.json,
+    progress.json and summary.json say `probe_failed` with no attempt recorded."""
+    monkeypatch.setenv("LOCAL_KEY", KEY)
+    model_server.reset(models=["gpt-right"])
+    dataset(_tasks(20), manifest=_manifest(model_server, "gpt-wrong"))
+    result = pytester.runpytest_subprocess("--agenteval", "ds", *xdist)
+    assert result.ret == 2
+    result.stdout.fnmatch_lines(
+        ["*the probe failed*", "*provider 'local' model 'gpt-wrong'*HTTP 404*check the model*"]
+    )
+    assert _chats(model_server) == []
+    run = pytester.path / ".pytest_cache/agenteval/runs" / latest_run(pytester.path)
+    assert _run_json(pytester.path)["status"] == "probe_failed"
+    assert json.loads((run / "progress.json").read_text())["status"] == "probe_failed"
+    summary = summary_of(pytester)
+    assert summary["status"] == "probe_failed"
+    assert summary["counts"]["pass"] + summary["counts"]["error"] == 0
+    records = run / "records.jsonl"
+    assert not records.exists() or not records.read_text().strip()
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_probe_only_exits_2_for_a_wrong_name_and_0_for_the_right_one(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    xdist: tuple[str, ...],
+) -> None:
+    """`--agenteval-probe-only` runs the probe alone: exit 2 naming the unknown model, exit 0
+    once the manifest names the right one; no chat request either way, no run kept."""
+    monkeypatch.setenv("LOCAL_KEY", KEY)
+    model_server.reset(models=["gpt-right"])
+    dataset(_tasks(20), manifest=_manifest(model_server, "gpt-wrong"))
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-probe-only", *xdist)
+    assert result.ret == 2
+    result.stdout.fnmatch_lines(["*model 'gpt-wrong'*"])
+    dataset(_tasks(20), manifest=_manifest(model_server, "gpt-right"))
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-probe-only", *xdist)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*probe passed: 1 provider(s), 1 model(s)*"])
+    assert _chats(model_server) == []
+    assert "GET /v1/models" in model_server.paths
+
+
+def test_a_bad_key_names_its_variable(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A key the server refuses (401) stops the session, naming the key's variable."""
+    monkeypatch.setenv("LOCAL_KEY", "expired-key-abcdefghij")
+    model_server.reset(api_key=KEY)
+    dataset(_tasks(3), manifest=_manifest(model_server, "m1"))
+    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    assert result.ret == 2
+    result.stdout.fnmatch_lines(["*provider 'local'*HTTP 401*environment variable LOCAL_KEY*"])
+    assert "expired-key" not in result.stdout.str()
+    assert _chats(model_server) == []
+
+
+def test_an_unknown_judge_model_and_a_missing_price_are_both_named(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under --agenteval-max-cost the agent's model has no price and the judge's model is
+    unknown: one message names both, what each is used for and what to fix."""
+    monkeypatch.setenv("LOCAL_KEY", KEY)
+    model_server.reset(models=["m1"])
+    manifest = _manifest(
+        model_server,
+        "m1",
+        judge={"model": "judge-typo", "provider": "local"},
+        pricing={"judge-typo": {"input_per_mtok": 1, "output_per_mtok": 1}},
+    )
+    tasks = {"t.yaml": {"input": "q <<42>>", "graders": [{"judge": "is it 42?"}]}}
+    dataset(tasks, manifest=manifest)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-max-cost", "1")
+    assert result.ret == 2
+    result.stdout.fnmatch_lines(
+        [
+            "*the probe failed (2 problem(s))*",
+            "*model 'm1': has no price (agent [[]ds]) and --agenteval-max-cost*pricing:*",
+            "*model 'judge-typo'*HTTP 404*judge of t [[]ds]*",
+        ]
+    )
+    assert _chats(model_server) == []
+
+
+def test_no_probe_leaves_the_errors_to_the_attempts(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--agenteval-no-probe`: no models list is asked for; the unknown model errors each
+    attempt, as before the probe."""
+    monkeypatch.setenv("LOCAL_KEY", KEY)
+    model_server.reset(models=["gpt-right"])
+    dataset(_tasks(2), manifest=_manifest(model_server, "gpt-wrong"))
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-no-probe")
+    result.assert_outcomes(errors=2)
+    assert not [p for p in model_server.paths if p.startswith("GET")]
+    assert len(_chats(model_server)) == 2
+
+
+def test_probe_falls_back_to_the_smallest_request_without_a_models_list(
+    model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An endpoint without a models list is probed with one request of one token per model:
+    a known model passes, an unknown one is named with its 404."""
+    monkeypatch.setenv("LOCAL_KEY", KEY)
+    model_server.reset(models=["m1"], list_models=False)
+    route = Route("local", "openai", model_server.base_url, "LOCAL_KEY", retries=0)
+    try:
+        uses = [Use(route, "m1", "agent"), Use(route, "typo", "judge", "judge")]
+        (problem,) = run_sync(probe(uses))
+        assert problem.model == "typo" and "HTTP 404" in problem.what
+        assert [r["max_tokens"] for r in model_server.requests] == [1, 1]
+        model_server.reset(models=["m1"])
+        listed = [Use(route, "m1", "agent"), Use(route, None, "llm", "llm")]
+        assert run_sync(probe(listed)) == []
+        assert _chats(model_server) == []
+    finally:
+        forget()
+
+
+def test_unpriced_counts_agents_and_judges_once_and_only_under_a_cap() -> None:
+    """Only agent and judge models need a price, only under a cost cap, each named once;
+    a price found by the `name-` prefix rule counts."""
+    route = Route("p", "openai", "http://x/v1", "K")
+    uses = [
+        Use(route, "a", "agent"),
+        Use(route, "a", "agent of t2"),
+        Use(route, "j", "judge", "judge"),
+        Use(route, "l", "task.llm", "llm"),
+        Use(route, "gpt-4o-2024", "agent"),
+    ]
+    pricing = {"gpt-4o": ModelPrice(input_per_mtok=1, output_per_mtok=1)}
+    assert unpriced(uses, pricing, capped=False) == []
+    assert [p.model for p in unpriced(uses, pricing, capped=True)] == ["a", "j"]
