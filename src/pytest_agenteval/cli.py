@@ -505,10 +505,6 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return 2
@@ -552,3 +548,7 @@ def _cache_clear(args: argparse.Namespace) -> int:
     removed = clear(_model_cache(args))
     print(f"removed {counted(removed, 'cached answer')}")
     return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
