@@ -311,7 +311,7 @@ class SandboxSpec(UserModel):
         if self.plugin is not None:
             return self.plugin.options
         assert self.docker is not None
-        return self.docker.model_dump(exclude_none=True)
+        return self.docker.model_dump(exclude_defaults=True)
 
     @field_validator("memory")
     @classmethod
