@@ -82,7 +82,7 @@ def test_a_bad_agent_is_reported_once_at_its_line_and_nothing_is_recorded(
     )
     assert out.count("did you mean 'agent'?") == 1
     # In full under the first attempt's error only: the other three refer to it.
-    assert out.count(f"not run: {problem}") == 1
+    assert out.count(f"] not run: {problem}") == 1
     assert out.count("not run: its agent cannot be built (the first such error above") == 3
     result.stdout.fnmatch_lines(["pass@k n/a: no attempt recorded"])
     assert "pass^k" not in out

@@ -41,8 +41,10 @@ class SandboxNotes:
             if said:
                 config.workeroutput[SWEPT] = said  # type: ignore[attr-defined]
             return
+        if not self.worker_died:
+            return
         kinds = {t.sandbox.kind for t in self.runtime.all_tasks() if t.sandbox is not None}
-        if self.worker_died and kinds:
+        if kinds:
             environments.sweep(sorted(kinds))  # a killed worker left its sandboxes running
 
     @pytest.hookimpl(trylast=True)
