@@ -195,7 +195,7 @@ def test_a_docker_sandbox_dumps_as_before_kinds_and_a_plugin_s_as_written() -> N
     from pytest_agenteval.core.model import SandboxSpec
 
     docker = SandboxSpec.model_validate({"docker": {"image": "x"}, "memory": "2g"})
-    digested = {"environment": True, "docker": {"hosts"}}  # as sources/dataset.py digests it
+    digested: dict[str, Any] = {"environment": True, "docker": {"hosts"}}  # as digests read it
     assert docker.model_dump(mode="json", exclude=digested) == {
         "docker": {"image": "x", "build": None},
         "workdir": "/workspace",
