@@ -58,6 +58,7 @@ def test_spend_past_the_cap_is_at_most_the_calls_in_flight_at_the_server(
     cap, per_call = 0.35, 0.10
     result = pytester.runpytest_subprocess(
         "--agenteval", "ds", "--agenteval-concurrency", "16", "--agenteval-max-cost", str(cap),
+        "--agenteval-no-probe",  # the price is of the model the server answers with, not asks
         *workers,
     )  # fmt: skip
     outcomes = result.parseoutcomes()
