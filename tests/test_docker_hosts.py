@@ -250,3 +250,24 @@ def test_a_bound_on_the_command_line_is_checked(pytester: pytest.Pytester) -> No
     result = pytester.runpytest("--agenteval-docker-host", "unix:///a.sock?max_sandboxes=0")
     result.stderr.fnmatch_lines(["*max_sandboxes must be a whole number of at least 1*"])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_a_bounded_host_in_a_task_is_kept_as_its_entry_and_a_bad_bound_is_refused() -> None:
+    """`docker: hosts:` takes plain addresses and `{url, max_sandboxes}` mixed; a bounded
+    one is kept as `URL?max_sandboxes=N` (what the command line takes), and a bound below 1
+    or an unknown key is refused."""
+    from pydantic import ValidationError
+
+    from pytest_agenteval.core.model import DockerImage
+    from pytest_agenteval.core.options import split_docker_host
+
+    hosts = [{"url": "unix:///a.sock", "max_sandboxes": 4}, "ssh://ci@build-2"]
+    docker = DockerImage.model_validate({"image": "i:1", "hosts": hosts})
+    assert docker.hosts == ["unix:///a.sock?max_sandboxes=4", "ssh://ci@build-2"]
+    assert [split_docker_host(h) for h in docker.hosts] == [
+        ("unix:///a.sock", 4),
+        ("ssh://ci@build-2", None),
+    ]
+    for bad in ({"url": "unix:///a.sock", "max_sandboxes": 0}, {"url": "unix:///a", "max": 2}):
+        with pytest.raises(ValidationError):
+            DockerImage.model_validate({"image": "i:1", "hosts": [bad]})
