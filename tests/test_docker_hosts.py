@@ -271,3 +271,14 @@ def test_a_bounded_host_in_a_task_is_kept_as_its_entry_and_a_bad_bound_is_refuse
     for bad in ({"url": "unix:///a.sock", "max_sandboxes": 0}, {"url": "unix:///a", "max": 2}):
         with pytest.raises(ValidationError):
             DockerImage.model_validate({"image": "i:1", "hosts": [bad]})
+
+
+def test_the_task_schema_takes_both_forms_of_a_docker_host() -> None:
+    """The published task schema describes `hosts:` as written: addresses and bounded ones."""
+    from written import schema_problems
+
+    hosts = [{"url": "unix:///a.sock", "max_sandboxes": 4}, "ssh://ci@build-2"]
+    task = {"id": "t", "input": "x", "sandbox": {"docker": {"image": "i:1", "hosts": hosts}}}
+    assert schema_problems("task", task) == []
+    bad = {**task, "sandbox": {"docker": {"image": "i:1", "hosts": [{"url": "u"}]}}}
+    assert schema_problems("task", bad) != []

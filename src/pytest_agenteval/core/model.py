@@ -22,6 +22,7 @@ from pydantic import (
     PositiveInt,
     SerializerFunctionWrapHandler,
     Tag,
+    WithJsonSchema,
     field_validator,
     model_serializer,
     model_validator,
@@ -206,6 +207,26 @@ class DockerHost(UserModel):
         return f"{self.url}{HOST_CAP}{self.max_sandboxes}"
 
 
+HOSTS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "anyOf": [
+            {"type": "string", "minLength": 1},
+            {
+                "type": "object",
+                "properties": {
+                    "url": {"type": "string", "minLength": 1},
+                    "max_sandboxes": {"type": "integer", "minimum": 1},
+                },
+                "required": ["url", "max_sandboxes"],
+                "additionalProperties": False,
+            },
+        ]
+    },
+}
+"""`docker: hosts:` as written (the model keeps a bounded one as its entry string)."""
+
+
 class DockerImage(UserModel):
     """A Docker image the sandbox starts from: a named one, or one built from a folder."""
 
@@ -214,7 +235,7 @@ class DockerImage(UserModel):
     build: str | None = Field(default=None, min_length=1)
     """A folder with a Dockerfile, relative to the dataset root: built once per content
     digest of the folder and tagged by it (`agenteval-build:<digest>`)."""
-    hosts: list[str] = Field(default_factory=list)
+    hosts: Annotated[list[str], WithJsonSchema(HOSTS_SCHEMA)] = Field(default_factory=list)
     """The Docker daemons the containers may go to: addresses (`unix:///run/a.sock`,
     `ssh://ci@build-2`), or `{url: ADDRESS, max_sandboxes: N}` to bound the containers
     alive on that daemon across the machine's processes. Each attempt's goes to the one with
