@@ -22,6 +22,7 @@ from pydantic import (
     PositiveInt,
     SerializerFunctionWrapHandler,
     Tag,
+    WithJsonSchema,
     field_validator,
     model_serializer,
     model_validator,
@@ -107,6 +108,15 @@ def _seconds(value: Any) -> Any:
     return value
 
 
+_DURATION_SCHEMA = {
+    "anyOf": [
+        {"type": "number", "minimum": 0},
+        {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+(ms|s|m)\s*$"},
+    ],
+    "description": "seconds, or `10s`, `2m`, `500ms`",
+}
+
+
 class RetrySpec(UserModel):
     """Runs an attempt that ended in one of the named error classes again, in the same
     session; the earlier tries stay in the record's `previous` (default: no retry)."""
@@ -116,7 +126,7 @@ class RetrySpec(UserModel):
     `sandbox_error`."""
     max: PositiveInt = 2
     """Retries per attempt, at most (so `max + 1` tries in all)."""
-    backoff: NonNegativeFloat = 10.0
+    backoff: Annotated[NonNegativeFloat, WithJsonSchema(_DURATION_SCHEMA)] = 10.0
     """Wait before each retry (`10s`, `2m`, `500ms` or seconds), cut short by a stop or the
     session's deadline."""
 
