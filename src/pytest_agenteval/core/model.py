@@ -30,7 +30,7 @@ from pydantic import (
 
 from .errors import AgentError
 from .llm import JudgeSettings, ModelPrice, ProviderSpec
-from .options import DOCKER_HOST_SCHEMES
+from .options import HOST_CAP, split_docker_host
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -248,6 +248,19 @@ def normalize_grader(raw: Any) -> Any:
     return raw
 
 
+class DockerHost(UserModel):
+    """A Docker daemon of `docker: hosts:` with its own bound of containers alive."""
+
+    url: str = Field(min_length=1)
+    """The daemon's address, as `docker --host` takes it (`unix:///run/a.sock`)."""
+    max_sandboxes: int = Field(ge=1)
+    """Containers alive at once on this daemon, across the processes of this machine."""
+
+    def entry(self) -> str:
+        """The host entry: `ADDRESS?max_sandboxes=N`, as `--agenteval-docker-host` takes it."""
+        return f"{self.url}{HOST_CAP}{self.max_sandboxes}"
+
+
 class DockerImage(UserModel):
     """A Docker image the sandbox starts from: a named one, or one built from a folder."""
 
@@ -257,20 +270,25 @@ class DockerImage(UserModel):
     """A folder with a Dockerfile, relative to the dataset root: built once per content
     digest of the folder and tagged by it (`agenteval-build:<digest>`)."""
     hosts: list[str] = Field(default_factory=list)
-    """The Docker daemons the containers may go to (`unix:///run/a.sock`,
-    `ssh://ci@build-2`): each attempt's to the one with the fewest of the process's alive,
-    the image built on each. Default: the daemon `DOCKER_HOST` or the current context names.
-    `--agenteval-docker-host` overrides it; not part of the task's digest."""
+    """The Docker daemons the containers may go to: addresses (`unix:///run/a.sock`,
+    `ssh://ci@build-2`), or `{url: ADDRESS, max_sandboxes: N}` to bound the containers
+    alive on that daemon across the machine's processes. Each attempt's goes to the one with
+    the most free room, the image built on each. Default: the daemon `DOCKER_HOST` or the
+    current context names. `--agenteval-docker-host` overrides it; not part of the task's
+    digest. (A bounded one is kept as `ADDRESS?max_sandboxes=N`.)"""
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _bounded(cls, hosts: object) -> object:
+        if not isinstance(hosts, list):
+            return hosts
+        return [DockerHost.model_validate(h).entry() if isinstance(h, dict) else h for h in hosts]
 
     @field_validator("hosts")
     @classmethod
     def _addresses(cls, hosts: list[str]) -> list[str]:
         for host in hosts:
-            if not host.startswith(DOCKER_HOST_SCHEMES) or not host.split("://", 1)[1]:
-                raise ValueError(
-                    f"{host!r} is not a Docker daemon's address "
-                    "(unix:///run/docker.sock, ssh://user@host, tcp://host:2376)"
-                )
+            split_docker_host(host)
         return list(dict.fromkeys(hosts))
 
     @model_validator(mode="after")
