@@ -143,6 +143,14 @@ class RetrySpec(UserModel):
 
     _backoff = field_validator("backoff", mode="before")(_seconds)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _on_key(cls, data: Any) -> Any:
+        """YAML 1.1 reads a plain `on:` key as True: it is the `on` field."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if k is True else k): v for k, v in data.items()}
+        return data
+
 
 def effective_budget(task: Budget | None, defaults: Budget | None) -> Budget | None:
     """The task's budget over the manifest's: each limit the task sets replaces the default's."""
