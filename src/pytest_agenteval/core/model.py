@@ -90,6 +90,68 @@ class Budget(UserModel):
         return None
 
 
+RETRYABLE = ("rate_limited", "provider_error", "timeout", "sandbox_error")
+"""The error classes a `retry:` may name: trouble outside the agent, worth another try."""
+
+
+def _seconds(value: Any) -> Any:
+    """`10s`, `2m`, `500ms` or a number of seconds, as seconds."""
+    if isinstance(value, str):
+        text = value.strip()
+        for unit, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0)):
+            if text.endswith(unit):
+                try:
+                    return float(text[: -len(unit)]) * scale
+                except ValueError:
+                    break
+        raise ValueError(f"{value!r} is not a duration: write seconds, `10s`, `2m` or `500ms`")
+    return value
+
+
+_DURATION_SCHEMA = {
+    "anyOf": [
+        {"type": "number", "minimum": 0},
+        {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+(ms|s|m)\s*$"},
+    ],
+    "description": "seconds, or `10s`, `2m`, `500ms`",
+}
+
+
+class RetrySpec(UserModel):
+    """Runs an attempt that ended in one of the named error classes again, in the same
+    session; the earlier tries stay in the record's `previous` (default: no retry)."""
+
+    on: list[str] = Field(min_length=1)
+    """The error classes retried: any of `rate_limited`, `provider_error`, `timeout`,
+    `sandbox_error`."""
+    max: PositiveInt = 2
+    """Retries per attempt, at most (so `max + 1` tries in all)."""
+    backoff: Annotated[NonNegativeFloat, WithJsonSchema(_DURATION_SCHEMA)] = 10.0
+    """Wait before each retry (`10s`, `2m`, `500ms` or seconds), cut short by a stop or the
+    session's deadline."""
+
+    @field_validator("on")
+    @classmethod
+    def _known(cls, classes: list[str]) -> list[str]:
+        for name in classes:
+            if name not in RETRYABLE:
+                raise ValueError(
+                    f"{name!r} is not an error class a retry may name; valid: "
+                    + ", ".join(RETRYABLE)
+                )
+        return list(dict.fromkeys(classes))
+
+    _backoff = field_validator("backoff", mode="before")(_seconds)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_key(cls, data: Any) -> Any:
+        """YAML 1.1 reads a plain `on:` key as True: it is the `on` field."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if k is True else k): v for k, v in data.items()}
+        return data
+
+
 def effective_budget(task: Budget | None, defaults: Budget | None) -> Budget | None:
     """The task's budget over the manifest's: each limit the task sets replaces the default's."""
     if task is None or defaults is None:
@@ -400,6 +462,9 @@ class Defaults(UserModel):
     """Graders for tasks that name none."""
     budget: Budget | None = None
     """What each attempt may use (tokens, cost); a task's own `budget:` limits replace these."""
+    retry: RetrySpec | None = None
+    """Retries of attempts that end in the named error classes (a task's own `retry:`
+    replaces it)."""
     sandbox: SandboxSpec | None = None
     """The Docker sandbox of every task that names none (default: none, the local machine)."""
     artifacts: ArtifactsSpec | None = None
@@ -535,6 +600,9 @@ class TaskSpec(UserModel):
     budget: Budget | None = None
     """What each attempt may use (`max_tokens`, `max_cost`; default: the manifest's); usage
     over it makes the attempt an `over_budget` error."""
+    retry: RetrySpec | None = None
+    """Run an attempt that ends in one of `on:`'s error classes again in the same session,
+    up to `max` times, `backoff` apart (default: the manifest's, else no retry)."""
     sandbox: SandboxSpec | None = None
     """A Docker container per attempt for its command agent and command graders (default:
     the manifest's `defaults.sandbox`, else none)."""
