@@ -301,9 +301,7 @@ def test_limits_are_not_part_of_the_digests(tmp_path: Path) -> None:
 def test_collect_only_starts_no_attempt(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """--co (and --agenteval-plan) with concurrency schedules nothing: no agent call."""
     dataset({f"t{i}.yaml": task("ok") for i in range(5)})
-    result = pytester.runpytest(
-        "--agenteval", "ds", "--agenteval-concurrency", "4", "--co"
-    )
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-concurrency", "4", "--co")
     assert result.ret == 0
     assert dataset.calls() == []
 

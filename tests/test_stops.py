@@ -122,9 +122,7 @@ def test_past_deadline_starts_nothing(pytester: pytest.Pytester, dataset: Datase
     result.stdout.fnmatch_lines(["*not started: deadline passed*"])
     assert summary_of(pytester)["status"] == "deadline"
     assert dataset.calls() == []
-    done = pytester.runpytest(
-        "--agenteval", "ds", "--resume-suite", "--agenteval-deadline", "1h"
-    )
+    done = pytester.runpytest("--agenteval", "ds", "--resume-suite", "--agenteval-deadline", "1h")
     done.assert_outcomes(passed=3)
     assert done.ret == 0 and summary_of(pytester)["status"] == "complete"
 

@@ -392,9 +392,7 @@ def test_drift_of_one_variant_is_refused_naming_it(
         ]
     )
     assert "'base'" not in result.stderr.str()
-    result = pytester.runpytest(
-        "--agenteval", "ds", "--resume-suite", "--agenteval-allow-drift"
-    )
+    result = pytester.runpytest("--agenteval", "ds", "--resume-suite", "--agenteval-allow-drift")
     result.stdout.fnmatch_lines(["*4 reused*"])
     assert [len(calls(root, v)) for v in ("base", "cmd")] == [2, 2]
     (summary,) = [json.loads(p.read_text()) for p in pytester.path.rglob("summary.json")]
