@@ -28,6 +28,7 @@ from ..core.model import (
     Budget,
     GraderSpec,
     Manifest,
+    RetrySpec,
     SandboxSpec,
     TaskSpec,
     effective_budget,
@@ -329,6 +330,11 @@ class TaskDef:
         return effective_budget(self.spec.budget, self.dataset.manifest.defaults.budget)
 
     @cached_property
+    def retry(self) -> RetrySpec | None:
+        """Which errors run the attempt again: the task's `retry:`, else the manifest's."""
+        return self.spec.retry or self.dataset.manifest.defaults.retry
+
+    @cached_property
     def digest(self) -> str:
         """Content digest of the whole effective task: what the agent sees, plus grading."""
         spec = self.spec
@@ -448,8 +454,12 @@ class TaskDef:
         return None if folder is None else template_digest(self.dataset.template(folder))
 
 
+_DIGEST_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+"""`json.dumps` with these options builds an encoder per call; digests are made per task."""
+
+
 def _digest(value: Any) -> str:
-    text = json.dumps([DIGEST_VERSION, value], sort_keys=True, ensure_ascii=False, default=str)
+    text = _DIGEST_JSON.encode([DIGEST_VERSION, value])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
