@@ -22,6 +22,7 @@ from ..reporting.plan_lines import Planned, plan_lines
 from ..reporting.regression import with_regression
 from ..reporting.reports import store_damage_lines, terminal_lines
 from ..reporting.summary import ProviderSummary, Summary, build_summary
+from ..sources.tags import marker_name, unknown_tag_lines
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, changed_parts
 from ..store.problems import StoreProblem
@@ -261,6 +262,8 @@ class Reporter:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
+        for line in self._unknown_tag_lines(tr.config):
+            tr.write_line(printable(line), yellow=True)
         if self.dry:
             if self.run.resumed:
                 tr.write_sep("=", "agenteval plan")
@@ -289,6 +292,15 @@ class Reporter:
             tr.write_line(self.gate_message, bold=True, red="NOT" in self.gate_message)
         for failure in self.recorder.failures:
             tr.write_line(failure, red=True, bold=True)
+
+    def _unknown_tag_lines(self, config: pytest.Config) -> list[str]:
+        """A hint for each name of `-m` no task tag nor marker answers to (a typo selects
+        nothing, silently)."""
+        markexpr = config.option.markexpr
+        if not markexpr:
+            return []
+        markers = (marker_name(line) for line in config.getini("markers"))
+        return unknown_tag_lines(markexpr, self.runtime.task_tags(), markers)
 
     def pytest_keyboard_interrupt(self) -> None:
         self.ctrl_c = True
