@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 IMAGE = "agenteval-bench-busybox:1"
@@ -125,10 +128,53 @@ def under_cap(cap: int, repeats: int) -> None:
         for _ in range(repeats):
             floors.append(run(host, cap))
             capped.append(run(boxed, 8, "--agenteval-max-sandboxes", str(cap)))
+        bare = [docker_floor(cap, _bare) for _ in range(repeats)]
+        steps = [docker_floor(cap, _steps) for _ in range(repeats)]
         floor, wall = statistics.median(floors), statistics.median(capped)
         print(f"16 attempts of 1 s, concurrency 8, --agenteval-max-sandboxes {cap}")
         print(f"(median of {repeats}) host at concurrency {cap}: {floor:.2f} s; ", end="")
         print(f"sandboxed under the cap: {wall:.2f} s ({wall / floor:.2f}x the floor)")
+        bare_wall, steps_wall = statistics.median(bare), statistics.median(steps)
+        print(f"docker alone, {cap} at a time: 16 `docker run --rm ... sleep 1`: {bare_wall:.2f} s")
+        print(f"  16 x (run -d, exec sleep 1, cp out, rm -f): {steps_wall:.2f} s")
+        print(f"sandboxed under the cap / docker's own steps: {wall / steps_wall:.2f}x")
+
+
+def docker_floor(cap: int, one: Callable[[int], None]) -> float:
+    """Wall seconds of 16 containers of 1 s by the docker CLI alone, `cap` at a time: what
+    the daemon (vfs storage, this machine's cores) costs without the plugin."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(cap) as pool:
+        list(pool.map(one, range(16)))
+    return time.perf_counter() - started
+
+
+def _bare(i: int) -> None:
+    name = f"agenteval-bench-floor-{os.getpid()}-{i}"
+    subprocess.run(
+        ["docker", "run", "--rm", "--name", name, "--network", "none", IMAGE, "sleep", "1"],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _steps(i: int) -> None:
+    """The calls a sandboxed attempt makes: start a waiting container, exec, copy out, rm."""
+    name = f"agenteval-bench-floor-{os.getpid()}-{i}"
+    docker = ["docker"]
+    subprocess.run(
+        [
+            *(*docker, "run", "--detach", "--name", name, "--network", "none", "--init"),
+            *("--workdir", "/workspace", "--entrypoint", "sleep", IMAGE, "infinity"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        subprocess.run([*docker, "exec", name, "sleep", "1"], check=True, capture_output=True)
+        subprocess.run([*docker, "cp", f"{name}:/workspace/.", "-"], capture_output=True)
+    finally:
+        subprocess.run([*docker, "rm", "-f", name], capture_output=True)
 
 
 if __name__ == "__main__":

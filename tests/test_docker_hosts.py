@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -199,3 +200,85 @@ def test_a_task_naming_a_bad_docker_host_is_an_error_at_its_line(
         ["*bad.yaml:*sandbox.docker.hosts*'build-2' is not a Docker daemon's address*"]
     )
     result.assert_outcomes(passed=1, errors=1)
+
+
+@pytest.mark.slow
+def test_each_daemon_keeps_its_own_bound_and_the_roomier_takes_the_rest(
+    pytester: pytest.Pytester, dataset: DatasetMaker, second: Daemon
+) -> None:
+    """Two daemons with their own `max_sandboxes` (the default one 1, the second 3) at
+    concurrency 8 on two xdist workers: never more than one container of the run is alive on
+    the first, nor three on the second (each sampled with `docker ps` from a thread), the
+    second runs the rest, and each record names the daemon its attempt ran on."""
+    tasks = {f"b{i:02}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(16)}
+    root = dataset(
+        tasks, manifest={"agent": {"command": ["sh", "-c", 'sleep 1; echo -n "$0"', "{input}"]}}
+    )
+    hosts = [{"url": DEFAULT, "max_sandboxes": 1}, {"url": second.host, "max_sandboxes": 3}]
+    manifest = json.loads((root / "agenteval.yaml").read_text())
+    manifest["defaults"] = {"sandbox": {"docker": {**_image_folder(root), "hosts": hosts}}}
+    (root / "agenteval.yaml").write_text(json.dumps(manifest))
+    run_id = f"bound{os.getpid()}"
+    seen: dict[str, list[int]] = {DEFAULT: [], second.host: []}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for host, counts in seen.items():
+                counts.append(len(_on(host, run_id)))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = pytester.runpytest_subprocess(
+            "--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "8",
+            "--agenteval-run-id", run_id,
+        )  # fmt: skip
+    finally:
+        done.set()
+        sampler.join()
+    result.assert_outcomes(passed=16)
+    assert max(seen[DEFAULT]) == 1, f"alive on the bound-1 daemon, sampled: {seen[DEFAULT]}"
+    assert max(seen[second.host]) == 3, f"alive on the second, sampled: {seen[second.host]}"
+    ran = Counter(record["sandbox"].get("host") for record in _records(pytester.path, run_id))
+    assert set(ran) == {DEFAULT, second.host} and ran[second.host] > ran[DEFAULT], ran
+
+
+def test_a_bound_on_the_command_line_is_checked(pytester: pytest.Pytester) -> None:
+    """`--agenteval-docker-host URL?max_sandboxes=N` wants N a whole number of at least 1
+    and says so, quoting the value."""
+    result = pytester.runpytest("--agenteval-docker-host", "unix:///a.sock?max_sandboxes=0")
+    result.stderr.fnmatch_lines(["*max_sandboxes must be a whole number of at least 1*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_a_bounded_host_in_a_task_is_kept_as_its_entry_and_a_bad_bound_is_refused() -> None:
+    """`docker: hosts:` takes plain addresses and `{url, max_sandboxes}` mixed; a bounded
+    one is kept as `URL?max_sandboxes=N` (what the command line takes), and a bound below 1
+    or an unknown key is refused."""
+    from pydantic import ValidationError
+
+    from pytest_agenteval.core.model import DockerImage
+    from pytest_agenteval.core.options import split_docker_host
+
+    hosts = [{"url": "unix:///a.sock", "max_sandboxes": 4}, "ssh://ci@build-2"]
+    docker = DockerImage.model_validate({"image": "i:1", "hosts": hosts})
+    assert docker.hosts == ["unix:///a.sock?max_sandboxes=4", "ssh://ci@build-2"]
+    assert [split_docker_host(h) for h in docker.hosts] == [
+        ("unix:///a.sock", 4),
+        ("ssh://ci@build-2", None),
+    ]
+    for bad in ({"url": "unix:///a.sock", "max_sandboxes": 0}, {"url": "unix:///a", "max": 2}):
+        with pytest.raises(ValidationError):
+            DockerImage.model_validate({"image": "i:1", "hosts": [bad]})
+
+
+def test_the_task_schema_takes_both_forms_of_a_docker_host() -> None:
+    """The published task schema describes `hosts:` as written: addresses and bounded ones."""
+    from written import schema_problems
+
+    hosts = [{"url": "unix:///a.sock", "max_sandboxes": 4}, "ssh://ci@build-2"]
+    task = {"id": "t", "input": "x", "sandbox": {"docker": {"image": "i:1", "hosts": hosts}}}
+    assert schema_problems("task", task) == []
+    bad = {**task, "sandbox": {"docker": {"image": "i:1", "hosts": [{"url": "u"}]}}}
+    assert schema_problems("task", bad) != []

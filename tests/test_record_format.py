@@ -202,7 +202,7 @@ def _as_row(entry: dict[str, Any], name: str) -> Any:
         return tuple(entry["tags"])
     if name == "error_class" and entry["status"] == "error":  # implied by its phase
         return entry.get(name) or phase_class(entry["phase"])
-    return entry.get(name, 0 if name == "crashes" else None)
+    return entry.get(name, 0 if name in ("crashes", "retries") else None)
 
 
 def test_a_variant_is_part_of_the_identity_and_absent_without_one(tmp_path: Path) -> None:

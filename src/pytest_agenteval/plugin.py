@@ -272,9 +272,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         ini=("agenteval_docker_hosts", "args"),
         help="a Docker daemon sandboxes may go to (unix:///run/a.sock, ssh://ci@build-2; "
-        "repeatable): each attempt's goes to the one with the fewest of this process's "
-        "alive; overrides the datasets' docker: hosts: (default: the daemon DOCKER_HOST "
-        "or the current context names).",
+        "repeatable), with ?max_sandboxes=N after it to bound its containers alive on this "
+        "machine: each attempt's goes to the one with the most free room; overrides the "
+        "datasets' docker: hosts: (default: the daemon DOCKER_HOST or the current context "
+        "names).",
     )
     option(
         "--agenteval-sandbox-allow",

@@ -22,6 +22,7 @@ from pydantic import (
     PositiveInt,
     SerializerFunctionWrapHandler,
     Tag,
+    WithJsonSchema,
     field_validator,
     model_serializer,
     model_validator,
@@ -29,7 +30,7 @@ from pydantic import (
 
 from .errors import AgentError
 from .llm import JudgeSettings, ModelPrice, ProviderSpec
-from .options import DOCKER_HOST_SCHEMES
+from .options import HOST_CAP, split_docker_host
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -87,6 +88,68 @@ class Budget(UserModel):
         if self.max_cost is not None and cost is not None and cost > self.max_cost:
             return f"cost {cost:.6g} (budget max_cost {self.max_cost:g})"
         return None
+
+
+RETRYABLE = ("rate_limited", "provider_error", "timeout", "sandbox_error")
+"""The error classes a `retry:` may name: trouble outside the agent, worth another try."""
+
+
+def _seconds(value: Any) -> Any:
+    """`10s`, `2m`, `500ms` or a number of seconds, as seconds."""
+    if isinstance(value, str):
+        text = value.strip()
+        for unit, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0)):
+            if text.endswith(unit):
+                try:
+                    return float(text[: -len(unit)]) * scale
+                except ValueError:
+                    break
+        raise ValueError(f"{value!r} is not a duration: write seconds, `10s`, `2m` or `500ms`")
+    return value
+
+
+_DURATION_SCHEMA = {
+    "anyOf": [
+        {"type": "number", "minimum": 0},
+        {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+(ms|s|m)\s*$"},
+    ],
+    "description": "seconds, or `10s`, `2m`, `500ms`",
+}
+
+
+class RetrySpec(UserModel):
+    """Runs an attempt that ended in one of the named error classes again, in the same
+    session; the earlier tries stay in the record's `previous` (default: no retry)."""
+
+    on: list[str] = Field(min_length=1)
+    """The error classes retried: any of `rate_limited`, `provider_error`, `timeout`,
+    `sandbox_error`."""
+    max: PositiveInt = 2
+    """Retries per attempt, at most (so `max + 1` tries in all)."""
+    backoff: Annotated[NonNegativeFloat, WithJsonSchema(_DURATION_SCHEMA)] = 10.0
+    """Wait before each retry (`10s`, `2m`, `500ms` or seconds), cut short by a stop or the
+    session's deadline."""
+
+    @field_validator("on")
+    @classmethod
+    def _known(cls, classes: list[str]) -> list[str]:
+        for name in classes:
+            if name not in RETRYABLE:
+                raise ValueError(
+                    f"{name!r} is not an error class a retry may name; valid: "
+                    + ", ".join(RETRYABLE)
+                )
+        return list(dict.fromkeys(classes))
+
+    _backoff = field_validator("backoff", mode="before")(_seconds)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_key(cls, data: Any) -> Any:
+        """YAML 1.1 reads a plain `on:` key as True: it is the `on` field."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if k is True else k): v for k, v in data.items()}
+        return data
 
 
 def effective_budget(task: Budget | None, defaults: Budget | None) -> Budget | None:
@@ -193,6 +256,39 @@ def normalize_grader(raw: Any) -> Any:
     return raw
 
 
+class DockerHost(UserModel):
+    """A Docker daemon of `docker: hosts:` with its own bound of containers alive."""
+
+    url: str = Field(min_length=1)
+    """The daemon's address, as `docker --host` takes it (`unix:///run/a.sock`)."""
+    max_sandboxes: int = Field(ge=1)
+    """Containers alive at once on this daemon, across the processes of this machine."""
+
+    def entry(self) -> str:
+        """The host entry: `ADDRESS?max_sandboxes=N`, as `--agenteval-docker-host` takes it."""
+        return f"{self.url}{HOST_CAP}{self.max_sandboxes}"
+
+
+HOSTS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "anyOf": [
+            {"type": "string", "minLength": 1},
+            {
+                "type": "object",
+                "properties": {
+                    "url": {"type": "string", "minLength": 1},
+                    "max_sandboxes": {"type": "integer", "minimum": 1},
+                },
+                "required": ["url", "max_sandboxes"],
+                "additionalProperties": False,
+            },
+        ]
+    },
+}
+"""`docker: hosts:` as written (the model keeps a bounded one as its entry string)."""
+
+
 class DockerImage(UserModel):
     """A Docker image the sandbox starts from: a named one, or one built from a folder."""
 
@@ -201,21 +297,26 @@ class DockerImage(UserModel):
     build: str | None = Field(default=None, min_length=1)
     """A folder with a Dockerfile, relative to the dataset root: built once per content
     digest of the folder and tagged by it (`agenteval-build:<digest>`)."""
-    hosts: list[str] = Field(default_factory=list)
-    """The Docker daemons the containers may go to (`unix:///run/a.sock`,
-    `ssh://ci@build-2`): each attempt's to the one with the fewest of the process's alive,
-    the image built on each. Default: the daemon `DOCKER_HOST` or the current context names.
-    `--agenteval-docker-host` overrides it; not part of the task's digest."""
+    hosts: Annotated[list[str], WithJsonSchema(HOSTS_SCHEMA)] = Field(default_factory=list)
+    """The Docker daemons the containers may go to: addresses (`unix:///run/a.sock`,
+    `ssh://ci@build-2`), or `{url: ADDRESS, max_sandboxes: N}` to bound the containers
+    alive on that daemon across the machine's processes. Each attempt's goes to the one with
+    the most free room, the image built on each. Default: the daemon `DOCKER_HOST` or the
+    current context names. `--agenteval-docker-host` overrides it; not part of the task's
+    digest. (A bounded one is kept as `ADDRESS?max_sandboxes=N`.)"""
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _bounded(cls, hosts: object) -> object:
+        if not isinstance(hosts, list):
+            return hosts
+        return [DockerHost.model_validate(h).entry() if isinstance(h, dict) else h for h in hosts]
 
     @field_validator("hosts")
     @classmethod
     def _addresses(cls, hosts: list[str]) -> list[str]:
         for host in hosts:
-            if not host.startswith(DOCKER_HOST_SCHEMES) or not host.split("://", 1)[1]:
-                raise ValueError(
-                    f"{host!r} is not a Docker daemon's address "
-                    "(unix:///run/docker.sock, ssh://user@host, tcp://host:2376)"
-                )
+            split_docker_host(host)
         return list(dict.fromkeys(hosts))
 
     @model_validator(mode="after")
@@ -361,6 +462,9 @@ class Defaults(UserModel):
     """Graders for tasks that name none."""
     budget: Budget | None = None
     """What each attempt may use (tokens, cost); a task's own `budget:` limits replace these."""
+    retry: RetrySpec | None = None
+    """Retries of attempts that end in the named error classes (a task's own `retry:`
+    replaces it)."""
     sandbox: SandboxSpec | None = None
     """The Docker sandbox of every task that names none (default: none, the local machine)."""
     artifacts: ArtifactsSpec | None = None
@@ -496,6 +600,9 @@ class TaskSpec(UserModel):
     budget: Budget | None = None
     """What each attempt may use (`max_tokens`, `max_cost`; default: the manifest's); usage
     over it makes the attempt an `over_budget` error."""
+    retry: RetrySpec | None = None
+    """Run an attempt that ends in one of `on:`'s error classes again in the same session,
+    up to `max` times, `backoff` apart (default: the manifest's, else no retry)."""
     sandbox: SandboxSpec | None = None
     """A Docker container per attempt for its command agent and command graders (default:
     the manifest's `defaults.sandbox`, else none)."""

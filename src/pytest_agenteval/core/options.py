@@ -82,14 +82,33 @@ DOCKER_HOST_SCHEMES = ("unix://", "ssh://", "tcp://", "npipe://", "fd://")
 """The forms of a Docker daemon's address (`docker --host`)."""
 
 
+HOST_CAP = "?max_sandboxes="
+"""What follows a daemon's address to bound its containers alive (`unix:///a.sock?max_sandboxes=4`)."""
+
+
 def docker_host(value: str) -> str:
-    """`--agenteval-docker-host`: a daemon's address, as `docker --host` takes it."""
-    if not value.startswith(DOCKER_HOST_SCHEMES) or len(value.split("://", 1)[1]) == 0:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a Docker daemon's address "
+    """`--agenteval-docker-host`: a daemon's address, as `docker --host` takes it, with
+    `?max_sandboxes=N` after it to bound the containers alive on it."""
+    try:
+        split_docker_host(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def split_docker_host(entry: str) -> tuple[str, int | None]:
+    """A host entry's daemon address and its own bound of containers alive (None: none)."""
+    url, cap, bound = entry.partition(HOST_CAP)
+    if not url.startswith(DOCKER_HOST_SCHEMES) or len(url.split("://", 1)[1]) == 0:
+        raise ValueError(
+            f"{entry!r} is not a Docker daemon's address "
             "(unix:///run/docker.sock, ssh://user@host, tcp://host:2376)"
         )
-    return value
+    if not cap:
+        return url, None
+    if not bound.isdigit() or int(bound) < 1:
+        raise ValueError(f"{entry!r}: max_sandboxes must be a whole number of at least 1")
+    return url, int(bound)
 
 
 MODEL_CACHE_MODES = ("on", "read", "replay", "off")

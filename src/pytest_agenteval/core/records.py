@@ -160,6 +160,12 @@ class AttemptRecord:
     """An error's class, one of `ERROR_CLASSES` (`rate_limited`, `provider_error`, `timeout`,
     ...); derived from `phase` and `error_type` for a record that stores none. None for a
     pass or a fail."""
+    retries: int = 0
+    """How many earlier tries of this attempt a `retry:` ran in its session (the first
+    `retries` entries of `previous`, newest first); 0: it needed none."""
+    retry_cost: float | None = None
+    """What those earlier tries cost (agents and judges), counted in `spend`; None: none
+    known."""
 
     @property
     def key(self) -> AttemptId:
@@ -197,7 +203,7 @@ class AttemptRecord:
     @property
     def spend(self) -> float | None:
         """Everything the attempt cost: the agent and its judges (what spend caps count)."""
-        return spend_sum((self.cost, self.judge_cost))
+        return spend_sum((self.cost, self.judge_cost, self.retry_cost))
 
     def detail(self) -> Detail:
         """What the attempt shows when it did not pass: the record's fields `Detail` names."""
@@ -554,6 +560,14 @@ FIELDS: tuple[Field, ...] = (
         omit="r.error_class is None or r.error_class == phase_class(r.phase)",
         index=_STR,
     ),
+    Field("retries", "r.retries", lambda n: int(n or 0), omit="not r.retries", index=_INT),
+    Field(
+        "retry_cost",
+        "r.retry_cost",
+        _optional(float),
+        omit="r.retry_cost is None",
+        index=_NUMBER,
+    ),
     # Facts only the index line holds: what metrics and replays need without the record.
     Field("input_tokens", "r.input_tokens", stored=False, index=_MAYBE_INT),
     Field("output_tokens", "r.output_tokens", stored=False, index=_MAYBE_INT),
@@ -584,6 +598,7 @@ INDEX_LINE: tuple[str, ...] = (
     *("schema", "dataset", "variant", "task_id", "attempt", "digest", "run_digest", "status"),
     *("score", "duration", "input_tokens", "output_tokens", "cost", "tags", "reason", "phase"),
     *("replay", "crashes", "model", "judge_cost", "environment", "variant_agent", "error_class"),
+    *("retries", "retry_cost"),
 )
 """The order of an index line's fields (format `/1`'s; `placed` appends `record`)."""
 

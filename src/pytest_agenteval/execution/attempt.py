@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,7 +35,7 @@ from ..core.errors import (
 )
 from ..core.identity import AttemptId
 from ..core.model import AgentResult, Phase, Status, Task, Verdict
-from ..core.records import AttemptRecord, Detail, new_record, usage_json
+from ..core.records import HISTORY_LIMIT, AttemptRecord, Detail, new_record, spend_sum, usage_json
 from ..core.trace import ATTEMPT_LIMITS
 from ..providers.bound import Spend, attempt_llm
 from ..providers.pricing import priced, with_prices
@@ -185,9 +185,53 @@ class AttemptRunner:
         return True
 
     def run(self, job: AttemptJob, source: AgentSource) -> Outcome:
-        """Carry out one attempt. Whatever the agent or a grader raises, SystemExit included,
-        ends as an error record; only KeyboardInterrupt and `passthrough` propagate, and then
-        nothing is recorded, as the attempt did not finish."""
+        """Carry out one attempt, and again while it ends in an error class its `retry:`
+        names (up to `max` more tries, `backoff` apart, never past a stop): the earlier tries
+        stay in the record's `previous`, their cost in its `retry_cost`."""
+        outcome = self._run_once(job, source)
+        retry = job.task.retry
+        tries: list[AttemptRecord] = []
+        while (
+            retry is not None
+            and len(tries) < retry.max
+            and (record := outcome.record) is not None
+            and record.status == "error"
+            and record.error_class in retry.on
+            and not record.regraded
+            and self._backed_off(retry.backoff)
+        ):
+            if outcome.environment is not None:
+                outcome.environment.teardown(keep=False)
+            tries.append(record)
+            outcome = self._run_once(job, source)
+        if not tries or outcome.record is None:
+            return outcome
+        history = tuple(t.to_json() | {"previous": []} for t in reversed(tries))
+        final = outcome.record
+        retried = replace(
+            final,
+            previous=(*history, *final.previous)[:HISTORY_LIMIT],
+            retries=len(tries),
+            retry_cost=spend_sum(t.spend for t in tries),
+        )
+        return replace(outcome, record=retried)
+
+    def _backed_off(self, seconds: float) -> bool:
+        """Wait `seconds` before a retry; False when a stop (cap, deadline, cancel) came
+        first or is there already (no retry is started then)."""
+        end = time.monotonic() + seconds
+        while True:
+            if self.stop_reason() is not None:
+                return False
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(left, 0.05))
+
+    def _run_once(self, job: AttemptJob, source: AgentSource) -> Outcome:
+        """Carry out one try of an attempt. Whatever the agent or a grader raises, SystemExit
+        included, ends as an error record; only KeyboardInterrupt and `passthrough`
+        propagate, and then nothing is recorded, as the attempt did not finish."""
         decision = job.decision
         if decision.action == "reuse":
             return Outcome(decision)

@@ -21,13 +21,16 @@ import contextlib
 import hashlib
 import subprocess
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from ..core.environment import ChangedFile, Finished
 from ..core.identity import AttemptId
 from ..core.model import ARTIFACTS_MAX_BYTES, DockerImage, SandboxSpec
+from ..core.options import split_docker_host
 from ..sources.dataset import BuildFolder
 from ..store.locks import locked
 from .docker_cli import (
@@ -44,9 +47,17 @@ from .docker_cli import (
 from .docker_files import changes, copy_out, file_tar, first_file, workspace_tar
 from .docker_images import DockerImages
 from .environment import SandboxPolicy
-from .limits import release_slot
+from .limits import SLOT_POLL, release_slot, try_slot
 from .process import run_program
-from .sandboxes import Swept, machine_folder, sandbox_slot, session_alive, session_label
+from .sandboxes import (
+    Swept,
+    host_slots,
+    machine_folder,
+    sandbox_slot,
+    session_alive,
+    session_label,
+    slots_held,
+)
 from .workspaces import folder_name
 
 LABEL = "agenteval.session"
@@ -133,7 +144,10 @@ class DockerSession:
         """`session` is the label of the session the containers belong to (default: this
         process's)."""
         self.session = session or session_label()
-        self.policy = policy or SandboxPolicy()
+        policy = policy or SandboxPolicy()
+        self.caps: dict[str, int] = {}
+        """Each daemon's own bound of containers alive on this machine (`?max_sandboxes=N`)."""
+        self.policy = replace(policy, hosts=self._addresses(policy.hosts))
         self.run_id: str | None = None
         """The run the containers' attempts belong to (labelled), once known."""
         self.images: dict[str | None, DockerImages] = {}
@@ -152,22 +166,55 @@ class DockerSession:
         daemon each is on."""
         self._placed: dict[str | None, int] = {}
 
+    def _addresses(self, entries: Sequence[str]) -> tuple[str, ...]:
+        """The daemons' addresses of host entries, their bounds noted in `caps` (the run's
+        are noted first and win)."""
+        addresses = []
+        for entry in entries:
+            url, cap = split_docker_host(entry)
+            if cap is not None:
+                self.caps.setdefault(url, cap)
+            addresses.append(url)
+        return tuple(dict.fromkeys(addresses))
+
     def hosts_for(self, spec: SandboxSpec) -> tuple[str | None, ...]:
         """The daemons the task's containers may go to: the run's (`--agenteval-docker-host`,
         ini `agenteval_docker_hosts`), else the task's `docker: hosts:`, else the default."""
+        if self.policy.hosts:
+            return self.policy.hosts
         named = spec.docker.hosts if spec.docker is not None else []
-        return self.policy.hosts or tuple(named) or (None,)
-
-    def place(self, hosts: Sequence[str | None]) -> str | None:
-        """The daemon of `hosts` with the most free room: the fewest containers of this
-        process alive on it (then the fewest made there, so equal ones take turns)."""
-        if len(hosts) == 1:
-            return hosts[0]
         with self._lock:
-            alive = Counter(self.alive.values())
-            host = min(hosts, key=lambda h: (alive[h], self._placed.get(h, 0)))
-            self._placed[host] = self._placed.get(host, 0) + 1
-        return host
+            return self._addresses(named) or (None,)
+
+    def place(self, hosts: Sequence[str | None]) -> tuple[str | None, int | None]:
+        """The daemon of `hosts` with the most free room, and the slot of its own bound
+        held (None: it has none). Room is a bounded daemon's free slots across the machine,
+        else unbounded; ties go to the fewest containers of this process alive, then the
+        fewest made there, so equal ones take turns. When every daemon is bounded and full
+        it waits for a slot."""
+        if len(hosts) == 1 and hosts[0] not in self.caps:
+            return hosts[0], None
+        while True:
+            with self._lock:
+                alive = Counter(self.alive.values())
+                placed = dict(self._placed)
+            ranked = sorted(hosts, key=lambda h: (-self._room(h), alive[h], placed.get(h, 0)))
+            for host in ranked:
+                slot = None
+                if host in self.caps:
+                    slot = try_slot(host_slots(host), "sandbox", self.caps[host])
+                    if slot is None:
+                        continue
+                with self._lock:
+                    self._placed[host] = self._placed.get(host, 0) + 1
+                return host, slot
+            time.sleep(SLOT_POLL)
+
+    def _room(self, host: str | None) -> float:
+        cap = self.caps.get(host) if host is not None else None
+        if cap is None:
+            return float("inf")
+        return cap - slots_held(host_slots(host), cap) if host is not None else float("inf")
 
     def image(
         self,
@@ -239,16 +286,18 @@ class DockerSession:
             self._removing[host] = self._remove(doomed, host)
             self._doomed[host] = []
 
-    def remove_then_free(self, name: str, slot: int, host: str | None = None) -> None:
-        """Remove a container that holds a sandbox slot without waiting for it, and give the
-        slot back once it is gone (never before: the cap counts containers that exist)."""
+    def remove_then_free(self, name: str, slots: Sequence[int], host: str | None = None) -> None:
+        """Remove a container that holds sandbox slots (the machine's, its daemon's) without
+        waiting for it, and give them back once it is gone (never before: the caps count
+        containers that exist)."""
 
         def remove() -> None:
             try:
                 remove_now([name], host)
                 self.forget(name)
             finally:
-                release_slot(slot)
+                for slot in slots:
+                    release_slot(slot)
 
         thread = threading.Thread(target=remove, name="agenteval-remove", daemon=True)
         with self._lock:
@@ -318,14 +367,20 @@ class DockerEnvironment:
         self._dead: str | None = None
         assert spec.docker is not None, "a Docker sandbox names its image"
         hosts = session.hosts_for(spec)
-        self.host = session.place(hosts)
-        """The daemon the container is on (None: the default one)."""
+        try:
+            self.host, self._host_slot = session.place(hosts)
+        except BaseException:
+            release_slot(slot)
+            raise
+        """The daemon the container is on (None: the default one), and the slot of its own
+        bound (`?max_sandboxes=N`) the container holds."""
         self.sandbox_host = self.host if hosts != (None,) else None
         """The daemon the record names: when the run or task names its daemons."""
         try:
             image, image_id = session.image(spec.docker, build, self.host, hosts)
         except BaseException:
             release_slot(slot)
+            release_slot(self._host_slot)
             raise
         self.image_id: str | None = image_id
         """The id of the image the container was made of."""
@@ -497,17 +552,19 @@ class DockerEnvironment:
         except SandboxUnavailable:  # its daemon is gone: the next orphan sweep removes it
             pass
         self._session.forget(self.name)
-        release_slot(self._slot)
-        self._slot = None
+        for held in (self._slot, self._host_slot):
+            release_slot(held)
+        self._slot = self._host_slot = None
 
     def _remove(self) -> None:
         """Remove the container in the background; one that holds a slot gives it back once
         it is gone (the next sandbox may start only then)."""
-        slot, self._slot = self._slot, None
-        if slot is None:
+        slots = [held for held in (self._slot, self._host_slot) if held is not None]
+        self._slot = self._host_slot = None
+        if not slots:
             self._session.remove_later(self.name, self.host)
         else:
-            self._session.remove_then_free(self.name, slot, self.host)
+            self._session.remove_then_free(self.name, slots, self.host)
 
     def _inside(self, path: str) -> str:
         """`path` as an absolute path below `workdir`; one that leads out of it is refused."""

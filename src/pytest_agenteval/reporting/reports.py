@@ -129,6 +129,7 @@ def render_markdown(summary: Summary, rule: str) -> str:
         lines += [_uneven_note(m)] if _uneven(m) else []
         lines.append("")
     lines += [_counts_line(counts), ""]
+    lines += [*retry_lines(summary), ""] if counts.retried else []
     lines += [f"**{_md(line)}**\n" for line in drift_lines(summary)]
     spent = [line for line in (_usage_line(summary.totals),) if line] + spend_lines(summary)
     lines += [*(f"- {_md(line)}" for line in spent), ""] if spent else []
@@ -307,6 +308,18 @@ def _class_lines(counts: Counts) -> list[str]:
     if not found:
         return []
     return ["errors by class: " + ", ".join(f"{name} {n}" for name, n in found.items())]
+
+
+def retry_lines(summary: Summary) -> list[str]:
+    """`1 attempt needed a retry (v1 1, v2 0)`, when one did: per variant with variants."""
+    total = summary.counts.retried
+    if not total:
+        return []
+    line = f"{counted(total, 'attempt')} needed a retry"
+    if summary.variants is not None:
+        each = ", ".join(f"{name} {v.counts.retried or 0}" for name, v in summary.variants.items())
+        line += f" ({each})"
+    return [line]
 
 
 def _counts_line(counts: Counts) -> str:
@@ -531,6 +544,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
         *([f"{narrowed}: the metrics cover these attempts only"] if narrowed else []),
         _counts_line(counts) + (f"; {counts.run} run now" if counts.run is not None else ""),
         *_class_lines(counts),
+        *retry_lines(summary),
         *_agent_error_lines(summary.agent_errors),
     ]
     if summary.variants is not None or m is None:

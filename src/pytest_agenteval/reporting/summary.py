@@ -202,6 +202,9 @@ class Counts(_Frozen):
     error_classes: dict[str, int] | None = None
     """The errors by class (`rate_limited`, `provider_error`, `timeout`, `agent_error`, ...;
     docs/reference/records.md lists them), most first; absent when there is no error."""
+    retried: int | None = None
+    """Attempts that needed a retry (`retry:`) in their session, whatever they ended in;
+    absent when none did."""
     reused: int | None = None
     """Attempts the last session reused as they were recorded."""
     regraded: int | None = None
@@ -517,6 +520,7 @@ def build_summary(
             **tot.counts,
             **build_failures(rows),
             **error_classes(rows),
+            **retried(rows),
             **session_counts,
             "load_error": len(load_errors),
         },
@@ -567,7 +571,7 @@ def _variant_parts(
         spent = _totals_json(tot, attempts)
         parts[name] = {
             **_variant_agents(fingerprint, name, attempts),
-            "counts": {**tot.counts, **error_classes(attempts)},
+            "counts": {**tot.counts, **error_classes(attempts), **retried(attempts)},
             "metrics": _group_json(group_metrics(its_tasks, ks)),
             "totals": spent,
             "tags": _tags_json(its_tasks, ks),
@@ -639,6 +643,12 @@ def error_classes(rows: Sequence[IndexRow]) -> dict[str, dict[str, int]]:
     """`error_classes`: the errors of `rows` by class, most first (nothing without errors)."""
     found = Counter(row.error_class for row in rows if row.error_class is not None)
     return {"error_classes": dict(found.most_common())} if found else {}
+
+
+def retried(rows: Sequence[IndexRow]) -> dict[str, int]:
+    """`retried`: how many of `rows` needed a retry (nothing when none did)."""
+    count = sum(1 for row in rows if row.retries)
+    return {"retried": count} if count else {}
 
 
 def environment_drift(rows: Sequence[IndexRow]) -> list[dict[str, Any]]:

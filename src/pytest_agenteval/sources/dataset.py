@@ -28,6 +28,7 @@ from ..core.model import (
     Budget,
     GraderSpec,
     Manifest,
+    RetrySpec,
     SandboxSpec,
     TaskSpec,
     effective_budget,
@@ -327,6 +328,11 @@ class TaskDef:
     def budget(self) -> Budget | None:
         """What each attempt may use: the task's limits over the manifest's defaults."""
         return effective_budget(self.spec.budget, self.dataset.manifest.defaults.budget)
+
+    @cached_property
+    def retry(self) -> RetrySpec | None:
+        """Which errors run the attempt again: the task's `retry:`, else the manifest's."""
+        return self.spec.retry or self.dataset.manifest.defaults.retry
 
     @cached_property
     def digest(self) -> str:

@@ -98,11 +98,15 @@ class IndexRow:
     error_class: str | None = None
     """An error's class (`core.error_classes`): the line's (written only when its phase does
     not imply it), else what its phase implies; None for a pass or a fail."""
+    retries: int = 0
+    """How many earlier tries of the attempt a `retry:` ran in its session."""
+    retry_cost: float | None = None
+    """What those tries cost (agents and judges), counted in `spend`."""
 
     @property
     def spend(self) -> float | None:
         """Everything the attempt cost: the agent and its judges (what spend caps count)."""
-        return spend_sum((self.cost, self.judge_cost))
+        return spend_sum((self.cost, self.judge_cost, self.retry_cost))
 
     @property
     def dataset(self) -> str:
@@ -150,6 +154,8 @@ def row_of(line: dict[str, Any]) -> IndexRow:
         line.get("environment"),
         line.get("variant_agent"),
         _class_of(line.get("error_class"), line["status"], phase),
+        line.get("retries", 0),
+        line.get("retry_cost"),
     )  # type: ignore[call-arg]  # mypy cannot count the itemgetters'
 
 
@@ -296,7 +302,11 @@ def parse_line(
     facts = _optional_facts(line) if len(line) > _PLAIN_FIELDS else ()
     if status == "error":
         written = facts[5] if facts else None
-        facts = (*(facts[:5] if facts else _NO_FACTS), _class_of(written, status, phase))
+        facts = (
+            *(facts[:5] if facts else _NO_FACTS),
+            _class_of(written, status, phase),
+            *facts[6:],
+        )
     variant = intern(facts[2]) if facts and facts[2] is not None else None
     key = AttemptId(dataset=intern(dataset), task_id=task_id, variant=variant, attempt=attempt)
     row = IndexRow(
@@ -334,7 +344,7 @@ def _class_of(written: Any, status: str, phase: str | None) -> str | None:
 
 def _optional_facts(
     line: dict[str, Any],
-) -> tuple[str | None, float | None, str | None, dict[str, str] | None, str | None, str | None]:
+) -> tuple[Any, ...]:
     """The optional model, judge cost, variant, captured environment and variant's agent of a
     line; a mistyped model, judge cost, environment or agent is left out, not fatal (a mistyped
     variant is: its attempt would be another's)."""
@@ -345,6 +355,8 @@ def _optional_facts(
     environment = line.get("environment")
     captured = environment if type(environment) is dict else None
     agent, kind = line.get("variant_agent"), line.get("error_class")
+    retries, retry_cost = line.get("retries", 0), line.get("retry_cost")
+    known_retry = type(retry_cost) in (int, float) and _finite(retry_cost)  # type: ignore[arg-type]
     return (
         model if type(model) is str else None,
         judge if known else None,
@@ -352,6 +364,8 @@ def _optional_facts(
         captured,
         intern(agent) if type(agent) is str else None,
         intern(kind) if type(kind) is str else None,
+        retries if type(retries) is int and retries > 0 else 0,
+        retry_cost if known_retry else None,
     )
 
 
