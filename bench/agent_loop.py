@@ -22,30 +22,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from measure import PYTEST, Sides, measured, medians, user_env
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "agent_loop"
 LATENCY = 0.05
 IN_FLIGHT = 16
-
-
-def measured(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """CPU seconds (the process and all it waited for) and wall seconds of one command."""
-    t0 = time.perf_counter()
-    child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - t0
-    if status != 0:
-        raise SystemExit(f"{argv[:4]} exited with status {status}")
-    return usage.ru_utime + usage.ru_stime, wall
 
 
 def dataset(folder: Path, tasks: int, port: int) -> Path:
@@ -189,17 +177,13 @@ def main() -> None:
         assert server.stdout is not None
         port = int(server.stdout.readline().rsplit(":", 1)[1].split("/")[0])
         root = dataset(folder, tasks, port)
-        env = {**os.environ, "LOCAL_MODEL_KEY": "x", "PYTHONHASHSEED": "0"}
-        env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode cached, as on a user's machine
-        ours_argv = [
-            sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-            "--agenteval", str(root), "--agenteval-concurrency", str(IN_FLIGHT),
-        ]  # fmt: skip
+        env = user_env(LOCAL_MODEL_KEY="x", PYTHONHASHSEED="0")
+        ours_argv = [*PYTEST, "--agenteval", str(root), "--agenteval-concurrency", str(IN_FLIGHT)]
         floor_argv = [sys.executable, __file__, "--floor", str(tasks), str(port)]
         (folder / "plain").mkdir()
         (folder / "plain" / "test_one.py").write_text("def test_one():\n    pass\n")
-        plain_argv = [*ours_argv[:7], "plain"]
-        sides: dict[str, list[tuple[float, float]]] = {"agenteval": [], "floor": [], "pytest": []}
+        plain_argv = [*PYTEST, "plain"]
+        sides: Sides = {"agenteval": [], "floor": [], "pytest": []}
         measured(ours_argv, folder, env)  # warm-up: bytecode and pytest's rewritten modules
         for _ in range(repeats):
             sides["floor"].append(measured(floor_argv, folder, env))
@@ -212,9 +196,8 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def report(tasks: int, sides: dict[str, list[tuple[float, float]]]) -> None:
-    cpu = {k: statistics.median(c for c, _ in v) for k, v in sides.items()}
-    wall = {k: statistics.median(w for _, w in v) for k, v in sides.items()}
+def report(tasks: int, sides: Sides) -> None:
+    cpu, wall = medians(sides)
     ideal = tasks * 4 * LATENCY / IN_FLIGHT
     print(f"{tasks} tasks x 4 turns, {LATENCY * 1000:.0f} ms per model call, {IN_FLIGHT} in flight")
     print(f"(ideal wall: {ideal:.2f} s of model latency)")

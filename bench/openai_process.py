@@ -20,28 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from measure import PYTEST, Sides, measured, medians, user_env
 from provider_call import serve
-
-
-def measured(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """CPU seconds (the process and all it waited for) and wall seconds of one command."""
-    t0 = time.perf_counter()
-    child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - t0
-    if status != 0:
-        raise SystemExit(f"{argv[:6]} exited with status {status}")
-    return usage.ru_utime + usage.ru_stime, wall
 
 
 def main() -> None:
@@ -80,24 +66,13 @@ def main() -> None:
             f"import pytest\n\n\n@pytest.mark.parametrize('i', range({n}))\n"
             "def test_x(i):\n    pass\n"
         )
-        env = {**os.environ, "OPENAI_API_KEY": "bench-key", "PYTEST_ADDOPTS": ""}
-        env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode cached, as on a user's machine
-        pytest = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:randomly",
-            "-p",
-            "no:cacheprovider",
-        ]
-        ours = [*pytest, "--agenteval", "bench", "--agenteval-concurrency", str(c)]
+        env = user_env(OPENAI_API_KEY="bench-key", PYTEST_ADDOPTS="")
+        ours = [*PYTEST, "--agenteval", "bench", "--agenteval-concurrency", str(c)]
         client = [sys.executable, __file__, "--in-flight", str(c), "--floor", str(port), str(n)]
-        items = [*pytest, "-p", "no:agenteval", "plain"]
+        items = [*PYTEST, "-p", "no:agenteval", "plain"]
         measured(ours, folder, env)  # warm-up: bytecode and pytest's rewritten modules
         measured(items, folder, env)
-        sides: dict[str, list[tuple[float, float]]] = {"client": [], "items": [], "ours": []}
+        sides: Sides = {"client": [], "items": [], "ours": []}
         for _ in range(options.repeats):
             sides["client"].append(measured(client, folder, env))
             sides["ours"].append(measured(ours, folder, env))
@@ -106,8 +81,7 @@ def main() -> None:
     finally:
         server.kill()
         shutil.rmtree(folder, ignore_errors=True)
-    cpu = {k: statistics.median(u for u, _ in v) for k, v in sides.items()}
-    wall = {k: statistics.median(w for _, w in v) for k, v in sides.items()}
+    cpu, wall = medians(sides)
     ideal = n * options.latency / c
     floor = cpu["client"] + cpu["items"]
     print(f"{n} attempts x {options.latency * 1000:g} ms, {c} in flight (ideal wall {ideal:.2f} s)")
@@ -116,9 +90,9 @@ def main() -> None:
     for side, said in (("client", "bare asyncio client"), ("items", "plain pytest, N items")):
         print(f"| {said} | {cpu[side]:.2f} | {wall[side]:.2f} | {cpu[side] / n * 1000:.2f} ms |")
     print(f"| floor (sum) | {floor:.2f} | | {floor / n * 1000:.2f} ms |")
-    ours = cpu["ours"]
-    print(f"| agenteval | {ours:.2f} | {wall['ours']:.2f} | {ours / n * 1000:.2f} ms |")
-    print(f"CPU ratio {ours / floor:.2f} (target <= 2.0); wall {wall['ours'] / ideal:.2f}x ideal")
+    spent = cpu["ours"]
+    print(f"| agenteval | {spent:.2f} | {wall['ours']:.2f} | {spent / n * 1000:.2f} ms |")
+    print(f"CPU ratio {spent / floor:.2f} (target <= 2.0); wall {wall['ours'] / ideal:.2f}x ideal")
 
 
 if __name__ == "__main__":

@@ -13,31 +13,21 @@ the API key of the request, as a careless server or proxy might quote it.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from local_server import JsonHandler, LocalServer, Scripted, encoded
 
 REPLY = re.compile(r"<<(.*?)>>", re.DOTALL)
 
 
 @dataclass
-class Script:
+class Script(Scripted):
     """How the server answers; tests change it between runs."""
 
-    latency: float = 0.0
-    """Seconds before every reply."""
-    statuses: list[int] = field(default_factory=list)
-    """Statuses of the next requests, in order (each consumed once); then 200."""
-    always: int | None = None
-    """A status every request gets (after `statuses`), e.g. 500 until retries run out."""
-    retry_after: str | None = None
-    """The `Retry-After` header on 429 and 503 replies."""
-    malformed: bool = False
-    """200 replies whose body is not JSON."""
     model: str = "served-model-1"
     """The model name replies carry (what the server says it ran)."""
     usage: dict[str, Any] = field(
@@ -55,7 +45,7 @@ class Script:
     every read gets a byte in time, so only a wall-clock deadline ends the call)."""
 
 
-class ChatServer:
+class ChatServer(LocalServer):
     """`POST /v1/chat/completions`, scripted by `script`, counting what it sees."""
 
     def __init__(self) -> None:
@@ -67,21 +57,7 @@ class ChatServer:
         self.max_concurrent = 0
         self._in_flight = 0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-
-    def start(self) -> ChatServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        super().__init__(_handler(self))
 
     def reset(self, **script: Any) -> None:
         """A fresh script (keyword arguments set its fields) and zeroed counters."""
@@ -96,7 +72,7 @@ class ChatServer:
             self._in_flight += 1
             self.max_concurrent = max(self.max_concurrent, self._in_flight)
             script = self.script
-            status = script.statuses.pop(0) if script.statuses else script.always or 200
+            status = script.next_status()
         return status, script
 
     def _leave(self) -> None:
@@ -128,14 +104,8 @@ def _total(usage: dict[str, Any]) -> Any:
     return prompt + completion if isinstance(prompt, int) and isinstance(completion, int) else None
 
 
-def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # headers and body go out apart: no 40 ms ACK waits
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
+def _handler(server: ChatServer) -> type[JsonHandler]:
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
             """The models list the probe asks for: every model is known (the model server,
             `model_server.py`, scripts unknown ones)."""
@@ -143,8 +113,7 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             self._send(200, {"id": name, "object": "model"} if name else {"data": []})
 
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = self.read_json()
             status, script = server._enter(body, self.headers.get("Authorization", ""))
             try:
                 time.sleep(script.latency)
@@ -175,16 +144,11 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             headers: dict[str, str] | None = None,
             dribble: float = 0.0,
         ) -> None:
-            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            data = encoded(payload)
             if server.script.echo_key:
                 key = self.headers.get("Authorization", "").removeprefix("Bearer ")
                 data = data.replace(b"{KEY}", key.encode())
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
+            self.send_json_head(status, len(data), headers)
             if not dribble:
                 self.wfile.write(data)
             for byte in range(len(data) if dribble else 0):

@@ -23,30 +23,21 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
+
+from local_server import JsonHandler, LocalServer, Scripted, encoded
 
 REPLY = re.compile(r"<<(.*?)>>", re.DOTALL)
 CALL = re.compile(r"^call\s+([A-Za-z0-9_.-]+)\s*(.*)$", re.DOTALL)
 
 
 @dataclass
-class Script:
+class Script(Scripted):
     """How the server answers; tests change it between runs (`reset`)."""
 
-    latency: float = 0.0
-    """Seconds before every reply."""
-    statuses: list[int] = field(default_factory=list)
-    """Statuses of the next chat requests, in order (each consumed once); then 200."""
-    always: int | None = None
-    """A status every chat request gets (after `statuses`)."""
-    retry_after: str | None = None
-    """The `Retry-After` header on 429 and 503 replies."""
     reject_above: int | None = None
     """429 for a request that arrives while this many or more are in flight already."""
-    malformed: bool = False
-    """200 replies whose body is not JSON."""
     model: str | None = None
     """The model name replies carry (default: the model asked for)."""
     models: list[str] | None = None
@@ -62,7 +53,7 @@ class Script:
     """Replies given first, in order (each consumed once)."""
 
 
-class ModelServer:
+class ModelServer(LocalServer):
     """Both APIs, scripted by `script`, counting what they see."""
 
     def __init__(self) -> None:
@@ -79,25 +70,7 @@ class ModelServer:
         """TCP connections accepted."""
         self._in_flight = 0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    @property
-    def root(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    @property
-    def base_url(self) -> str:
-        return self.root + "/v1"
-
-    def start(self) -> ModelServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        super().__init__(_handler(self))
 
     def reset(self, **script: Any) -> None:
         """A fresh script (keyword arguments set its fields) and zeroed counters."""
@@ -114,7 +87,7 @@ class ModelServer:
             above = script.reject_above is not None and self._in_flight >= script.reject_above
             self._in_flight += 1
             self.max_concurrent = max(self.max_concurrent, self._in_flight)
-            status = script.statuses.pop(0) if script.statuses else script.always or 200
+            status = script.next_status()
             if above and status == 200:
                 status = 429
             if status == 429:
@@ -208,18 +181,12 @@ def _last_text(messages: list[dict[str, Any]], anthropic: bool) -> str:
     return str(content or "")
 
 
-def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True
-
+def _handler(server: ModelServer) -> type[JsonHandler]:
+    class Handler(JsonHandler):
         def setup(self) -> None:
             super().setup()
             with server._lock:
                 server.connections += 1
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
 
         def _refused(self) -> bool:
             """401 for a key other than the script's (its message names no key)."""
@@ -253,8 +220,7 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             server.paths.append(f"POST {self.path}")
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = self.read_json()
             if self._refused():
                 return
             anthropic = self.path.endswith("/messages")
@@ -288,14 +254,9 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 server._leave()
 
         def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            data = encoded(payload)
             self._left()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
+            self.send_json_head(status, len(data), headers)
             self.wfile.write(data)
 
     return Handler

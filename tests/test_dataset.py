@@ -237,19 +237,20 @@ def test_digest_tracks_grading_apart_from_what_the_agent_sees(root: Path) -> Non
     assert a.run_digest != c.run_digest
 
 
-NOT_IN_DIGESTS = {"artifacts"}
-"""Fields that say what is kept of an attempt, not what it is judged on: changing them neither
-runs nor regrades a stored attempt."""
+NOT_IN_DIGESTS = {"artifacts", "retry"}
+"""Fields that say what is kept of an attempt or how often it is tried in a session, not what
+it is judged on: changing them neither runs nor regrades a stored attempt."""
 
 
 def test_what_is_kept_of_an_attempt_is_not_in_the_digests(root: Path) -> None:
-    """A changed `artifacts:` cap applies to new attempts; stored ones are neither run nor
-    regraded for it (a regrade would drop their artifacts)."""
+    """A changed `artifacts:` cap or `retry:` applies to new attempts; stored ones are
+    neither run nor regraded for it (a regrade would drop their artifacts)."""
     base = {"id": "t", "input": "x", "expected": "1"}
     (a,) = load(root, "t.yaml", json.dumps(base))
-    (b,) = load(root, "t.yaml", json.dumps({**base, "artifacts": {"max_bytes": 10}}))
-    assert isinstance(a, TaskDef) and isinstance(b, TaskDef)
-    assert (a.digest, a.run_digest) == (b.digest, b.run_digest)
+    for kept in ({"artifacts": {"max_bytes": 10}}, {"retry": {"on": ["timeout"]}}):
+        (b,) = load(root, "t.yaml", json.dumps({**base, **kept}))
+        assert isinstance(a, TaskDef) and isinstance(b, TaskDef)
+        assert (a.digest, a.run_digest) == (b.digest, b.run_digest)
 
 
 @pytest.mark.parametrize(

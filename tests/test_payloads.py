@@ -156,13 +156,13 @@ def test_the_recorder_commits_each_payload_kind(tmp_path: Path) -> None:
     ]
     for key, payload in payloads:
         send(made, report_of(key, payload))
-    assert made.actions == {"run": 1, "regrade": 1, "reuse": 1}
-    assert made.reused == {aid("ds", "c", 0)}
-    assert made.agent_errors == {"no agent for it": 1}
-    assert made.load_errors == [
+    assert made.state.actions == {"run": 1, "regrade": 1, "reuse": 1}
+    assert made.state.reused == {aid("ds", "c", 0)}
+    assert made.state.agent_errors == {"no agent for it": 1}
+    assert made.state.load_errors == [
         {"dataset": "ds", "label": "e", "path": "/x/e.yaml", "message": "bad YAML"}
     ]
-    assert made.reported == {aid("ds", "a", 0, "v"), aid("ds", "b", 0), aid("ds", "c", 0)}
+    assert made.state.reported == {aid("ds", "a", 0, "v"), aid("ds", "b", 0), aid("ds", "c", 0)}
     committed = [call["attempt_record"] for call in hook.calls]
     assert [r.key for r in committed] == [new_a.key, aid("ds", "b", 0)]
     assert all(isinstance(r, AttemptRecord) for r in committed)

@@ -201,6 +201,20 @@ def test_broken_task_files_fail_ci(
     assert summary_of(pytester)["counts"]["load_error"] == 2
 
 
+def test_heading_names_the_load_errors(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
+    """A run whose every attempt ended but some task files did not load is not headed
+    `(complete)`: the heading says how many tasks were not loaded and where they are listed."""
+    dataset(BROKEN)
+    result = pytester.runpytest("--agenteval", "ds")
+    result.stdout.fnmatch_lines(
+        [
+            "run * (complete except 2 tasks that could not be loaded, listed below) · dataset *",
+            "2 tasks could not be loaded (not evaluated):",
+        ]
+    )
+    result.stdout.no_fnmatch_line("run * (complete) *")
+
+
 def assert_junit_errors(path: Path) -> None:
     (suite,) = list(xunit2.JUnitXml.fromfile(str(path)))
     assert (suite.tests, suite.errors, suite.failures) == (3, 2, 0)

@@ -49,9 +49,18 @@ def clean_text(text: str) -> str:
     return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
 
 
+_PLAIN = (int, float, bool, type(None))
+_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def json_safe(value: object) -> object:
     """Any value as plain JSON types with valid text (unknown objects become their str)."""
-    return json.loads(clean_text(json.dumps(value, default=str, ensure_ascii=False)))
+    kind = type(value)
+    if kind is str:  # a task's input or expected answer, as a rule: no round trip
+        return clean_text(value)  # type: ignore[arg-type]
+    if kind in _PLAIN:
+        return value
+    return json.loads(clean_text(_JSON.encode(value)))
 
 
 def decode_output(data: bytes) -> str:

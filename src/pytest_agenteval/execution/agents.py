@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.environment import Environment
 from ..core.errors import AgentError, AgentTimeout, AgentUnavailable, did_you_mean
@@ -29,7 +29,9 @@ from ..core.model import (
 from ..core.text import excerpt
 from .environment import environment_of
 from .process import MAX_OUTPUT, was_cut
-from .react import MakeTool, make_react_agent
+
+if TYPE_CHECKING:
+    from .react import MakeTool
 
 
 class Agent(Protocol):
@@ -130,6 +132,8 @@ def make_builtin_agent(
         return CommandAgent(spec, dataset_root)
     if isinstance(spec, PluginAgentSpec):
         if spec.type == "react":
+            from .react import make_react_agent  # the loop and its tools only when used
+
             return make_react_agent(spec.options, dataset_root, make_tool)
         if spec.type != "openai":
             return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -32,13 +32,15 @@ from ..execution.attempt import AttemptJob, Outcome
 from ..execution.concurrent import NotStarted
 from ..execution.environment import MakeEnvironment
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
-from ..execution.tools import Tool, function_tool
 from ..sources.dataset import TaskDef
 from .failures import as_crash_repr, at_phase, encodable, text_repr, user_traceback
 from .internals import TerminalRepr, fixture_defs, fixture_value, skip_at_item
 from .pluginhooks import answered_by, hook_at
 from .runtime import FIXTURE_NAME, RUNTIME, Runtime
 from .settings import dry_run
+
+if TYPE_CHECKING:
+    from ..execution.tools import Tool
 
 PHASE_WORDS = {
     "agent": "agent call",
@@ -325,6 +327,8 @@ def tool_maker(config: pytest.Config, root: Path) -> Callable[[str], Tool | None
     `Tool`, a plain function (its schema from its signature), or None for the built-ins."""
 
     def make(name: str) -> Tool | None:
+        from ..execution.tools import Tool, function_tool  # only for a react agent's tools
+
         hook = hook_at(config, "pytest_agenteval_make_tool", root)
         asked = {"name": name, "dataset_root": root}
         made = hook(**asked)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -55,6 +54,7 @@ from .concurrency import concurrency_of, say_now
 from .internals import stop_distributing
 from .items import AttemptItem
 from .runtime import Runtime
+from .session_state import SessionState
 from .settings import dry_run
 
 
@@ -67,18 +67,6 @@ class Recorder:
         self.store = store
         self.run = run
         self.dry = dry_run(config)
-        self.actions: Counter[str] = Counter()
-        self.reused: set[AttemptId] = set()
-        self.reported: set[AttemptId] = set()
-        """Attempts whose report this session handled (committed or replayed): a crash xdist
-        reports for one afterwards leaves its record alone."""
-        """Attempts whose stored verdict this session replayed (the HTML report flags them)."""
-        self.load_errors: list[dict[str, str]] = []
-        self.agent_errors: Counter[str] = Counter()
-        """Agents that could not be built (their problem, rendered) and how many attempts
-        did not start because of each."""
-        self.other_failures = 0
-        self.planned_keys: set[AttemptId] = {row.key for row in run.plan.rows.values()}
         self.properties: dict[str, list[tuple[str, Any]]] = {}
         """JUnit properties of attempts reported, until their teardown report carries them."""
         self.collected_once = False
@@ -98,14 +86,14 @@ class Recorder:
         )
         self.unpriced_warned = False
         """Whether the terminal was told that the spend cap cannot count some attempt."""
-        self.failures: list[str] = []
-        """Store or report writes that failed: each stops the session; the run is interrupted."""
         settings = runtime.settings
         stops = runtime.stops
         capped = stops.budget if stops is not None else None
-        self.budget = capped or Budget(settings.max_cost, settings.max_tokens)
+        self.state = SessionState(capped or Budget(settings.max_cost, settings.max_tokens))
+        """The session's state: the recorder is its one writer, the reporter reads it."""
+        self.state.planned_keys.update(row.key for row in run.plan.rows.values())
         for row in run.plan.rows.values():  # a resumed run's earlier sessions spent too
-            self.budget.add(row.spend, row.input_tokens, row.output_tokens)
+            self.state.budget.add(row.spend, row.input_tokens, row.output_tokens)
         if capped is not None:  # answers of this session count from there, in every process
             capped.ledger.reset(capped.cost, capped.tokens)
         self._check_budget()
@@ -161,11 +149,11 @@ class Recorder:
         """A store or report write failed (disk full, read-only): stop cleanly and say where
         and why, once; what is committed stays committed."""
         message = f"agenteval: {exc}"
-        if message not in self.failures:
-            self.failures.append(message)
+        if message not in self.state.failures:
+            self.state.failures.append(message)
         if self.session is not None:
-            self.session.shouldstop = self.failures[0]
-        stop_distributing(self.config, self.failures[0])
+            self.session.shouldstop = self.state.failures[0]
+        stop_distributing(self.config, self.state.failures[0])
 
     @pytest.hookimpl(tryfirst=True)  # before the spec cache is saved and emptied
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -212,14 +200,14 @@ class Recorder:
         narrowed_by = narrowing(keys, whole, _narrowing_hints(self.config, self.runtime))
         if run.resumed and narrowed_by is not None:
             narrowed_by = run.narrowed_by  # a narrowed session continues the run as it is
-        self.planned_keys.update(keys)
+        self.state.planned_keys.update(keys)
         if narrowed_by is None:
-            self.planned_keys.update(whole)
+            self.state.planned_keys.update(whole)
         try:
-            self.store.set_planned(run.run_id, len(self.planned_keys), narrowed_by)
+            self.store.set_planned(run.run_id, len(self.state.planned_keys), narrowed_by)
         except StoreError as exc:
             self.failed(exc)
-        self.progress.plan(self.planned_keys)
+        self.progress.plan(self.state.planned_keys)
         self.show_progress("running")
         if self.progress.path is not None and self._ticker is None:
             self._ticker = threading.Thread(
@@ -269,7 +257,7 @@ class Recorder:
                 if properties:
                     report.user_properties.extend(properties)
             if report.failed:
-                self.other_failures += 1
+                self.state.other_failures += 1
             elif (
                 report.skipped
                 and report.when == "setup"
@@ -304,7 +292,7 @@ class Recorder:
     def _new_record(self, report: pytest.TestReport, made: NewRecord) -> None:
         """A record made in this process (a lone process's attempt, a crash record): its JSON
         and index entry are written here, nothing parsed."""
-        self.actions[made.action] += 1
+        self.state.actions[made.action] += 1
         record = made.record
         self._keep_files(report, record.key)
         data, fields = record.to_json(), index_entry(record)
@@ -315,7 +303,7 @@ class Recorder:
     def _shipped(self, report: pytest.TestReport, shipped: ShippedRecord) -> None:
         """A record a worker made: its texts are stored as they came (the record is parsed only
         to replace a stored one, kept as its history, or for a hook that reads it)."""
-        self.actions[shipped.action] += 1
+        self.state.actions[shipped.action] += 1
         self._keep_files(report, shipped.key)
         action, key = shipped.action, shipped.key
         row = self._commit(action, key, shipped.text, shipped.entry, shipped.fields)
@@ -328,20 +316,20 @@ class Recorder:
         if report.failed and action != "reuse":
             self._new_record(report, NewRecord(action, self._vanished(report)))
             return
-        self.actions[action] += 1
+        self.state.actions[action] += 1
         if action == "reuse":
-            self.reused.add(key)
+            self.state.reused.add(key)
         self._reported(report, self.runtime.plan.stored(key), action, reused=True)
 
     def _not_started(self, report: pytest.TestReport, not_started: NeverStarted) -> None:
         """The attempt never started (its agent cannot be built): nothing to commit."""
-        self.agent_errors[not_started.problem] += 1
+        self.state.agent_errors[not_started.problem] += 1
 
     def _load_error(self, report: pytest.TestReport, error: LoadError) -> None:
         """Count each broken task once (also if a report should come twice)."""
         where = (error.path, error.label)
-        if where not in {(e["path"], e["label"]) for e in self.load_errors}:
-            self.load_errors.append(error.as_dict())
+        if where not in {(e["path"], e["label"]) for e in self.state.load_errors}:
+            self.state.load_errors.append(error.as_dict())
 
     def _reported(
         self, report: pytest.TestReport, row: IndexRow | None, action: str, reused: bool
@@ -349,7 +337,7 @@ class Recorder:
         """What every attempt's report updates: the attempts reported (a crash after it keeps
         its record), JUnit properties, progress."""
         if row is not None:
-            self.reported.add(row.key)
+            self.state.reported.add(row.key)
             if not reused or action == "reuse":
                 self.properties[report.nodeid] = junit_properties(row, reused)
             self.progress.attempt(row.status, reused, row.variant)
@@ -417,17 +405,17 @@ class Recorder:
         """Count the attempt's spend (a regrade spent only on its judges: the agent's usage
         is the stored one's); at a cap, tell every process of the run to stop."""
         if regraded:
-            self.budget.add(row.judge_cost, None, None)
+            self.state.budget.add(row.judge_cost, None, None)
         else:
-            self.budget.add(row.spend, row.input_tokens, row.output_tokens)
+            self.state.budget.add(row.spend, row.input_tokens, row.output_tokens)
             if row.cost is None and (row.input_tokens or row.output_tokens):
                 self._warn_unpriced(row)
-        if self.budget.capped:
+        if self.state.budget.capped:
             self._check_budget()
 
     def _warn_unpriced(self, row: IndexRow) -> None:
         """A spend cap that cannot see an attempt's cost is said at once, not only at the end."""
-        if self.budget.max_cost is None or self.unpriced_warned:
+        if self.state.budget.max_cost is None or self.unpriced_warned:
             return
         self.unpriced_warned = True
         model = (
@@ -451,7 +439,7 @@ class Recorder:
         with self._progress_lock:
             if self._last_word:
                 return
-            progress.tokens, progress.cost = self.budget.tokens, self.budget.cost
+            progress.tokens, progress.cost = self.state.budget.tokens, self.state.budget.cost
             ahead = runtime.runner.ahead
             distributed = self._distributed
             progress.in_flight = ahead.running if ahead is not None and not distributed else None
@@ -463,7 +451,7 @@ class Recorder:
                 progress.write(status, force=True)
 
     def _check_budget(self) -> None:
-        reason = self.budget.reached()
+        reason = self.state.budget.reached()
         stops = self.runtime.stops
         stop = stops.stop if stops is not None else None
         if reason is not None and stops is not None and (stop is None or stop.kind == "budget"):
@@ -478,7 +466,7 @@ class Recorder:
         key = parse_item_name(nodeid, dataset) if dataset is not None else None
         if key is None:
             return
-        if key in self.reported:
+        if key in self.state.reported:
             self._crashed_after_report(report)
             return
         task = self._task(nodeid, key.task_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +23,17 @@ from ..reporting.plan_lines import Planned, plan_lines
 from ..reporting.regression import with_regression
 from ..reporting.reports import store_damage_lines, terminal_lines
 from ..reporting.summary import ProviderSummary, Summary, build_summary
+from ..sources.tags import marker_name, unknown_tag_lines
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, changed_parts
 from ..store.problems import StoreProblem
 from ..store.runs import Store
-from ..store.stops import CTRL_C, Budget, Stop
+from ..store.sessions import SessionEntry
+from ..store.stops import Stop
 from .items import AttemptItem
 from .recorder import Recorder
 from .runtime import Runtime
+from .session_end import Ending, SessionFacts, end_session, run_exitstatus
 
 
 class PlanAlone:
@@ -67,9 +71,11 @@ class Reporter:
         self.run = run
         self.recorder = recorder
         self.dry = recorder.dry
+        self.state = recorder.state
+        """The session's state (the recorder writes it; read here)."""
         self.summary: Summary | None = None
-        self.written: list[Path] = []
-        self.gate_message: str | None = None
+        self.ending: Ending | None = None
+        """How the session ended (None before its end, or when nothing was kept)."""
         self.dry_plan: list[Planned] = []
         self.ctrl_c = False
         """A KeyboardInterrupt ended the session (pytest caught it)."""
@@ -110,6 +116,8 @@ class Reporter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Summarize, write the reports and the session's entry, then end the session once:
+        `end_session` decides its exit status from what the session did."""
         if self.dry or self.run.dropped:
             return
         if self._nothing_happened():
@@ -120,14 +128,18 @@ class Reporter:
             self.store.release_run(self.run.run_id, self.run.was or "interrupted")
             self.run.dropped = True
             return
-        if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and self._empty_shard():
-            exitstatus = session.exitstatus = pytest.ExitCode.OK
-        status = self._summarize(session, int(exitstatus))
-        self.recorder.show_progress(status)
         stop = self._stop()
-        if stop is not None and status == stop.kind:
-            # Attempts were skipped: CI must not mistake the run for a finished one.
-            exitstatus = session.exitstatus = pytest.ExitCode.INTERRUPTED
+        facts = SessionFacts(
+            int(exitstatus),
+            "",
+            stop,
+            exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and self._empty_shard(),
+            budget=self.state.budget,
+            ctrl_c=self.ctrl_c,
+        )
+        status = self._summarize(session, int(exitstatus), stop)
+        self.recorder.show_progress(status)
+        recorded = run_exitstatus(replace(facts, status=status))
         assert self.summary is not None
         out_dir = self.settings.report_dir
         if out_dir is None and not self.store.temporary:
@@ -138,35 +150,44 @@ class Reporter:
             task_rule=self.settings.task_rule,
             html=self._html_writer(),
             rule=GateRule(self.settings.min_pass_rate, self.settings.allow_errors),
-            exitstatus=int(exitstatus),
-            other_failures=self.recorder.other_failures,
+            exitstatus=recorded,
+            other_failures=self.state.other_failures,
         )
         for failure in finished.failures:
             self.recorder.failed(failure)
         self.summary = finished.summary
-        self.written, status = finished.written, finished.summary.status
         config = session.config
         config.hook.pytest_agenteval_summary(summary=self.summary, config=config)
-        session_entry = {
-            "finished_at": time.time(),
-            "exitstatus": int(exitstatus),
-            "counts": self._session_counts(),
-            "load_errors": self.recorder.load_errors,
-            "agent_errors": [e.model_dump() for e in self.summary.agent_errors],
-            "regression": self.summary.regression and self.summary.regression.model_dump(),
-            **variant_regressions(self.summary),
-        }
         try:
-            self.store.finish_run(self.run.run_id, status, session_entry)
+            self.store.finish_run(
+                self.run.run_id, self.summary.status, self._session_entry(recorded)
+            )
         except StoreError as exc:
             self.recorder.failed(exc)
-        result = finished.gate
-        assert result is not None
-        if result.exitstatus is not None:
-            session.exitstatus = result.exitstatus
-        self.gate_message = result.message
-        if self.recorder.failures:
-            session.exitstatus = pytest.ExitCode.INTERRUPTED
+        self.ending = end_session(
+            replace(
+                facts,
+                status=self.summary.status,
+                gate=finished.gate,
+                failures=tuple(self.state.failures),
+                written=tuple(finished.written),
+            )
+        )
+        session.exitstatus = self.ending.exitstatus
+
+    def _session_entry(self, exitstatus: int) -> SessionEntry:
+        """run.json's entry for this session."""
+        summary = self.summary
+        assert summary is not None
+        return SessionEntry(
+            finished_at=time.time(),
+            exitstatus=exitstatus,
+            counts=self.state.counts(),
+            load_errors=self.state.load_errors,
+            agent_errors=[e.model_dump() for e in summary.agent_errors],
+            regression=summary.regression and summary.regression.model_dump(),
+            **variant_regressions(summary),
+        )
 
     def _html_writer(self) -> Callable[[Summary], Path] | None:
         """What writes the HTML report (`--agenteval-html`), with every stored attempt's
@@ -174,7 +195,7 @@ class Reporter:
         path = self.settings.html_file
         if path is None:
             return None
-        store, run_id, reused = self.store, self.run.run_id, self.recorder.reused
+        store, run_id, reused = self.store, self.run.run_id, self.state.reused
         return lambda summary: write_html(summary, attempt_details(store, run_id, reused), path)
 
     def _damage_found_since(self) -> list[StoreProblem]:
@@ -189,18 +210,13 @@ class Reporter:
         sharded = self.runtime.shard is not None  # an empty shard is kept for merge
         if self.settings.probe_only:  # a probe alone leaves no run behind
             return not self.run.resumed
-        return not (self.run.resumed or self._began() or sharded or self._stop() is not None)
+        return not (self.run.resumed or self.state.began() or sharded or self._stop() is not None)
 
     def _never_began(self, exitstatus: int) -> bool:
         """A resumed run whose session ended in a usage error (a path that does not exist, a
         bad option) before any attempt: the run is left as it was, its reports untouched."""
         usage_error = exitstatus == pytest.ExitCode.USAGE_ERROR or self.settings.probe_only
-        return self.run.resumed and usage_error and not self._began()
-
-    def _began(self) -> bool:
-        """Whether the session did anything: an attempt, an agent or a task that failed."""
-        recorder = self.recorder
-        return bool(recorder.actions or recorder.agent_errors or recorder.load_errors)
+        return self.run.resumed and usage_error and not self.state.began()
 
     def _empty_shard(self) -> bool:
         """A shard that holds no task of a small suite did its part: CI must not fail it (but
@@ -214,20 +230,15 @@ class Reporter:
         stops.reason()  # an xdist controller starts no attempt: look at the run folder now
         return stops.stop
 
-    def _session_counts(self) -> dict[str, int]:
-        actions = self.recorder.actions
-        return {"reused": actions["reuse"], "regraded": actions["regrade"], "run": actions["run"]}
-
-    def _summarize(self, session: pytest.Session, exitstatus: int) -> str:
+    def _summarize(self, session: pytest.Session, exitstatus: int, stop: Stop | None) -> str:
         """Build the summary from the stored records; returns the run's status."""
         rows = self.store.rows(self.run.run_id)
         interrupted = (
             exitstatus == pytest.ExitCode.INTERRUPTED
             or bool(session.shouldfail or session.shouldstop)
-            or len(rows) < len(self.recorder.planned_keys)
+            or len(rows) < len(self.state.planned_keys)
         )
         status = "interrupted" if interrupted else "complete"
-        stop = self._stop()
         if interrupted and stop is not None:
             status = stop.kind
         info = self.store.run(self.run.run_id)
@@ -236,13 +247,13 @@ class Reporter:
             info,
             rows,
             ks=self.settings.pass_k,
-            session_counts=self._session_counts(),
+            session_counts=self.state.counts(),
             status=status,
             agent_errors=[
                 {"message": message, "attempts": n}
-                for message, n in self.recorder.agent_errors.items()
+                for message, n in self.state.agent_errors.items()
             ],
-            load_errors=self.recorder.load_errors,
+            load_errors=self.state.load_errors,
             store_problems=[p.as_dict() for p in self.store.problems],
         )
         providers = {n: p for n, p in provider_status().items() if p["rate_limited"]}
@@ -261,6 +272,8 @@ class Reporter:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
+        for line in self._unknown_tag_lines(tr.config):
+            tr.write_line(printable(line), yellow=True)
         if self.dry:
             if self.run.resumed:
                 tr.write_sep("=", "agenteval plan")
@@ -278,47 +291,34 @@ class Reporter:
             verbose = tr.config.option.verbose > 0
             for line in terminal_lines(self.summary, verbose, self.settings.task_rule):
                 tr.write_line(printable(line))  # agents' and load errors' messages among them
-        if self.written:
-            tr.write_line(f"written: {', '.join(str(p) for p in self.written)}")
+        if self.ending is None:
+            return
+        if self.ending.written:
+            tr.write_line(f"written: {', '.join(str(p) for p in self.ending.written)}")
         for line in store_damage_lines(self._damage_found_since()):  # by the HTML report
             tr.write_line(printable(line))
-        stopped = self._stop_line()
-        if stopped:
-            tr.write_line(stopped, yellow=True, bold=True)
-        if self.gate_message:
-            tr.write_line(self.gate_message, bold=True, red="NOT" in self.gate_message)
-        for failure in self.recorder.failures:
+        if self.ending.stop_line:
+            tr.write_line(self.ending.stop_line, yellow=True, bold=True)
+        gate_message = self.ending.gate_message
+        if gate_message:
+            tr.write_line(gate_message, bold=True, red="NOT" in gate_message)
+        for failure in self.ending.failures:
             tr.write_line(failure, red=True, bold=True)
+
+    def _unknown_tag_lines(self, config: pytest.Config) -> list[str]:
+        """A hint for each name of `-m` no task tag nor marker answers to (a typo selects
+        nothing, silently)."""
+        markexpr = config.option.markexpr
+        if not markexpr:
+            return []
+        markers = (marker_name(line) for line in config.getini("markers"))
+        return unknown_tag_lines(markexpr, self.runtime.task_tags(), markers)
 
     def pytest_keyboard_interrupt(self) -> None:
         self.ctrl_c = True
 
-    def _stop_line(self) -> str | None:
-        """Why the run stopped early and how it goes on, the same for every stop: cancel, a
-        cap, the deadline, and Ctrl-C (with attempts in flight or not)."""
-        if self.summary is None:
-            return None
-        stop = self._stop()
-        if stop is not None and stop.kind == "probe_failed" == self.summary.status:
-            return (
-                "agenteval: stopped (the probe failed): no attempt started; fix what it named "
-                "above and run again (--agenteval-no-probe skips it)"
-            )
-        if stop is not None and self.summary.status == stop.kind:
-            then = RESUME if stop.kind != "budget" else budget_line(self.recorder.budget)
-            return f"agenteval: stopped ({stop.reason}): attempts not started were skipped; {then}"
-        if self.ctrl_c and self.summary.status == "interrupted":
-            return (
-                f"agenteval: stopped ({CTRL_C}): attempts still running and those not started "
-                f"were not recorded; {RESUME}"
-            )
-        return None
-
     def pytest_unconfigure(self) -> None:
         self.store.close()
-
-
-RESUME = "--resume-suite runs them"
 
 
 def variant_regressions(summary: Summary) -> dict[str, Any]:
@@ -330,22 +330,3 @@ def variant_regressions(summary: Summary) -> dict[str, Any]:
         if part.regression is not None
     }
     return {"variant_regressions": blocks} if blocks else {}
-
-
-def budget_line(budget: Budget) -> str:
-    """What the run spent, and how to go on: a cap is the run's whole budget, every session
-    of it counted, so a resume with the same cap starts nothing."""
-    cost, tokens = budget.totals()
-    raise_it = " or ".join(
-        flag
-        for flag, cap in (
-            ("--agenteval-max-cost", budget.max_cost),
-            ("--agenteval-max-tokens", budget.max_tokens),
-        )
-        if cap is not None
-    )
-    return (
-        f"spent in all ${cost:.2f}, {tokens} tokens (attempts already started when the cap "
-        "was reached finished). The cap is the run's whole budget, its earlier sessions "
-        f"included: --resume-suite runs the rest only with a higher {raise_it}"
-    )

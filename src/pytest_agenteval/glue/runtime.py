@@ -136,6 +136,11 @@ class Runtime:
                 if isinstance(read, CachedTask) and read.spec.id is not None:  # set as read
                     yield dataset, read.spec.id, read.spec
 
+    def task_tags(self) -> set[str]:
+        """The tags of every task whose spec is valid, read and not built (cheap: what an
+        xdist controller, which collects nothing, knows of the tasks' markers)."""
+        return {tag for _, _, spec in self._task_ids(built=False) for tag in spec.tags}
+
     def whole_keys(self, *, built: bool = True) -> set[AttemptId]:
         """Every attempt a session must select to be a run of its datasets whole (of its
         shard's part of them, when sharded), of every variant, selected or not. `built=False`:

@@ -539,7 +539,7 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
     ds = summary.dataset
     narrowed = narrowed_words(summary)
     lines = [
-        f"run {summary.run_id} ({summary.status}) · dataset {ds.name} {ds.version} · "
+        f"run {summary.run_id} ({_status_words(summary)}) · dataset {ds.name} {ds.version} · "
         f"{counted(_n_tasks(summary), 'task')}, {attempts_words(summary)}",
         *([f"{narrowed}: the metrics cover these attempts only"] if narrowed else []),
         _counts_line(counts) + (f"; {counts.run} run now" if counts.run is not None else ""),
@@ -595,6 +595,15 @@ def terminal_lines(summary: Summary, verbose: bool, rule: str) -> list[str]:
         if hidden > 0 and not verbose:
             lines.append(f"  ... {hidden} more below 100% (-v shows all tasks)")
     return lines + store_damage_lines(summary.store_problems)
+
+
+def _status_words(summary: Summary) -> str:
+    """The run's status for the heading: a run whose attempts all ended is not `complete`
+    while task files did not load (they were never evaluated, and they fail the gate)."""
+    broken = len(summary.load_errors)
+    if summary.status != "complete" or not broken:
+        return summary.status
+    return f"complete except {counted(broken, 'task')} that could not be loaded, listed below"
 
 
 def store_damage_lines(problems: Sequence[StoreProblemSummary | StoreProblem]) -> list[str]:

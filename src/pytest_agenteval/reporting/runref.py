@@ -52,27 +52,24 @@ def run_summary(store: Store, run_id: str, ks: Sequence[int] | None = None) -> S
     counts, load errors, agents that could not be built, the regression gate's verdict): what
     `agenteval report`, `show`, `diff` and `merge` show, equal to the session's summary."""
     info, rows = stored_run(store, run_id)
-    last = info.sessions[-1] if info.sessions else {}
+    last = info.last_session
     summary = build_summary(
         info,
         rows,
         ks=ks,
-        session_counts=last.get("counts") or {},
+        session_counts=last.counts,
         status=info.status,
-        agent_errors=last.get("agent_errors"),
-        load_errors=last.get("load_errors"),
+        agent_errors=last.agent_errors,
+        load_errors=last.load_errors,
         store_problems=[p.as_dict() for p in store.problems],
     )
     ended: dict[str, object] = {}
-    if last.get("regression"):
-        ended["regression"] = _regression(last["regression"], store, run_id)
-    if isinstance(last.get("variant_regressions"), dict) and summary.variants:
-        ended["variants"] = _variant_regressions(
-            summary, last["variant_regressions"], store, run_id
-        )
-    finished = last.get("finished_at")
-    if info.status != "running" and isinstance(finished, (int, float)):
-        ended["finished_at"] = float(finished)  # when the run ended, not this re-render
+    if last.regression:
+        ended["regression"] = _regression(last.regression, store, run_id)
+    if last.variant_regressions is not None and summary.variants:
+        ended["variants"] = _variant_regressions(summary, last.variant_regressions, store, run_id)
+    if info.status != "running" and last.finished_at is not None:
+        ended["finished_at"] = last.finished_at  # when the run ended, not this re-render
     return summary.model_copy(update=ended) if ended else summary
 
 

@@ -23,6 +23,7 @@ from ..core.trace import read_event, render_event, turns
 from ..store.artifacts import Refused, attempt_folder, kept_paths, open_kept
 from ..store.index import IndexRow
 from ..store.runs import RunInfo
+from ..store.sessions import read_session
 
 _ATTEMPT = re.compile(r"(.+)/(\d+)")
 SHOWN_LIMIT = 1000
@@ -99,8 +100,7 @@ def reuse_of(record: AttemptRecord, earlier_until: float | None) -> str:
 def earlier_sessions_end(info: RunInfo) -> float | None:
     """When the session before the last one ended (None with a single session)."""
     finished = info.sessions if info.status == "running" else info.sessions[:-1]
-    value = finished[-1].get("finished_at") if finished else None
-    return float(value) if isinstance(value, (int, float)) else None
+    return read_session(finished[-1]).finished_at if finished else None
 
 
 def run_lines(info: RunInfo, rows: Sequence[IndexRow]) -> list[str]:

@@ -454,8 +454,12 @@ class TaskDef:
         return None if folder is None else template_digest(self.dataset.template(folder))
 
 
+_DIGEST_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+"""`json.dumps` with these options builds an encoder per call; digests are made per task."""
+
+
 def _digest(value: Any) -> str:
-    text = json.dumps([DIGEST_VERSION, value], sort_keys=True, ensure_ascii=False, default=str)
+    text = _DIGEST_JSON.encode([DIGEST_VERSION, value])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

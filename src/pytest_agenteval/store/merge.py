@@ -35,6 +35,7 @@ from .lifecycle import fingerprint_drift, variant_drift
 from .problems import RUNS_AGAIN
 from .reindex import reindex
 from .runs import RUN_SCHEMA, RunInfo, Store, dataset_key, parse_record
+from .sessions import SessionEntry
 
 MERGED_FROM = "merged_from"
 
@@ -180,7 +181,7 @@ def _part(folder: Path, source: Path) -> Part:
                 "shard runs themselves"
             ) from None
     elif info.shard:
-        last = info.sessions[-1] if info.sessions else {}
+        last = info.last_session
         shard = parse_shard(info.shard)
         assert isinstance(shard, Shard)
         shards = [
@@ -190,8 +191,8 @@ def _part(folder: Path, source: Path) -> Part:
                 info.status,
                 info.planned,
                 info.narrowed_by,
-                last.get("counts") or {},
-                last.get("load_errors") or [],
+                last.counts,
+                last.load_errors,
                 info.created_at,
             )
         ]
@@ -448,15 +449,15 @@ def merged_meta(
         "narrowed_by": "; ".join(narrowed) or None,
         **merged_variants(parts),
         "sessions": [
-            {
-                "finished_at": now,
-                "exitstatus": 0,
-                "counts": counts,
-                "load_errors": next(
+            SessionEntry(
+                finished_at=now,
+                exitstatus=0,
+                counts=counts,
+                load_errors=next(
                     (s.load_errors for s in shards if s.shard.reports_load_errors), []
                 ),
-                "merged": True,
-            }
+                merged=True,
+            ).to_json()
         ],
         MERGED_FROM: [s.as_json() for s in shards],
         **({"variants": first.variants, "reference": first.reference} if first.variants else {}),

@@ -54,6 +54,7 @@ from .files import (
 from .index import IndexRead, IndexRow, read_index, row_of
 from .problems import OUTPUT_LOST, RUN_SKIPPED, StoreProblem
 from .reindex import Reindexed, consistent, reindex
+from .sessions import SessionEntry, read_session
 
 __all__ = [
     "IndexRow",
@@ -98,6 +99,11 @@ class RunInfo:
     first); None for a run without `variants:`."""
     reference: str | None = None
     """The variant the others are compared with; None without variants."""
+
+    @property
+    def last_session(self) -> SessionEntry:
+        """How the run's last session ended (an empty entry for a run no session ended)."""
+        return read_session(self.sessions[-1]) if self.sessions else SessionEntry()
 
 
 class RunFileError(StoreError):
@@ -380,12 +386,15 @@ class Store:
             if files is not None:
                 files.close()
 
-    def finish_run(self, run_id: str, status: str, session: dict[str, Any]) -> None:
+    def finish_run(
+        self, run_id: str, status: str, session: SessionEntry | Mapping[str, Any]
+    ) -> None:
         """Record how the session ended and release the run, also when run.json cannot be
         written (the run then reads as interrupted: nobody holds its lock)."""
         try:
             meta = self._meta(run_id)
-            self._update(run_id, status=status, sessions=[*meta["sessions"], session])
+            entry = session.to_json() if isinstance(session, SessionEntry) else dict(session)
+            self._update(run_id, status=status, sessions=[*meta["sessions"], entry])
         finally:
             files = self._open.pop(run_id, None)
             if files is not None:

@@ -1,0 +1,49 @@
+"""The session's state: what the controller's session did, held by one object.
+
+The controller makes it when the run opens; the recorder is its one writer (each report it
+handles adds to it), the reporter and the session's end only read it. What outlives the session
+(records, spend, progress) is in the store layer: this holds the session's counts and verdicts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..core.identity import AttemptId
+from ..store.stops import Budget
+
+
+@dataclass
+class SessionState:
+    """What this session did so far, for its end to judge."""
+
+    budget: Budget
+    """The run's spend, every session of it (the store's ledger when the run is capped)."""
+    planned_keys: set[AttemptId] = field(default_factory=set)
+    """The attempts the run plans (its earlier sessions' and this selection's)."""
+    actions: Counter[str] = field(default_factory=Counter)
+    """Attempts handled by action: `run`, `regrade`, `reuse`."""
+    reused: set[AttemptId] = field(default_factory=set)
+    """Attempts whose stored verdict this session replayed (the HTML report flags them)."""
+    reported: set[AttemptId] = field(default_factory=set)
+    """Attempts whose report this session handled (committed or replayed): a crash xdist
+    reports for one afterwards leaves its record alone."""
+    load_errors: list[dict[str, str]] = field(default_factory=list)
+    """Task files that could not be loaded, once each."""
+    agent_errors: Counter[str] = field(default_factory=Counter)
+    """Agents that could not be built (their problem, rendered) and how many attempts did
+    not start because of each."""
+    other_failures: int = 0
+    """Failed or erroring tests of the session that are not attempts (the gate counts them)."""
+    failures: list[str] = field(default_factory=list)
+    """Store or report writes that failed: each stops the session; the run is interrupted."""
+
+    def began(self) -> bool:
+        """Whether the session did anything: an attempt, an agent or a task that failed."""
+        return bool(self.actions or self.agent_errors or self.load_errors)
+
+    def counts(self) -> dict[str, int]:
+        """run.json's and the summary's session counts."""
+        actions = self.actions
+        return {"reused": actions["reuse"], "regraded": actions["regrade"], "run": actions["run"]}
