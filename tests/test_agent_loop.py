@@ -126,7 +126,7 @@ def test_max_turns_two_is_graded_and_says_so(pytester: pytest.Pytester, example:
     agent never submitted), the record says `stopped: max_turns`."""
     manifest = example / "agenteval.yaml"
     manifest.write_text(manifest.read_text().replace("max_turns: 10", "max_turns: 2"))
-    pytester.runpytest_subprocess("--agenteval", "agent_loop").assert_outcomes(failed=1)
+    pytester.runpytest("--agenteval", "agent_loop").assert_outcomes(failed=1)
     (record,) = records(pytester.path)
     assert (record["status"], record["stopped"]) == ("fail", "max_turns")
     assert [g["passed"] for g in record["verdicts"]] == [True, False]
@@ -137,15 +137,13 @@ def test_a_cost_cap_stops_after_the_second_turn_and_a_resume_runs_it_again(
 ) -> None:
     """Each turn costs $0.002: a $0.003 cap is passed by the second, so the server sees no
     third request; the record keeps the spend as `stopped`; a higher cap runs it again."""
-    first = pytester.runpytest_subprocess(
-        "--agenteval", "agent_loop", "--agenteval-max-cost", "0.003"
-    )
+    first = pytester.runpytest("--agenteval", "agent_loop", "--agenteval-max-cost", "0.003")
     first.assert_outcomes(errors=1)
     assert len(scripted.requests) == 2
     (record,) = records(pytester.path)
     assert (record["status"], record["phase"]) == ("error", "stopped")
     assert record["usage"]["cost"] == pytest.approx(0.004)
-    again = pytester.runpytest_subprocess(
+    again = pytester.runpytest(
         "--agenteval", "agent_loop", "--resume-suite", "--agenteval-max-cost", "1"
     )
     again.assert_outcomes(passed=1)
@@ -237,7 +235,7 @@ def test_tools_from_a_conftest_and_a_module_in_both_wire_formats(
             {"tool_calls": [{"name": "submit", "arguments": {"answer": "HI!"}}]},
         ]
     )
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=1)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
     first, _, last = model_server.requests
     if kind == "openai":
         offered = {t["function"]["name"]: t["function"]["parameters"] for t in first["tools"]}
@@ -265,7 +263,7 @@ def test_an_unknown_tool_is_a_located_error(
     request is sent and no plugin traceback is shown."""
     monkeypatch.setenv("LOCAL_MODEL_KEY", "local")
     _dataset(pytester, _manifest(model_server, "openai", ["bash", "sumbit"]))
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     out = result.stdout.str() + result.stderr.str()
     assert "unknown tool 'sumbit'" in out and "submit" in out
     assert "Traceback" not in out and not model_server.requests
@@ -287,7 +285,7 @@ def test_two_models_as_variants(
     root = _dataset(pytester, manifest)
     task = {"input": 'answer <<call submit {"answer": "HI!"}>>', "expected": "HI!"}
     (root / "t.yaml").write_text(json.dumps(task))
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=2)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=2)
     assert sorted(r["model"] for r in model_server.requests) == ["large", "small"]
     summary = json.loads(next(pytester.path.rglob("summary.json")).read_text())
     assert sorted(summary["variants"]) == ["large", "small"]

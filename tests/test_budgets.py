@@ -135,7 +135,7 @@ def test_a_command_agents_cost_over_max_cost_and_the_budget_on_its_stdin(
         },
     )
     (root / "cmd_agent.py").write_text(COMMAND_AGENT)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--agenteval", "ds", "--agenteval-concurrency", "2", "--agenteval-html", "r.html"
     )
     result.assert_outcomes(passed=1, errors=1)
@@ -165,7 +165,7 @@ def test_the_openai_agent_asks_for_the_smaller_of_its_max_tokens_and_the_budgets
         },
         manifest={"agent": openai_agent(chat_server, max_tokens=200)},
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=1, errors=1)
     asked = {r["messages"][-1]["content"]: r["max_tokens"] for r in chat_server.requests}
     assert asked == {"tight <<ok>>": 50, "loose <<ok>>": 200}

@@ -85,7 +85,7 @@ def test_summary_is_the_same_at_concurrency_1_and_16(
 ) -> None:
     """For a deterministic agent, summary.json at concurrency 16 equals the serial run's."""
     dataset(MIXED)
-    pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "3", "-p", "no:xdist")
+    pytester.runpytest("--agenteval", "ds", "--attempts", "3", "-p", "no:xdist")
     serial = comparable(summary_of(pytester))
     result = pytester.runpytest_subprocess(
         "--agenteval", "ds", "--attempts", "3", "--agenteval-concurrency", "16", *extra
@@ -101,7 +101,7 @@ def test_attempts_really_overlap(
 ) -> None:
     """Sync and async agents have up to N calls in flight at once, never more."""
     root = timed_dataset(dataset, 12, agent)
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "4")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-concurrency", "4")
     result.assert_outcomes(passed=12)
     calls = spans(root)
     assert len(calls) == 12
@@ -116,7 +116,7 @@ def test_manifest_default_sets_concurrency(
     manifest = json.loads((root / "agenteval.yaml").read_text())
     manifest["defaults"] = {"concurrency": 3}
     (root / "agenteval.yaml").write_text(json.dumps(manifest))
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=6)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=6)
     assert 2 <= most_overlapping(spans(root)) <= 3
 
 
@@ -133,7 +133,7 @@ def test_command_agents_run_as_concurrent_subprocesses(
     manifest = json.loads((root / "agenteval.yaml").read_text())
     manifest["agent"] = {"command": ["{python}", "{dataset}/cmd.py", "{task_id}"]}
     (root / "agenteval.yaml").write_text(json.dumps(manifest))
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "8")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-concurrency", "8")
     result.assert_outcomes(passed=8)
     assert most_overlapping(spans(root)) >= 2
 
@@ -220,7 +220,7 @@ def test_session_fixture_agent_runs_ahead(pytester: pytest.Pytester, dataset: Da
             return timed.run
         """
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "6")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-concurrency", "6")
     result.assert_outcomes(passed=6)
     assert (pytester.path / "made.log").read_text() == "made\n"
     assert most_overlapping(spans(root)) >= 2
@@ -301,9 +301,7 @@ def test_limits_are_not_part_of_the_digests(tmp_path: Path) -> None:
 def test_collect_only_starts_no_attempt(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """--co (and --agenteval-plan) with concurrency schedules nothing: no agent call."""
     dataset({f"t{i}.yaml": task("ok") for i in range(5)})
-    result = pytester.runpytest_subprocess(
-        "--agenteval", "ds", "--agenteval-concurrency", "4", "--co"
-    )
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-concurrency", "4", "--co")
     assert result.ret == 0
     assert dataset.calls() == []
 
@@ -472,7 +470,7 @@ def test_command_graders_run_side_by_side(pytester: pytest.Pytester, dataset: Da
     graders = [{"command": ["{python}", str(root / "grader.py"), str(root / "spans.log")]}]
     for i, answer in enumerate(["ok"] * 6 + ["no"]):
         (root / f"t{i}.yaml").write_text(json.dumps({**task(answer), "graders": graders}))
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "8")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-concurrency", "8")
     result.assert_outcomes(passed=6, failed=1)
     result.stdout.fnmatch_lines(["*grader.py*exited 1*"])
     calls = spans(root)

@@ -225,7 +225,7 @@ def test_workspace_template_tests_are_never_collected(pytester: pytest.Pytester)
     assert len(ids) == 39
     assert not [i for i in ids if ".py" in i]
     template_test = "example_suite/coding/fix_add_ws/test_calc.py"
-    result = pytester.runpytest_subprocess(template_test, "-p", "no:cacheprovider")
+    result = pytester.runpytest(template_test, "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)  # the template's bug is what the agent must fix
     assert "agenteval: run" not in result.stdout.str()
 

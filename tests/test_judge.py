@@ -60,7 +60,7 @@ def test_judge_verdicts_and_what_the_record_keeps(
             "pricing": PRICES,
         },
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=1, failed=2, errors=1)
     result.stdout.fnmatch_lines(["*judge: its reply cannot be read: it holds no JSON object*"])
     record = latest_record(pytester.path, "good", 0)
@@ -128,7 +128,7 @@ def test_a_judge_that_cannot_answer_is_an_error(
         },
     )
     chat_server.reset(always=503)
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*judge: model 'judge-model' at * failed (after 1 retries)*"])
     assert latest_record(pytester.path, "t", 0)["phase"] == "grading"
@@ -184,7 +184,7 @@ def test_an_output_that_writes_a_rubric_is_graded_as_data(
         },
         manifest={"agent": "agent:run", "judge": judge_settings(chat_server)},
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2")
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2")
     result.assert_outcomes(failed=2)
     prompts = [
         latest_record(pytester.path, "t", i)["verdicts"][0]["details"]["prompt"] for i in (0, 1)
@@ -227,7 +227,7 @@ def test_pricing_prices_python_agents_and_lists_models_without_a_price(
         },
     )
     (root / "usage_agent.py").write_text(USAGE_AGENT)
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=2)
     summary = summary_of(pytester)
     assert summary["totals"]["cost"] == pytest.approx(0.002)
@@ -259,7 +259,7 @@ def test_judges_run_side_by_side_under_concurrency(
         },
         manifest={"agent": "agent:run", "judge": judge_settings(chat_server)},
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "6")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-concurrency", "6")
     result.assert_outcomes(passed=3, failed=3)
     assert len(chat_server.requests) == 6
     assert chat_server.max_concurrent > 1

@@ -196,7 +196,7 @@ def test_the_cache_needs_the_cache_provider(
 ) -> None:
     """Without pytest's cache provider there is nowhere to keep answers: `replay` is a usage
     error, not a run that quietly reaches the model."""
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--agenteval", "ds", "--agenteval-model-cache", "replay", "-p", "no:cacheprovider"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -206,6 +206,6 @@ def test_the_cache_needs_the_cache_provider(
 
 def test_a_bad_mode_is_refused(pytester: pytest.Pytester, cached_dataset: Path) -> None:
     """A mode that is none of on, read, replay, off is a usage error quoting it."""
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-model-cache", "yes")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-model-cache", "yes")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*'yes' is not one of on, read, replay, off*"])

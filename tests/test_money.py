@@ -247,7 +247,7 @@ def test_an_attempt_s_duration_is_its_call_and_the_wait_for_a_slot_is_apart(
         {f"t{i}.yaml": {"input": "<<ok>>", "expected": "ok"} for i in range(4)},
         manifest={"agent": openai_agent(chat_server), "limits": {"max_in_flight": 1}},
     )
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--agenteval", "ds", "--agenteval-concurrency", "4", "--agenteval-html", "page.html"
     )
     result.assert_outcomes(passed=4)
@@ -277,7 +277,7 @@ def test_a_cost_cap_says_at_once_when_an_attempt_reports_tokens_but_no_cost(
         "    usage = Usage(input_tokens=10, output_tokens=5, model='served-model-1')\n"
         "    return AgentResult(output='ok', usage=usage)\n"
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-max-cost", "1")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-max-cost", "1")
     result.assert_outcomes(passed=3)
     warned = [line for line in result.stderr.lines if "cannot count" in line]
     assert len(warned) == 1, result.stderr.str()

@@ -185,7 +185,7 @@ def test_graders_that_run_away_are_stopped(
         "import pathlib, time\n\ndef stuck(output):\n    time.sleep(120)\n"
         "    pathlib.Path(__file__).with_name('woke.log').write_text('woke')\n"
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     assert not (root / "woke.log").exists()  # the run ended before the grader woke
     result.assert_outcomes(passed=1, errors=2)
     result.stdout.fnmatch_lines(
@@ -203,7 +203,7 @@ def test_sync_agent_timeouts_hold(
     """A sync agent that blocks SIGALRM, swallows every exception or waits on a child ends at
     its timeout; processes it started are killed."""
     hostile(dataset, {"slow.yaml": {**task("ok"), "timeout": 0.5}}, agent=f"hostile:{agent}")
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     assert not (pytester.path / "ds/late.done").exists(), "the run waited for the agent"
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*agent timed out after 0.5s (abandoned thread; *"])

@@ -106,7 +106,7 @@ def test_a_bad_key_names_its_variable(
     monkeypatch.setenv("LOCAL_KEY", "expired-key-abcdefghij")
     model_server.reset(api_key=KEY)
     dataset(_tasks(3), manifest=_manifest(model_server, "m1"))
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     assert result.ret == 2
     result.stdout.fnmatch_lines(["*provider 'local'*HTTP 401*environment variable LOCAL_KEY*"])
     assert "expired-key" not in result.stdout.str()
@@ -131,7 +131,7 @@ def test_an_unknown_judge_model_and_a_missing_price_are_both_named(
     )
     tasks = {"t.yaml": {"input": "q <<42>>", "graders": [{"judge": "is it 42?"}]}}
     dataset(tasks, manifest=manifest)
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-max-cost", "1")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-max-cost", "1")
     assert result.ret == 2
     result.stdout.fnmatch_lines(
         [
@@ -154,7 +154,7 @@ def test_no_probe_leaves_the_errors_to_the_attempts(
     monkeypatch.setenv("LOCAL_KEY", KEY)
     model_server.reset(models=["gpt-right"])
     dataset(_tasks(2), manifest=_manifest(model_server, "gpt-wrong"))
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-no-probe")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-no-probe")
     result.assert_outcomes(errors=2)
     assert not [p for p in model_server.paths if p.startswith("GET")]
     assert len(_chats(model_server)) == 2

@@ -98,7 +98,7 @@ def test_no_run_of_the_key_escapes_whatever_quotes_it(
         manifest={"agent": openai_agent(echoing), "judge": judge_settings(echoing)},
     )
     try:
-        result = pytester.runpytest_subprocess(
+        result = pytester.runpytest(
             "--agenteval",
             "ds",
             "-vv",
@@ -141,7 +141,7 @@ def test_priced_spend_stops_the_run_at_the_cap(
     )
     # The server names the model it served (served-model-1), which the probe cannot know:
     # without it, it would ask for a price of the model asked for.
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--agenteval", "ds", "--agenteval-max-cost", "1.5", "--agenteval-no-probe"
     )
     result.assert_outcomes(passed=2, skipped=2)

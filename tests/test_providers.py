@@ -50,7 +50,7 @@ def test_answers_pass_and_fail_and_the_record_keeps_the_call(
         },
         manifest={"agent": openai_agent(chat_server, system="Answer briefly.", temperature=0.2)},
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=2, failed=1)
     record = latest_record(pytester.path, "right", 0)
     assert record["output"] == "42"
@@ -103,7 +103,7 @@ def test_a_429_with_retry_after_is_retried_and_counted(
         {"t.yaml": {"input": "<<ok>>", "expected": "ok", "timeout": 10}},
         manifest={"agent": openai_agent(chat_server, backoff=30)},
     )
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=1)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
     assert len(chat_server.requests) == 2
     assert latest_record(pytester.path, "t", 0)["call"]["retries"] == 1
 
@@ -117,7 +117,7 @@ def test_server_errors_until_retries_run_out_are_an_error_not_a_failure(
         {"t.yaml": {"input": "<<ok>>", "expected": "ok"}},
         manifest={"agent": openai_agent(chat_server, retries=2)},
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(errors=1)
     assert len(chat_server.requests) == 3
     result.stdout.fnmatch_lines(["*failed (after 2 retries): HTTP 500: scripted status 500*"])
@@ -141,7 +141,7 @@ def test_refusals_are_not_retried_and_say_what_to_check(
         },
         manifest={"agent": openai_agent(chat_server)},
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(errors=2)
     assert len(chat_server.requests) == 2
     result.stdout.fnmatch_lines(
@@ -200,7 +200,7 @@ def test_without_the_openai_package_agent_and_judge_work(
             "judge": {"model": "m", "base_url": chat_server.base_url, "api_key_env": KEY_ENV},
         },
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=2)
     assert len(chat_server.requests) == 3
 

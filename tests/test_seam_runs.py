@@ -52,7 +52,7 @@ def test_user_agent_calls_are_summed_and_priced(
         },
     )
     (root / "llm_agent.py").write_text(LLM_AGENT)
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2")
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2")
     result.assert_outcomes(passed=2)
     records = _records(pytester.path)
     assert len(model_server.requests) == 4
@@ -95,7 +95,7 @@ def test_named_provider_holds_agents_and_judges_together(
             "judge": {"model": "j1", "provider": "local"},
         },
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "8")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-concurrency", "8")
     result.assert_outcomes(passed=6)
     assert len(model_server.requests) == 12
     assert model_server.max_concurrent <= 2

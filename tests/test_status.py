@@ -46,7 +46,7 @@ def test_status_of_a_progress_json_without_a_field_says_so(
     """A progress.json without `status` is named with what is wrong, beside what the run holds,
     not a traceback."""
     dataset({"a.yaml": task("ok")})
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=1)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
     path = run_dir(pytester, latest_run(pytester.path)) / "progress.json"
     data = json.loads(path.read_text())
     del data["status"]
@@ -92,7 +92,7 @@ def test_runs_lists_the_others_when_one_index_is_unreadable(
     """`agenteval runs` lists every readable run and names the one whose index it cannot read."""
     dataset({"a.yaml": task("ok")})
     for name in ("good", "bad"):
-        pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", name)
+        pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", name)
     index = run_dir(pytester, "bad") / "index.jsonl"
     index.unlink()
     index.mkdir()  # read as a file, it fails even for root

@@ -114,7 +114,7 @@ def test_past_deadline_starts_nothing(pytester: pytest.Pytester, dataset: Datase
     """A deadline that has passed skips every attempt: 'deadline passed', status deadline; a
     resume with a deadline in the future finishes the run."""
     costly(dataset, 3)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--agenteval", "ds", "--agenteval-deadline", "2000-01-01T00:00", "-rs"
     )
     result.assert_outcomes(skipped=3)
@@ -122,9 +122,7 @@ def test_past_deadline_starts_nothing(pytester: pytest.Pytester, dataset: Datase
     result.stdout.fnmatch_lines(["*not started: deadline passed*"])
     assert summary_of(pytester)["status"] == "deadline"
     assert dataset.calls() == []
-    done = pytester.runpytest_subprocess(
-        "--agenteval", "ds", "--resume-suite", "--agenteval-deadline", "1h"
-    )
+    done = pytester.runpytest("--agenteval", "ds", "--resume-suite", "--agenteval-deadline", "1h")
     done.assert_outcomes(passed=3)
     assert done.ret == 0 and summary_of(pytester)["status"] == "complete"
 
@@ -142,7 +140,7 @@ def test_deadline_values() -> None:
 def test_bad_deadline_is_a_usage_error(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """A deadline that is neither a duration nor an ISO time is refused before anything runs."""
     costly(dataset, 1)
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-deadline", "soon")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-deadline", "soon")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*'soon' is neither a duration*"])
 
@@ -304,7 +302,7 @@ def test_cancel_refuses_a_run_that_is_not_running(
 ) -> None:
     """`agenteval cancel` on a finished run says so and leaves it alone."""
     costly(dataset, 1)
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=1)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
     run_id = latest_run(pytester.path)
     cancel = subprocess.run(
         [sys.executable, "-m", "pytest_agenteval.cli", "cancel", run_id],

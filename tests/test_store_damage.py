@@ -402,12 +402,12 @@ def test_garbage_inserted_in_records_loses_only_the_damaged_record(
     """16 bytes inserted into one record: only its output is lost (its verdict in the index
     still counts); every later record, no longer where the index says, is found again."""
     dataset({f"t{i}.yaml": task("ok") for i in range(5)})
-    pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", "ins")
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "ins")
     records = pytester.path / ".pytest_cache/agenteval/runs/ins/records.jsonl"
     data = records.read_bytes()
     second = data.index(b"\n") + 1
     records.write_bytes(data[: second + 50] + b"#" * 16 + data[second + 50 :])
-    resumed = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
+    resumed = pytester.runpytest("--agenteval", "ds", "--resume-suite")
     resumed.assert_outcomes(passed=5)
     assert len(dataset.calls()) == 5, "the resume called the agent again"
     resumed.stdout.fnmatch_lines(
@@ -432,7 +432,7 @@ def test_repair_reindexes_the_records(
     """`agenteval repair` on an index cut mid-file appends the re-indexed lines: later reads
     see every attempt and no damage."""
     dataset({f"t{i}.yaml": task("ok") for i in range(4)})
-    pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", "rep")
+    pytester.runpytest("--agenteval", "ds", "--agenteval-run-id", "rep")
     run = pytester.path / ".pytest_cache/agenteval/runs/rep"
     data = (run / "index.jsonl").read_bytes()
     (run / "index.jsonl").write_bytes(data[: data.index(b"\n") + 1])

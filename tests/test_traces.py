@@ -153,7 +153,7 @@ def test_the_task_s_budget_ends_the_loop_graded_and_says_stopped(
         },
         defaults={"budget": {"max_tokens": 250}},
     )
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=2)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=2)
     for task_id in ("raised", "kept"):
         record = latest_record(root.parent, task_id, 0)
         assert record["status"] == "pass" and record["stopped"] == "budget"
@@ -179,7 +179,7 @@ def test_the_loop_s_own_max_turns_is_recorded_and_graded(
             }
         },
     )
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(failed=1)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(failed=1)
     record = latest_record(root.parent, "t", 0)
     assert record["status"] == "fail" and record["stopped"] == "max_turns"
 
@@ -194,7 +194,7 @@ def test_a_run_cap_stops_the_loop_between_turns_and_a_resume_runs_it_again(
     root = loop_dataset(
         dataset, {"t.yaml": {"input": "q", "expected": "done", "metadata": {"turns": 4}}}
     )
-    first = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-max-tokens", "200")
+    first = pytester.runpytest("--agenteval", "ds", "--agenteval-max-tokens", "200")
     first.assert_outcomes(errors=1)
     assert turns_logged(root) == ["t 0 0", "t 0 1"]
     record = latest_record(root.parent, "t", 0)
@@ -206,7 +206,7 @@ def test_a_run_cap_stops_the_loop_between_turns_and_a_resume_runs_it_again(
     assert "token cap reached" in record["error"] and "resume" in record["error"]
     assert record["usage"]["input_tokens"] == 200 and record["usage"]["output_tokens"] == 20
     assert read_events(record["transcript"])[-1].limit == "run"  # type: ignore[index, union-attr]
-    again = pytester.runpytest_subprocess(
+    again = pytester.runpytest(
         "--agenteval", "ds", "--resume-suite", "--agenteval-max-tokens", "100000"
     )
     again.assert_outcomes(passed=1)
@@ -220,7 +220,7 @@ def test_an_isolated_agent_s_events_come_back_from_its_child(
     """Under --agenteval-isolate the loop runs in a forked child: its events and the usage
     they sum to are in the record all the same."""
     root = loop_dataset(dataset, {"t.yaml": {"input": "q", "expected": "done"}})
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-isolate")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-isolate")
     result.assert_outcomes(passed=1)
     record = latest_record(root.parent, "t", 0)
     assert len(read_events(record["transcript"]) or []) == 12
@@ -252,7 +252,7 @@ def test_trajectory_graders_pass_and_fail_as_their_options_say(
             },
         },
     )
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(failed=2)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(failed=2)
     verdicts = latest_record(root.parent, "traced", 0)["verdicts"]
     assert [v["passed"] for v in verdicts] == [True, False, False, False, True, True, False]
     assert verdicts[0]["reason"] == "bash matching /pytest/ called 2 times (at least 1)"
@@ -275,7 +275,7 @@ def test_a_bad_tool_called_option_is_a_located_load_error(
             "b.yaml": {"input": "q", "graders": [{"tool_called": {"min": 2, "max": 1}}]},
         },
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     result.stdout.fnmatch_lines(["*a.yaml*invalid regex '('*", "*b.yaml*max 1 is below min 2*"])
 
 
@@ -299,7 +299,7 @@ def test_a_judge_on_trajectory_receives_the_trace_fenced_as_data(
         },
         judge=judge_settings(chat_server),
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds")
+    result = pytester.runpytest("--agenteval", "ds")
     result.assert_outcomes(passed=1, failed=1)
     assert len(chat_server.requests) == 1
     system, user = chat_server.requests[0]["messages"]
@@ -321,7 +321,7 @@ def test_show_and_export_print_the_turns(
     output) and the timings; `export` counts turns and tool calls and JSON Lines carry the
     events."""
     loop_dataset(dataset, {"t.yaml": {"input": "q", "expected": "done", "metadata": {"lines": 12}}})
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=1)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
     cache = str(pytester.path / ".pytest_cache")
     run = latest_run(pytester.path)
     capsys.readouterr()

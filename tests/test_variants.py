@@ -189,7 +189,7 @@ def test_dataset_without_variants_keeps_its_run_json(
     """A run without `variants:` keeps its item ids, and its run.json and fingerprint name
     no variant."""
     dataset(TASKS)
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "-v")
+    result = pytester.runpytest("--agenteval", "ds", "-v")
     result.stdout.fnmatch_lines(["*t1[[]attempt-0[]] PASSED*"])
     meta = run_json(pytester.path)
     assert "variants" not in meta and "reference" not in meta
@@ -204,7 +204,7 @@ def test_task_with_its_own_agent_is_not_compared(
     agent, its item id and record without a variant."""
     own = task(agent="agents:cand")
     root = write(dataset, {"base": "agents:base", "b": "agents:base"}, {"t1.yaml": own})
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "-v", "--attempts", "2")
+    result = pytester.runpytest("--agenteval", "ds", "-v", "--attempts", "2")
     result.stdout.fnmatch_lines(["*t1[[]attempt-0[]] PASSED*", "*t1[[]attempt-1[]] PASSED*"])
     result.assert_outcomes(passed=2)
     assert records(pytester.path) == [("t1", 0, None, "pass"), ("t1", 1, None, "pass")]
@@ -329,7 +329,7 @@ def test_variants_from_ini_and_reference_first(
     reference, which run.json lists first."""
     root = write(dataset, three(pytester))
     pytester.makeini("[pytest]\nagenteval_variants = base cmd\nagenteval_reference = cmd\n")
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=4)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=4)
     assert (calls(root, "cand"), len(calls(root, "cmd"))) == ([], 2)
     meta = run_json(pytester.path)
     assert (meta["variants"], meta["reference"]) == (["cmd", "base"], "cmd")
@@ -341,10 +341,10 @@ def test_added_variant_runs_alone_and_removed_one_keeps_its_records(
     """A variant added to a finished run's manifest is the only one whose agent a resume
     calls; a variant removed afterwards calls nothing and its records stay in the store."""
     root = write(dataset, {"base": "agents:base", "cand": "agents:cand"})
-    pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2")
+    pytester.runpytest("--agenteval", "ds", "--attempts", "2")
     run_id = latest_run(pytester.path)
     write(dataset, three(pytester))
-    plan = pytester.runpytest_subprocess(
+    plan = pytester.runpytest(
         "--agenteval", "ds", "--attempts", "2", "--resume-suite", "--agenteval-plan"
     )
     plan.stdout.fnmatch_lines(
@@ -353,7 +353,7 @@ def test_added_variant_runs_alone_and_removed_one_keeps_its_records(
             "  to run (no record yet): 2 tasks (4 attempts): ds/t1 [[]cmd[]], ds/t2 [[]cmd[]]",
         ]
     )
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2", "--resume-suite")
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--resume-suite")
     result.stdout.fnmatch_lines(["*8 reused*4 run now*"])
     every = ["t1 0", "t1 1", "t2 0", "t2 1"]
     assert [calls(root, v) for v in ("base", "cand", "cmd")] == [every] * 3
@@ -361,7 +361,7 @@ def test_added_variant_runs_alone_and_removed_one_keeps_its_records(
     assert run_json(pytester.path)["variants"] == ["base", "cand", "cmd"]
 
     write(dataset, {"base": "agents:base", "cmd": command_agent(pytester.path)})
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--attempts", "2", "--resume-suite")
+    result = pytester.runpytest("--agenteval", "ds", "--attempts", "2", "--resume-suite")
     assert result.ret == 0
     assert [len(calls(root, v)) for v in ("base", "cand", "cmd")] == [4, 4, 4]
     assert len(records(pytester.path, run_id)) == 12
@@ -381,9 +381,9 @@ def test_drift_of_one_variant_is_refused_naming_it(
     --agenteval-allow-drift only the missing attempts run, the variant keeps the label of the
     agent its records were made with, and the next resume without the flag is refused again."""
     root = write(dataset, {"base": "agents:base", "cmd": command_agent(pytester.path)})
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=4)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=4)
     write(dataset, {"base": "agents:base", "cmd": command_agent(pytester.path, version="2")})
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
+    result = pytester.runpytest("--agenteval", "ds", "--resume-suite")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -392,14 +392,12 @@ def test_drift_of_one_variant_is_refused_naming_it(
         ]
     )
     assert "'base'" not in result.stderr.str()
-    result = pytester.runpytest_subprocess(
-        "--agenteval", "ds", "--resume-suite", "--agenteval-allow-drift"
-    )
+    result = pytester.runpytest("--agenteval", "ds", "--resume-suite", "--agenteval-allow-drift")
     result.stdout.fnmatch_lines(["*4 reused*"])
     assert [len(calls(root, v)) for v in ("base", "cmd")] == [2, 2]
     (summary,) = [json.loads(p.read_text()) for p in pytester.path.rglob("summary.json")]
     assert "version 2" not in summary["variants"]["cmd"]["agent"]  # its records' agent
-    again = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
+    again = pytester.runpytest("--agenteval", "ds", "--resume-suite")
     assert again.ret == pytest.ExitCode.USAGE_ERROR  # still two agents: said every time
 
 
@@ -638,7 +636,7 @@ def test_openai_variants_each_call_with_their_own_model(
     tasks = {f"t{i}.yaml": task(input=f"question {i} <<ok>>") for i in (1, 2)}
     variants = {"small": model("m-small", 0.0), "large": model("m-large", 0.7)}
     write(dataset, {**variants, "base": "agents:base"}, tasks)
-    pytester.runpytest_subprocess("--agenteval", "ds").assert_outcomes(passed=6)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=6)
     sent = sorted((r["model"], r["temperature"]) for r in chat_server.requests)
     assert sent == [("m-large", 0.7), ("m-large", 0.7), ("m-small", 0.0), ("m-small", 0.0)]
     assert {v for _, _, v, _ in records(pytester.path)} == {"small", "large", "base"}
@@ -663,7 +661,7 @@ def test_each_variants_attempt_has_a_workspace_of_its_own(
     )
     (root / "ws").mkdir()
     (root / "ws/seed.txt").write_text("seed")
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "2")
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-concurrency", "2")
     result.assert_outcomes(passed=2)
 
 
