@@ -22,6 +22,14 @@ WORKERS = [
 `.ci/run` runs it; the default suite keeps its own xdist tests in test_xdist.py)."""
 
 
+def run_layout(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """Run pytest in the layout `args` ask for: real xdist workers in a subprocess, one
+    process in this one (no interpreter start and plugin import per run)."""
+    if "-n" in args:
+        return pytester.runpytest_subprocess(*args)
+    return pytester.runpytest(*args)
+
+
 def default_sigint() -> None:
     """`preexec_fn` of a child a test sends Ctrl-C: a shell that ignores SIGINT (nohup, some CI
     runners) passes that on to every child, where Python then leaves it ignored."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from browser import Browser, needs_chromium
-from helpers import WORKERS, DatasetMaker, latest_record, latest_run
+from helpers import WORKERS, DatasetMaker, latest_record, latest_run, run_layout
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.model import DockerImage, SandboxSpec
 from pytest_agenteval.execution.artifacts import MAX_LISTED, collect, keepable
@@ -71,7 +71,7 @@ def test_changed_files_are_kept_up_to_the_cap_and_listed(
     listed, not kept; under xdist the worker ships them to the controller, which writes them."""
     _boxed_dataset(dataset, image, artifacts={"max_bytes": 100})
     root = pytester.path
-    result = pytester.runpytest_subprocess("--agenteval", "ds", *workers)
+    result = run_layout(pytester, "--agenteval", "ds", *workers)
     result.assert_outcomes(failed=1)
     listed = latest_record(root, "a", 0)["changed_files"]
     assert listed == [

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from helpers import DatasetMaker, latest_run, summary_of, task
+from helpers import DatasetMaker, latest_run, run_layout, summary_of, task
 from model_server import ModelServer
 from pytest_agenteval.core.error_classes import ERROR_CLASSES, class_of, derived_class
 from pytest_agenteval.core.errors import AgentTimeout, GraderError, OverBudget
@@ -60,7 +60,7 @@ def test_errors_are_counted_by_class(
         "slow": _provider(slow_server, retries=0, timeout=0.3),
     }
     dataset(tasks, manifest={"providers": providers})
-    result = pytester.runpytest_subprocess("--agenteval", "ds", *xdist)
+    result = run_layout(pytester, "--agenteval", "ds", *xdist)
     result.assert_outcomes(errors=4)
     result.stdout.fnmatch_lines(["errors by class: rate_limited 2, *"])
     expected = {"rate_limited": 2, "timeout": 1, "agent_error": 1}

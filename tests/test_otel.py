@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from helpers import WORKERS, DatasetMaker
+from helpers import WORKERS, DatasetMaker, run_layout
 from otlp_receiver import OtlpReceiver, Span
 from test_traces import LOOP
 
@@ -71,7 +71,7 @@ def test_each_attempt_arrives_as_one_trace_with_its_model_and_tool_calls(
     )
     (root / "loop.py").write_text(LOOP)
     (root / "command_agent.py").write_text(COMMAND_AGENT)
-    pytester.runpytest_subprocess("--agenteval", "ds", *workers).assert_outcomes(passed=2)
+    run_layout(pytester, "--agenteval", "ds", *workers).assert_outcomes(passed=2)
     assert set(receiver.paths) == {"/v1/traces"}
     traces = receiver.traces()
     assert len(traces) == 2

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from helpers import DatasetMaker, latest_run, summary_of
+from helpers import DatasetMaker, latest_run, run_layout, summary_of
 from model_server import ModelServer
 from pytest_agenteval.core.llm import ModelPrice
 from pytest_agenteval.providers.probe import Use, probe, unpriced
@@ -56,7 +56,7 @@ def test_unknown_model_stops_the_session_before_any_attempt(
     monkeypatch.setenv("LOCAL_KEY", KEY)
     model_server.reset(models=["gpt-right"])
     dataset(_tasks(20), manifest=_manifest(model_server, "gpt-wrong"))
-    result = pytester.runpytest_subprocess("--agenteval", "ds", *xdist)
+    result = run_layout(pytester, "--agenteval", "ds", *xdist)
     assert result.ret == 2
     result.stdout.fnmatch_lines(
         ["*the probe failed*", "*provider 'local' model 'gpt-wrong'*HTTP 404*check the model*"]
@@ -85,11 +85,11 @@ def test_probe_only_exits_2_for_a_wrong_name_and_0_for_the_right_one(
     monkeypatch.setenv("LOCAL_KEY", KEY)
     model_server.reset(models=["gpt-right"])
     dataset(_tasks(20), manifest=_manifest(model_server, "gpt-wrong"))
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-probe-only", *xdist)
+    result = run_layout(pytester, "--agenteval", "ds", "--agenteval-probe-only", *xdist)
     assert result.ret == 2
     result.stdout.fnmatch_lines(["*model 'gpt-wrong'*"])
     dataset(_tasks(20), manifest=_manifest(model_server, "gpt-right"))
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-probe-only", *xdist)
+    result = run_layout(pytester, "--agenteval", "ds", "--agenteval-probe-only", *xdist)
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*probe passed: 1 provider(s), 1 model(s)*"])
     assert _chats(model_server) == []

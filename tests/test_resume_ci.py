@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 from junitparser import Error, xunit2
 
-from helpers import WORKERS, DatasetMaker, summary_of, task
+from helpers import WORKERS, DatasetMaker, run_layout, summary_of, task
 from pytest_agenteval.cli import main
 
 TASKS = {
@@ -41,14 +41,14 @@ def test_narrowed_sessions_never_take_the_full_runs_place(
     """A full run, then `-m typo` and `-k one` sessions, then --resume-suite: the full run is
     continued and the agent is not called again."""
     dataset(TASKS)
-    pytester.runpytest_subprocess(*FULL, *workers).assert_outcomes(passed=5, failed=1)
+    run_layout(pytester, *FULL, *workers).assert_outcomes(passed=5, failed=1)
     full = summary_of(pytester)["run_id"]
     calls = len(dataset.calls())
-    typo = pytester.runpytest_subprocess(*FULL, "-m", "typo", *workers)
+    typo = run_layout(pytester, *FULL, "-m", "typo", *workers)
     typo.stdout.fnmatch_lines(["agenteval: no attempt ran; run * was not kept"])
-    pytester.runpytest_subprocess(*FULL, "-k", "one", *workers).assert_outcomes(passed=2)
+    run_layout(pytester, *FULL, "-k", "one", *workers).assert_outcomes(passed=2)
     assert len(run_ids(pytester.path)) == 2, "the -m typo session kept a run"
-    result = pytester.runpytest_subprocess(*FULL, "--resume-suite", *workers)
+    result = run_layout(pytester, *FULL, "--resume-suite", *workers)
     result.assert_outcomes(passed=5, failed=1)
     result.stdout.fnmatch_lines([f"agenteval: run {full} (resuming)*"])
     assert len(dataset.calls()) == calls + 2, "only the -k session called the agent"
@@ -97,18 +97,18 @@ def test_k_inside_a_resume_runs_only_selected_missing_attempts(
     """`--resume-suite -k one` continues the full run: only one's missing attempt runs, the
     summary covers the whole run, and the run stays whole (and unfinished) for the next resume."""
     dataset(TASKS)
-    pytester.runpytest_subprocess(*FULL, *workers)
+    run_layout(pytester, *FULL, *workers)
     full = summary_of(pytester)["run_id"]
     calls = len(dataset.calls())
     more = ["--agenteval", "ds", "--attempts", "3", "--resume-suite"]
-    result = pytester.runpytest_subprocess(*more, "-k", "one", *workers)
+    result = run_layout(pytester, *more, "-k", "one", *workers)
     result.assert_outcomes(passed=3)
     assert dataset.calls()[calls:] == ["one 2"]
     summary = summary_of(pytester)
     assert summary["run_id"] == full and summary["n_attempts"] == 7
     assert summary["status"] == "interrupted", "two attempts of the run are still missing"
     assert run_json(pytester.path, full)["narrowed"] is False
-    pytester.runpytest_subprocess(*more, *workers).assert_outcomes(passed=8, failed=1)
+    run_layout(pytester, *more, *workers).assert_outcomes(passed=8, failed=1)
     assert sorted(dataset.calls()[calls + 1 :]) == ["sub/three 2", "two 2"]
     assert summary_of(pytester)["status"] == "complete"
 
@@ -175,7 +175,7 @@ def test_broken_task_files_fail_ci(
     --agenteval-allow-errors; a resume sees it again."""
     dataset(BROKEN)
     gate = ["--agenteval-min-pass-rate", "0.5", "--agenteval-allow-errors"]
-    result = pytester.runpytest_subprocess("--agenteval", "ds", *gate, *workers)
+    result = run_layout(pytester, "--agenteval", "ds", *gate, *workers)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
@@ -196,7 +196,7 @@ def test_broken_task_files_fail_ci(
     assert_junit_errors(folder / "junit.xml")
     allowed = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-allow-errors")
     assert allowed.ret == pytest.ExitCode.TESTS_FAILED
-    resumed = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite", *workers)
+    resumed = run_layout(pytester, "--agenteval", "ds", "--resume-suite", *workers)
     resumed.stdout.fnmatch_lines(["2 tasks could not be loaded (not evaluated):"])
     assert summary_of(pytester)["counts"]["load_error"] == 2
 
@@ -265,16 +265,16 @@ def test_a_task_with_a_bad_grader_is_not_part_of_the_whole_run(
     cover, also when -k leaves its error item out: a complete run stays complete. (The xdist
     controller builds no grader unless the session left out a task whose spec is valid.)"""
     dataset({**TASKS, "typo.yaml": {**task("ok"), "graders": ["equal"]}})
-    full_run = pytester.runpytest_subprocess(*FULL, *workers)
+    full_run = run_layout(pytester, *FULL, *workers)
     full_run.assert_outcomes(passed=5, failed=1, errors=1)
     full = summary_of(pytester)["run_id"]
     assert run_json(pytester.path, full)["narrowed_by"] is None
-    narrowed = pytester.runpytest_subprocess(*FULL, *workers, "-k", "one")
+    narrowed = run_layout(pytester, *FULL, *workers, "-k", "one")
     narrowed.assert_outcomes(passed=2)
     assert run_json(pytester.path, summary_of(pytester)["run_id"])["narrowed_by"].endswith(
         "(2 of 6 attempts)"
     )
-    resumed = pytester.runpytest_subprocess(*FULL, *workers, "--resume-suite", "-k", "one")
+    resumed = run_layout(pytester, *FULL, *workers, "--resume-suite", "-k", "one")
     resumed.assert_outcomes(passed=2)
     assert summary_of(pytester, full)["status"] == "complete"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from helpers import WORKERS, DatasetMaker, latest_record, latest_run, stored
+from helpers import WORKERS, DatasetMaker, latest_record, latest_run, run_layout, stored
 
 KIND_PLUGIN = Path(__file__).parent / "kind_plugin.py"
 
@@ -88,7 +88,7 @@ def test_a_plugin_kind_runs_command_agents_and_graders_and_keeps_artifacts(
     agent = {"command": ["{python}", "{dataset}/agent.py", "{workspace}"]}
     root = _dataset(dataset, agent, {"folder": {"label": "t1"}, "env": {"GREETING": "hi"}})
     (root / "agent.py").write_text(AGENT)
-    result = pytester.runpytest_subprocess("--agenteval", "ds", *workers)
+    result = run_layout(pytester, "--agenteval", "ds", *workers)
     result.assert_outcomes(passed=1, failed=1)
     assert stored(pytester.path) == [("a", 0, "pass"), ("b", 0, "fail")]
     record = latest_record(pytester.path, "a", 0)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import WORKERS, DatasetMaker, aid, summary_of, task
+from helpers import WORKERS, DatasetMaker, aid, run_layout, summary_of, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.errors import StoreError
 from pytest_agenteval.store.index import FIELDS, UNREADABLE_DETAILS, read_index
@@ -348,13 +348,13 @@ def test_a_mistyped_row_is_reindexed_and_shows_even_with_q(
     record (it does not run again), and the damage is in the terminal summary under -q and in
     summary.json."""
     dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
-    pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", "first", *workers)
+    run_layout(pytester, "--agenteval", "ds", "--agenteval-run-id", "first", *workers)
     where = mistype_score(pytester, "b")
     monkeypatch.chdir(pytester.path)
     assert main(["report", "first", "--out", "again"]) == 0
     assert f"{Path(where).relative_to(pytester.path)}: at score" in capsys.readouterr().err
     assert json.loads((pytester.path / "again/summary.json").read_text())["n_attempts"] == 2
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite", "-q", *workers)
+    result = run_layout(pytester, "--agenteval", "ds", "--resume-suite", "-q", *workers)
     result.assert_outcomes(passed=2)
     assert "INTERNALERROR" not in result.stdout.str()
     result.stdout.fnmatch_lines(
@@ -372,7 +372,7 @@ def test_a_mistyped_row_is_reindexed_and_shows_even_with_q(
     }
     markdown = (Path(where.rsplit(":", 1)[0]).parent / "summary.md").read_text()
     assert "**store damage**" in markdown and "at score" in markdown
-    again = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite", "-q", *workers)
+    again = run_layout(pytester, "--agenteval", "ds", "--resume-suite", "-q", *workers)
     again.assert_outcomes(passed=2)
     assert "store damage" not in again.stdout.str(), "the resume saved the re-indexed line"
 
@@ -385,11 +385,11 @@ def test_an_index_cut_mid_file_reruns_nothing_whose_record_is_intact(
     """index.jsonl cut in the middle of a line: --resume-suite re-indexes records.jsonl and
     calls the agent for none of the attempts whose records are intact."""
     dataset({f"t{i}.yaml": task("ok" if i % 2 else "no") for i in range(6)})
-    pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", "cut", *workers)
+    run_layout(pytester, "--agenteval", "ds", "--agenteval-run-id", "cut", *workers)
     index = pytester.path / ".pytest_cache/agenteval/runs/cut/index.jsonl"
     data = index.read_bytes()
     index.write_bytes(data[: data.index(b"\n") + 40])
-    resumed = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite", *workers)
+    resumed = run_layout(pytester, "--agenteval", "ds", "--resume-suite", *workers)
     resumed.assert_outcomes(passed=3, failed=3)
     assert len(dataset.calls()) == 6, "the resume called the agent again"
     resumed.stdout.fnmatch_lines([f"*index.jsonl:2: not valid JSON*{REINDEXED}"])
