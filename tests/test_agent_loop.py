@@ -100,7 +100,7 @@ def _assert_repaired(record: dict[str, Any]) -> None:
     "args",
     [
         pytest.param([], id="alone"),
-        pytest.param(["--agenteval-concurrency", "8"], id="concurrency-8"),
+        pytest.param(["--agenteval-concurrency", "8"], id="concurrency-8", marks=pytest.mark.slow),
         pytest.param(["-n", "2"], id="xdist", marks=pytest.mark.slow),
     ],
 )

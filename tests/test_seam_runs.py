@@ -132,6 +132,7 @@ def _judged_tasks(n: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_provider_limit_holds_across_variants_judges_and_workers(
     pytester: pytest.Pytester,
     dataset: DatasetMaker,
@@ -151,6 +152,7 @@ def test_provider_limit_holds_across_variants_judges_and_workers(
     assert model_server.max_concurrent <= 3
 
 
+@pytest.mark.slow
 def test_a_429_shrinks_the_shared_limit_until_they_stop(
     pytester: pytest.Pytester,
     dataset: DatasetMaker,

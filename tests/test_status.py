@@ -102,6 +102,7 @@ def test_runs_lists_the_others_when_one_index_is_unreadable(
     assert "runs/bad/index.jsonl: cannot read" in shown.stderr and "run skipped" in shown.stderr
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_planning_is_resumed_from_the_start(
     pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:

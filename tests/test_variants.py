@@ -19,6 +19,7 @@ from helpers import (
     ids_in_shards,
     latest_run,
     run_ids,
+    run_layout,
     summary_of,
     task,
 )
@@ -695,8 +696,8 @@ def session_counts(pytester: pytest.Pytester) -> tuple[int, int, int]:
 @pytest.mark.parametrize(
     "how",
     [
-        pytest.param(["-n", "2"], id="xdist"),
-        pytest.param(["--agenteval-concurrency", "4"], id="concurrency", marks=pytest.mark.slow),
+        pytest.param(["-n", "2"], id="xdist", marks=pytest.mark.slow),
+        pytest.param(["--agenteval-concurrency", "4"], id="concurrency"),
         pytest.param(
             ["-n", "2", "--agenteval-concurrency", "4"], id="both", marks=pytest.mark.slow
         ),
@@ -712,17 +713,17 @@ def test_a_variants_attempts_are_reused_regraded_and_run_as_alone(
     both = {"base": "agents:base", "cmd": command_agent(pytester.path)}
     root = write(dataset, both)
     args = ["--agenteval", "ds", *how]
-    pytester.runpytest_subprocess(*args).assert_outcomes(passed=4)
+    run_layout(pytester, *args).assert_outcomes(passed=4)
     assert (len(calls(root, "base")), len(calls(root, "cmd"))) == (2, 2)
-    pytester.runpytest_subprocess(*args, "--resume-suite").assert_outcomes(passed=4)
+    run_layout(pytester, *args, "--resume-suite").assert_outcomes(passed=4)
     assert session_counts(pytester) == (0, 4, 0)
     write(dataset, both, {name: {**spec, "graders": ["contains"]} for name, spec in TASKS.items()})
-    pytester.runpytest_subprocess(*args, "--resume-suite").assert_outcomes(passed=4)
+    run_layout(pytester, *args, "--resume-suite").assert_outcomes(passed=4)
     assert session_counts(pytester) == (0, 0, 4)
     assert (len(calls(root, "base")), len(calls(root, "cmd"))) == (2, 2)
     changed = {"t1.yaml": {**task("ok"), "input": "another question"}, "t2.yaml": task("ok")}
     write(dataset, both, changed)
-    pytester.runpytest_subprocess(*args, "--resume-suite").assert_outcomes(passed=4)
+    run_layout(pytester, *args, "--resume-suite").assert_outcomes(passed=4)
     assert session_counts(pytester) == (2, 0, 2)
     assert calls(root, "base") == ["t1 0", "t1 0", "t2 0"]
     assert calls(root, "cmd") == ["t1 0", "t1 0", "t2 0"]
