@@ -47,7 +47,7 @@ from .docker_cli import (
 from .docker_files import changes, copy_out, file_tar, first_file, workspace_tar
 from .docker_images import DockerImages
 from .environment import SandboxPolicy
-from .limits import SLOT_POLL, release_slot, try_slot
+from .limits import SLOT_POLL, held_slots, release_slot, try_slot
 from .process import run_program
 from .sandboxes import (
     Swept,
@@ -56,7 +56,6 @@ from .sandboxes import (
     sandbox_slot,
     session_alive,
     session_label,
-    slots_held,
 )
 from .workspaces import folder_name
 
@@ -212,9 +211,9 @@ class DockerSession:
 
     def _room(self, host: str | None) -> float:
         cap = self.caps.get(host) if host is not None else None
-        if cap is None:
+        if host is None or cap is None:
             return float("inf")
-        return cap - slots_held(host_slots(host), cap) if host is not None else float("inf")
+        return cap - held_slots(host_slots(host), "sandbox", cap)
 
     def image(
         self,

@@ -111,6 +111,24 @@ def try_slot(folder: Path, name: str, size: int) -> int | None:
     return None
 
 
+def held_slots(folder: Path, name: str, size: int) -> int:
+    """How many of `size` slot files some process holds now (a look that may change at once;
+    the holding itself is `try_slot`'s)."""
+    held = 0
+    for i in range(size):
+        path = folder / f"{name}.slot{i}"
+        if not path.exists():
+            continue
+        fd = os.open(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held += 1
+        finally:
+            os.close(fd)
+    return held
+
+
 def _release(slot: int, *_: object) -> None:
     HELD.discard(slot)
     os.close(slot)  # releases the lock

@@ -10,7 +10,6 @@ and remove its sandboxes, where their images come from.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import socket
@@ -142,21 +141,3 @@ def host_slots(url: str) -> Path:
     folder = machine_folder() / f"sandboxes-host-{digest}"
     folder.mkdir(exist_ok=True)
     return folder
-
-
-def slots_held(folder: Path, size: int) -> int:
-    """How many of `size` slot files in `folder` some process holds now (a look: it may
-    change at once; the holding itself is `try_slot`'s)."""
-    held = 0
-    for i in range(size):
-        path = folder / f"sandbox.slot{i}"
-        if not path.exists():
-            continue
-        fd = os.open(path, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            held += 1
-        finally:
-            os.close(fd)
-    return held
