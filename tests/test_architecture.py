@@ -54,7 +54,7 @@ def test_the_tests_conftest_loads_without_the_test_extra() -> None:
 
 def test_the_package_ships_its_types_and_is_checked_strictly() -> None:
     """`py.typed` is in the package and in the wheel's package data, and mypy checks all of
-    `src` and `tests` strictly (only where untyped third-party modules are used is it relaxed)."""
+    `src`, `tests` and `bench` strictly (only where untyped third-party modules are used is it relaxed)."""
     import tomllib
     from pathlib import Path
 
@@ -63,7 +63,7 @@ def test_the_package_ships_its_types_and_is_checked_strictly() -> None:
     pyproject = tomllib.loads((package.parent.parent / "pyproject.toml").read_text())
     tool = pyproject["tool"]
     assert "py.typed" in tool["setuptools"]["package-data"]["pytest_agenteval"]
-    assert tool["mypy"]["strict"] is True and tool["mypy"]["files"] == ["src", "tests"]
+    assert tool["mypy"]["strict"] is True and tool["mypy"]["files"] == ["src", "tests", "bench"]
     relaxed = [o["module"] for o in tool["mypy"]["overrides"]]
     assert relaxed == [
         "pytest_agenteval.reporting.reports",
