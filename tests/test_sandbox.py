@@ -698,7 +698,7 @@ def test_keep_sandboxes_refuses_other_values(pytester: pytest.Pytester) -> None:
 
 @pytest.mark.slow
 def test_max_sandboxes_bounds_the_containers_alive_across_workers(
-    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, own_slots: Path
 ) -> None:
     """`--agenteval-max-sandboxes 1` under two xdist workers with two attempts in flight each:
     never more than one container of the run exists at once (sampled from a thread)."""
@@ -730,7 +730,7 @@ def test_max_sandboxes_bounds_the_containers_alive_across_workers(
 
 @pytest.mark.slow
 def test_max_sandboxes_starts_attempts_ahead_up_to_the_cap(
-    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, own_slots: Path
 ) -> None:
     """`--agenteval-max-sandboxes 4` with `--agenteval-concurrency 8` on two xdist workers:
     sandboxed attempts start ahead of their turn as slots come free, so four containers of
