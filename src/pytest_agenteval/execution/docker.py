@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import subprocess
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -41,6 +42,7 @@ from .docker_cli import (
     docker,
     docker_env,
     remove_now,
+    removed,
     unreachable,
 )
 from .docker_files import changes, copy_out, file_tar, first_file, workspace_tar
@@ -66,6 +68,8 @@ KEPT = "agenteval-kept-"
 """Prefix a kept container is renamed to: no session's cleanup removes it."""
 NAME_AND_SESSION = '{{.Names}}\t{{.Label "agenteval.session"}}'
 """`docker ps --format` of a container's name and session label."""
+REMOVE_AGAIN = (0.5, 2.0, 0.0)
+"""Seconds before a refused removal of a slot-holding container is tried again (three tries)."""
 HOSTS_FILE = "docker-hosts"
 """In the machine folder: the daemons this user's sessions used besides the default one."""
 
@@ -336,12 +340,16 @@ class DockerSession:
     def remove_then_free(self, name: str, slots: Sequence[int], host: str | None = None) -> None:
         """Remove a container that holds sandbox slots (the machine's, its daemon's) without
         waiting for it, and give them back once it is gone (never before: the caps count
-        containers that exist)."""
+        containers that exist). A removal the daemon refused (busy under load) is tried
+        again before the slots are given back; one that never succeeds is left to `close`."""
 
         def remove() -> None:
             try:
-                remove_now([name], host)
-                self.forget(name)
+                for pause in REMOVE_AGAIN:
+                    if removed([name], host):
+                        self.forget(name)
+                        break
+                    time.sleep(pause)
             finally:
                 for slot in slots:
                     release_slot(slot)
