@@ -854,8 +854,14 @@ def test_two_workers_build_a_digest_once(
         'RUN ["/bin/busybox", "--install", "-s", "/bin"]\nRUN ["/bin/sleep", "2"]\n'
     )
     since = str(int(time.time()) - 1)
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2")
+    run_id = f"once{os.getpid()}"
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "-n", "2", "--agenteval-run-id", run_id
+    )
     result.assert_outcomes(passed=4)
+    records = (pytester.path / f".pytest_cache/agenteval/runs/{run_id}/records.jsonl").read_text()
+    ids = {json.loads(line)["sandbox"]["image"] for line in records.splitlines()}
+    assert len(ids) == 1, ids
     events = subprocess.run(
         [
             *("docker", "events", "--since", since, "--until", str(int(time.time()) + 1)),
@@ -866,9 +872,9 @@ def test_two_workers_build_a_digest_once(
         check=True,
         timeout=60,
     )
-    tagged = [line for line in events.stdout.split() if line]
+    tagged = [line for line in events.stdout.split() if line]  # other tests' tags too
     built = {tag for tag in _built() if tag}
-    assert len(tagged) == 1, (tagged, built)
+    assert tagged.count(ids.pop()) == 1, (tagged, built)
 
 
 @pytest.mark.slow
