@@ -755,6 +755,53 @@ def test_max_sandboxes_starts_attempts_ahead_up_to_the_cap(
     assert _labelled(f"{RUN_LABEL}={run_id}") == []
 
 
+def test_a_sandbox_done_ahead_of_its_turn_is_removed_before_its_turn(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """At concurrency 2, the second attempt's agent answers at once while the first's waits:
+    graded by `equals` only (no grader left needs its container), the second's container is
+    removed before its item's turn, not kept until the first is done. The first's agent goes
+    on only once a look from this test saw the second's container gone while its own ran
+    (its timeout is the hang guard)."""
+    wait = 'if [ "$0" = wait ]; then while [ ! -e go ]; do sleep 0.1; done; fi; echo -n ok'
+    dataset(
+        {
+            "a.yaml": {"id": "a", "input": "wait", "expected": "ok", "timeout": 120},
+            "b.yaml": {"id": "b", "input": "now", "expected": "ok"},
+        },
+        manifest={
+            "agent": {"command": ["sh", "-c", wait, "{input}"]},
+            "defaults": {"sandbox": _sandboxed(image)},
+        },
+    )
+    run_id = f"early{os.getpid()}"
+    done = threading.Event()
+    told: list[str] = []
+
+    def watch() -> None:
+        seen_b = False
+        while not done.is_set() and not told:
+            names = _labelled(f"{RUN_LABEL}={run_id}")
+            first = [n for n in names if "--a--" in n]
+            second = [n for n in names if "--b--" in n]
+            seen_b = seen_b or bool(second)
+            if seen_b and first and not second:
+                subprocess.run(["docker", "exec", first[0], "touch", "go"], check=True)
+                told.append(first[0])
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = pytester.runpytest_subprocess(
+            "--agenteval", "ds", "--agenteval-concurrency", "2", "--agenteval-run-id", run_id
+        )
+    finally:
+        done.set()
+        watcher.join()
+    result.assert_outcomes(passed=2)
+    assert told, "the second attempt's container outlived it until the first was done"
+
+
 def test_a_missing_image_is_counted_apart_fails_the_gate_and_runs_again_on_resume(
     pytester: pytest.Pytester, dataset: DatasetMaker, image: str
 ) -> None:

@@ -168,6 +168,15 @@ class Environments:
         if reserved is not None:
             reserved[1]()
 
+    def release(self, task: TaskDef, environment: Environment) -> bool:
+        """Tear down a sandbox its attempt is done with before the attempt's turn, when the
+        run keeps none (`--agenteval-keep-sandboxes` unset): whether it did. A local folder
+        stays until the turn (a failed attempt's is kept)."""
+        if task.sandbox is None or self._sandboxes.keep is not None:
+            return False
+        environment.teardown(keep=False)
+        return True
+
     def for_run(self, run_id: str) -> Environments:
         """The same factory for the attempts of run `run_id` (a new one: this is not changed)."""
         return Environments(
