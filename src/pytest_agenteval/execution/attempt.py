@@ -544,7 +544,7 @@ class _Attempt:
         """Tear the sandbox down now, when nothing of the attempt needs it any more and the
         run keeps no sandbox (its slot is free for the next attempt at once)."""
         if self.environment is not None and not self.released:
-            self.released = self.environments.release(self.job.task, self.environment)
+            self.released = self.environments.release(self.environment)
 
     def keep_artifacts(self) -> None:
         """After the agent call: list the files it changed and keep those that fit, when the

@@ -190,12 +190,6 @@ class DockerSession:
         with self._lock:
             return self._addresses(named) or (None,)
 
-    def bounded(self, spec: SandboxSpec) -> bool:
-        """Whether a container of the task must hold a slot before it is made: under
-        `--agenteval-max-sandboxes`, or on daemons with their own bound."""
-        hosts = self.hosts_for(spec)
-        return self.policy.max_alive is not None or any(h in self.caps for h in hosts)
-
     def reserve(self, name: str, hosts: Sequence[str | None]) -> bool:
         """Take now, for the container `name` (made later by `place`), every slot it holds:
         the machine's and its daemon's, all or none, so no slot is held while another is

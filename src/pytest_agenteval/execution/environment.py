@@ -168,11 +168,14 @@ class Environments:
         if reserved is not None:
             reserved[1]()
 
-    def release(self, task: TaskDef, environment: Environment) -> bool:
-        """Tear down a sandbox its attempt is done with before the attempt's turn, when the
-        run keeps none (`--agenteval-keep-sandboxes` unset): whether it did. A local folder
-        stays until the turn (a failed attempt's is kept)."""
-        if task.sandbox is None or self._sandboxes.keep is not None:
+    def release(self, environment: Environment) -> bool:
+        """Tear down a Docker sandbox its attempt is done with before the attempt's turn, when
+        the run keeps none (`--agenteval-keep-sandboxes` unset: it is removed whatever the
+        verdict); whether it did. Other environments wait for the turn, whose verdict their
+        teardown may keep them by (a failed attempt's local folder is kept)."""
+        from .docker import DockerEnvironment  # it imports this module
+
+        if not isinstance(environment, DockerEnvironment) or environment.keep is not None:
             return False
         environment.teardown(keep=False)
         return True
