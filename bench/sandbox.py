@@ -11,18 +11,26 @@ the wall time of each, the seconds the sandbox adds per attempt and the ratio. T
     python bench/sandbox.py --attempts 20     # a quick run
     python bench/sandbox.py --concurrency 4   # other concurrencies (repeatable)
     python bench/sandbox.py --cap 4           # 16 attempts of 1 s under --agenteval-max-sandboxes 4
+    python bench/sandbox.py --cap 4 --calls   # and each docker call of the capped run, timed
 
 `--cap N` measures attempts started ahead under the cap instead: 16 attempts of an agent that
 sleeps 1 s, at concurrency 8 under `--agenteval-max-sandboxes N`, against the floor of the same
 agent on the host at concurrency N (N at a time, no container), in the same run. The aim for
 N = 4: under 10 s (each process made its sandboxed attempts one at a time before: 29 s).
+
+`--calls` also times every docker CLI call of one more capped run (a logging `docker` shim
+first on PATH, about 5 ms a call of its own): the latency of each kind of call, how long a
+container exists, the plugin's own time between one attempt's calls, and when the first
+call starts (the session's start: pytest, the plugin, the orphan sweep, the image check).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -73,12 +81,12 @@ def make_dataset(
     return ds.parent
 
 
-def run(folder: Path, concurrency: int, *extra: str) -> float:
+def run(folder: Path, concurrency: int, *extra: str, env: dict[str, str] | None = None) -> float:
     shutil.rmtree(folder / ".pytest_cache", ignore_errors=True)
     argv = [sys.executable, "-m", "pytest", "--agenteval", "ds", "-q", "-p", "no:randomly"]
     argv += ["--agenteval-concurrency", str(concurrency), *extra]
     start = time.perf_counter()
-    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True)
+    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"the run failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
@@ -91,9 +99,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs per side, median kept (1)")
     parser.add_argument("--concurrency", type=int, action="append", help="default: 1 and 8")
     parser.add_argument("--cap", type=int, help="measure 16 attempts under this sandbox cap")
+    parser.add_argument("--calls", action="store_true", help="with --cap: time each docker call")
     args = parser.parse_args()
     if args.cap is not None:
-        return under_cap(args.cap, args.repeats)
+        return under_cap(args.cap, args.repeats, args.calls)
     attempts = args.attempts
     with tempfile.TemporaryDirectory(prefix="agenteval-bench-sandbox-") as tmp:
         root = Path(tmp)
@@ -116,7 +125,7 @@ def main() -> None:
             )
 
 
-def under_cap(cap: int, repeats: int) -> None:
+def under_cap(cap: int, repeats: int, calls: bool = False) -> None:
     """16 attempts of 1 s at concurrency 8 under `--agenteval-max-sandboxes cap`, against the
     host at concurrency `cap` (the floor: `cap` at a time, no container)."""
     with tempfile.TemporaryDirectory(prefix="agenteval-bench-sandbox-") as tmp:
@@ -138,6 +147,56 @@ def under_cap(cap: int, repeats: int) -> None:
         print(f"docker alone, {cap} at a time: 16 `docker run --rm ... sleep 1`: {bare_wall:.2f} s")
         print(f"  16 x (run -d, exec sleep 1, cp out, rm -f): {steps_wall:.2f} s")
         print(f"sandboxed under the cap / docker's own steps: {wall / steps_wall:.2f}x")
+        if calls:
+            timed_calls(root, boxed, cap)
+
+
+SHIM = """#!/bin/sh
+s=$(date +%s.%N)
+{docker} "$@"
+rc=$?
+echo "$s $(date +%s.%N) $*" >> {log}
+exit $rc
+"""
+"""A `docker` that logs each call's start, end and arguments, then answers as docker does."""
+CONTAINER = re.compile(r"agenteval-\d+-[0-9a-f]{8}-\S+?-[0-9a-f]{12}")
+
+
+def timed_calls(root: Path, boxed: Path, cap: int) -> None:
+    """One more capped run with every docker call logged: each kind's latency, a container's
+    life, the plugin's gaps between one attempt's calls, and the session's start."""
+    shim, log = root / "shim", root / "docker.log"
+    shim.mkdir()
+    (shim / "docker").write_text(SHIM.format(docker=shutil.which("docker"), log=log))
+    (shim / "docker").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    started = time.time()
+    wall = run(boxed, 8, "--agenteval-max-sandboxes", str(cap), env=env)
+    kinds: dict[str, list[float]] = {}
+    attempts: dict[str, list[tuple[float, float]]] = {}
+    for line in log.read_text().splitlines():
+        begin, end, verb, *rest = line.split()
+        kind = verb if verb != "cp" else ("cp in" if "--archive" in rest else "cp out")
+        kinds.setdefault(kind, []).append(float(end) - float(begin))
+        if (name := CONTAINER.search(line)) is not None:
+            attempts.setdefault(name.group(), []).append((float(begin), float(end)))
+    print(f"\nthe capped run again, each docker call timed: {wall:.2f} s")
+    print("| call | n | median s | max s |\n|---|---|---|---|")
+    for kind, took in kinds.items():
+        print(f"| {kind} | {len(took)} | {statistics.median(took):.2f} | {max(took):.2f} |")
+    lives = [spans[-1][1] - spans[0][0] for spans in attempts.values()]
+    gaps = [
+        later[0] - earlier[1]
+        for spans in attempts.values()
+        for earlier, later in itertools.pairwise(sorted(spans))
+    ]
+    first = min(float(line.split()[0]) for line in log.read_text().splitlines())
+    print(f"a container exists (run to rm) {statistics.median(lives):.2f} s (median); ", end="")
+    print(f"the plugin's time between an attempt's calls: {statistics.median(gaps) * 1000:.0f} ms")
+    print(
+        f"(median), {sum(gaps) / len(attempts):.2f} s per attempt; the first docker call ", end=""
+    )
+    print(f"{first - started:.2f} s after the run started")
 
 
 def docker_floor(cap: int, one: Callable[[int], None]) -> float:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +62,16 @@ def model_server() -> Iterator[ModelServer]:
     server = ModelServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def own_slots(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A machine folder (sandbox slot files, build locks) of the test's own, for this process
+    and the runs it starts: a test that counts containers under a cap shares its slots with
+    no other test running beside it."""
+    folder = tmp_path_factory.mktemp("machine")
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    from pytest_agenteval.execution.sandboxes import machine_folder
+
+    return machine_folder()

@@ -5,6 +5,7 @@ on either after a kill -9 and a resume."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -204,7 +205,7 @@ def test_a_task_naming_a_bad_docker_host_is_an_error_at_its_line(
 
 @pytest.mark.slow
 def test_each_daemon_keeps_its_own_bound_and_the_roomier_takes_the_rest(
-    pytester: pytest.Pytester, dataset: DatasetMaker, second: Daemon
+    pytester: pytest.Pytester, dataset: DatasetMaker, second: Daemon, own_slots: Path
 ) -> None:
     """Two daemons with their own `max_sandboxes` (the default one 1, the second 3) at
     concurrency 8 on two xdist workers: never more than one container of the run is alive on
@@ -242,6 +243,57 @@ def test_each_daemon_keeps_its_own_bound_and_the_roomier_takes_the_rest(
     assert max(seen[second.host]) == 3, f"alive on the second, sampled: {seen[second.host]}"
     ran = Counter(record["sandbox"].get("host") for record in _records(pytester.path, run_id))
     assert set(ran) == {DEFAULT, second.host} and ran[second.host] > ran[DEFAULT], ran
+
+
+@pytest.mark.slow
+def test_attempts_ahead_take_the_machine_bound_and_a_daemon_bound_together(
+    pytester: pytest.Pytester, dataset: DatasetMaker, second: Daemon, own_slots: Path
+) -> None:
+    """`--agenteval-max-sandboxes 3` over two daemons bounded to 2 each, at concurrency 8 on
+    two xdist workers: an attempt is admitted ahead only with its machine slot and its
+    daemon's at once, so the run ends (no deadlock), never more than two containers of the
+    run are alive on either daemon (sampled), and both ran some."""
+    tasks = {f"t{i:02}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(12)}
+    root = dataset(
+        tasks, manifest={"agent": {"command": ["sh", "-c", 'sleep 1; echo -n "$0"', "{input}"]}}
+    )
+    manifest = json.loads((root / "agenteval.yaml").read_text())
+    hosts = [{"url": DEFAULT, "max_sandboxes": 2}, {"url": second.host, "max_sandboxes": 2}]
+    manifest["defaults"] = {"sandbox": {"docker": {**_image_folder(root), "hosts": hosts}}}
+    (root / "agenteval.yaml").write_text(json.dumps(manifest))
+    run_id = f"both{os.getpid()}"
+    with _sampled([DEFAULT, second.host], run_id) as seen:
+        result = pytester.runpytest_subprocess(
+            "--agenteval", "ds", "-n", "2", "--agenteval-concurrency", "8",
+            "--agenteval-max-sandboxes", "3", "--agenteval-run-id", run_id,
+        )  # fmt: skip
+    result.assert_outcomes(passed=12)
+    for host, counts in seen.items():
+        assert max(counts) <= 2, f"alive on {host}, sampled: {counts}"
+    ran = Counter(record["sandbox"].get("host") for record in _records(pytester.path, run_id))
+    assert set(ran) == {DEFAULT, second.host}, ran
+    assert _on(DEFAULT, run_id) == [] and _on(second.host, run_id) == []
+
+
+@contextlib.contextmanager
+def _sampled(hosts: list[str], run_id: str) -> Iterator[dict[str, list[int]]]:
+    """How many containers of the run each daemon of `hosts` has, sampled with `docker ps`
+    from a thread over and over while the block runs."""
+    seen: dict[str, list[int]] = {host: [] for host in hosts}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for host, counts in seen.items():
+                counts.append(len(_on(host, run_id)))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        sampler.join()
 
 
 def test_a_bound_on_the_command_line_is_checked(pytester: pytest.Pytester) -> None:
@@ -282,3 +334,55 @@ def test_the_task_schema_takes_both_forms_of_a_docker_host() -> None:
     assert schema_problems("task", task) == []
     bad = {**task, "sandbox": {"docker": {"image": "i:1", "hosts": [{"url": "u"}]}}}
     assert schema_problems("task", bad) != []
+
+
+def test_a_reservation_takes_the_machine_slot_and_the_daemon_slot_together(own_slots: Path) -> None:
+    """Admission ahead under `--agenteval-max-sandboxes 2` to a daemon bounded to 1: the
+    first reservation holds both slots; the second finds the daemon full and holds nothing
+    (no machine slot sits idle while it waits), and gets both once the first gives back."""
+    from pytest_agenteval.execution.docker import DockerSession
+    from pytest_agenteval.execution.environment import SandboxPolicy
+    from pytest_agenteval.execution.limits import held_slots
+
+    bounded = "unix:///nowhere.sock"
+    policy = SandboxPolicy(max_alive=2, hosts=(f"{bounded}?max_sandboxes=1",))
+    session = DockerSession(policy=policy)
+    hosts = session.policy.hosts
+
+    def held() -> tuple[int, int]:
+        from pytest_agenteval.execution.sandboxes import host_slots
+
+        return (
+            held_slots(own_slots / "sandboxes", "sandbox", 2),
+            held_slots(host_slots(bounded), "sandbox", 1),
+        )
+
+    assert session.reserve("a", hosts) and held() == (1, 1)
+    assert not session.reserve("b", hosts) and held() == (1, 1)
+    session.unreserve("a")
+    assert held() == (0, 0)
+    assert session.reserve("b", hosts) and held() == (1, 1)
+    assert session.place(hosts, "b")[0] == bounded, "the container takes what was reserved"
+    assert held() == (1, 1)
+
+
+def test_a_slot_given_back_in_this_process_wakes_its_waiter(own_slots: Path) -> None:
+    """A thread waiting for a slot given back (`wait_freed`, with no poll at all) is woken
+    when this process releases one, and then takes it (`take_slot` waits so)."""
+    from pytest_agenteval.execution.limits import freed, release_slot, try_slot, wait_freed
+
+    holder = try_slot(own_slots, "s", 1)
+    assert holder is not None
+    mark = freed()
+    got: list[int | None] = []
+
+    def wait() -> None:
+        wait_freed(mark, timeout=None)
+        got.append(try_slot(own_slots, "s", 1))
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    release_slot(holder)
+    waiter.join(60)  # a hang guard: without the wake-up it would wait forever
+    assert not waiter.is_alive() and got and got[0] is not None
+    release_slot(got[0])

@@ -698,7 +698,7 @@ def test_keep_sandboxes_refuses_other_values(pytester: pytest.Pytester) -> None:
 
 @pytest.mark.slow
 def test_max_sandboxes_bounds_the_containers_alive_across_workers(
-    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, own_slots: Path
 ) -> None:
     """`--agenteval-max-sandboxes 1` under two xdist workers with two attempts in flight each:
     never more than one container of the run exists at once (sampled from a thread)."""
@@ -730,7 +730,7 @@ def test_max_sandboxes_bounds_the_containers_alive_across_workers(
 
 @pytest.mark.slow
 def test_max_sandboxes_starts_attempts_ahead_up_to_the_cap(
-    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str, own_slots: Path
 ) -> None:
     """`--agenteval-max-sandboxes 4` with `--agenteval-concurrency 8` on two xdist workers:
     sandboxed attempts start ahead of their turn as slots come free, so four containers of
@@ -753,6 +753,53 @@ def test_max_sandboxes_starts_attempts_ahead_up_to_the_cap(
     result.assert_outcomes(passed=16)
     assert max(seen) == 4, f"containers alive, as sampled: {seen}"
     assert _labelled(f"{RUN_LABEL}={run_id}") == []
+
+
+def test_a_sandbox_done_ahead_of_its_turn_is_removed_before_its_turn(
+    pytester: pytest.Pytester, dataset: DatasetMaker, image: str
+) -> None:
+    """At concurrency 2, the second attempt's agent answers at once while the first's waits:
+    graded by `equals` only (no grader left needs its container), the second's container is
+    removed before its item's turn, not kept until the first is done. The first's agent goes
+    on only once a look from this test saw the second's container gone while its own ran
+    (its timeout is the hang guard)."""
+    wait = 'if [ "$0" = wait ]; then while [ ! -e go ]; do sleep 0.1; done; fi; echo -n ok'
+    dataset(
+        {
+            "a.yaml": {"id": "a", "input": "wait", "expected": "ok", "timeout": 120},
+            "b.yaml": {"id": "b", "input": "now", "expected": "ok"},
+        },
+        manifest={
+            "agent": {"command": ["sh", "-c", wait, "{input}"]},
+            "defaults": {"sandbox": _sandboxed(image)},
+        },
+    )
+    run_id = f"early{os.getpid()}"
+    done = threading.Event()
+    told: list[str] = []
+
+    def watch() -> None:
+        seen_b = False
+        while not done.is_set() and not told:
+            names = _labelled(f"{RUN_LABEL}={run_id}")
+            first = [n for n in names if "--a--" in n]
+            second = [n for n in names if "--b--" in n]
+            seen_b = seen_b or bool(second)
+            if seen_b and first and not second:
+                subprocess.run(["docker", "exec", first[0], "touch", "go"], check=True)
+                told.append(first[0])
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = pytester.runpytest_subprocess(
+            "--agenteval", "ds", "--agenteval-concurrency", "2", "--agenteval-run-id", run_id
+        )
+    finally:
+        done.set()
+        watcher.join()
+    result.assert_outcomes(passed=2)
+    assert told, "the second attempt's container outlived it until the first was done"
 
 
 def test_a_missing_image_is_counted_apart_fails_the_gate_and_runs_again_on_resume(
@@ -854,8 +901,14 @@ def test_two_workers_build_a_digest_once(
         'RUN ["/bin/busybox", "--install", "-s", "/bin"]\nRUN ["/bin/sleep", "2"]\n'
     )
     since = str(int(time.time()) - 1)
-    result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2")
+    run_id = f"once{os.getpid()}"
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "-n", "2", "--agenteval-run-id", run_id
+    )
     result.assert_outcomes(passed=4)
+    records = (pytester.path / f".pytest_cache/agenteval/runs/{run_id}/records.jsonl").read_text()
+    ids = {json.loads(line)["sandbox"]["image"] for line in records.splitlines()}
+    assert len(ids) == 1, ids
     events = subprocess.run(
         [
             *("docker", "events", "--since", since, "--until", str(int(time.time()) + 1)),
@@ -866,9 +919,9 @@ def test_two_workers_build_a_digest_once(
         check=True,
         timeout=60,
     )
-    tagged = [line for line in events.stdout.split() if line]
+    tagged = [line for line in events.stdout.split() if line]  # other tests' tags too
     built = {tag for tag in _built() if tag}
-    assert len(tagged) == 1, (tagged, built)
+    assert tagged.count(ids.pop()) == 1, (tagged, built)
 
 
 @pytest.mark.slow

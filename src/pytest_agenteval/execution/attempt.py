@@ -294,11 +294,11 @@ class AttemptRunner:
             phase = getattr(exc, "phase", phase)  # a sandbox's image that cannot be had: build
             record = context.record("error", verdicts, result, started, t0, exc, phase)
             self._count_judges(record)
-            return Outcome(decision, record, exc, context.environment, context.artifacts)
+            return Outcome(decision, record, exc, context.live, context.artifacts)
         status: Status = "pass" if all(v.passed for v in verdicts) else "fail"
         record = context.record(status, verdicts, result, started, t0)
         self._count_judges(record)
-        return Outcome(decision, record, None, context.environment, context.artifacts)
+        return Outcome(decision, record, None, context.live, context.artifacts)
 
     def _answer_at_turn(
         self, context: _Attempt, early: Started[_Attempt, Answer] | None, source: AgentSource
@@ -357,13 +357,14 @@ class AttemptRunner:
                 self._check_stop()  # a stop that came while waiting for the limits
                 result = self._counted(agent, context)
         waiting = _waiting_graders(job.task) if ahead else None
-        if waiting:
-            graded = grade_waiting(job.task, context.task, result, waiting, context)
-            context.phase("waiting")  # for its item's turn
-            return Answer(result, graded)
+        graded = (
+            grade_waiting(job.task, context.task, result, waiting, context) if waiting else None
+        )
         if ahead:
-            context.phase("waiting")
-        return Answer(result)
+            if _done_with_environment(job.task, waiting or []):
+                context.release_environment()  # its slot need not wait for the item's turn
+            context.phase("waiting")  # for its item's turn
+        return Answer(result, graded) if graded is not None else Answer(result)
 
     def _counted(self, agent: AgentRef, context: _Attempt) -> AgentResult:
         """The agent's answer, its spend counted the moment it arrives (before the call gives
@@ -482,6 +483,9 @@ class _Attempt:
         self._noted: tuple[str | None, int] = ("", -1)
         """The record's `agent`: the fingerprint and the agent used (known once it is made)."""
         self.environment: Environment | None = None
+        self.released = False
+        """Its sandbox was torn down once the agent call and the graders that need it were
+        done (`release_environment`), before the item's turn."""
         self.wait = 0.0
         """Seconds waited for the agent's limits before the call started."""
         self.artifacts: Artifacts | None = None
@@ -530,6 +534,17 @@ class _Attempt:
 
     def _local_folder(self) -> Path:
         return host_folder(self._environment())
+
+    @property
+    def live(self) -> Environment | None:
+        """The environment whoever shows the outcome tears down (None: none, or gone)."""
+        return None if self.released else self.environment
+
+    def release_environment(self) -> None:
+        """Tear the sandbox down now, when nothing of the attempt needs it any more and the
+        run keeps no sandbox (its slot is free for the next attempt at once)."""
+        if self.environment is not None and not self.released:
+            self.released = self.environments.release(self.environment)
 
     def keep_artifacts(self) -> None:
         """After the agent call: list the files it changed and keep those that fit, when the
@@ -674,6 +689,15 @@ def grade(
         seconds.setdefault(index, time.perf_counter() - t0)
         verdicts.append(as_verdict(spec.type, value))
     return verdicts
+
+
+def _done_with_environment(task: TaskDef, graded: list[int]) -> bool:
+    """Whether no grader left for the item's turn may reach the attempt's environment (those
+    in `graded` ran already)."""
+    return all(
+        i in graded or not getattr(grader, "uses_environment", True)
+        for i, grader in enumerate(task.graders)
+    )
 
 
 def _waiting_graders(task: TaskDef) -> list[int]:

@@ -24,7 +24,8 @@ a slot its process's current item waits for: a process that waits holds no slot 
 item, and no two processes (xdist workers) can wait on each other. An attempt made at its
 item's turn that needs one (a regrade, an agent that could not be had ahead) holds its place
 in that order with a call of None. While a call waits to be admitted, a poller thread asks
-again every `ADMIT_POLL` seconds.
+again as soon as this process gives back a slot, and every `ADMIT_POLL` seconds for what
+another process gave back (or a stop).
 
 The pool's threads are daemon threads, so an abandoned call never keeps the process alive.
 """
@@ -41,6 +42,7 @@ from concurrent.futures import Future
 from typing import Generic, TypeVar
 
 from ..core.identity import AttemptId
+from .limits import freed, wait_freed
 
 Stopped = Callable[[], str | None]
 """Why no new attempt may start (a stop's reason), or None."""
@@ -60,8 +62,9 @@ R = TypeVar("R")
 """What a call returns (the agent's answer)."""
 CANCEL_POLL = 0.1
 """Seconds between two looks for a cancel while an item waits for its call."""
-ADMIT_POLL = 0.02
-"""Seconds between two tries to admit the first call waiting for what it needs."""
+ADMIT_POLL = 0.1
+"""Seconds between two tries to admit the first call waiting for what it needs, unless this
+process gives back a slot first (then it is tried at once)."""
 Admit = Callable[[], bool]
 """Take what a call needs before it starts (a sandbox slot) without waiting; False: not now."""
 
@@ -87,6 +90,8 @@ class Started(Generic[C, R]):
         self.ended = self.t0
         self.future: Future[tuple[R | None, BaseException | None]] | None = None
         """Set once the call is handed to the pool."""
+        self.handed = threading.Event()
+        """Set with `future`."""
         self.running = False
         self.dropped = False
         """Its item will never take it (pytest passed over it): never hand it to the pool."""
@@ -99,7 +104,7 @@ class Started(Generic[C, R]):
         while (future := self.future) is None:  # taken before it was admitted
             if self.owner.cancelled is not None:
                 raise self.owner.cancelled
-            time.sleep(ADMIT_POLL)
+            self.handed.wait(CANCEL_POLL)
         while not future.done():
             with contextlib.suppress(TimeoutError):
                 future.result(CANCEL_POLL)
@@ -203,6 +208,7 @@ class Ahead(Generic[C, R]):
                 break
             self._waiting.popleft()
             started.future = Future()  # set by the pool thread that runs it
+            started.handed.set()
             if started.call is None:
                 started.future.set_result((None, None))  # a place held: admitted, not run
                 continue
@@ -226,8 +232,10 @@ class Ahead(Generic[C, R]):
         self._blocked.notify()
 
     def _poll(self) -> None:
-        """The poller: while a call waits to be admitted, try again every ADMIT_POLL."""
+        """The poller: while a call waits to be admitted, try again when this process gave
+        back a slot, else every ADMIT_POLL."""
         while not self._closed:
+            mark = freed()  # before the look: a slot given back after it wakes the wait
             with self._lock:
                 ready = self._ready()
                 if not ready and not self._admission_waits():
@@ -235,7 +243,7 @@ class Ahead(Generic[C, R]):
                         self._blocked.wait()
                     continue
             self._submit(ready)
-            time.sleep(ADMIT_POLL)
+            wait_freed(mark, ADMIT_POLL)
 
     def _admission_waits(self) -> bool:
         """Whether the first waiting call waits to be admitted (lock held)."""

@@ -42,18 +42,19 @@ from .docker_cli import (
     docker,
     docker_env,
     remove_now,
+    removed,
     unreachable,
 )
 from .docker_files import changes, copy_out, file_tar, first_file, workspace_tar
 from .docker_images import DockerImages
 from .environment import SandboxPolicy
-from .limits import SLOT_POLL, held_slots, release_slot, try_slot
+from .limits import freed, held_slots, release_slot, try_slot, wait_freed
 from .process import run_program
 from .sandboxes import (
     Swept,
+    free_sandbox_slot,
     host_slots,
     machine_folder,
-    sandbox_slot,
     session_alive,
     session_label,
 )
@@ -67,6 +68,8 @@ KEPT = "agenteval-kept-"
 """Prefix a kept container is renamed to: no session's cleanup removes it."""
 NAME_AND_SESSION = '{{.Names}}\t{{.Label "agenteval.session"}}'
 """`docker ps --format` of a container's name and session label."""
+REMOVE_AGAIN = (0.5, 2.0, 0.0)
+"""Seconds before a refused removal of a slot-holding container is tried again (three tries)."""
 HOSTS_FILE = "docker-hosts"
 """In the machine folder: the daemons this user's sessions used besides the default one."""
 
@@ -164,6 +167,8 @@ class DockerSession:
         """Containers of this process not torn down yet (an interrupted attempt's), and the
         daemon each is on."""
         self._placed: dict[str | None, int] = {}
+        self._reserved: dict[str, tuple[str | None, int | None, int | None]] = {}
+        """What `reserve` took ahead for a container not made yet: its daemon and slots."""
 
     def _addresses(self, entries: Sequence[str]) -> tuple[str, ...]:
         """The daemons' addresses of host entries, their bounds noted in `caps` (the run's
@@ -185,29 +190,70 @@ class DockerSession:
         with self._lock:
             return self._addresses(named) or (None,)
 
-    def place(self, hosts: Sequence[str | None]) -> tuple[str | None, int | None]:
-        """The daemon of `hosts` with the most free room, and the slot of its own bound
-        held (None: it has none). Room is a bounded daemon's free slots across the machine,
-        else unbounded; ties go to the fewest containers of this process alive, then the
-        fewest made there, so equal ones take turns. When every daemon is bounded and full
-        it waits for a slot."""
+    def reserve(self, name: str, hosts: Sequence[str | None]) -> bool:
+        """Take now, for the container `name` (made later by `place`), every slot it holds:
+        the machine's and its daemon's, all or none, so no slot is held while another is
+        waited for; False when one is not free (nothing is held then)."""
+        placed = self._try_place(hosts)
+        if placed is None:
+            return False
+        with self._lock:
+            self._reserved[name] = placed
+        return True
+
+    def unreserve(self, name: str) -> None:
+        """Give back the slots `reserve` took for `name` if its container never took them."""
+        with self._lock:
+            placed = self._reserved.pop(name, None)
+        if placed is not None:
+            release_slot(placed[1])
+            release_slot(placed[2])
+
+    def place(
+        self, hosts: Sequence[str | None], name: str = ""
+    ) -> tuple[str | None, int | None, int | None]:
+        """The daemon of `hosts` the container `name` goes to, the slot of that daemon's own
+        bound and the machine's (`--agenteval-max-sandboxes`) it holds (None: no such
+        bound): what `reserve` took for it, else taken now, waiting until both are free."""
+        with self._lock:
+            placed = self._reserved.pop(name, None)
+        while placed is None:
+            mark = freed()
+            placed = self._try_place(hosts)
+            if placed is None:
+                wait_freed(mark)
+        return placed
+
+    def _try_place(
+        self, hosts: Sequence[str | None]
+    ) -> tuple[str | None, int | None, int | None] | None:
+        """The daemon of `hosts` with the most free room and the slots held (its own, the
+        machine's), or None when one of them is not free now (nothing is held then). Room
+        is a bounded daemon's free slots across the machine, else unbounded; ties go to the
+        fewest containers of this process alive, then the fewest made there, so equal ones
+        take turns."""
+        machine = None
+        if self.policy.max_alive is not None:
+            machine = free_sandbox_slot(self.policy.max_alive)
+            if machine is None:
+                return None
         if len(hosts) == 1 and hosts[0] not in self.caps:
-            return hosts[0], None
-        while True:
+            return hosts[0], None, machine
+        with self._lock:
+            alive = Counter(self.alive.values())
+            placed = dict(self._placed)
+        ranked = sorted(hosts, key=lambda h: (-self._room(h), alive[h], placed.get(h, 0)))
+        for host in ranked:
+            slot = None
+            if host in self.caps:
+                slot = try_slot(host_slots(host), "sandbox", self.caps[host])
+                if slot is None:
+                    continue
             with self._lock:
-                alive = Counter(self.alive.values())
-                placed = dict(self._placed)
-            ranked = sorted(hosts, key=lambda h: (-self._room(h), alive[h], placed.get(h, 0)))
-            for host in ranked:
-                slot = None
-                if host in self.caps:
-                    slot = try_slot(host_slots(host), "sandbox", self.caps[host])
-                    if slot is None:
-                        continue
-                with self._lock:
-                    self._placed[host] = self._placed.get(host, 0) + 1
-                return host, slot
-            time.sleep(SLOT_POLL)
+                self._placed[host] = self._placed.get(host, 0) + 1
+            return host, slot, machine
+        release_slot(machine)
+        return None
 
     def _room(self, host: str | None) -> float:
         cap = self.caps.get(host) if host is not None else None
@@ -288,12 +334,16 @@ class DockerSession:
     def remove_then_free(self, name: str, slots: Sequence[int], host: str | None = None) -> None:
         """Remove a container that holds sandbox slots (the machine's, its daemon's) without
         waiting for it, and give them back once it is gone (never before: the caps count
-        containers that exist)."""
+        containers that exist). A removal the daemon refused (busy under load) is tried
+        again before the slots are given back; one that never succeeds is left to `close`."""
 
         def remove() -> None:
             try:
-                remove_now([name], host)
-                self.forget(name)
+                for pause in REMOVE_AGAIN:
+                    if removed([name], host):
+                        self.forget(name)
+                        break
+                    time.sleep(pause)
             finally:
                 for slot in slots:
                     release_slot(slot)
@@ -322,6 +372,9 @@ class DockerSession:
         and wait until every removal is done."""
         with self._lock:
             left, self.alive = self.alive, {}
+            reserved = list(self._reserved)
+        for name in reserved:
+            self.unreserve(name)
         for host in dict.fromkeys(left.values()):
             remove_now(sorted(n for n, h in left.items() if h == host), host)
         self.wait()
@@ -352,13 +405,12 @@ class DockerEnvironment:
         session: DockerSession,
         build: BuildFolder | None = None,
         max_bytes: int = ARTIFACTS_MAX_BYTES,
-        *,
-        slot: int | None = None,
     ) -> None:
         """A started container of `spec`'s image (built from `build`, the folder and its
         digest, when it has one) holding a copy of `template`; `changed_files` holds the
         bytes of at most `max_bytes` of them (the task's `artifacts: {max_bytes}`). Under
-        `--agenteval-max-sandboxes` it holds `slot` (taken ahead), else waits for one."""
+        `--agenteval-max-sandboxes` or on a bounded daemon it holds the slots
+        `session.reserve` took ahead for `name`, else waits until they are free."""
         self.spec = spec
         self.name = name
         self.template = template
@@ -366,19 +418,16 @@ class DockerEnvironment:
         self._dead: str | None = None
         assert spec.docker is not None, "a Docker sandbox names its image"
         hosts = session.hosts_for(spec)
-        try:
-            self.host, self._host_slot = session.place(hosts)
-        except BaseException:
-            release_slot(slot)
-            raise
-        """The daemon the container is on (None: the default one), and the slot of its own
-        bound (`?max_sandboxes=N`) the container holds."""
+        self.host, self._host_slot, self._slot = session.place(hosts, name)
+        """The daemon the container is on (None: the default one), and the slots of its own
+        bound (`?max_sandboxes=N`) and of the machine's (`--agenteval-max-sandboxes`) the
+        container holds until it is gone."""
         self.sandbox_host = self.host if hosts != (None,) else None
         """The daemon the record names: when the run or task names its daemons."""
         try:
             image, image_id = session.image(spec.docker, build, self.host, hosts)
         except BaseException:
-            release_slot(slot)
+            release_slot(self._slot)
             release_slot(self._host_slot)
             raise
         self.image_id: str | None = image_id
@@ -387,10 +436,6 @@ class DockerEnvironment:
         self.keep = session.policy.keep
         self.captured: dict[str, str] | None = None
         """What `sandbox: environment:` captured inside, by name (None: nothing asked)."""
-        max_alive = session.policy.max_alive
-        if slot is None and max_alive is not None:
-            slot = sandbox_slot(max_alive)
-        self._slot = slot
         session.started(name, self.host)
         try:
             checked(

@@ -91,6 +91,16 @@ def remove_now(names: list[str], host: str | None = None) -> None:
         docker(["rm", "-f", *names], host=host)
 
 
+def removed(names: list[str], host: str | None = None) -> bool:
+    """Whether `docker rm -f` of `names` left none of them (a daemon that does not answer,
+    or refuses: False)."""
+    try:
+        done = docker(["rm", "-f", *names], host=host)
+    except (SandboxUnavailable, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 or b"No such container" in done.stderr
+
+
 def image_id(image: str, host: str | None = None) -> str | None:
     """The id of the image `image` names, when the daemon has it."""
     done = docker(["image", "inspect", "--format", "{{.Id}}", image], host=host)

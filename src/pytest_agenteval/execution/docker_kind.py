@@ -14,7 +14,8 @@ from pydantic import BaseModel
 
 from ..core.environment import Environment
 from ..core.kinds import KindSession, SandboxRequest
-from ..core.model import DockerImage
+from ..core.model import DockerImage, SandboxSpec
+from ..core.options import split_docker_host
 from .docker import DockerEnvironment, DockerSession, known_hosts, remove_orphans
 from .environment import SandboxPolicy
 
@@ -47,8 +48,26 @@ class DockerKind:
             self.session,
             request.prepared,
             request.max_bytes,
-            slot=request.slot,
         )
+
+    def reserve(self, spec: SandboxSpec, name: str) -> bool:
+        """Take every slot the container `name` of the task will hold (the machine's, its
+        daemon's) now, all or none, for an attempt admitted ahead of its turn; False: not
+        now."""
+        assert self.session is not None, "start comes first"
+        return self.session.reserve(name, self.session.hosts_for(spec))
+
+    def unreserve(self, name: str) -> None:
+        """Give back what `reserve` took for the container `name` if it was never made."""
+        if self.session is not None:
+            self.session.unreserve(name)
+
+    @staticmethod
+    def bounded(spec: SandboxSpec, hosts: tuple[str, ...]) -> bool:
+        """Whether the task's containers hold a daemon's slot before they are made, when the
+        run names `hosts` (`--agenteval-docker-host`): a daemon with its own bound."""
+        entries = hosts or (spec.docker.hosts if spec.docker is not None else [])
+        return any(split_docker_host(entry)[1] is not None for entry in entries)
 
     def describe(self, environment: Environment) -> Mapping[str, Any] | None:
         if not isinstance(environment, DockerEnvironment) or environment.image_id is None:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ from .sandboxes import kind_slot
 if TYPE_CHECKING:
     from ..core.model import SandboxSpec, Task
     from ..sources.dataset import TaskDef
+    from .docker_kind import DockerKind
     from .workspaces import Workspaces
 
 
@@ -92,8 +93,9 @@ class Environments:
         self._swept: list[str] = []
         """What the orphan sweeps removed, a line each."""
         self._lock = threading.Lock()
-        self._reserved: dict[AttemptId, int] = {}
-        """Sandbox slots taken for attempts (admitted ahead) whose container is not made yet."""
+        self._reserved: dict[AttemptId, tuple[int | None, Callable[[], None]]] = {}
+        """What was taken for attempts admitted ahead whose sandbox is not made yet: a plugin
+        kind's slot (None: Docker's session holds it) and how to give it back."""
 
     def kind_of(self, task: TaskDef) -> EnvironmentKind | None:
         """The kind of the task's sandbox (None: no sandbox, or a kind the run does not know,
@@ -118,11 +120,21 @@ class Environments:
         return size
 
     def admission(self, task: TaskDef, key: AttemptId) -> Callable[[], bool] | None:
-        """What the attempt must take before it starts ahead of its turn (a slot under its
-        kind's bound of alive sandboxes, tried without waiting: see `Ahead`), or None."""
+        """What the attempt must take before it starts ahead of its turn (every slot its
+        sandbox will hold: its kind's bound of alive sandboxes, a bounded Docker daemon's;
+        tried without waiting, all or none: see `Ahead`), or None."""
         kind = self.kind_of(task)
-        size = self.max_alive(kind) if kind is not None else None
-        if kind is None or size is None:
+        if kind is None or task.sandbox is None:
+            return None
+        size = self.max_alive(kind)
+        if isinstance(kind, _docker_kind()):
+            if size is None and not kind.bounded(task.sandbox, self._sandboxes.hosts):
+                return None
+            from .docker import container_name
+
+            name = container_name(key, self._session)
+            return partial(self._place_ahead, key, kind, task.sandbox, name)
+        if size is None:
             return None
         return partial(self._reserve, key, kind.name, size)
 
@@ -133,16 +145,40 @@ class Environments:
         if slot is None:
             return False
         with self._lock:
-            self._reserved[key] = slot
+            self._reserved[key] = (slot, partial(release_slot, slot))
+        return True
+
+    def _place_ahead(self, key: AttemptId, kind: DockerKind, spec: SandboxSpec, name: str) -> bool:
+        """Docker's admission: its session takes the machine's slot and the daemon's the
+        container `name` will hold, together (its first admission starts the session)."""
+        try:
+            self._start(kind)
+        except EnvironmentUnavailable:
+            return True  # no daemon: the attempt says so when it makes its sandbox
+        if not kind.reserve(spec, name):
+            return False
+        with self._lock:
+            self._reserved[key] = (None, partial(kind.unreserve, name))
         return True
 
     def unreserve(self, key: AttemptId) -> None:
-        """Give back the slot taken for the attempt if its environment never took it on."""
-        from .limits import release_slot
-
+        """Give back the slots taken for the attempt if its environment never took them on."""
         with self._lock:
-            slot = self._reserved.pop(key, None)
-        release_slot(slot)
+            reserved = self._reserved.pop(key, None)
+        if reserved is not None:
+            reserved[1]()
+
+    def release(self, environment: Environment) -> bool:
+        """Tear down a Docker sandbox its attempt is done with before the attempt's turn, when
+        the run keeps none (`--agenteval-keep-sandboxes` unset: it is removed whatever the
+        verdict); whether it did. Other environments wait for the turn, whose verdict their
+        teardown may keep them by (a failed attempt's local folder is kept)."""
+        from .docker import DockerEnvironment  # it imports this module
+
+        if not isinstance(environment, DockerEnvironment) or environment.keep is not None:
+            return False
+        environment.teardown(keep=False)
+        return True
 
     def for_run(self, run_id: str) -> Environments:
         """The same factory for the attempts of run `run_id` (a new one: this is not changed)."""
@@ -158,26 +194,20 @@ class Environments:
             return made
         if task.sandbox is None:
             return self.workspaces.create(key, task.workspace_dir)
-        from .docker import container_name
-
         kind = self._kind(task.sandbox)
         session = self._start(kind)
-        options = kind.options.model_validate(task.sandbox.kind_options)
-        request = SandboxRequest(
-            key=key,
-            name=container_name(key, self._session),
-            options=options,
-            spec=task.sandbox,
-            template=task.workspace_dir,
-            dataset_root=task.dataset.root,
-            max_bytes=task.artifacts.max_bytes if task.artifacts is not None else 0,
-            prepared=task.sandbox_build,
-        )
+        request = self._request(task, key, kind)
         with self._lock:
-            slot = self._reserved.pop(key, None)  # taken ahead (`admission`)
-        if kind.name == "docker" or session.max_alive is None:
-            # Docker holds its own slot, freed once its container is gone
-            return kind.create(replace(request, slot=slot))
+            reserved = self._reserved.pop(key, None)  # taken ahead (`admission`)
+        if isinstance(kind, _docker_kind()):
+            try:  # Docker takes and frees its own slots (its session holds what was reserved)
+                return kind.create(request)
+            except BaseException:
+                kind.unreserve(request.name)
+                raise
+        slot = reserved[0] if reserved is not None else None
+        if session.max_alive is None:
+            return kind.create(request)
         if slot is None:
             slot = kind_slot(session.max_alive, kind.name)
         try:
@@ -185,6 +215,21 @@ class Environments:
         except BaseException:
             release_slot(slot)
             raise
+
+    def _request(self, task: TaskDef, key: AttemptId, kind: EnvironmentKind) -> SandboxRequest:
+        from .docker import container_name
+
+        assert task.sandbox is not None
+        return SandboxRequest(
+            key=key,
+            name=container_name(key, self._session),
+            options=kind.options.model_validate(task.sandbox.kind_options),
+            spec=task.sandbox,
+            template=task.workspace_dir,
+            dataset_root=task.dataset.root,
+            max_bytes=task.artifacts.max_bytes if task.artifacts is not None else 0,
+            prepared=task.sandbox_build,
+        )
 
     def _kind(self, sandbox: SandboxSpec) -> EnvironmentKind:
         kind = self.kinds.get(sandbox.kind)
@@ -442,6 +487,12 @@ def _files_below(root: Path, deadline: float | None) -> tuple[dict[str, Path], b
             path = here / name
             found[path.relative_to(root).as_posix()] = path
     return found, True
+
+
+def _docker_kind() -> type[DockerKind]:
+    from .docker_kind import DockerKind  # it imports this module
+
+    return DockerKind
 
 
 def environment_of(task: Task) -> Environment:

@@ -109,6 +109,10 @@ class BuiltinGrader:
     needs_deadline: ClassVar[bool] = False
     """Whether grading may take unbounded time (user code, backtracking regexes), so it runs
     under the task's `grader_timeout`; plugin graders are assumed to."""
+    uses_environment: bool = True
+    """Whether grading may reach the attempt's environment (its files, its programs); when no
+    grader left for the main thread does, a sandbox finished ahead of its turn is removed at
+    once (plugin graders are assumed to)."""
 
     def __init__(self, options: Any, expected: Any, base: Path) -> None:
         self.options = options
@@ -160,6 +164,7 @@ class Equals(BuiltinGrader):
     """Output equals the expected text (after optional strip / case folding)."""
 
     name, options_model, primary = "equals", EqualsOptions, "value"
+    uses_environment = False
 
     def __init__(self, options: EqualsOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)
@@ -199,6 +204,7 @@ class Contains(BuiltinGrader):
     """Output contains all (or any) of the given strings, and none of `none`."""
 
     name, options_model, primary = "contains", ContainsOptions, "all"
+    uses_environment = False
 
     @classmethod
     def build(cls, raw: dict[str, Any], task: TaskSpec, base: Path) -> BuiltinGrader:
@@ -258,6 +264,7 @@ class Regex(BuiltinGrader):
     """Output matches a regular expression (search by default, or `fullmatch: true`)."""
 
     name, options_model, primary = "regex", RegexOptions, "pattern"
+    uses_environment = False
     needs_deadline = True
 
     def __init__(self, options: RegexOptions, expected: Any, base: Path) -> None:
@@ -300,6 +307,7 @@ class Json(BuiltinGrader):
     """Output parses as JSON (a fenced block is found) and contains `subset`/expected."""
 
     name, options_model, primary = "json", JsonOptions, "subset"
+    uses_environment = False
 
     def __init__(self, options: JsonOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)
@@ -409,6 +417,7 @@ class Number(BuiltinGrader):
     """The output's number (the whole output, else its last number) is within tolerance."""
 
     name, options_model, primary = "number", NumberOptions, "value"
+    uses_environment = False
 
     def __init__(self, options: NumberOptions, expected: Any, base: Path) -> None:
         super().__init__(options, expected, base)
@@ -511,6 +520,7 @@ class Python(BuiltinGrader):
         except UnresolvedReference as exc:
             raise GraderSpecError(str(exc), option="function", hint=exc.hint) from None
         self.wants = _parameters(self.function, options.args)
+        self.uses_environment = bool({"task", "workspace", "environment"} & set(self.wants))
 
     def grade(self, ctx: GradeContext) -> Verdict:
         available = {
@@ -562,6 +572,7 @@ class ToolCalled(BuiltinGrader):
     """The trace holds between `min` and `max` calls of `tool` whose arguments match."""
 
     name, options_model, primary = "tool_called", ToolCalledOptions, "tool"
+    uses_environment = False
     needs_deadline = True  # a backtracking `args_match`
 
     def __init__(self, options: ToolCalledOptions, expected: Any, base: Path) -> None:
@@ -618,6 +629,7 @@ class MaxTurns(BuiltinGrader):
     """The attempt used at most `turns` model turns (`max_turns: 10`)."""
 
     name, options_model, primary = "max_turns", MaxTurnsOptions, "turns"
+    uses_environment = False
 
     def grade(self, ctx: GradeContext) -> Verdict:
         events = ctx.trace
@@ -639,6 +651,7 @@ class Judge(BuiltinGrader):
     """An LLM scores the output against a rubric from 0 to 1 (passes at `threshold`)."""
 
     name, options_model, primary = "judge", JudgeGraderOptions, "rubric"
+    uses_environment = False
     needs_deadline = False  # an HTTP call bounded by its own timeout and retries
     waits = True
     """Under `--agenteval-concurrency` it is asked in the pool, right after the agent call."""

@@ -13,6 +13,10 @@ long-lived worker never holds a slot of its parent.
 
 A slot is held until the call really ends: a sync agent abandoned at its deadline (its thread
 runs on, its HTTP request still at the provider) keeps its slot until its thread returns.
+
+A wait for a slot costs nothing while it waits: a slot this process gives back wakes its
+waiters at once (`wait_freed`), and only another process's is looked for, every
+`SLOT_POLL` seconds (the kernel tells no one when a flock is released).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import fcntl
 import hashlib
 import os
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,8 +35,9 @@ from pathlib import Path
 
 from ..store.locks import HELD, locked
 
-SLOT_POLL = 0.005
-"""Seconds between looks for a free slot."""
+SLOT_POLL = 0.1
+"""Seconds between looks for a slot another process gave back (this process's own wake its
+waiters at once)."""
 _STAMP = struct.Struct("<d")
 
 
@@ -88,12 +94,33 @@ class LimitGate:
             os.pwrite(fd, _STAMP.pack(time.time()), 0)
 
 
-def take_slot(folder: Path, name: str, size: int, poll: float = SLOT_POLL) -> int:
+_FREED = threading.Condition()
+"""Notified whenever this process gives back a slot (`_release`)."""
+_freed = 0
+"""How many slots this process gave back: a waiter that saw a count waits for a change."""
+
+
+def freed() -> int:
+    """A mark for `wait_freed`: take it before looking for a free slot, so a slot given back
+    between the look and the wait is not missed."""
+    return _freed
+
+
+def wait_freed(mark: int, timeout: float | None = SLOT_POLL) -> None:
+    """Wait until this process gave back a slot since `mark` (`freed`), or `timeout` passed
+    (another process may have: the caller looks again)."""
+    with _FREED:
+        _FREED.wait_for(lambda: _freed != mark, timeout)
+
+
+def take_slot(folder: Path, name: str, size: int) -> int:
     """Wait for the first free of `size` slot files `<name>.slot<i>` in `folder` and hold it
     (`_release` gives it back; the kernel does when the holder dies)."""
-    while (slot := try_slot(folder, name, size)) is None:
-        time.sleep(poll)
-    return slot
+    while True:
+        mark = freed()
+        if (slot := try_slot(folder, name, size)) is not None:
+            return slot
+        wait_freed(mark)
 
 
 def try_slot(folder: Path, name: str, size: int) -> int | None:
@@ -105,7 +132,8 @@ def try_slot(folder: Path, name: str, size: int) -> int | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            _release(fd)
+            HELD.discard(fd)
+            os.close(fd)
             continue
         return fd
     return None
@@ -130,8 +158,12 @@ def held_slots(folder: Path, name: str, size: int) -> int:
 
 
 def _release(slot: int, *_: object) -> None:
+    global _freed
     HELD.discard(slot)
     os.close(slot)  # releases the lock
+    with _FREED:
+        _freed += 1
+        _FREED.notify_all()
 
 
 def release_slot(slot: int | None) -> None:

@@ -22,8 +22,6 @@ from .limits import take_slot, try_slot
 
 __all__ = ["AGAIN", "BuildFailed", "EnvironmentUnavailable", "Swept"]
 
-SLOT_POLL = 0.05
-"""Seconds between looks for a free sandbox slot (`--agenteval-max-sandboxes`)."""
 AGAIN = "(its whole story is told at this image's first attempt)"
 """The detail of a build failure said already."""
 
@@ -109,22 +107,17 @@ def machine_folder() -> Path:
     return folder
 
 
-def sandbox_slot(size: int) -> int:
-    """Wait for one of `size` sandbox slots of this machine's user and hold it (flock'd
-    files: a dead holder's slot is free again at once); `release_slot` gives it back."""
-    return take_slot(_slots(), "sandbox", size, SLOT_POLL)
-
-
 def free_sandbox_slot(size: int, kind: str = "docker") -> int | None:
-    """One of `size` sandbox slots of `kind` held now, or None when all are held (never
-    waits)."""
+    """One of `size` sandbox slots of `kind` of this machine's user, held now (flock'd
+    files: a dead holder's slot is free again at once), or None when all are held (never
+    waits); `release_slot` gives it back."""
     return try_slot(_slots(kind), "sandbox", size)
 
 
 def kind_slot(size: int, kind: str) -> int:
-    """`sandbox_slot` for the sandboxes of a plugin's kind: its own `size` slots on this
-    machine, apart from Docker's."""
-    return take_slot(_slots(kind), "sandbox", size, SLOT_POLL)
+    """Wait for one of `size` slots of the sandboxes of a plugin's kind (its own on this
+    machine, apart from Docker's) and hold it."""
+    return take_slot(_slots(kind), "sandbox", size)
 
 
 def _slots(kind: str = "docker") -> Path:
