@@ -138,6 +138,8 @@ class Environments:
 
     def unreserve(self, key: AttemptId) -> None:
         """Give back the slot taken for the attempt if its environment never took it on."""
+        if not self._reserved:  # no sandbox slots reserved (every local attempt): no lock
+            return
         from .limits import release_slot
 
         with self._lock:
