@@ -97,7 +97,8 @@ async def post(
     while (line := await reader.readline()) not in (b"\r\n", b""):
         if line.lower().startswith(b"content-length:"):
             length = int(line.split(b":")[1])
-    return json.loads(await reader.readexactly(length))
+    answer: dict[str, Any] = json.loads(await reader.readexactly(length))
+    return answer
 
 
 async def sh(command: str, cwd: Path) -> tuple[int, bytes]:

@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pytest_agenteval.core.identity import AttemptId
 from pytest_agenteval.core.model import AgentResult, Usage, Verdict
 from pytest_agenteval.core.records import AttemptRecord, new_record
 from pytest_agenteval.reporting.html import attempt_details, write_html
@@ -57,7 +58,7 @@ def record(rng: random.Random, task: int, attempt: int) -> AttemptRecord:
         "equals", status == "pass", "output equals expected" if status == "pass" else "no"
     )
     return new_record(
-        key=("bench", f"suite/t{task:05}", attempt),
+        key=AttemptId(dataset="bench", task_id=f"suite/t{task:05}", variant=None, attempt=attempt),
         digest=f"{task:016x}",
         run_digest=f"{task:016x}",
         agent={"override": None, "manifest": {"bench": "callable:agent:run"}, "version": None},

@@ -111,7 +111,7 @@ def records(root: Path) -> list[dict[str, object]]:
 def replaced(lines: list[dict[str, object]]) -> list[tuple[object, ...]]:
     """Attempts with a line after one of theirs that was not a crash record."""
     committed: set[tuple[object, ...]] = set()
-    found = []
+    found: list[tuple[object, ...]] = []
     for record in lines:
         key = (record["task_id"], record["attempt"], record.get("variant"))
         if key in committed:

@@ -47,7 +47,7 @@ def main() -> None:
         asyncio.run(bare(port, n, options.in_flight))
         return
     n, c = options.n, options.in_flight
-    queue: multiprocessing.Queue = multiprocessing.Queue()
+    queue: multiprocessing.Queue[int] = multiprocessing.Queue()
     server = multiprocessing.Process(target=serve, args=(queue, options.latency), daemon=True)
     server.start()
     port = queue.get()

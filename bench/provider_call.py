@@ -27,7 +27,7 @@ REPLY = json.dumps(
 ).encode()
 
 
-def serve(port_queue: multiprocessing.Queue, latency: float) -> None:
+def serve(port_queue: multiprocessing.Queue[int], latency: float) -> None:
     """An asyncio HTTP/1.1 keep-alive server answering every POST with REPLY after `latency`."""
     connections = 0
 
@@ -144,7 +144,7 @@ def connections(port: int) -> int:
 
 
 def measure(name: str, n: int, c: int, latency: float) -> tuple[float, float, int]:
-    queue: multiprocessing.Queue = multiprocessing.Queue()
+    queue: multiprocessing.Queue[int] = multiprocessing.Queue()
     server = multiprocessing.Process(target=serve, args=(queue, latency), daemon=True)
     server.start()
     port = queue.get()

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pytest_agenteval.core.identity import AttemptId
 from pytest_agenteval.core.model import AgentResult, Verdict
 from pytest_agenteval.core.records import AttemptRecord, new_record
 from pytest_agenteval.store.plan import make_plan
@@ -36,7 +37,7 @@ def record(task: int, attempt: int) -> AttemptRecord:
         "equals", passed, "output equals expected" if passed else "expected 'a', got 'b'"
     )
     return new_record(
-        key=("bench", f"t{task:06}", attempt),
+        key=AttemptId(dataset="bench", task_id=f"t{task:06}", variant=None, attempt=attempt),
         digest=f"{task:016x}",
         run_digest=f"{task:016x}",
         agent={"override": None, "manifest": {"bench": "callable:agent:run"}, "version": None},
@@ -66,7 +67,11 @@ def plan_seconds(store: Store, records: int) -> tuple[float, float]:
     assert len(rows) == records and not bad
     start = time.perf_counter()
     actions = [
-        plan.decide(("bench", f"t{i // 3:06}", i % 3), f"{i // 3:016x}", f"{i // 3:016x}").action
+        plan.decide(
+            AttemptId(dataset="bench", task_id=f"t{i // 3:06}", variant=None, attempt=i % 3),
+            f"{i // 3:016x}",
+            f"{i // 3:016x}",
+        ).action
         for i in range(records)
     ]
     assert set(actions) == {"reuse"}

@@ -10,10 +10,11 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from pytest_agenteval.core.shards import shard_of
 
-STYLES = {
+STYLES: dict[str, Callable[[int], str]] = {
     "task-<i>": lambda i: f"task-{i}",
     "django__django-<n>": lambda i: f"django__django-{10000 + 7 * i}",
     "<i:05d>": lambda i: f"{i:05d}",

@@ -19,8 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from store_damage import best_of
 
+from pytest_agenteval.core.identity import AttemptId
 from pytest_agenteval.reporting.reports import write_reports
-from pytest_agenteval.reporting.summary import build_summary
+from pytest_agenteval.reporting.summary import Summary, build_summary
 from pytest_agenteval.store.index import IndexRow
 from pytest_agenteval.store.runs import RunInfo
 
@@ -31,13 +32,12 @@ STATUSES = ("pass", "pass", "fail", "error")
 def rows(tasks: int, variants: list[str] | None = None) -> list[IndexRow]:
     """`tasks` x ATTEMPTS rows of varied outcome, tags and spend (for each of `variants`)."""
     out = []
-    names: list[str | None] = list(variants or [None])
+    names: list[str | None] = [*variants] if variants else [None]
     for t, a, variant in product(range(tasks), range(ATTEMPTS), names):
         status = STATUSES[(t * 7 + a + len(variant or "")) % len(STATUSES)]
-        key = ("bench", f"task-{t:05d}", a) + ((variant,) if variant else ())
         out.append(
             IndexRow(
-                key,  # type: ignore[arg-type]
+                AttemptId(dataset="bench", task_id=f"task-{t:05d}", variant=variant, attempt=a),
                 "d",
                 "r",
                 status,
@@ -78,7 +78,7 @@ def main() -> None:
         variants=names,
     )
 
-    def build() -> object:
+    def build() -> Summary:
         return build_summary(run, data, ks=None, session_counts={}, status="complete")
 
     summary = build()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,12 @@ import pytest_agenteval.glue.controller  # noqa: F401
 from chat_server import ChatServer
 from helpers import DatasetMaker
 from model_server import ModelServer
+
+# Where the environment sets PYTHONDONTWRITEBYTECODE (this machine does), every pytest the tests
+# start (pytester subprocesses, their xdist workers, the CLI) would compile pytest's, pydantic's
+# and the plugin's modules from source again: 1-2 s of CPU each. They cache bytecode, as a user's
+# Python does by default.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from model_server import ModelServer
 from pytest_agenteval.core.llm import ModelPrice
 from pytest_agenteval.providers.probe import Use, probe, unpriced
 from pytest_agenteval.providers.seam import Route, forget, run_sync
+from pytest_agenteval.store.stops import Stops
 
 KEY = "local-key-abcdefghijkl"
 XDIST = [pytest.param((), id="alone"), pytest.param(("-n", "2"), id="n2", marks=pytest.mark.slow)]
@@ -176,6 +177,28 @@ def test_probe_falls_back_to_the_smallest_request_without_a_models_list(
         model_server.reset(models=["m1"])
         listed = [Use(route, "m1", "agent"), Use(route, None, "llm", "llm")]
         assert run_sync(probe(listed)) == []
+        assert _chats(model_server) == []
+    finally:
+        forget()
+
+
+def test_the_smallest_request_is_reserved_and_counted_against_the_run_caps(
+    model_server: ModelServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The one-token probe request spends: it is reserved against the run's caps, priced,
+    counted in the run's spend ledger, and not sent when the cap has no room for it."""
+    monkeypatch.setenv("LOCAL_KEY", KEY)
+    model_server.reset(models=["m1"], list_models=False, input_tokens=7, output_tokens=1)
+    route = Route("local", "openai", model_server.base_url, "LOCAL_KEY", retries=0)
+    pricing = {"m1": ModelPrice(input_per_mtok=1_000_000.0, output_per_mtok=2_000_000.0)}
+    try:
+        stops = Stops(tmp_path, max_cost=100.0, max_tokens=10_000)
+        assert run_sync(probe([Use(route, "m1", "agent")], stops, pricing)) == []
+        assert stops.budget is not None and stops.budget.ledger.read() == (9.0, 8)
+        model_server.reset(models=["m1"], list_models=False)
+        tight = Stops(tmp_path / "tight", max_tokens=5)  # the request's bytes alone exceed it
+        (problem,) = run_sync(probe([Use(route, "m1", "agent")], tight, pricing))
+        assert "no room for the probe" in problem.what and "--agenteval-max-tokens" in problem.fix
         assert _chats(model_server) == []
     finally:
         forget()

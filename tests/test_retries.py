@@ -146,3 +146,60 @@ def test_retries_under_xdist(
     assert sum(len(r["previous"]) for r in records) == 2
     assert 1 <= summary_of(pytester)["counts"]["retried"] <= 2
     assert len(model_server.requests) == 6
+
+
+LLM_AGENT = """
+def run(task):
+    client = task.llm()
+    first = client.chat([{"role": "user", "content": "<<half>>"}])
+    return client.chat([{"role": "user", "content": "<<" + first.text + "-done>>"}]).text
+"""
+
+
+def test_a_retried_try_that_spent_keeps_its_cost_apart(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A try whose first call answered (100 tokens in, 20 out) and whose second got a 500:
+    the retry passes, the record's usage is the final try's two calls, `retry_cost` is the
+    failed try's one call, and summary.json's spend counts all three."""
+    monkeypatch.setenv("LOCAL_KEY", KEY)
+    model_server.reset(statuses=[200, 500])
+    manifest = _manifest(model_server, retry=RETRY)
+    manifest["providers"]["local"]["openai"]["model"] = "m1"
+    manifest["pricing"] = {"m1": {"input_per_mtok": 1.0, "output_per_mtok": 10.0}}
+    root = dataset({"a.yaml": {"input": "q", "expected": "half-done"}}, manifest=manifest)
+    (root / "agent.py").write_text(LLM_AGENT)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+    record = _records(pytester)["a"]
+    one_call = (100 * 1.0 + 20 * 10.0) / 1e6
+    assert record["retries"] == 1 and len(model_server.requests) == 4
+    assert record["usage"]["cost"] == pytest.approx(2 * one_call)
+    assert record["retry_cost"] == pytest.approx(one_call)
+    assert summary_of(pytester)["totals"]["cost"] == pytest.approx(3 * one_call)
+
+
+def test_a_backoff_gives_way_to_the_deadline(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 429 with a backoff of 10 minutes and a deadline 2 s away: no retry is started, the
+    attempt keeps its rate_limited error, the next task is not started and the run's status
+    is `deadline` (the session ends at the deadline, not after the backoff)."""
+    monkeypatch.setenv("LOCAL_KEY", KEY)
+    model_server.reset(statuses=[429])
+    slow = {**RETRY, "backoff": "10m"}
+    tasks = {"a.yaml": _task(retry=slow), "b.yaml": _task(retry=slow)}
+    dataset(tasks, manifest=_manifest(model_server))
+    result = pytester.runpytest(
+        "--agenteval", "ds", "--agenteval-deadline", "2s", "-p", "no:randomly"
+    )
+    result.assert_outcomes(errors=1, skipped=1)
+    record = _records(pytester)["a"]
+    assert (record["error_class"], record.get("retries")) == ("rate_limited", None)
+    assert len(model_server.requests) == 1
+    assert summary_of(pytester)["status"] == "deadline"

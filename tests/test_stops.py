@@ -196,7 +196,7 @@ def test_cancel_from_another_shell(
     """`agenteval cancel` stops a running run, in every process: status cancelled, exit 2, the
     rest skipped, the summary saying how many of the planned attempts it holds; a resume clears
     the request and runs only what was not recorded."""
-    costly(dataset, 40, sleep=0.2)
+    costly(dataset, 40, sleep=1.0)  # 20 s to run all: the cancel (a python start) comes first
     proc = _start(pytester, "--agenteval-concurrency", "2", "-rs", *workers)
     _wait_for_records(pytester, 2)
     cancel = subprocess.run(
@@ -217,7 +217,9 @@ def test_cancel_from_another_shell(
     assert recorded < 40 and stopped["planned"] == 40
     assert f"{recorded} of 40 planned attempts".encode() in out
     calls_before = len(dataset.calls())
-    done = pytester.runpytest_subprocess("--agenteval", "ds", "--resume-suite")
+    done = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--resume-suite", "--agenteval-concurrency", "8"
+    )
     done.assert_outcomes(passed=40)
     assert summary_of(pytester, run_id)["status"] == "complete"
     assert "planned" not in summary_of(pytester, run_id)

@@ -292,11 +292,13 @@ def new_record(
     stopped: str | None = None,
     timings: dict[str, Any] | None = None,
     error_class: str | None = None,
+    usage: Usage | None = None,
 ) -> AttemptRecord:
     """A record with every string made storable: agents and graders may return any text, but
     UTF-8 cannot hold a lone surrogate, and one such character would lose the attempt.
-    `transcript`: the trace of an attempt that ended without an answer (an error)."""
-    usage = result.usage if result is not None else None
+    `transcript` and `usage`: the trace of an attempt that ended without an answer (an
+    error) and what its model calls used (what they cost is spent whatever became of it)."""
+    usage = result.usage if result is not None else usage
     if result is not None and result.transcript:
         transcript = result.transcript
     return AttemptRecord(

@@ -51,7 +51,7 @@ from .environment import Environments, host_folder
 from .executor import AgentCall, Executor, call_with_deadline
 from .exits import in_agent_call
 from .graders import GradeContext, as_verdict
-from .turns import NotePhase, Watch, grader_phase, with_trace
+from .turns import NotePhase, Watch, grader_phase, summed_usage, with_trace
 
 DEFAULT_GRADER_TIMEOUT = 60.0
 PACKAGE_DIR = str(Path(__file__).parent.parent)
@@ -593,6 +593,7 @@ class _Attempt:
             changed_files=self.artifacts.files if self.artifacts is not None else None,
             part_digests=task.part_digests,
             transcript=trace.to_json() if result is None and len(trace) else None,
+            usage=summed_usage(trace) if result is None and len(trace) else None,
             stopped=self.stopped,
             timings=self.timings_json(),
         )

@@ -43,7 +43,11 @@ class ProbeHooks:
             pricing = dataset.manifest.pricing or {}
             problems += unpriced(found, pricing, settings.max_cost is not None)
             uses += found
-        problems += run_sync(probe(uses)) if uses else []
+        if uses:  # a one-token probe request counts against the caps and in the spend
+            pricing = {
+                m: p for d in self.runtime.datasets for m, p in (d.manifest.pricing or {}).items()
+            }
+            problems += run_sync(probe(uses, self.runtime.stops, pricing))
         self.checked = uses
         terminal = session.config.pluginmanager.get_plugin("terminalreporter")
         if problems:

@@ -97,16 +97,23 @@ class BoundClient:
                 return self._cached(asked, *hit, started)
             if cache.mode == "replay":
                 raise self._replay_miss(asked)
+        reply = await self.exchange(request, started)
+        if cache is not None and cache.writes:
+            cache.put(key, reply, reply.cost)
+        return reply
+
+    async def exchange(self, request: Prepared, started: float | None = None) -> ChatReply:
+        """Send `request` past no cache: its worst case reserved against the run's caps
+        first, then settled to what it cost; the reply priced and in the trace."""
+        started = time.time() if started is None else started
         reserved = self._reserve(request)
         try:
             reply = await self.provider.exchange(request)
         except BaseException:
             self._settle(reserved, (0.0, 0))
             raise
-        priced = self._record(asked, reply, started)
+        priced = self._record(request.model, reply, started)
         self._settle(reserved, self._actual(reply, priced))
-        if cache is not None and cache.writes:
-            cache.put(key, reply, priced)
         return reply if priced is None else replace(reply, cost=priced)
 
     def _record(self, asked: str, reply: ChatReply, started: float) -> float | None:

@@ -19,11 +19,13 @@ from typing import Literal
 from urllib.parse import quote
 
 from ..core.chat import ChatMessage
+from ..core.errors import RunStopped
 from ..core.llm import ModelPrice
 from . import http
+from .bound import BoundClient, Spend
 from .client import ProviderError, mask
 from .pricing import price_of
-from .seam import Provider, Route, provider
+from .seam import Route, provider
 from .wire import WIRES
 
 PROBE_TIMEOUT = 30.0
@@ -81,19 +83,30 @@ def unpriced(
     return list(seen.values())
 
 
-async def probe(uses: Sequence[Use]) -> list[ProbeProblem]:
-    """Check every route and model of `uses` once, the routes concurrently."""
+async def probe(
+    uses: Sequence[Use],
+    spend: Spend | None = None,
+    pricing: Mapping[str, ModelPrice] | None = None,
+) -> list[ProbeProblem]:
+    """Check every route and model of `uses` once, the routes concurrently. A request that
+    costs (the one-token fallback) is reserved against `spend`, the run's caps, and priced
+    from `pricing` into the run's spend, as any model call is."""
     routes: dict[tuple[str, str, str], tuple[Route, dict[str, str]]] = {}
     for use in uses:  # one check per endpoint and key, whatever the limits or timeouts
         r = use.route
         _, models = routes.setdefault((r.kind, r.base_url, r.key_env), (r, {}))
         if use.model:
             models.setdefault(use.model, use.who)
-    found = await asyncio.gather(*(_route(provider(r), m) for r, m in routes.values()))
+    clients = (
+        (BoundClient(provider(r), None, spend=spend, pricing=pricing), m)
+        for r, m in routes.values()
+    )
+    found = await asyncio.gather(*(_route(client, m) for client, m in clients))
     return [p for problems in found for p in problems]
 
 
-async def _route(target: Provider, models: Mapping[str, str]) -> list[ProbeProblem]:
+async def _route(client: BoundClient, models: Mapping[str, str]) -> list[ProbeProblem]:
+    target = client.provider
     route = target.route
     try:
         headers = target.wire.headers(target.key())
@@ -104,14 +117,14 @@ async def _route(target: Provider, models: Mapping[str, str]) -> list[ProbeProbl
     if isinstance(listed, _Refused):
         return [listed.at(route)]
     if listed is None:  # no models list: the smallest request per model tells instead
-        return [p for m in models if (p := await _smallest(target, m)) is not None]
+        return [p for m in models if (p := await _smallest(client, m)) is not None]
     problems = []
     for model, who in models.items():
         if model not in listed:
             one = await _get(f"{url}/{quote(model, safe='')}", headers)
             if isinstance(one, _Refused):
                 problems.append(one.at(route, model, who))
-            elif one is None and (smallest := await _smallest(target, model)) is not None:
+            elif one is None and (smallest := await _smallest(client, model)) is not None:
                 problems.append(smallest)
     return problems
 
@@ -170,11 +183,20 @@ def _is_model(url: str) -> bool:
     return not url.rstrip("/").endswith("/models")
 
 
-async def _smallest(target: Provider, model: str) -> ProbeProblem | None:
-    """One token of `model`: the probe of an endpoint that lists no models."""
+async def _smallest(client: BoundClient, model: str) -> ProbeProblem | None:
+    """One token of `model`: the probe of an endpoint that lists no models (past the model
+    cache: a cached answer would tell nothing of the endpoint now)."""
+    target = client.provider
     try:
         request = target.prepare(model, [ChatMessage("user", "ping")], (), {"max_tokens": 1})
-        await target.exchange(request)
+        await client.exchange(request)
+    except RunStopped as stop:
+        fix = (
+            "raise --agenteval-max-cost / --agenteval-max-tokens, or skip with --agenteval-no-probe"
+        )
+        return ProbeProblem(
+            target.name, model, f"the run's cap has no room for the probe: {stop}", fix
+        )
     except ProviderError as exc:
         status = getattr(exc, "status", None)
         what = exc.message
