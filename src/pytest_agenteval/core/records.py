@@ -18,11 +18,11 @@ from .error_classes import derived_class, phase_class  # noqa: F401  # phase_cla
 from .identity import AttemptId
 from .model import RECORD_SCHEMA, AgentResult, Phase, Status, Usage, Verdict
 from .numbers import rounded
-from .text import clean_text, excerpt, json_safe
+from .text import clean_text, excerpt, json_encoder, json_safe
 
 HISTORY_LIMIT = 10
 """How many replaced records a record keeps in `previous`."""
-to_json_text = json.JSONEncoder(ensure_ascii=False).encode
+to_json_text = json_encoder()
 """`json.dumps(value, ensure_ascii=False)` without building an encoder per call (per attempt,
 records and index lines are encoded on the hot path)."""
 
@@ -423,11 +423,13 @@ def junit_properties(facts: Any, reused: bool) -> list[tuple[str, Any]]:
     `facts` is an AttemptRecord or a stored IndexRow (both have these fields). Reports keep
     their properties all session long, so the ones that repeat across attempts share one tuple.
     """
+    score = float(facts.score or 0.0)
     props: list[tuple[str, Any]] = [
         ("task_id", facts.task_id),
         _shared("attempt", facts.attempt),
         _shared("status", facts.status),
-        _shared("score", float(round(facts.score or 0.0, 4))),
+        # round() formats its number: a pass's or an error's score needs none
+        _shared("score", score if score in (0.0, 1.0) else round(score, 4)),
         ("duration", round(facts.duration or 0.0, 4)),
     ]
     tokens = (facts.input_tokens, facts.output_tokens)

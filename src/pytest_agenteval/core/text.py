@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
+from typing import Any
 
 TRUNCATION_MARK = "…[truncated {n} chars]…"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -49,8 +52,29 @@ def clean_text(text: str) -> str:
     return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
 
 
+def json_encoder(
+    *, sort_keys: bool = False, default: Callable[[Any], Any] | None = None
+) -> Callable[[Any], str]:
+    """`json.dumps(value, ensure_ascii=False, ...)` as one call into the C encoder: what
+    `JSONEncoder.encode` does, without its two Python frames and the closure it makes per
+    call (records, index lines and digests are encoded on every attempt's path). The same
+    text, circular references refused alike (a fresh marker table per call)."""
+    if c_make_encoder is None:  # no C accelerator: the standard encoder
+        return json.JSONEncoder(ensure_ascii=False, sort_keys=sort_keys, default=default).encode
+    make, escape = c_make_encoder, encode_basestring
+
+    def encode(value: Any) -> str:
+        if type(value) is str:  # as JSONEncoder.encode: the string alone
+            return escape(value)
+        # markers, default, encoder, indent, separators, sort_keys, skipkeys, allow_nan
+        chunks = make({}, default, escape, None, ": ", ", ", sort_keys, False, True)(value, 0)
+        return "".join(chunks)
+
+    return encode
+
+
 _PLAIN = (int, float, bool, type(None))
-_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+_JSON = json_encoder(default=str)
 
 
 def json_safe(value: object) -> object:
@@ -60,7 +84,7 @@ def json_safe(value: object) -> object:
         return clean_text(value)  # type: ignore[arg-type]
     if kind in _PLAIN:
         return value
-    return json.loads(clean_text(_JSON.encode(value)))
+    return json.loads(clean_text(_JSON(value)))
 
 
 def decode_output(data: bytes) -> str:

@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,15 +70,17 @@ class AttemptJob:
     decision: Decision
     variant: str | None = None
     """None for a dataset without variants, or a task that names its own agent."""
+    key: AttemptId = field(init=False, compare=False, repr=False)
+    """The attempt's identity, made once (an attempt asks for it about ten times)."""
 
-    @property
-    def key(self) -> AttemptId:
-        return AttemptId(
+    def __post_init__(self) -> None:
+        key = AttemptId(
             dataset=self.task.dataset.name,
             task_id=self.task.id,
             variant=self.variant,
             attempt=self.attempt,
         )
+        object.__setattr__(self, "key", key)  # frozen: set once, here
 
 
 @dataclass(frozen=True, slots=True)

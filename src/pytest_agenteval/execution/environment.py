@@ -163,6 +163,8 @@ class Environments:
 
     def unreserve(self, key: AttemptId) -> None:
         """Give back the slots taken for the attempt if its environment never took them on."""
+        if not self._reserved:  # no sandbox slots reserved (every local attempt): no lock
+            return
         with self._lock:
             reserved = self._reserved.pop(key, None)
         if reserved is not None:

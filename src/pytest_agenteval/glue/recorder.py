@@ -292,13 +292,14 @@ class Recorder:
     def _new_record(self, report: pytest.TestReport, made: NewRecord) -> None:
         """A record made in this process (a lone process's attempt, a crash record): its JSON
         and index entry are written here, nothing parsed."""
-        self.state.actions[made.action] += 1
-        record = made.record
-        self._keep_files(report, record.key)
+        action, record = made.action, made.record
+        self.state.actions[action] += 1
+        key = record.key  # made from the record's fields: once
+        self._keep_files(report, key)
         data, fields = record.to_json(), index_entry(record)
         text, entry = to_json_text(data), to_json_text(fields)
-        row = self._commit(made.action, record.key, text, entry, fields, record, data)
-        self._reported(report, row, made.action, reused=False)
+        row = self._commit(action, key, text, entry, fields, record, data)
+        self._reported(report, row, action, reused=False)
 
     def _shipped(self, report: pytest.TestReport, shipped: ShippedRecord) -> None:
         """A record a worker made: its texts are stored as they came (the record is parsed only

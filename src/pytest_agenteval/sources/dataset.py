@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import hashlib
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from ..core.model import (
     TaskSpec,
     effective_budget,
 )
-from ..core.text import excerpt
+from ..core.text import excerpt, json_encoder
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
 from .sourced import one_failure_per_problem
 from .speccache import CachedTask, SpecCache
@@ -315,12 +314,12 @@ class TaskDef:
         """Where the task is defined: its file, or its row's `file:line`."""
         return str(self.path) if self.row is None else f"{self.row[0]}:{self.row[1]}"
 
-    @property
+    @cached_property  # the spec is frozen: asked for about ten times an attempt
     def id(self) -> str:
         assert self.spec.id is not None
         return self.spec.id
 
-    @property
+    @cached_property
     def timeout(self) -> float | None:
         return self.spec.timeout or self.dataset.manifest.defaults.timeout
 
@@ -421,12 +420,12 @@ class TaskDef:
             return None
         return self.dataset.build_folder((self.dataset.root / build).resolve())
 
-    @property
+    @cached_property
     def sandbox(self) -> SandboxSpec | None:
         """The task's Docker sandbox, else the manifest's default, else None (the host)."""
         return self.spec.sandbox or self.dataset.manifest.defaults.sandbox
 
-    @property
+    @cached_property
     def artifacts(self) -> ArtifactsSpec | None:
         """What the task keeps of its attempts' changed files: its own `artifacts:`, else the
         manifest's, else the default for a sandbox; None (nothing kept) for a local task."""
@@ -435,7 +434,7 @@ class TaskDef:
             return ArtifactsSpec()
         return chosen
 
-    @property
+    @cached_property
     def regradable(self) -> bool:
         """Whether a recorded output can be judged again without the agent's workspace."""
         return (
@@ -454,12 +453,12 @@ class TaskDef:
         return None if folder is None else template_digest(self.dataset.template(folder))
 
 
-_DIGEST_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+_DIGEST_JSON = json_encoder(sort_keys=True, default=str)
 """`json.dumps` with these options builds an encoder per call; digests are made per task."""
 
 
 def _digest(value: Any) -> str:
-    text = _DIGEST_JSON.encode([DIGEST_VERSION, value])
+    text = _DIGEST_JSON([DIGEST_VERSION, value])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -1,0 +1,40 @@
+"""The direct C JSON encoder (`core.text.json_encoder`) writes what `json.dumps` writes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_agenteval.core.text import json_encoder
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(JSON_VALUES)
+def test_same_text_as_json_dumps(value: Any) -> None:
+    """Records, index lines and digests keep their bytes: the same text as `json.dumps` with
+    the same options, lone surrogates, non-ASCII, NaN and huge integers included."""
+    assert json_encoder()(value) == json.dumps(value, ensure_ascii=False)
+    digest = json_encoder(sort_keys=True, default=str)
+    assert digest(value) == json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def test_default_and_circular_references() -> None:
+    """Unknown objects go through `default`; a circular value is refused, every time (the
+    marker table is not left dirty by a failed call)."""
+    assert json_encoder(default=str)([1j]) == '["1j"]'
+    looped: list[Any] = []
+    looped.append(looped)
+    encode = json_encoder()
+    for _ in range(2):
+        with pytest.raises(ValueError, match="Circular reference"):
+            encode(looped)
+    assert encode({"a": [1.5, None]}) == '{"a": [1.5, null]}'
