@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -327,6 +328,20 @@ def test_os_exit_0_from_a_thread_of_the_agent_ends_the_session_as_a_failure(
     result.stderr.fnmatch_lines(["agenteval: os._exit(0) was called in the pytest process*"])
 
 
+@pytest.fixture
+def no_call_running() -> None:
+    """No agent call of an earlier test runs on in this process: an abandoned call (one past
+    its timeout, its thread still sleeping) keeps `os._exit` guarded until it really ends,
+    as it should, and these tests look at `os._exit` itself."""
+    from pytest_agenteval.execution import exits
+
+    end = time.monotonic() + 60
+    while exits._state.running and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not exits._state.running, "an agent call of an earlier test is still running"
+
+
+@pytest.mark.usefixtures("no_call_running")
 def test_os_exit_is_replaced_only_while_an_agent_call_runs() -> None:
     """A guarded process replaces `os._exit` from its first agent call's start to its last
     call's end (calls on two threads overlap), and never after the session."""
@@ -370,6 +385,7 @@ def test_os_exit_is_replaced_only_while_an_agent_call_runs() -> None:
     in_agent_call(False)
 
 
+@pytest.mark.usefixtures("no_call_running")
 def test_a_session_leaves_os_exit_alone_outside_agent_calls(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
