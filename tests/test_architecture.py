@@ -218,3 +218,19 @@ def test_what_users_implement_lives_in_core() -> None:
 
     for public in (ChangedFile, Environment, ExecResult):
         assert public.__module__ == "pytest_agenteval.core.environment"
+
+
+def test_every_docstring_is_valid_utf8() -> None:
+    """No docstring holds a lone surrogate (a `\\udcff` escape written unescaped): Python
+    3.13.0 cannot compile such a module, so the plugin would not import there."""
+    import ast
+    from pathlib import Path
+
+    import pytest_agenteval
+
+    for path in Path(pytest_agenteval.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                doc = ast.get_docstring(node, clean=False)
+                if doc is not None:
+                    doc.encode("utf-8")  # raises for a lone surrogate, naming it

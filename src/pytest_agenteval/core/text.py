@@ -35,7 +35,7 @@ a line) and lone surrogates (which UTF-8 cannot encode)."""
 
 def printable(text: str) -> str:
     """`text` (what an agent, a grader or a file name may hold) for a terminal: control
-    characters shown as escapes (`\x1b`, `\x07`, a lone surrogate `\udcff`), newlines and
+    characters shown as escapes (`\x1b`, `\x07`, a lone surrogate `\\udcff`), newlines and
     tabs kept as they are."""
     if text.isprintable() or not _UNPRINTABLE.search(text):
         return text
@@ -62,6 +62,7 @@ def json_encoder(
     if c_make_encoder is None:  # no C accelerator: the standard encoder
         return json.JSONEncoder(ensure_ascii=False, sort_keys=sort_keys, default=default).encode
     make, escape = c_make_encoder, encode_basestring
+    default = default or json.JSONEncoder().default  # refuses as json.dumps does
 
     def encode(value: Any) -> str:
         if type(value) is str:  # as JSONEncoder.encode: the string alone

@@ -9,7 +9,6 @@ and output handling of `run_program` apply unchanged.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 from collections.abc import Sequence
@@ -87,8 +86,7 @@ def docker_env() -> dict[str, str]:
 
 def remove_now(names: list[str], host: str | None = None) -> None:
     """`docker rm -f` of `names`; with its daemon gone they are left to the orphan sweep."""
-    with contextlib.suppress(SandboxUnavailable):
-        docker(["rm", "-f", *names], host=host)
+    removed(names, host)
 
 
 def removed(names: list[str], host: str | None = None) -> bool:
