@@ -93,7 +93,7 @@ def test_a_second_fresh_run_sends_nothing(
     assert after["model_cache"] == {"hits": 30, "misses": 0, "cost_saved": pytest.approx(30 * one)}
     assert after["totals"]["cost"] == 0
     second.stdout.fnmatch_lines(["*model cache: 30 hits, 0 misses, 0.0090 saved"])
-    markdown = (pytester.path / ".pytest_cache/agenteval/runs" / after["run_id"] / "summary.md")
+    markdown = pytester.path / ".pytest_cache/agenteval/runs" / after["run_id"] / "summary.md"
     assert "- model cache: 30 hits, 0 misses, 0.0090 saved" in markdown.read_text()
     for record in _records(pytester.path):
         usage = record["usage"]
