@@ -220,6 +220,12 @@ class AttemptRecord:
         """What the cached answers cost when they were first asked: what the cache saved."""
         return spend_sum(u.get("cached_cost") for u in self._usages())
 
+    @property
+    def asked_cache(self) -> bool:
+        """Whether any of the attempt's model calls asked the model cache (cheap: the index
+        line asks it of every record)."""
+        return any(_CACHE_KEYS & u.keys() for u in self._usages())
+
     def _usages(self) -> list[dict[str, Any]]:
         """The agent's usage and each judge's (a verdict's `details.usage`)."""
         found = [self.usage] if self.usage else []
@@ -369,6 +375,9 @@ def usage_json(usage: Usage) -> dict[str, Any]:
         if found[name] is None:
             del found[name]
     return found
+
+
+_CACHE_KEYS = frozenset({"cached_calls", "cache_misses"})
 
 
 def _count(usage: dict[str, Any], name: str) -> int:
@@ -621,10 +630,26 @@ FIELDS: tuple[Field, ...] = (
         stored=False,
         index=_STR,
     ),
-    Field("cache_hits", "r.cache_hits", omit="not r.cache_hits", stored=False, index=_INT),
-    Field("cache_misses", "r.cache_misses", omit="not r.cache_misses", stored=False, index=_INT),
     Field(
-        "cached_cost", "r.cached_cost", omit="r.cached_cost is None", stored=False, index=_NUMBER
+        "cache_hits",
+        "r.cache_hits",
+        omit="not (r.asked_cache and r.cache_hits)",
+        stored=False,
+        index=_INT,
+    ),
+    Field(
+        "cache_misses",
+        "r.cache_misses",
+        omit="not (r.asked_cache and r.cache_misses)",
+        stored=False,
+        index=_INT,
+    ),
+    Field(
+        "cached_cost",
+        "r.cached_cost",
+        omit="not r.asked_cache or r.cached_cost is None",
+        stored=False,
+        index=_NUMBER,
     ),
 )
 """Every field of a stored record (in its JSON's order) and of its index line. A new field is
