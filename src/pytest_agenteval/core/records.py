@@ -224,7 +224,9 @@ class AttemptRecord:
     def asked_cache(self) -> bool:
         """Whether any of the attempt's model calls asked the model cache (cheap: the index
         line asks it of every record)."""
-        return any(_CACHE_KEYS & u.keys() for u in self._usages())
+        if _asked(self.usage):
+            return True
+        return any(v.details and _asked(v.details.get("usage")) for v in self.verdicts)
 
     def _usages(self) -> list[dict[str, Any]]:
         """The agent's usage and each judge's (a verdict's `details.usage`)."""
@@ -377,7 +379,9 @@ def usage_json(usage: Usage) -> dict[str, Any]:
     return found
 
 
-_CACHE_KEYS = frozenset({"cached_calls", "cache_misses"})
+def _asked(usage: Any) -> bool:
+    """Whether a usage dict counts calls that asked the model cache."""
+    return type(usage) is dict and ("cached_calls" in usage or "cache_misses" in usage)
 
 
 def _count(usage: dict[str, Any], name: str) -> int:
