@@ -23,7 +23,9 @@ from pytest_agenteval.core.payloads import (
     to_wire,
 )
 from pytest_agenteval.core.records import UNATTRIBUTED_CRASH, AttemptRecord, new_record
+from pytest_agenteval.glue.live_progress import LiveProgress
 from pytest_agenteval.glue.recorder import Recorder
+from pytest_agenteval.glue.session_state import SessionState
 from pytest_agenteval.store.inflight import InFlight, inflight_path
 from pytest_agenteval.store.lifecycle import OpenRun
 from pytest_agenteval.store.plan import make_plan
@@ -130,7 +132,10 @@ def recorder(tmp_path: Path, stored: list[AttemptRecord]) -> tuple[Recorder, Sto
         # the dataset's folder is tmp_path/ds; its task files are not read back (no task)
         dataset_for=lambda path: dataset if path == tmp_path / "ds" else None,
     )
-    made = Recorder(config, runtime, store, OpenRun("r1", True, plan))  # type: ignore[arg-type]
+    run = OpenRun("r1", True, plan)
+    state = SessionState.of(run, None, None, None)
+    live = LiveProgress(runtime, "r1", store.runs_dir / "r1", state.budget, distributed=False)  # type: ignore[arg-type]
+    made = Recorder(config, runtime, store, run, state, live)  # type: ignore[arg-type]
     return made, store, hook
 
 
