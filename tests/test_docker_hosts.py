@@ -161,7 +161,9 @@ def test_a_killed_session_on_two_daemons_leaves_nothing_after_a_resume(
     (root / "hold").unlink()
     resumed = pytester.runpytest_subprocess(*argv, "--resume-suite")
     resumed.assert_outcomes(passed=4)
-    resumed.stdout.fnmatch_lines(["*removed 4 sandbox containers of a session that is gone*"])
+    # The second daemon is this test's alone: its two are the resume's to sweep. Another test's
+    # session on the shared default daemon may sweep the dead session's two there first.
+    resumed.stdout.re_match_lines([r".*removed [234] sandbox containers of a session that is gone"])
     assert [_on(host, run_id) for host in (DEFAULT, second.host)] == [[], []]
 
 
