@@ -18,7 +18,6 @@ from ..core.errors import StoreError
 from ..core.text import printable
 from ..providers.gate import status as provider_status
 from ..reporting.finish import GateRule, finish_run
-from ..reporting.html import attempt_details, write_html
 from ..reporting.plan_lines import Planned, plan_lines
 from ..reporting.regression import with_regression
 from ..reporting.reports import store_damage_lines, terminal_lines
@@ -195,6 +194,8 @@ class Reporter:
         path = self.settings.html_file
         if path is None:
             return None
+        from ..reporting.html import attempt_details, write_html  # only when asked: its import
+
         store, run_id, reused = self.store, self.run.run_id, self.state.reused
         return lambda summary: write_html(summary, attempt_details(store, run_id, reused), path)
 
