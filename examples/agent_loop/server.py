@@ -41,7 +41,7 @@ def reply(request: dict[str, Any], steps: Sequence[Step] = STEPS) -> dict[str, A
         if len(results) == 2:
             message["content"] = "Fixed the operator; running the tests."
     else:
-        passed = str(results[-1].get("content", "")).startswith("exit status: 0")
+        passed = bool(results) and str(results[-1].get("content", "")).startswith("exit status: 0")
         answer = "fixed add.sh: tests pass" if passed else "the tests still fail"
         submit = {"name": "submit", "arguments": json.dumps({"answer": answer})}
         message = {
