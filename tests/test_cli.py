@@ -176,3 +176,35 @@ def test_run_ids_can_be_shortened_as_git_commits_can(
     assert "no run 'zz'" in capsys.readouterr().err
     assert main(["repair", "ab9", "--cache-dir", str(tmp_path)]) == 0
     assert "run ab98ef76: run.json is readable, kept as it is" in capsys.readouterr().out
+
+
+def test_status_and_cancel_of_a_run_before_its_first_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a run, `status` and `cancel` say there is none; a run whose session holds it
+    but has not planned yet is "starting", and `cancel` asks it to stop; once that session
+    is gone without planning, `status` says no session got to planning and what the run
+    holds (or why that cannot be counted). No command at all prints the help."""
+    cache = ["--cache-dir", str(tmp_path)]
+    (tmp_path / "agenteval/runs").mkdir(parents=True)
+    assert main(["status", *cache]) == main(["cancel", *cache]) == 1
+    err = capsys.readouterr().err
+    assert "agenteval: no run stored yet" in err and "agenteval: no run is running" in err
+    store = Store(tmp_path / "agenteval")
+    store.create_run("r1", [{"name": "ds", "version": "1"}], {"override": None})
+    assert main(["status", *cache]) == 0
+    assert capsys.readouterr().out == "run r1: a session is starting (no progress.json yet)\n"
+    assert main(["cancel", "r1", *cache]) == 0
+    assert "run r1: cancel requested" in capsys.readouterr().out
+    assert (tmp_path / "agenteval/runs/r1/cancel").exists()
+    store.close()
+    assert main(["status", "r1", *cache]) == 1
+    err = capsys.readouterr().err
+    assert "run r1 has no progress.json: no session of it got to planning" in err
+    assert "the run holds 0 of 0 planned attempts (interrupted)" in err
+    (tmp_path / "agenteval/runs/r1/run.json").write_text("{")
+    assert main(["status", "r1", *cache]) == 1
+    err = capsys.readouterr().err
+    assert "its records cannot be counted: " in err and "`agenteval repair r1` rebuilds" in err
+    assert main([]) == 2
+    assert "usage: agenteval" in capsys.readouterr().out

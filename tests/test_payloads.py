@@ -22,8 +22,11 @@ from pytest_agenteval.core.payloads import (
     from_wire,
     to_wire,
 )
-from pytest_agenteval.core.records import AttemptRecord, new_record
+from pytest_agenteval.core.records import UNATTRIBUTED_CRASH, AttemptRecord, new_record
+from pytest_agenteval.glue.live_progress import LiveProgress
 from pytest_agenteval.glue.recorder import Recorder
+from pytest_agenteval.glue.session_state import SessionState
+from pytest_agenteval.store.inflight import InFlight, inflight_path
 from pytest_agenteval.store.lifecycle import OpenRun
 from pytest_agenteval.store.plan import make_plan
 from pytest_agenteval.store.runs import Store
@@ -99,6 +102,7 @@ def recorder(tmp_path: Path, stored: list[AttemptRecord]) -> tuple[Recorder, Sto
     rows, _ = store.index("r1")
     plan = make_plan(rows, rerun_errors=False, rerun_all=False)
     hook = Hook()
+    logged: list[pytest.TestReport] = []
     option = SimpleNamespace(
         markers=False,
         showfixtures=False,
@@ -108,19 +112,30 @@ def recorder(tmp_path: Path, stored: list[AttemptRecord]) -> tuple[Recorder, Sto
     )
     config = SimpleNamespace(
         option=option,
-        pluginmanager=SimpleNamespace(hasplugin=lambda name: False),
-        hook=SimpleNamespace(pytest_agenteval_record_committed=hook),
+        pluginmanager=SimpleNamespace(hasplugin=lambda name: False, getplugin=lambda name: None),
+        hook=SimpleNamespace(
+            pytest_agenteval_record_committed=hook,
+            pytest_runtest_logreport=lambda report: logged.append(report),
+        ),
         rootpath=tmp_path,
+        logged=logged,
     )
-    settings = SimpleNamespace(max_cost=None, max_tokens=None, variants=())
+    settings = SimpleNamespace(max_cost=None, max_tokens=None, variants=(), concurrency=None)
+    dataset = SimpleNamespace(name="ds")
     runtime = SimpleNamespace(
         settings=settings,
         stops=None,
         plan=plan,
         runner=SimpleNamespace(fingerprint={}, ahead=None),
         running=None,
+        datasets=[],
+        # the dataset's folder is tmp_path/ds; its task files are not read back (no task)
+        dataset_for=lambda path: dataset if path == tmp_path / "ds" else None,
     )
-    made = Recorder(config, runtime, store, OpenRun("r1", True, plan))  # type: ignore[arg-type]
+    run = OpenRun("r1", True, plan)
+    state = SessionState.of(run, None, None, None)
+    live = LiveProgress(runtime, "r1", store.runs_dir / "r1", state.budget, distributed=False)  # type: ignore[arg-type]
+    made = Recorder(config, runtime, store, run, state, live)  # type: ignore[arg-type]
     return made, store, hook
 
 
@@ -199,3 +214,94 @@ def test_the_dict_form_of_the_committed_hook_and_key_are_deprecated() -> None:
         manager.register(Old())
     with pytest.warns(DeprecationWarning, match="AttemptId"):
         assert pytest_agenteval.Key is AttemptId
+
+
+def crash_report(key: AttemptId, dataset: str = "ds") -> pytest.TestReport:
+    """What xdist's controller makes of an item whose worker died."""
+    nodeid = f"{dataset}/{key.task_id}.yaml::{key.item_name}"
+    when: Any = "???"  # xdist's, outside TestReport's Literal
+    return pytest.TestReport(nodeid, ("x", 0, "x"), {}, "failed", "worker 'gw0' crashed", when)
+
+
+def test_a_worker_crash_is_recorded_as_the_attempts_error_or_not_counted(
+    tmp_path: Path,
+) -> None:
+    """A crash with no other call in flight is the attempt's own (WorkerCrash); one while the
+    worker's notes name other calls, or with calls run ahead and no notes, does not count
+    towards the crash limit; each is committed as a crash record and closed with a teardown
+    report so JUnit writes its properties."""
+    made, store, _ = recorder(tmp_path, [])
+    own, noted, unknown = aid("ds", "own", 0), aid("ds", "noted", 0), aid("ds", "unknown", 0)
+    notes = InFlight(inflight_path(store.runs_dir / "r1", "gw1"))
+    notes.note(noted, running=True)
+    notes.note(aid("ds", "other", 1), running=True)
+    made.runtime.settings.concurrency = 1  # type: ignore[misc]
+    for key, worker in ((own, None), (noted, "gw1")):
+        report = crash_report(key)
+        made.crashed(report.nodeid, report, worker)
+        assert report.when == "setup"
+        send(made, report)
+    made.runtime.settings.concurrency = 4  # type: ignore[misc]
+    report = crash_report(unknown)
+    made.crashed(report.nodeid, report, "gw2")
+    send(made, report)
+    assert [r.when for r in made.config.logged] == ["teardown"] * 3  # type: ignore[attr-defined]
+    store.close()
+    reread = Store(tmp_path / "agenteval")
+    found = {key: reread.record("r1", key) for key in (own, noted, unknown)}
+    records = {key: r for key, r in found.items() if r is not None}
+    assert {key: (r.status, r.phase) for key, r in records.items()} == {
+        key: ("error", "crash") for key in (own, noted, unknown)
+    }
+    assert records[own].error_type == "WorkerCrash"
+    assert str(records[own].error).startswith("worker 'gw0' crashed (the process running")
+    assert records[noted].error_type == records[unknown].error_type == UNATTRIBUTED_CRASH
+    assert "the agent calls of other [attempt 1] were in flight too" in str(records[noted].error)
+    assert "may have been in flight too (which is not known)" in str(records[unknown].error)
+
+
+def test_a_crash_after_the_report_keeps_the_record_and_one_elsewhere_is_ignored(
+    tmp_path: Path,
+) -> None:
+    """A worker that dies after its attempt's record came is said on the item's teardown, the
+    record stays; a crashed item of no dataset is left to pytest."""
+    made, store, _ = recorder(tmp_path, [])
+    key = aid("ds", "a", 0)
+    send(made, report_of(key, NewRecord("run", record(key))))
+    after = crash_report(key)
+    made.crashed(after.nodeid, after, "gw0")
+    assert after.when == "teardown" and "the record stays" in str(after.longrepr)
+    elsewhere = crash_report(key, dataset="tests")
+    made.crashed(elsewhere.nodeid, elsewhere, "gw0")
+    assert str(elsewhere.when) == "???" and not hasattr(elsewhere, "agenteval")
+    store.close()
+    kept = Store(tmp_path / "agenteval").record("r1", key)
+    assert kept is not None and kept.status == "pass"
+
+
+def test_a_failed_report_without_its_record_gets_one_saying_so(tmp_path: Path) -> None:
+    """A report that failed while its payload says the attempt ran but no record came: the
+    plugin failed around it, recorded as an InternalError crash record a resume runs again."""
+    made, _, hook = recorder(tmp_path, [])
+    key = aid("ds", "a", 0)
+    report = report_of(key, Replayed("run", key))
+    report.outcome, report.longrepr = "failed", "KeyError: 'x' in a plugin"
+    send(made, report)
+    (committed,) = [call["attempt_record"] for call in hook.calls]
+    assert committed.key == key and committed.error_type == "InternalError"
+    assert committed.error and committed.error.endswith("KeyError: 'x' in a plugin")
+    assert made.state.actions == {"run": 1}
+
+
+def test_a_payload_this_version_cannot_read_stops_the_session_said(tmp_path: Path) -> None:
+    """A worker running another pytest-agenteval ships what the controller cannot read: the
+    session stops with a message saying to install one version, nothing is committed."""
+    made, _, hook = recorder(tmp_path, [])
+    session = SimpleNamespace(shouldstop=False)
+    made.session = session  # type: ignore[assignment]
+    send(made, report_of(aid("ds", "a", 0), {"kind": "from-the-future"}))
+    (failure,) = made.state.failures
+    assert session.shouldstop == failure
+    assert "carried what this pytest-agenteval cannot read" in failure
+    assert "install the same version on every worker" in failure
+    assert not hook.calls and not made.state.reported

@@ -3,6 +3,9 @@ every xdist worker draws from, tokens reserved before a request and settled afte
 
 from __future__ import annotations
 
+import asyncio
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +14,11 @@ from hypothesis import strategies as st
 
 from helpers import DatasetMaker
 from model_server import ModelServer
-from pytest_agenteval.providers.rates import Buckets
+from pytest_agenteval.core.llm import ProviderLimits
+from pytest_agenteval.providers import rates as rates_module
+from pytest_agenteval.providers.gate import FileGate, LocalGate, Window
+from pytest_agenteval.providers.rates import _STATE, Buckets, Rates
+from pytest_agenteval.providers.seam import Route
 
 
 def _most_in_window(times: list[float], window: float) -> int:
@@ -49,6 +56,149 @@ def test_a_wait_is_until_the_bucket_has_enough_and_settling_gives_back() -> None
     assert buckets.tokens == pytest.approx(60)
     buckets.refill(2.0, 60, 6000)
     assert buckets.take(500, 60, 6000) == 0.0 and buckets.tokens == pytest.approx(-400)
+
+
+def _route(name: str = "local", **limits: int) -> Route:
+    return Route(name, "openai", "http://127.0.0.1:9/v1", "LOCAL_KEY", ProviderLimits(**limits))
+
+
+def test_an_unlimited_provider_is_admitted_without_a_bucket() -> None:
+    """A provider with no per-minute limit neither waits nor keeps buckets; settling it (or a
+    request that used what it reserved) changes nothing."""
+    rates = Rates()
+    asyncio.run(rates.admit(_route(max_in_flight=2), 10**9))
+    rates.settle(_route(), 100, 10)
+    rates.settle(_route(tokens_per_minute=600), 50, 50)
+    assert rates._local == {}
+
+
+def test_this_process_buckets_take_wait_and_settle() -> None:
+    """Without a run folder the buckets are the process's: a request takes one request and its
+    reservation; past the burst the next one waits for the refill instead of passing; settling
+    returns what the answer did not use."""
+    rates, route = Rates(), _route(requests_per_minute=1200, tokens_per_minute=60000)
+
+    async def admit(times: int) -> None:
+        for _ in range(times):
+            await rates.admit(route, 10)
+
+    start = time.time()
+    asyncio.run(admit(20))  # the burst: one second's worth of requests
+    buckets = rates._local[route.label]
+    refilled = (buckets.at - start) * 20  # requests the refill gave since the start
+    assert buckets.requests <= refilled + 1e-6
+    assert buckets.tokens <= 1000 - 200 + refilled * 50 + 1e-6
+    asyncio.run(admit(1))  # waited for the refill: taken, not lent
+    assert buckets.requests <= (buckets.at - start) * 20 - 1 + 1e-6
+    before = buckets.tokens
+    rates.settle(route, 400, 100)
+    assert buckets.tokens >= min(1000, before + 300) - 1e-6
+
+
+def test_a_run_folder_shares_the_buckets_between_processes(tmp_path: Path) -> None:
+    """Two processes' limits over one run folder draw from one file per provider: what one
+    takes the other finds gone; a damaged file counts as a full bucket."""
+    route = _route(requests_per_minute=60, tokens_per_minute=600)
+    first, second = Rates(tmp_path / "providers"), Rates(tmp_path / "providers")
+    asyncio.run(first.admit(route, 8))
+    (path,) = (tmp_path / "providers").glob("local-*.rate")
+    requests, tokens, _ = _STATE.unpack(path.read_bytes())
+    assert requests == pytest.approx(0, abs=0.1) and tokens == pytest.approx(2, abs=0.2)
+    wait = second._change(route, lambda b, r, t: b.take(1, r, t))
+    assert 0 < wait <= 1.0  # the one request a second is the first's: until it refills
+    second.settle(route, 8, 3)
+    assert 7 - 1e-6 <= _STATE.unpack(path.read_bytes())[1] <= 10  # 5 back, and the refill
+    path.write_bytes(b"torn")
+    assert first._change(route, lambda b, r, t: b.take(10, r, t)) == 0.0
+    assert _STATE.unpack(path.read_bytes())[:2] == pytest.approx((0, 0), abs=0.2)
+
+
+def test_use_rates_sets_what_every_call_draws_from(tmp_path: Path) -> None:
+    """The runtime's rates become the process's; None gives it back its own."""
+    before = rates_module.current()
+    shared = Rates(tmp_path)
+    try:
+        rates_module.use_rates(shared)
+        assert rates_module.current() is shared
+        rates_module.use_rates(None)
+        assert rates_module.current() is not shared and rates_module.current().folder is None
+    finally:
+        rates_module.use_rates(before)
+
+
+def test_a_429_halves_the_window_and_successes_regrow_it_slowly() -> None:
+    """Multiplicative decrease to at most the level the 429 showed, additive increase only on
+    a success that held the top slot, never past the ceiling."""
+    window = Window(8, 8.0, 8.0)
+    window.shrink(5)  # six were in flight: the server takes five
+    assert (window.limit, window.cap, window.rate_limited) == (4.0, 5.0, 1)
+    window.grow(1)  # not the top slot: no growth
+    assert window.limit == 4.0
+    window.grow(3)
+    assert window.limit == pytest.approx(4.25) and window.cap == pytest.approx(5.01)
+    window.shrink(None)
+    window.shrink(None)
+    window.shrink(0)
+    assert window.limit == 1.0 and window.cap == 1.0 and window.rate_limited == 4
+    full = Window(2, 2.0, 2.0)
+    full.grow(1)
+    assert full.limit == 2.0
+
+
+def test_the_process_gate_shrinks_on_429_and_on_no_requests_remaining() -> None:
+    """A 429, or a success saying no requests remain, halves the limit in flight; the status
+    names the provider with its limit and 429 count; a provider without max_in_flight has no
+    window."""
+    gate, route = LocalGate(), _route(max_in_flight=4)
+
+    async def held() -> int | None:
+        async with gate.hold(route, 1) as slot:
+            return slot
+
+    assert asyncio.run(held()) == 0
+    gate.rate_limited(route, 3)
+    assert gate.status() == {"local": {"limit": 2, "max_in_flight": 4, "rate_limited": 1}}
+    gate.succeeded(route, {"x-ratelimit-remaining-requests": "0"}, 1)
+    assert gate.status()["local"] == {"limit": 1, "max_in_flight": 4, "rate_limited": 2}
+    gate.succeeded(route, {}, 0)  # held the top slot: grows, as slowly as its cap creeps
+    assert gate.windows[route.label].limit == pytest.approx(1.05)
+    gate.rate_limited(_route("other"), 0)
+    assert list(gate.status()) == ["local"]
+
+
+def test_the_run_gate_shares_slots_limit_and_429s_through_files(tmp_path: Path) -> None:
+    """Two processes' gates over one folder: a held slot is taken for both, a 429 one saw
+    lowers the limit the other reads, a success at the top slot regrows it, status reads the
+    state file."""
+    route = _route(max_in_flight=4)
+    first, second = FileGate(tmp_path), FileGate(tmp_path)
+
+    async def both() -> tuple[int | None, int | None]:
+        async with first.hold(route, 1) as one, second.hold(route, 1) as two:
+            return one, two
+
+    assert asyncio.run(both()) == (0, 1)
+    assert second.status() == {}  # no 429 yet: no state
+    first.rate_limited(route, 2)
+    assert second.status() == {"local": {"limit": 2, "max_in_flight": 4, "rate_limited": 1}}
+    second.succeeded(route, {}, 0)  # not the top slot of two: unchanged
+    second.succeeded(route, {}, None)
+    assert first.status()["local"]["limit"] == 2
+    second.succeeded(route, {}, 1)
+    state = first._state(first._base(route), 4)
+    assert state.limit == pytest.approx(2.025) and state.rate_limited == 1  # the cap creeps
+    first.succeeded(route, {"x-ratelimit-remaining-requests": "0"}, 1)
+    assert second.status()["local"] == {"limit": 1, "max_in_flight": 4, "rate_limited": 2}
+    unlimited = _route("free")
+    first.rate_limited(unlimited, 0)
+    first.succeeded(unlimited, {}, 0)
+
+    async def free() -> int | None:
+        async with first.hold(unlimited, 1) as slot:
+            return slot
+
+    assert asyncio.run(free()) is None
+    assert list(first.status()) == ["local"]
 
 
 def _manifest(server: ModelServer, limits: dict[str, int]) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def environment(image: str, tmp_path: Path) -> Iterator[DockerEnvironment]:
     (template / "src/calc.txt").write_text("1 + 1 = 3\n")
     (template / "gone.txt").write_text("to delete\n")
     made = DockerEnvironment(
-        SandboxSpec(docker=DockerImage(image=image), memory="64m"),
+        SandboxSpec(docker=DockerImage(image=image), memory="64m", cpus=1.5, env={"FROM": "spec"}),
         f"agenteval-test-{os.getpid()}-{tmp_path.name}",
         template,
         DockerSession(),
@@ -170,12 +170,12 @@ def test_a_sandbox_runs_programs_reads_writes_and_lists_changes(
     start."""
     assert isinstance(environment, Environment) and environment.local_path is None
     done = environment.exec(
-        ["sh", "-c", 'pwd; cat; echo "$WHO"; rm gone.txt; echo 2 > src/calc.txt'],
+        ["sh", "-c", 'pwd; cat; echo "$WHO $FROM"; rm gone.txt; echo 2 > src/calc.txt'],
         input=b"from stdin\n",
         env={"WHO": "agent"},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["/workspace", "from stdin", "agent"]
+    assert done.stdout.splitlines() == ["/workspace", "from stdin", "agent spec"]
     environment.write_file("notes/new.txt", b"hello")
     assert environment.read_file("/workspace/notes/new.txt") == b"hello"
     assert environment.read_file("src/calc.txt") == b"2\n"
@@ -186,8 +186,32 @@ def test_a_sandbox_runs_programs_reads_writes_and_lists_changes(
     ]
     with pytest.raises(PermissionError):
         environment.read_file("../etc/passwd")
+    with pytest.raises(PermissionError, match="outside the attempt's workspace"):
+        environment.write_file("/etc/passwd", b"root::0:0::/:/bin/sh\n")
+    with pytest.raises(OSError, match=r"src/calc\.txt/under"):
+        environment.write_file("src/calc.txt/under", b"a file is no folder")
     with pytest.raises(OSError, match="no-such-program"):
         environment.exec(["no-such-program"])
+    cpus = subprocess.run(
+        ["docker", "inspect", "--format", "{{.HostConfig.NanoCpus}}", environment.name],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert cpus.stdout.strip() == "1500000000"
+
+
+def test_a_container_stopped_under_the_attempt_is_a_lost_sandbox(
+    environment: DockerEnvironment,
+) -> None:
+    """When the container is gone from under a program (killed outside the plugin), the
+    program's exit is not taken for its own: the sandbox is lost, said, and stays lost."""
+    subprocess.run(["docker", "kill", environment.name], capture_output=True, check=True)
+    with pytest.raises(SandboxUnavailable, match="stopped under the attempt") as lost:
+        environment.exec(["true"])
+    assert lost.value.detail
+    with pytest.raises(OSError, match="its container stopped under the attempt"):
+        environment.exec(["true"])
 
 
 @pytest.mark.slow

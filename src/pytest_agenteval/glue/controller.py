@@ -24,9 +24,11 @@ from ..store.locate import resolve_cache_dir
 from ..store.running import Running, clear_running
 from ..store.runs import Store
 from ..store.stops import Stops
+from .live_progress import LiveProgress
 from .recorder import Recorder
 from .reporter import Reporter
 from .runtime import Parts, RunContext, Runtime, selected_variants
+from .session_state import SessionState
 from .settings import Settings, dry_run
 
 
@@ -96,9 +98,18 @@ def start_controller(config: pytest.Config, runtime: Runtime, opened: OpenedRun)
     """Register the opened run's recorder and reporter (and, under xdist, what ships the plan
     to workers)."""
     store, run, baseline = opened.store, opened.run, opened.baseline
-    recorder = Recorder(config, runtime, store, run)
+    settings = runtime.settings
+    dry = dry_run(config)
+    state = SessionState.of(run, runtime.stops, settings.max_cost, settings.max_tokens)
+    distributed = config.pluginmanager.hasplugin("dsession") or bool(
+        getattr(config.option, "numprocesses", None)
+    )
+    run_dir = None if dry else store.runs_dir / run.run_id
+    live = LiveProgress(runtime, run.run_id, run_dir, state.budget, distributed)
+    config.pluginmanager.register(live, "agenteval-progress")
+    recorder = Recorder(config, runtime, store, run, state, live)
     config.pluginmanager.register(recorder, "agenteval-recorder")
-    reporter = Reporter(runtime, store, run, recorder, baseline)
+    reporter = Reporter(runtime, store, run, state, live, dry=dry, baseline=baseline)
     config.pluginmanager.register(reporter, "agenteval-reporter")
     if runtime.settings.probe and runtime.stops is not None:
         from .probe import ProbeHooks

@@ -9,7 +9,6 @@ compute and put records on their reports.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -38,21 +37,18 @@ from ..core.records import (
 )
 from ..execution.attempt import interrupted_record
 from ..execution.exits import guard_exits, unguard_exits
-from ..providers.gate import status as provider_status
 from ..sources.dataset import TaskDef, load_task_file
 from ..sources.discovery import arg_path
 from ..store.index import IndexRow, row_of
 from ..store.inflight import inflight_path, read_in_flight
 from ..store.lifecycle import OpenRun, narrowing
 from ..store.plan import CRASH_LIMIT
-from ..store.progress import EVERY, LIVE, PROGRESS_FILE, Progress
-from ..store.running import read_running
 from ..store.runs import Store
-from ..store.stops import Budget
 from .collect import LoadErrorItem, load_error_label
 from .concurrency import concurrency_of, say_now
 from .internals import stop_distributing
 from .items import AttemptItem
+from .live_progress import LiveProgress
 from .runtime import Runtime
 from .session_state import SessionState
 from .settings import dry_run
@@ -61,12 +57,23 @@ from .settings import dry_run
 class Recorder:
     """Commits records, counts what the session did, and notices attempts that vanish."""
 
-    def __init__(self, config: pytest.Config, runtime: Runtime, store: Store, run: OpenRun):
+    def __init__(
+        self,
+        config: pytest.Config,
+        runtime: Runtime,
+        store: Store,
+        run: OpenRun,
+        state: SessionState,
+        live: LiveProgress,
+    ):
+        """`state` is the session's state, which this writes; `live`, its progress file."""
         self.config = config
         self.runtime = runtime
         self.store = store
         self.run = run
         self.dry = dry_run(config)
+        self.state = state
+        self.live = live
         self.properties: dict[str, list[tuple[str, Any]]] = {}
         """JUnit properties of attempts reported, until their teardown report carries them."""
         self.collected_once = False
@@ -81,54 +88,9 @@ class Recorder:
             LoadError: self._load_error,
         }
         """Each payload kind's handler (xdist's DSession dispatches worker events alike)."""
-        self._distributed = config.pluginmanager.hasplugin("dsession") or bool(
-            getattr(config.option, "numprocesses", None)
-        )
         self.unpriced_warned = False
         """Whether the terminal was told that the spend cap cannot count some attempt."""
-        settings = runtime.settings
-        stops = runtime.stops
-        capped = stops.budget if stops is not None else None
-        self.state = SessionState(capped or Budget(settings.max_cost, settings.max_tokens))
-        """The session's state: the recorder is its one writer, the reporter reads it."""
-        self.state.planned_keys.update(row.key for row in run.plan.rows.values())
-        for row in run.plan.rows.values():  # a resumed run's earlier sessions spent too
-            self.state.budget.add(row.spend, row.input_tokens, row.output_tokens)
-        if capped is not None:  # answers of this session count from there, in every process
-            capped.ledger.reset(capped.cost, capped.tokens)
         self._check_budget()
-        folder = None if self.dry else store.runs_dir / run.run_id / PROGRESS_FILE
-        self.progress = Progress(
-            run.run_id, folder, running=self._running, providers=provider_status
-        )
-        self._progress_lock = threading.Lock()
-        self._last_word = False
-        """The session's last progress was written: nothing after it."""
-        self._ticker: threading.Thread | None = None
-        self._ticking = threading.Event()
-        """Set when the ticker must stop (the session ends)."""
-        self.progress.write("starting", force=True)  # `agenteval status` sees this session
-
-    def _running(self) -> list[dict[str, Any]]:
-        """The attempts running now: this process's, and what its xdist workers wrote."""
-        own = self.runtime.running
-        found = own.snapshot() if own is not None else []
-        if self._distributed and not self.dry:
-            found += read_running(self.store.runs_dir / self.run.run_id)
-        return found
-
-    def _tick(self) -> None:
-        """Refresh progress.json about once a second while the session runs, also when no
-        report comes (a slow attempt's phases)."""
-        while not self._ticking.wait(EVERY) and not self._last_word:
-            self.show_progress()
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self) -> None:
-        """The session ends: the ticker stops before the session's last word is written."""
-        self._ticking.set()
-        if self._ticker is not None:
-            self._ticker.join(5)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
@@ -137,7 +99,7 @@ class Recorder:
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
         """Alone, agents run in this process: an `os._exit` there must not end the session as
         a success (xdist workers that die are crashes the controller records)."""
-        if self._distributed:
+        if self.live.distributed:
             return (yield)
         guard_exits(partial(say_now, self.config))
         try:
@@ -148,12 +110,10 @@ class Recorder:
     def failed(self, exc: StoreError | ReportError) -> None:
         """A store or report write failed (disk full, read-only): stop cleanly and say where
         and why, once; what is committed stays committed."""
-        message = f"agenteval: {exc}"
-        if message not in self.state.failures:
-            self.state.failures.append(message)
+        first = self.state.fail(exc)
         if self.session is not None:
-            self.session.shouldstop = self.state.failures[0]
-        stop_distributing(self.config, self.state.failures[0])
+            self.session.shouldstop = first
+        stop_distributing(self.config, first)
 
     @pytest.hookimpl(tryfirst=True)  # before the spec cache is saved and emptied
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -207,13 +167,8 @@ class Recorder:
             self.store.set_planned(run.run_id, len(self.state.planned_keys), narrowed_by)
         except StoreError as exc:
             self.failed(exc)
-        self.progress.plan(self.state.planned_keys)
-        self.show_progress("running")
-        if self.progress.path is not None and self._ticker is None:
-            self._ticker = threading.Thread(
-                target=self._tick, name="agenteval-progress", daemon=True
-            )
-            self._ticker.start()
+        self.live.file.plan(self.state.planned_keys)
+        self.live.start()
 
     def _whole(self, keys: list[AttemptId], broken: set[tuple[str, str]]) -> set[AttemptId]:
         """The attempts of the whole run but for the load errors this session collected. When
@@ -263,8 +218,8 @@ class Recorder:
                 and report.when == "setup"
                 and (parsed := parse_item_name(report.nodeid, ""))
             ):
-                self.progress.skip(parsed.variant)
-                self.show_progress()
+                self.live.file.skip(parsed.variant)
+                self.live.show()
             return (yield)
         payload = carried if isinstance(carried, PAYLOADS) else self._from_wire(report, carried)
         if payload is not None:
@@ -341,8 +296,8 @@ class Recorder:
             self.state.reported.add(row.key)
             if not reused or action == "reuse":
                 self.properties[report.nodeid] = junit_properties(row, reused)
-            self.progress.attempt(row.status, reused, row.variant)
-        self.show_progress()
+            self.live.file.attempt(row.status, reused, row.variant)
+        self.live.show()
 
     def _keep_files(self, report: pytest.TestReport, key: AttemptId) -> None:
         """Before a new record commits: the bytes of its attempt's kept files (which came
@@ -430,26 +385,6 @@ class Recorder:
             f"{model}; such attempts run uncounted (add the price, or cap tokens with "
             "--agenteval-max-tokens)",
         )
-
-    def show_progress(self, status: str | None = None) -> None:
-        """Refresh progress.json (at most about once a second unless `status` is given); also
-        called by the ticker thread, so one write at a time, none after the last word."""
-        progress, runtime = self.progress, self.runtime
-        if status is None and not progress.due():
-            return
-        with self._progress_lock:
-            if self._last_word:
-                return
-            progress.tokens, progress.cost = self.state.budget.tokens, self.state.budget.cost
-            ahead = runtime.runner.ahead
-            distributed = self._distributed
-            progress.in_flight = ahead.running if ahead is not None and not distributed else None
-            if status is None:
-                stopping = runtime.stops is not None and runtime.stops.reason() is not None
-                progress.write("stopping" if stopping else "running")
-            else:
-                self._last_word = status not in LIVE
-                progress.write(status, force=True)
 
     def _check_budget(self) -> None:
         reason = self.state.budget.reached()

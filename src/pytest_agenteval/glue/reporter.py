@@ -30,9 +30,10 @@ from ..store.runs import Store
 from ..store.sessions import SessionEntry
 from ..store.stops import Stop
 from .items import AttemptItem
-from .recorder import Recorder
+from .live_progress import LiveProgress
 from .runtime import Runtime
 from .session_end import Ending, SessionFacts, end_session, run_exitstatus
+from .session_state import SessionState
 
 
 class PlanAlone:
@@ -59,19 +60,23 @@ class Reporter:
         runtime: Runtime,
         store: Store,
         run: OpenRun,
-        recorder: Recorder,
+        state: SessionState,
+        live: LiveProgress,
+        *,
+        dry: bool,
         baseline: Summary | None = None,
     ):
+        """`state` is the session's state, which this only reads; `live`, its progress file,
+        to which this says the last word."""
         self.runtime = runtime
         self.baseline = baseline
         """The regression gate's baseline summary (`--agenteval-baseline`), or None."""
         self.settings = runtime.settings
         self.store = store
         self.run = run
-        self.recorder = recorder
-        self.dry = recorder.dry
-        self.state = recorder.state
-        """The session's state (the recorder writes it; read here)."""
+        self.live = live
+        self.dry = dry
+        self.state = state
         self.summary: Summary | None = None
         self.ending: Ending | None = None
         """How the session ended (None before its end, or when nothing was kept)."""
@@ -137,7 +142,7 @@ class Reporter:
             ctrl_c=self.ctrl_c,
         )
         status = self._summarize(session, int(exitstatus), stop)
-        self.recorder.show_progress(status)
+        self.live.show(status)
         recorded = run_exitstatus(replace(facts, status=status))
         assert self.summary is not None
         out_dir = self.settings.report_dir
@@ -153,7 +158,7 @@ class Reporter:
             other_failures=self.state.other_failures,
         )
         for failure in finished.failures:
-            self.recorder.failed(failure)
+            self.state.fail(failure)
         self.summary = finished.summary
         config = session.config
         config.hook.pytest_agenteval_summary(summary=self.summary, config=config)
@@ -162,7 +167,7 @@ class Reporter:
                 self.run.run_id, self.summary.status, self._session_entry(recorded)
             )
         except StoreError as exc:
-            self.recorder.failed(exc)
+            self.state.fail(exc)
         self.ending = end_session(
             replace(
                 facts,

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..core.errors import ReportError, StoreError
 from ..core.identity import AttemptId
-from ..store.stops import Budget
+from ..store.lifecycle import OpenRun
+from ..store.stops import Budget, Stops
 
 
 @dataclass
@@ -38,6 +40,29 @@ class SessionState:
     """Failed or erroring tests of the session that are not attempts (the gate counts them)."""
     failures: list[str] = field(default_factory=list)
     """Store or report writes that failed: each stops the session; the run is interrupted."""
+
+    @classmethod
+    def of(
+        cls, run: OpenRun, stops: Stops | None, max_cost: float | None, max_tokens: int | None
+    ) -> SessionState:
+        """The state a session starts from: the run's plan, and its spend so far (a resumed
+        run's earlier sessions spent too), counted against the run's caps."""
+        capped = stops.budget if stops is not None else None
+        state = cls(capped or Budget(max_cost, max_tokens))
+        state.planned_keys.update(row.key for row in run.plan.rows.values())
+        for row in run.plan.rows.values():
+            state.budget.add(row.spend, row.input_tokens, row.output_tokens)
+        if capped is not None:  # answers of this session count from there, in every process
+            capped.ledger.reset(capped.cost, capped.tokens)
+        return state
+
+    def fail(self, exc: StoreError | ReportError) -> str:
+        """A store or report write failed: noted once; the first failure is the one that
+        stops the session."""
+        message = f"agenteval: {exc}"
+        if message not in self.failures:
+            self.failures.append(message)
+        return self.failures[0]
 
     def began(self) -> bool:
         """Whether the session did anything: an attempt, an agent or a task that failed."""
