@@ -96,11 +96,15 @@ def handler(latency: float, steps: Sequence[Step]) -> type[BaseHTTPRequestHandle
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the default 5 drops connects when 16 attempts open theirs at once
+
+
 def serve(
     port: int = 8765, latency: float = 0.0, steps: Sequence[Step] = STEPS
 ) -> ThreadingHTTPServer:
     """The server, bound and ready (`serve_forever` it in a thread or here)."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler(latency, steps))
+    server = Server(("127.0.0.1", port), handler(latency, steps))
     server.daemon_threads = True
     server.requests = []  # type: ignore[attr-defined]  # the bodies seen (for tests)
     return server
