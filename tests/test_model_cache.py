@@ -69,7 +69,8 @@ def test_a_second_fresh_run_sends_nothing(
     """10 tasks x 3 attempts under `on`: the first run sends 30 requests (one per attempt,
     though attempts of a task ask the same), the second fresh run none, and their summaries
     agree; the second run's records, JUnit and HTML say each call was cached, at $0 with its
-    first cost kept apart."""
+    first cost kept apart; each summary (json, md, terminal) counts the hits, misses and the
+    cost saved."""
     args = ["--agenteval", "ds", "--agenteval-model-cache", "on", *workers]
     first = pytester.runpytest_subprocess(*args)
     first.assert_outcomes(passed=30)
@@ -77,6 +78,9 @@ def test_a_second_fresh_run_sends_nothing(
     assert len({json.dumps(r, sort_keys=True) for r in model_server.requests}) == 10
     assert stats(_cache_dir(pytester)).entries == 30
     before = summary_of(pytester, latest_run(pytester.path))
+    one = (100 * 1.0 + 20 * 10.0) / 1e6
+    assert before["model_cache"] == {"hits": 0, "misses": 30, "cost_saved": None}
+    first.stdout.fnmatch_lines(["*model cache: 0 hits, 30 misses"])
     model_server.reset()
     junit = pytester.path / "junit.xml"
     html = pytester.path / "report.html"
@@ -86,10 +90,15 @@ def test_a_second_fresh_run_sends_nothing(
     after = summary_of(pytester, latest_run(pytester.path))
     assert before["run_id"] != after["run_id"]
     assert _outcome(after) == _outcome(before)
+    assert after["model_cache"] == {"hits": 30, "misses": 0, "cost_saved": pytest.approx(30 * one)}
+    assert after["totals"]["cost"] == 0
+    second.stdout.fnmatch_lines(["*model cache: 30 hits, 0 misses, 0.0090 saved"])
+    markdown = pytester.path / ".pytest_cache/agenteval/runs" / after["run_id"] / "summary.md"
+    assert "- model cache: 30 hits, 0 misses, 0.0090 saved" in markdown.read_text()
     for record in _records(pytester.path):
         usage = record["usage"]
         assert usage["cached_calls"] == 1 and usage["cost"] == 0
-        assert usage["cached_cost"] == pytest.approx((100 * 1.0 + 20 * 10.0) / 1e6)
+        assert usage["cached_cost"] == pytest.approx(one)
         (call,) = [e for e in record["transcript"] if e.get("type") == "model_call"]
         assert call["cached"] is True
     assert junit.read_text().count('name="cached_calls" value="1"') == 30

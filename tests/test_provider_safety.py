@@ -3,7 +3,11 @@ priced spend stops a run at its cap, and per-agent limits hold at the server acr
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from chat_server import ChatServer
 from helpers import DatasetMaker, latest_record
@@ -165,3 +169,42 @@ def test_max_in_flight_holds_at_the_server_across_workers(
     result.assert_outcomes(passed=10)
     assert len(chat_server.requests) == 10
     assert chat_server.max_concurrent == 2
+
+
+def _masked_by_brute_force(text: str, key: str) -> str:
+    """What `mask` must give: every character inside a run of at least min(12, len(key))
+    characters of `key` hidden, each maximal hidden stretch as one `***`."""
+    shortest = min(12, len(key))
+    hidden = [False] * len(text)
+    for start in range(len(text)):
+        for end in range(start + shortest, len(text) + 1):
+            if text[start:end] in key:
+                hidden[start:end] = [True] * (end - start)
+    out, i = [], 0
+    while i < len(text):
+        if hidden[i]:
+            while i < len(text) and hidden[i]:
+                i += 1
+            out.append("***")
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+@given(
+    key=st.text(alphabet="abcx-", min_size=4, max_size=20),
+    text=st.text(alphabet="abcx-y", max_size=40),
+)
+def test_mask_hides_every_run_of_the_key_and_returns_other_texts_as_they_are(
+    key: str, text: str
+) -> None:
+    """`mask` (its short-text and no-run fast paths included) hides what a brute-force search
+    finds, and returns a text with no run of the key as the same object."""
+    from pytest_agenteval.providers import client
+
+    with patch.object(client, "_keys", {key}):
+        masked = client.mask(text)
+    assert masked == _masked_by_brute_force(text, key)
+    if masked == text:
+        assert masked is text

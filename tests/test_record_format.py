@@ -202,7 +202,26 @@ def _as_row(entry: dict[str, Any], name: str) -> Any:
         return tuple(entry["tags"])
     if name == "error_class" and entry["status"] == "error":  # implied by its phase
         return entry.get(name) or phase_class(entry["phase"])
-    return entry.get(name, 0 if name in ("crashes", "retries") else None)
+    return entry.get(
+        name, 0 if name in ("crashes", "retries", "cache_hits", "cache_misses") else None
+    )
+
+
+def test_model_cache_counts_reach_the_index_line_and_read_back() -> None:
+    """An attempt whose agent call and judge the model cache answered or missed: its index
+    line counts the hits and misses of both and what the hits first cost, and reads back as
+    the same row; a record without them writes none of these fields (format `/1`)."""
+    full = examples()["full"]
+    usage = {**(full.usage or {}), "cached_calls": 2, "cached_cost": 0.25, "cache_misses": 1}
+    judge = Verdict("judge", True, "ok", 0.5, {"usage": {"cost": 0.0, "cached_calls": 1}})
+    cached = replace(full, usage=usage, verdicts=(*full.verdicts, judge))
+    entry = index_entry(cached)
+    assert (entry["cache_hits"], entry["cache_misses"], entry["cached_cost"]) == (3, 1, 0.25)
+    row, _ = parse_line(placed(to_json_text(entry), 0, 1).encode(), {}, True)
+    assert (row.cache_hits, row.cache_misses, row.cached_cost) == (3, 1, 0.25)
+    assert row_of(entry) == replace(row, replay="", digest="", run_digest="")
+    for record in examples().values():
+        assert not {"cache_hits", "cache_misses", "cached_cost"} & set(index_entry(record))
 
 
 def test_a_variant_is_part_of_the_identity_and_absent_without_one(tmp_path: Path) -> None:

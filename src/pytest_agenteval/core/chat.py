@@ -66,6 +66,8 @@ class ChatReply:
     cost: float | None = None
     cached: bool = False
     cached_cost: float | None = None
+    cache_missed: bool = False
+    """The model cache was asked and had no answer: the request was sent."""
     latency: float = 0.0
     retries: int = 0
     """Requests retried before this answer (429s, 5xx, connection errors)."""

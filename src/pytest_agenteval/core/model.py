@@ -721,6 +721,8 @@ class Usage(UserModel):
     was sent, they cost 0 in `cost`."""
     cached_cost: Money | None = None
     """What the cached answers cost when they were first asked (not in `cost`)."""
+    cache_misses: Count | None = None
+    """Model calls the model cache was asked for and could not answer (they were sent)."""
 
 
 class AgentResult(UserModel):

@@ -205,6 +205,37 @@ class AttemptRecord:
         """Everything the attempt cost: the agent and its judges (what spend caps count)."""
         return spend_sum((self.cost, self.judge_cost, self.retry_cost))
 
+    @property
+    def cache_hits(self) -> int:
+        """Model calls (the agent's and its judges') the model cache answered."""
+        return sum(_count(u, "cached_calls") for u in self._usages())
+
+    @property
+    def cache_misses(self) -> int:
+        """Model calls the model cache was asked for and could not answer (they were sent)."""
+        return sum(_count(u, "cache_misses") for u in self._usages())
+
+    @property
+    def cached_cost(self) -> float | None:
+        """What the cached answers cost when they were first asked: what the cache saved."""
+        return spend_sum(u.get("cached_cost") for u in self._usages())
+
+    @property
+    def asked_cache(self) -> bool:
+        """Whether any of the attempt's model calls asked the model cache (cheap: the index
+        line asks it of every record)."""
+        if _asked(self.usage):
+            return True
+        return any(v.details and _asked(v.details.get("usage")) for v in self.verdicts)
+
+    def _usages(self) -> list[dict[str, Any]]:
+        """The agent's usage and each judge's (a verdict's `details.usage`)."""
+        found = [self.usage] if self.usage else []
+        for verdict in self.verdicts:
+            usage = verdict.details.get("usage") if verdict.details else None
+            found += [usage] if isinstance(usage, dict) else []
+        return found
+
     def detail(self) -> Detail:
         """What the attempt shows when it did not pass: the record's fields `Detail` names."""
         return Detail(*[getattr(self, name) for name in DETAIL_FIELDS])
@@ -342,10 +373,20 @@ def new_record(
 def usage_json(usage: Usage) -> dict[str, Any]:
     """Usage as stored: tokens and cost always, the optional facts only when known."""
     found = usage.model_dump()
-    for name in ("cached_input_tokens", "model", "cached_calls", "cached_cost"):
+    for name in ("cached_input_tokens", "model", "cached_calls", "cached_cost", "cache_misses"):
         if found[name] is None:
             del found[name]
     return found
+
+
+def _asked(usage: Any) -> bool:
+    """Whether a usage dict counts calls that asked the model cache."""
+    return type(usage) is dict and ("cached_calls" in usage or "cache_misses" in usage)
+
+
+def _count(usage: dict[str, Any], name: str) -> int:
+    value = usage.get(name)
+    return value if type(value) is int else 0
 
 
 def spend_sum(values: Iterable[float | None]) -> float | None:
@@ -593,6 +634,27 @@ FIELDS: tuple[Field, ...] = (
         stored=False,
         index=_STR,
     ),
+    Field(
+        "cache_hits",
+        "r.cache_hits",
+        omit="not (r.asked_cache and r.cache_hits)",
+        stored=False,
+        index=_INT,
+    ),
+    Field(
+        "cache_misses",
+        "r.cache_misses",
+        omit="not (r.asked_cache and r.cache_misses)",
+        stored=False,
+        index=_INT,
+    ),
+    Field(
+        "cached_cost",
+        "r.cached_cost",
+        omit="not r.asked_cache or r.cached_cost is None",
+        stored=False,
+        index=_NUMBER,
+    ),
 )
 """Every field of a stored record (in its JSON's order) and of its index line. A new field is
 one entry here (and the attribute it holds): the stored JSON, the index line, the shipped form
@@ -602,7 +664,7 @@ INDEX_LINE: tuple[str, ...] = (
     *("schema", "dataset", "variant", "task_id", "attempt", "digest", "run_digest", "status"),
     *("score", "duration", "input_tokens", "output_tokens", "cost", "tags", "reason", "phase"),
     *("replay", "crashes", "model", "judge_cost", "environment", "variant_agent", "error_class"),
-    *("retries", "retry_cost"),
+    *("retries", "retry_cost", "cache_hits", "cache_misses", "cached_cost"),
 )
 """The order of an index line's fields (format `/1`'s; `placed` appends `record`)."""
 

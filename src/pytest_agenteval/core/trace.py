@@ -57,6 +57,9 @@ class ModelCall(_Event):
     """The answer came from a cache (no request reached the provider; `cost` is 0)."""
     cached_cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """A cached answer's cost when it was first asked (counted against no cap)."""
+    cache_missed: bool | None = None
+    """True: the model cache (`--agenteval-model-cache`) was asked and had no answer, so the
+    request was sent; absent when no cache was asked or it answered."""
     finish_reason: str | None = None
     """Why the model stopped (`stop`, `length`, `tool_calls`...)."""
     started_at: float | None = None

@@ -109,6 +109,7 @@ def summed_usage(trace: Trace) -> Usage | None:
     models = {e.model or e.request_model for e in calls} - {None}
     hits = [e for e in calls if e.cached]
     firsts = [e.cached_cost for e in hits if e.cached_cost is not None]
+    misses = sum(1 for e in calls if e.cache_missed)
     return Usage(
         input_tokens=sum(e.input_tokens or 0 for e in calls),
         output_tokens=sum(e.output_tokens or 0 for e in calls),
@@ -117,6 +118,7 @@ def summed_usage(trace: Trace) -> Usage | None:
         model=models.pop() if len(models) == 1 else None,
         cached_calls=len(hits) or None,
         cached_cost=sum(firsts) if firsts else None,
+        cache_misses=misses or None,
     )
 
 

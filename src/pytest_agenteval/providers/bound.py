@@ -97,14 +97,17 @@ class BoundClient:
                 return self._cached(asked, *hit, started)
             if cache.mode == "replay":
                 raise self._replay_miss(asked)
-        reply = await self.exchange(request, started)
+        reply = await self.exchange(request, started, missed=cache is not None)
         if cache is not None and cache.writes:
             cache.put(key, reply, reply.cost)
         return reply
 
-    async def exchange(self, request: Prepared, started: float | None = None) -> ChatReply:
+    async def exchange(
+        self, request: Prepared, started: float | None = None, *, missed: bool = False
+    ) -> ChatReply:
         """Send `request` past no cache: its worst case reserved against the run's caps
-        first, then settled to what it cost; the reply priced and in the trace."""
+        first, then settled to what it cost; the reply priced and in the trace (`missed`:
+        the model cache was asked first and had no answer)."""
         started = time.time() if started is None else started
         reserved = self._reserve(request)
         try:
@@ -112,6 +115,8 @@ class BoundClient:
         except BaseException:
             self._settle(reserved, (0.0, 0))
             raise
+        if missed:
+            reply = replace(reply, cache_missed=True)
         priced = self._record(request.model, reply, started)
         self._settle(reserved, self._actual(reply, priced))
         return reply if priced is None else replace(reply, cost=priced)
@@ -135,6 +140,7 @@ class BoundClient:
             retries=reply.retries,
             cached=reply.cached,
             cached_cost=reply.cached_cost,
+            cache_missed=reply.cache_missed or None,
         )
         return self.trace.cost_of(event)
 
@@ -143,7 +149,12 @@ class BoundClient:
     ) -> ChatReply:
         """A cache hit: $0 against every cap, its first cost kept apart as `cached_cost`."""
         reply = replace(
-            reply, cost=0.0, cached=True, cached_cost=original, provider=self.provider.name
+            reply,
+            cost=0.0,
+            cached=True,
+            cached_cost=original,
+            cache_missed=False,
+            provider=self.provider.name,
         )
         self._record(asked, reply, started)
         return reply
@@ -229,4 +240,5 @@ def usage_of(reply: ChatReply) -> Usage:
         model=reply.model,
         cached_calls=1 if reply.cached else None,
         cached_cost=reply.cached_cost if reply.cached else None,
+        cache_misses=1 if reply.cache_missed else None,
     )

@@ -171,7 +171,7 @@ def _json(reply: ChatReply) -> dict[str, Any]:
     found = asdict(reply)
     found["tool_calls"] = [asdict(call) for call in reply.tool_calls]
     found["extra"] = dict(reply.extra)
-    for name in ("cost", "cached", "cached_cost", "latency", "retries"):
+    for name in ("cost", "cached", "cached_cost", "cache_missed", "latency", "retries"):
         del found[name]
     return found
 

@@ -48,8 +48,10 @@ def mask(text: str) -> str:
     """`text` with every key of this process masked as `***`: the whole key and any run of
     SHORTEST_MASKED of its characters (a server, a proxy or a model may quote it back)."""
     for key in _keys:
-        if len(key) >= 4:
-            text = _mask_runs(text, key, min(SHORTEST_MASKED, len(key)))
+        shortest = min(SHORTEST_MASKED, len(key))
+        # a text shorter than a run holds none (most JSON keys and words of a trace)
+        if len(key) >= 4 and len(text) >= shortest:
+            text = _mask_runs(text, key, shortest)
     return text
 
 
@@ -65,8 +67,11 @@ def mask_json(value: Any) -> Any:
 
 
 def _mask_runs(text: str, key: str, shortest: int) -> str:
+    runs = sorted(_key_runs(text, key, shortest))
+    if not runs:  # the text as it is, not a copy
+        return text
     merged: list[list[int]] = []
-    for start, end in sorted(_key_runs(text, key, shortest)):
+    for start, end in runs:
         if merged and start <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], end)
         else:

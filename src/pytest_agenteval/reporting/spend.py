@@ -23,6 +23,16 @@ def spend_totals(rows: Sequence[IndexRow]) -> dict[str, float | None]:
     }
 
 
+def cache_totals(rows: Sequence[IndexRow]) -> dict[str, Any] | None:
+    """summary.json's `model_cache`: hits, misses and the first cost of the cached answers;
+    None when no row's calls asked the cache."""
+    hits = sum(r.cache_hits for r in rows)
+    misses = sum(r.cache_misses for r in rows)
+    if not hits and not misses:
+        return None
+    return {"hits": hits, "misses": misses, "cost_saved": spend_sum(r.cached_cost for r in rows)}
+
+
 def pricing_coverage(rows: Sequence[IndexRow]) -> dict[str, Any]:
     """Attempts whose agent reported tokens (`with_usage`), those of them with a cost
     (`priced`: reported, or from `pricing:`), and the models that had no price."""
@@ -50,4 +60,8 @@ def spend_lines(summary: Summary) -> list[str]:
         if pricing.unpriced_models:
             line += "; no price for: " + ", ".join(pricing.unpriced_models)
         lines.append(line)
+    cache = summary.model_cache
+    if cache is not None:
+        saved = f", {cache.cost_saved:.4f} saved" if cache.cost_saved is not None else ""
+        lines.append(f"model cache: {cache.hits} hits, {cache.misses} misses{saved}")
     return lines

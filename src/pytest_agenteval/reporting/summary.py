@@ -30,7 +30,7 @@ from .metrics import (
     totals,
 )
 from .metrics import Totals as AttemptTotals
-from .spend import pricing_coverage, spend_totals
+from .spend import cache_totals, pricing_coverage, spend_totals
 from .variants import Selection, Side, by_variant, comparison, select_variants
 
 SUMMARY_SCHEMA: Literal["agenteval.summary/1"] = "agenteval.summary/1"
@@ -370,6 +370,18 @@ class ProviderSummary(_Frozen):
     """429 answers it got."""
 
 
+class ModelCacheSummary(_Frozen):
+    """The model cache (`--agenteval-model-cache`) over the run's attempts."""
+
+    hits: int
+    """Model calls (agents' and judges') the cache answered: no request was sent."""
+    misses: int
+    """Model calls the cache was asked for and could not answer (they were sent)."""
+    cost_saved: float | None
+    """What the cached answers cost when they were first asked (counted in no cap and not
+    in `totals.cost`); null when none had a known cost."""
+
+
 class Summary(_Frozen):
     """summary.json. Errored attempts count as not passed in pass@k / pass^k."""
 
@@ -451,6 +463,9 @@ class Summary(_Frozen):
     providers: dict[str, ProviderSummary] | None = None
     """Each provider whose limits changed in this session (a 429 shrank its in-flight limit):
     its current `limit`, `max_in_flight` and the 429s it got; absent when none did."""
+    model_cache: ModelCacheSummary | None = None
+    """The model cache's hits, misses and the cost it saved over the run's attempts; absent
+    when no attempt's call asked the cache."""
 
     def to_json(self) -> dict[str, Any]:
         """summary.json's content as plain types, in its order (the optional parts only when
@@ -470,6 +485,7 @@ _OPTIONAL = (
     "comparison",
     "not_selected",
     "providers",
+    "model_cache",
 )
 """Parts of summary.json left out when they are None."""
 
@@ -535,6 +551,7 @@ def build_summary(
         "pricing": pricing_coverage(rows),
         "shard": run.shard or None,
         "environment_drift": environment_drift(rows),
+        "model_cache": cache_totals(rows),
     }
     if selection is not None:
         summary.update(_variant_parts(selection, run.agent, tasks, chosen))

@@ -102,6 +102,12 @@ class IndexRow:
     """How many earlier tries of the attempt a `retry:` ran in its session."""
     retry_cost: float | None = None
     """What those tries cost (agents and judges), counted in `spend`."""
+    cache_hits: int = 0
+    """Model calls (agent and judges) the model cache answered."""
+    cache_misses: int = 0
+    """Model calls the model cache was asked for and could not answer (they were sent)."""
+    cached_cost: float | None = None
+    """What the cached answers cost when they were first asked (in no cap, not in `cost`)."""
 
     @property
     def spend(self) -> float | None:
@@ -156,6 +162,9 @@ def row_of(line: dict[str, Any]) -> IndexRow:
         _class_of(line.get("error_class"), line["status"], phase),
         line.get("retries", 0),
         line.get("retry_cost"),
+        line.get("cache_hits", 0),
+        line.get("cache_misses", 0),
+        line.get("cached_cost"),
     )  # type: ignore[call-arg]  # mypy cannot count the itemgetters'
 
 
@@ -357,6 +366,8 @@ def _optional_facts(
     agent, kind = line.get("variant_agent"), line.get("error_class")
     retries, retry_cost = line.get("retries", 0), line.get("retry_cost")
     known_retry = type(retry_cost) in (int, float) and _finite(retry_cost)  # type: ignore[arg-type]
+    saved = line.get("cached_cost")
+    known_saved = type(saved) in (int, float) and _finite(saved)  # type: ignore[arg-type]
     return (
         model if type(model) is str else None,
         judge if known else None,
@@ -366,7 +377,15 @@ def _optional_facts(
         intern(kind) if type(kind) is str else None,
         retries if type(retries) is int and retries > 0 else 0,
         retry_cost if known_retry else None,
+        _positive(line.get("cache_hits", 0)),
+        _positive(line.get("cache_misses", 0)),
+        saved if known_saved else None,
     )
+
+
+def _positive(count: Any) -> int:
+    """An optional count of a line: 0 unless a positive int."""
+    return count if type(count) is int and count > 0 else 0
 
 
 def _crashes(raw: bytes) -> int:
