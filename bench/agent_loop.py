@@ -13,8 +13,15 @@ side's process) and wall, alternating the sides, medians, after one warm-up run 
 bytecode written: this machine sets PYTHONDONTWRITEBYTECODE, under which every pytest start
 compiles pytest's and the plugins' modules again, a second of CPU no user pays).
 
-    python bench/agent_loop.py            # 100 tasks, median of 3
-    python bench/agent_loop.py --quick    # 32 tasks, once
+Two workloads: `sh` (the example's repository, whose tests are a shell script: the tools cost
+a few milliseconds a task) and `python` (bench/agent_loop_python: the same session on a
+repository whose tests are Python, `python3 test_add.py`, as a "fix a failing test" repository
+runs them, and as the issue's measurement of Inspect AI did: its floor was 8.2 s of CPU).
+Both sides find `python3` first in the base interpreter's folder (not a version manager's shim).
+
+    python bench/agent_loop.py                      # 100 tasks, median of 3
+    python bench/agent_loop.py --quick              # 32 tasks, once
+    python bench/agent_loop.py --workload python    # the Python repository
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -32,21 +40,38 @@ from typing import Any
 from measure import PYTEST, Sides, measured, medians, user_env
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "agent_loop"
+PYTHON_WORKLOAD = Path(__file__).resolve().parent / "agent_loop_python"
 LATENCY = 0.05
 IN_FLIGHT = 16
+GRADER = {"sh": ["sh", "test.sh"], "python": ["python3", "test_add.py"]}
+"""The `command` grader's argv per workload (the floor runs the same)."""
+INPUT = {
+    "sh": "The tests in test.sh fail. Fix add.sh so that `sh test.sh` passes, then submit.",
+    "python": "The tests in test_add.py fail. Fix add.py, then submit.",
+}
 
 
-def dataset(folder: Path, tasks: int, port: int) -> Path:
-    """The example with its task repeated `tasks` times in one `tasks:` file."""
+def repository(workload: str) -> Path:
+    """The repository each task gets a fresh copy of."""
+    return (PYTHON_WORKLOAD if workload == "python" else EXAMPLE) / "repo"
+
+
+def dataset(folder: Path, tasks: int, port: int, workload: str = "sh") -> Path:
+    """The example with its task repeated `tasks` times in one `tasks:` file (the python
+    workload: its repository, input and grader instead)."""
     root = folder / "agent_loop"
     shutil.copytree(
-        EXAMPLE, root, ignore=shutil.ignore_patterns("busybox", "__pycache__", "*.yaml")
+        EXAMPLE, root, ignore=shutil.ignore_patterns("busybox", "__pycache__", "*.yaml", "repo")
     )
+    shutil.copytree(repository(workload), root / "repo")
     manifest = (EXAMPLE / "agenteval.yaml").read_text()
     (root / "agenteval.yaml").write_text(manifest.replace("127.0.0.1:8765", f"127.0.0.1:{port}"))
     import yaml
 
     task = yaml.safe_load((EXAMPLE / "fix.yaml").read_text())
+    if workload == "python":
+        task["input"] = INPUT["python"]
+        task["graders"] = [{"command": GRADER["python"]}, {"contains": "tests pass"}]
     body = {"tasks": [{"id": f"fix{i}", **task} for i in range(tasks)]}
     (root / "fix.yaml").write_text(json.dumps(body))
     (folder / "pytest.ini").write_text("[pytest]\n")
@@ -109,12 +134,20 @@ async def sh(command: str, cwd: Path) -> tuple[int, bytes]:
     return child.returncode or 0, out + err
 
 
-async def one_task(i: int, port: int, base: Path, streams: Any) -> bool:
+async def run(argv: list[str], cwd: Path) -> int:
+    child = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    await child.communicate()
+    return child.returncode or 0
+
+
+async def one_task(i: int, port: int, base: Path, streams: Any, workload: str) -> bool:
     work = base / f"t{i}"
-    await asyncio.to_thread(shutil.copytree, EXAMPLE / "repo", work)
+    await asyncio.to_thread(shutil.copytree, repository(workload), work)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are fixing a repository."},
-        {"role": "user", "content": "The tests in test.sh fail. Fix add.sh."},
+        {"role": "user", "content": INPUT[workload]},
     ]
     for _ in range(4):
         reply = await post(
@@ -125,7 +158,7 @@ async def one_task(i: int, port: int, base: Path, streams: Any) -> bool:
         for call in message.get("tool_calls") or []:
             name, args = call["function"]["name"], json.loads(call["function"]["arguments"])
             if name == "submit":
-                status, _ = await sh("sh test.sh", work)  # the grader
+                status = await run(GRADER[workload], work)  # the grader
                 return status == 0 and "tests pass" in args["answer"]
             if name == "read_file":
                 text = (work / args["path"]).read_text()
@@ -139,7 +172,7 @@ async def one_task(i: int, port: int, base: Path, streams: Any) -> bool:
     return False
 
 
-async def floor(tasks: int, port: int) -> None:
+async def floor(tasks: int, port: int, workload: str) -> None:
     base = Path(tempfile.mkdtemp(prefix="floor-"))
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(tasks):
@@ -149,7 +182,7 @@ async def floor(tasks: int, port: int) -> None:
     async def worker() -> None:
         streams = await asyncio.open_connection("127.0.0.1", port)
         while not queue.empty():
-            passed.append(await one_task(queue.get_nowait(), port, base, streams))
+            passed.append(await one_task(queue.get_nowait(), port, base, streams, workload))
         streams[1].close()
 
     await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
@@ -165,22 +198,27 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--tasks", type=int)
     parser.add_argument("--repeats", type=int)
+    parser.add_argument("--workload", choices=sorted(GRADER), default="sh")
     options = parser.parse_args()
+    workload = options.workload
     tasks = options.tasks or (32 if options.quick else 100)
     repeats = options.repeats or (1 if options.quick else 3)
     folder = Path(tempfile.mkdtemp(prefix="bench-agent-loop-"))
+    steps = ["--steps", str(PYTHON_WORKLOAD / "steps.json")] if workload == "python" else []
     server = subprocess.Popen(
-        [sys.executable, str(EXAMPLE / "server.py"), "--port", "0", "--latency", str(LATENCY)],
+        [sys.executable, EXAMPLE / "server.py", "--port", "0", "--latency", str(LATENCY), *steps],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline().rsplit(":", 1)[1].split("/")[0])
-        root = dataset(folder, tasks, port)
-        env = user_env(LOCAL_MODEL_KEY="x", PYTHONHASHSEED="0")
+        root = dataset(folder, tasks, port, workload)
+        python_bin = str(Path(getattr(sys, "_base_executable", sys.executable)).parent)
+        path = os.pathsep.join([python_bin, os.environ.get("PATH", "")])
+        env = user_env(LOCAL_MODEL_KEY="x", PYTHONHASHSEED="0", PATH=path)
         ours_argv = [*PYTEST, "--agenteval", str(root), "--agenteval-concurrency", str(IN_FLIGHT)]
-        floor_argv = [sys.executable, __file__, "--floor", str(tasks), str(port)]
+        floor_argv = [sys.executable, __file__, "--floor", str(tasks), str(port), workload]
         (folder / "plain").mkdir()
         (folder / "plain" / "test_one.py").write_text("def test_one():\n    pass\n")
         plain_argv = [*PYTEST, "plain"]
@@ -190,17 +228,18 @@ def main() -> None:
             sides["floor"].append(measured(floor_argv, folder, env))
             sides["agenteval"].append(measured(ours_argv, folder, env))
             sides["pytest"].append(measured(plain_argv, folder, env))
-        report(tasks, sides)
+        report(tasks, sides, workload)
     finally:
         server.terminate()
         server.wait()
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def report(tasks: int, sides: Sides) -> None:
+def report(tasks: int, sides: Sides, workload: str) -> None:
     cpu, wall = medians(sides)
     ideal = tasks * 4 * LATENCY / IN_FLIGHT
     print(f"{tasks} tasks x 4 turns, {LATENCY * 1000:.0f} ms per model call, {IN_FLIGHT} in flight")
+    print(f"workload {workload}, load {os.getloadavg()[0]:.1f}")
     print(f"(ideal wall: {ideal:.2f} s of model latency)")
     print("| side | CPU s | wall s |")
     print("|---|---|---|")
@@ -218,7 +257,7 @@ def report(tasks: int, sides: Sides) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--floor":
-        asyncio.run(floor(int(sys.argv[2]), int(sys.argv[3])))
+    if len(sys.argv) == 5 and sys.argv[1] == "--floor":
+        asyncio.run(floor(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))
     else:
         main()

@@ -4,6 +4,7 @@ every xdist worker draws from, tokens reserved before a request and settled afte
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,45 @@ def test_the_run_gate_shares_slots_limit_and_429s_through_files(tmp_path: Path) 
 
     assert asyncio.run(free()) is None
     assert list(first.status()) == ["local"]
+
+
+def test_one_process_calls_on_the_run_gate_never_share_a_slot(tmp_path: Path) -> None:
+    """The run's gate keeps its slot files open: calls of one process still take distinct
+    slots, a third waits at a limit of two until one is given back (then reuses that slot),
+    another process's gate sees the slots held, and a forked child opens files of its own."""
+    route = _route(max_in_flight=2)
+    gate, other = FileGate(tmp_path), FileGate(tmp_path)
+    taken: list[int | None] = []
+
+    async def call(release: asyncio.Event) -> None:
+        async with gate.hold(route, 1) as slot:
+            taken.append(slot)
+            await release.wait()
+
+    async def calls() -> None:
+        first, second = asyncio.Event(), asyncio.Event()
+        tasks = [asyncio.create_task(call(first)), asyncio.create_task(call(second))]
+        third = asyncio.create_task(call(second))
+        await asyncio.sleep(0.05)
+        assert taken == [0, 1]  # the third waits: both slots are held
+        assert other._claim(f"{other._base(route)}.slot0") is None  # held for every process
+        first.set()
+        await asyncio.sleep(0.05)
+        assert taken == [0, 1, 0]  # the slot given back, taken again
+        second.set()
+        await asyncio.gather(*tasks, third)
+
+    asyncio.run(calls())
+    opened = dict(gate._files)
+    assert len(opened) == 2  # one file per slot, opened once
+    pid = os.fork()
+    if pid == 0:  # the child: its parent's descriptors are not its own
+        fd = gate._claim(f"{gate._base(route)}.slot0")
+        os._exit(0 if fd is not None and fd not in opened.values() else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    gate.close()
+    other.close()
+    assert gate._files == {}
 
 
 def _manifest(server: ModelServer, limits: dict[str, int]) -> dict[str, Any]:

@@ -142,18 +142,31 @@ class FileGate:
     file (the current limit and the 429 count) per provider in the run folder's `providers/`.
 
     A call takes a free slot below the provider's current limit (a lock the kernel releases if
-    its holder dies); a 429 halves the limit in the state file, so every worker sees it."""
+    its holder dies); a 429 halves the limit in the state file, so every worker sees it. A
+    slot's file stays open in the process that opened it (a call costs one `flock`, not an
+    open and a close); the slots this process's calls hold are known without asking the
+    kernel (two calls of one process would share an open file, and its lock)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._made = False
+        self._bases: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._files: dict[str, int] = {}
+        """Each slot file this process opened, by path (a forked child opens its own)."""
+        self._held: set[str] = set()
+        """The slot files this process's calls hold now."""
 
-    def _base(self, route: Route) -> Path:
-        if not self._made:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self._made = True
-        digest = hashlib.sha256(route.label.encode()).hexdigest()[:16]
-        return self.folder / f"{route.name[:40]}-{digest}"
+    def _base(self, route: Route) -> str:
+        base = self._bases.get(route.label)
+        if base is None:
+            if not self._made:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                self._made = True
+            digest = hashlib.sha256(route.label.encode()).hexdigest()[:16]
+            base = self._bases[route.label] = f"{self.folder}/{route.name[:40]}-{digest}"
+        return base
 
     @contextlib.asynccontextmanager
     async def hold(self, route: Route, size: int) -> AsyncIterator[int | None]:
@@ -162,36 +175,65 @@ class FileGate:
             yield None
             return
         base = self._base(route)
-        fd, slot = await self._take(base, ceiling)
+        path, fd, slot = await self._take(base, ceiling)
         try:
             yield slot
         finally:
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            with self._lock:
+                self._held.discard(path)
 
-    async def _take(self, base: Path, ceiling: int) -> tuple[int, int]:
+    async def _take(self, base: str, ceiling: int) -> tuple[str, int, int]:
         while True:
             limit = min(ceiling, int(self._state(base, ceiling).limit))
             for slot in range(max(1, limit)):
-                fd = os.open(f"{base}.slot{slot}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    os.close(fd)
-                    continue
-                return fd, slot
+                path = f"{base}.slot{slot}"
+                fd = self._claim(path)
+                if fd is not None:
+                    return path, fd, slot
             await asyncio.sleep(POLL)
 
-    def _state(self, base: Path, ceiling: int) -> Window:
+    def _claim(self, path: str) -> int | None:
+        """The slot file's descriptor, locked for this call; None: another call holds it."""
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: its parent's files are not its own
+                self._pid, self._files, self._held = os.getpid(), {}, set()
+            if path in self._held:
+                return None
+            fd = self._files.get(path)
+            if fd is None:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._files[path] = fd
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            self._held.add(path)
+            return fd
+
+    def _state(self, base: str, ceiling: int) -> Window:
         try:
-            data = Path(f"{base}.state").read_bytes()
+            fd = os.open(f"{base}.state", os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             data = b""
+        else:
+            try:
+                data = os.read(fd, _STATE.size + 1)
+            finally:
+                os.close(fd)
         if len(data) != _STATE.size:
             return Window(ceiling, float(ceiling), float(ceiling))
         limit, cap, count, _ = _STATE.unpack(data)
         return Window(ceiling, limit, cap, rate_limited=count)
+
+    def close(self) -> None:
+        """Close the slot files this process opened (none is held once its calls are done)."""
+        with self._lock:
+            files, self._files = self._files, {}
+            if self._pid == os.getpid():
+                for fd in files.values():
+                    os.close(fd)
 
     def _update(self, route: Route, change: Callable[[Window], None]) -> None:
         ceiling = route.limits.max_in_flight
@@ -252,6 +294,8 @@ def use_gate(gate: Gate | None) -> None:
     """Every provider call from now on is admitted through `gate` (None: this process's own
     counts, as when no run folder is known)."""
     global _gate
+    if isinstance(_gate, FileGate) and _gate is not gate:
+        _gate.close()  # its slot files: the session that used them is over
     _gate = LocalGate() if gate is None else gate
 
 
