@@ -192,13 +192,7 @@ def test_a_sandbox_runs_programs_reads_writes_and_lists_changes(
         environment.write_file("src/calc.txt/under", b"a file is no folder")
     with pytest.raises(OSError, match="no-such-program"):
         environment.exec(["no-such-program"])
-    cpus = subprocess.run(
-        ["docker", "inspect", "--format", "{{.HostConfig.NanoCpus}}", environment.name],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert cpus.stdout.strip() == "1500000000"
+    assert _inspect(environment.name, "{{.HostConfig.NanoCpus}}") == "1500000000"
 
 
 def test_a_container_stopped_under_the_attempt_is_a_lost_sandbox(
@@ -250,13 +244,7 @@ def test_a_numeric_user_runs_the_programs_and_owns_the_workspace(
 def test_the_network_is_off_inside(environment: DockerEnvironment) -> None:
     """With the default `network: none` the container is made without a network and has
     loopback only, so a connection to another address fails."""
-    mode = subprocess.run(
-        ["docker", "inspect", "--format", "{{.HostConfig.NetworkMode}}", environment.name],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert mode.stdout.strip() == "none"
+    assert _inspect(environment.name, "{{.HostConfig.NetworkMode}}") == "none"
     assert environment.exec(["ls", "/sys/class/net"]).stdout.split() == ["lo"]
     out = environment.exec(["nc", "-w", "3", "10.0.0.1", "80"], input=b"", timeout=30)
     assert out.returncode != 0 and "Network is unreachable" in out.stderr
