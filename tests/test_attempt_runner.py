@@ -360,3 +360,27 @@ def test_a_plugin_executor_that_is_not_one_is_a_usage_error(pytester: pytest.Pyt
     result.stderr.fnmatch_lines(
         ["*conftest *conftest.py: pytest_agenteval_make_executor returned int, not an Executor*"]
     )
+
+
+def test_an_errors_traceback_is_shown_from_the_users_first_frame() -> None:
+    """An agent's exception raised on a pool thread: its traceback starts in
+    concurrent.futures (machinery), and what is rendered starts at the agent's own frame; a
+    traceback with no frame of the user's is kept whole."""
+    import concurrent.futures
+
+    from pytest_agenteval.execution.attempt import from_users_frame
+
+    def agent() -> None:
+        raise RuntimeError("the model said no")
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        error = pool.submit(agent).exception()
+    assert error is not None and error.__traceback__ is not None
+    assert "concurrent" in error.__traceback__.tb_frame.f_code.co_filename
+    shown = from_users_frame(error.__traceback__)
+    assert shown is not None and shown.tb_frame.f_code is agent.__code__
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        internal = pool.submit(int, "x").exception()  # raised in C: no frame of the user's
+    assert internal is not None
+    assert from_users_frame(internal.__traceback__) is internal.__traceback__
+    assert from_users_frame(None) is None

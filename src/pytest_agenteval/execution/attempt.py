@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from types import TracebackType
 from typing import Any, TypeVar
 
 from ..core.environment import Environment
@@ -782,6 +783,16 @@ def internal_frame(filename: str) -> bool:
         or filename.startswith("<frozen importlib")
         or any(part in filename for part in _INTERNAL_PACKAGES)
     )
+
+
+def from_users_frame(tb: TracebackType | None) -> TracebackType | None:
+    """A traceback from its first frame that is not machinery (`internal_frame`); all of it
+    when none is the user's. What an error shows starts there, so rendering it need not read
+    the plugin's own frames."""
+    first = tb
+    while first is not None and internal_frame(first.tb_frame.f_code.co_filename):
+        first = first.tb_next
+    return first or tb
 
 
 T = TypeVar("T")

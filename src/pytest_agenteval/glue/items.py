@@ -28,7 +28,7 @@ from ..execution.agents import (
     make_builtin_agent,
     unknown_agent_kind,
 )
-from ..execution.attempt import AttemptJob, Outcome
+from ..execution.attempt import AttemptJob, Outcome, from_users_frame
 from ..execution.concurrent import NotStarted
 from ..execution.environment import MakeEnvironment
 from ..execution.graders import BUILTIN_GRADERS, make_builtin_grader, unknown_grader
@@ -135,7 +135,11 @@ class AttemptItem(AgentevalItem):
             reason = f"not started: {stop.reason}"
             raise skip_at_item(reason) from None
         if outcome.error is not None:
-            raise outcome.error
+            # pytest renders a setup error's whole traceback before `repr_failure` replaces
+            # it: only from the user's first frame (none of ours), that costs a tenth.
+            error = outcome.error
+            shown = None if isinstance(error, AgentevalError) else error.__traceback__
+            raise error.with_traceback(from_users_frame(shown))
         if outcome.reused and outcome.status == "error":
             raise ReplayedError(outcome.detail().error or "errored")
 
