@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import textwrap
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -206,3 +208,26 @@ def ids_in_shards(total: int, per_shard: int) -> dict[int, list[str]]:
 def aid(dataset: str, task_id: str, attempt: int, variant: str | None = None) -> AttemptId:
     """An attempt's identity, written short for tests."""
     return AttemptId(dataset=dataset, task_id=task_id, variant=variant, attempt=attempt)
+
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def sampling(measure: Callable[[], T]) -> Iterator[list[T]]:
+    """`measure()` called over and over from a thread while the block runs (how many
+    containers are alive, say); the list fills as it goes and stops with the block."""
+    seen: list[T] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            seen.append(measure())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        sampler.join()

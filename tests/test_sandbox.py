@@ -27,6 +27,7 @@ from helpers import (
     default_sigint,
     latest_record,
     latest_run,
+    sampling,
     stored,
     summary_of,
 )
@@ -514,24 +515,12 @@ def _labelled(label: str) -> list[str]:
     return _containers(label, by="label")
 
 
-@contextlib.contextmanager
-def _alive_sampled(run_id: str, host: str | None = None) -> Iterator[list[int]]:
+def _alive_sampled(
+    run_id: str, host: str | None = None
+) -> contextlib.AbstractContextManager[list[int]]:
     """How many containers of the run `run_id` exist on `host`, sampled from a thread over
-    and over while the block runs (the list fills as it goes; the sampling ends with it)."""
-    seen: list[int] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            seen.append(len(_containers(f"{RUN_LABEL}={run_id}", by="label", host=host)))
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        yield seen
-    finally:
-        done.set()
-        sampler.join()
+    and over while the block runs."""
+    return sampling(lambda: len(_containers(f"{RUN_LABEL}={run_id}", by="label", host=host)))
 
 
 def _inspect(name: str, template: str) -> str:
