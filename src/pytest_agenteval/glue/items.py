@@ -136,7 +136,7 @@ class AttemptItem(AgentevalItem):
             raise skip_at_item(reason) from None
         if outcome.error is not None:
             # pytest renders a setup error's whole traceback before `repr_failure` replaces
-            # it: only from the user's first frame (none of ours), that costs a tenth.
+            # it: from the user's first frame on, it reads none of our frames' sources.
             error = outcome.error
             shown = None if isinstance(error, AgentevalError) else error.__traceback__
             raise error.with_traceback(from_users_frame(shown))
