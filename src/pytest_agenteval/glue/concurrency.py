@@ -97,11 +97,12 @@ class AheadHooks:
         config = session.config
         self.queue = worker_queue(config)
         stopped_early = session.testsfailed and not config.option.continue_on_collection_errors
-        if self.queue is None and not (config.option.collectonly or stopped_early):
-            self.upcoming = iter(session.items)
-            self._top_up()
         try:
+            # Ctrl-C's handler first: a press just after the first calls start is gentle too
             with self._gentle_interrupt(config, worker=self.queue is not None):
+                if self.queue is None and not (config.option.collectonly or stopped_early):
+                    self.upcoming = iter(session.items)
+                    self._top_up()
                 return (yield)
         finally:
             self.ahead.close()
