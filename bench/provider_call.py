@@ -25,10 +25,12 @@ REPLY = json.dumps(
         "usage": {"prompt_tokens": 10, "completion_tokens": 2},
     }
 ).encode()
+MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
 
 
 def serve(port_queue: multiprocessing.Queue[int], latency: float) -> None:
-    """An asyncio HTTP/1.1 keep-alive server answering every POST with REPLY after `latency`."""
+    """An asyncio HTTP/1.1 keep-alive server answering every POST with REPLY after `latency`
+    (a `GET .../models` with its models list at once, as an OpenAI-compatible server does)."""
     connections = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -43,6 +45,8 @@ def serve(port_queue: multiprocessing.Queue[int], latency: float) -> None:
                         length = int(line.split(b":")[1])
                 if head.startswith(b"GET /connections"):
                     body = str(connections).encode()
+                elif head.startswith(b"GET ") and b"/models" in head.split(b"\r\n", 1)[0]:
+                    body = MODELS  # a models list is not inference: answered at once
                 else:
                     await reader.readexactly(length)
                     await asyncio.sleep(latency)

@@ -108,6 +108,34 @@ def test_attempts_really_overlap(
     assert 2 <= most_overlapping(calls) <= 4
 
 
+THREADS = """
+import asyncio, pathlib, threading
+
+LOG = pathlib.Path(__file__).with_name("threads.log")
+
+
+async def run(task):
+    pool = any(t.name.startswith("agenteval-attempt") for t in threading.enumerate())
+    with LOG.open("a") as log:
+        log.write(f"{threading.current_thread().name} {pool}\\n")
+    await asyncio.sleep(0.05)
+    return "ok"
+"""
+
+
+def test_async_agents_are_awaited_on_the_loop_with_no_thread_per_call(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Under concurrency an async agent with nothing around its call (no workspace, limits
+    or program graders) is awaited on the executor's event loop: no pool thread is made."""
+    root = dataset({f"t{i}.yaml": task() for i in range(8)}, manifest={"agent": "threads:run"})
+    (root / "threads.py").write_text(THREADS)
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-concurrency", "4")
+    result.assert_outcomes(passed=8)
+    lines = (root / "threads.log").read_text().splitlines()
+    assert lines == ["agenteval-event-loop False"] * 8
+
+
 def test_manifest_default_sets_concurrency(
     pytester: pytest.Pytester, dataset: DatasetMaker
 ) -> None:
@@ -414,6 +442,91 @@ def test_ahead_admits_calls_in_order_and_a_held_place_waits_its_turn(tmp_path: P
         release_slot(slots[i])  # its sandbox is removed at its item's end
     ahead.close()
     assert admitted == list(range(6))
+
+
+def test_ahead_awaits_coroutine_calls_on_the_loop_within_the_same_bound() -> None:
+    """Coroutine calls run on the event loop (no pool thread is made for them) and count
+    against the same `size` as calls in pool threads: never more than `size` run at once,
+    every answer reaches its item in order."""
+    import asyncio
+    import threading
+    import time
+
+    from pytest_agenteval.execution.concurrent import Ahead
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="agenteval-event-loop", daemon=True).start()
+    ahead: Ahead[None, str] = Ahead(3, lambda: None, lambda: loop)
+    lock = threading.Lock()
+    running, most, where = [0], [0], set()
+
+    def enter() -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            where.add(threading.current_thread().name)
+
+    def leave() -> None:
+        with lock:
+            running[0] -= 1
+
+    def in_thread(i: int) -> str:
+        enter()
+        time.sleep(0.02)
+        leave()
+        return f"thread {i}"
+
+    async def on_loop(i: int) -> str:
+        enter()
+        await asyncio.sleep(0.02)
+        leave()
+        return f"loop {i}"
+
+    for i in range(24):
+        coroutine = (lambda i=i: on_loop(i)) if i % 3 else None
+        ahead.schedule(aid("d", "t", i), lambda i=i: in_thread(i), None, acall=coroutine)  # type: ignore[misc]
+    for i in range(24):
+        early = ahead.take(aid("d", "t", i))
+        assert early is not None
+        early.wait()
+        assert early.result() == (f"loop {i}" if i % 3 else f"thread {i}")
+    ahead.close()
+    loop.call_soon_threadsafe(loop.stop)
+    assert most[0] == 3  # the bound holds over both kinds, and is reached
+    assert where <= {"agenteval-event-loop", *(f"agenteval-attempt-{n}" for n in range(3))}
+    assert "agenteval-event-loop" in where
+
+
+def test_an_agent_that_blocks_the_loop_is_given_up_on_past_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A coroutine call the loop cannot finish (an agent blocking it) is given up on by its
+    item `LOOP_GRACE` seconds past its timeout, as an AgentTimeout that says so."""
+    import asyncio
+    import threading
+    import time
+
+    from pytest_agenteval.core.errors import AgentTimeout
+    from pytest_agenteval.execution import concurrent
+    from pytest_agenteval.execution.concurrent import Ahead
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    ahead: Ahead[None, str] = Ahead(2, lambda: None, lambda: loop)
+
+    async def blocks() -> str:
+        time.sleep(3)  # the whole loop waits (the test does not: it gives up first)
+        return "late"
+
+    monkeypatch.setattr(concurrent, "LOOP_GRACE", 0.2)
+    ahead.schedule(aid("d", "t", 0), lambda: "unused", None, acall=blocks, timeout=0.1)
+    early = ahead.take(aid("d", "t", 0))
+    assert early is not None
+    early.wait()
+    with pytest.raises(AgentTimeout, match="blocks the event loop"):
+        early.result()
+    ahead.close()
+    loop.call_soon_threadsafe(loop.stop)
 
 
 SPAWNING = """

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..core.environment import Environment
 from ..core.error_classes import class_of
@@ -49,8 +49,8 @@ from .artifacts import collect as collect_artifacts
 from .artifacts import failed as artifacts_failed
 from .concurrent import Ahead, NotStarted, Started, Stopped
 from .environment import Environments, host_folder
-from .executor import AgentCall, Executor, call_with_deadline
-from .exits import in_agent_call
+from .executor import AgentCall, Executor, LoopExecutor, call_with_deadline
+from .exits import agent_calls, in_agent_call
 from .graders import GradeContext, as_verdict
 from .turns import NotePhase, Watch, grader_phase, summed_usage, with_trace
 
@@ -184,8 +184,25 @@ class AttemptRunner:
         )
         context.phase("waiting")
         call = partial(self._answer, agent, context, ahead=True)
-        self.ahead.schedule(job.key, call, context, admit)
+        acall = partial(self._answer_on_loop, agent, context) if self._awaits(job, agent) else None
+        self.ahead.schedule(job.key, call, context, admit, acall, job.task.timeout)
         return True
+
+    def _awaits(self, job: AttemptJob, agent: AgentRef) -> bool:
+        """Whether the call ahead can be awaited on the executor's event loop: an async agent
+        with nothing around it that would block the loop (no environment made before it, no
+        limit slots to wait for, no grader that waits on a program right after it)."""
+        task = job.task
+        return (
+            self.ahead is not None
+            and self.ahead.loop is not None
+            and task.workspace_dir is None
+            and task.sandbox is None
+            and task.artifacts is None
+            and (self.limits is None or self.limits(job) is None)
+            and not _waiting_graders(task)
+            and cast(LoopExecutor, self.executor).awaits(agent)
+        )
 
     def run(self, job: AttemptJob, source: AgentSource) -> Outcome:
         """Carry out one attempt, and again while it ends in an error class its `retry:`
@@ -369,6 +386,18 @@ class AttemptRunner:
             context.phase("waiting")  # for its item's turn
         return Answer(result, graded) if graded is not None else Answer(result)
 
+    async def _answer_on_loop(self, agent: AgentRef, context: _Attempt) -> Answer:
+        """`_answer` ahead of the item's turn for a call awaited on the event loop (`_awaits`:
+        nothing to make or wait for around it)."""
+        try:
+            result = await self._acall_agent(agent, context)
+        except (AgentTimeout, RunStopped) as exc:
+            self._count_unanswered(context, exc)
+            raise
+        self._count(context, result)
+        context.phase("waiting")  # for its item's turn
+        return Answer(result)
+
     def _counted(self, agent: AgentRef, context: _Attempt) -> AgentResult:
         """The agent's answer, its spend counted the moment it arrives (before the call gives
         up its limit slot); a call abandoned at its deadline is counted when it really ends."""
@@ -376,16 +405,21 @@ class AttemptRunner:
             return self._call_agent(agent, context)
         try:
             result = self._call_agent(agent, context)
-        except AgentTimeout as exc:
-            running_on = getattr(exc, "running_on", None)
-            if running_on is not None:
-                running_on(partial(self._count_late, context))
-            raise
-        except RunStopped as exc:
-            self._count(context, getattr(exc, "result", None))
+        except (AgentTimeout, RunStopped) as exc:
+            self._count_unanswered(context, exc)
             raise
         self._count(context, result)
         return result
+
+    def _count_unanswered(self, context: _Attempt, exc: AgentTimeout | RunStopped) -> None:
+        """A call that timed out is counted when it really ends; one a run-wide stop ended,
+        for what it answered."""
+        if isinstance(exc, RunStopped):
+            self._count(context, getattr(exc, "result", None))
+            return
+        running_on = getattr(exc, "running_on", None)
+        if running_on is not None and self.spent is not None:
+            running_on(partial(self._count_late, context))
 
     def _count(self, context: _Attempt, result: AgentResult | None) -> None:
         """Count the answer's spend, but for what its trace's model calls counted already."""
@@ -415,9 +449,38 @@ class AttemptRunner:
     def _call_agent(self, agent: AgentRef, context: _Attempt) -> AgentResult:
         """The agent call itself, noted while it runs (a process that dies is blamed on the
         calls it had in flight) and marked as an agent's (its `os._exit` is its error)."""
+        call = self._call_starts(agent, context)
+        was = in_agent_call(True)
+        t0 = time.perf_counter()
+        try:
+            result = self.executor.call_agent(call)
+        except AttemptStopped:  # the loop stopped between turns: what it did is the answer
+            result = AgentResult(output="")
+        finally:
+            in_agent_call(was)
+            self._call_ends(context, t0)
+        return self._answered(context, result)
+
+    async def _acall_agent(self, agent: AgentRef, context: _Attempt) -> AgentResult:
+        """`_call_agent` awaited on the executor's event loop (an agent thread by its name:
+        only the count of agent calls is kept, which guards `os._exit`)."""
+        call = self._call_starts(agent, context)
+        agent_calls(1)
+        t0 = time.perf_counter()
+        try:
+            result = await cast(LoopExecutor, self.executor).acall_agent(call)
+        except AttemptStopped:
+            result = AgentResult(output="")
+        finally:
+            agent_calls(-1)
+            self._call_ends(context, t0)
+        return self._answered(context, result)
+
+    def _call_starts(self, agent: AgentRef, context: _Attempt) -> AgentCall:
+        """The call about to be made, with the watch on its trace; it is noted as running."""
         job = context.job
         key, note = job.key, self.note_running
-        watch = context.watch = Watch(
+        context.watch = Watch(
             context.task.trace,
             job.task,
             self.spent,
@@ -427,25 +490,21 @@ class AttemptRunner:
         )
         if note is not None:
             note(key, True)
-        was = in_agent_call(True)
         context.phase("agent")
-        t0 = time.perf_counter()
-        try:
-            call = AgentCall(key, agent, context.task, job.task.timeout, context)
-            try:
-                result = self.executor.call_agent(call)
-            except AttemptStopped:  # the loop stopped between turns: what it did is the answer
-                result = AgentResult(output="")
-        except Exception:
-            context.timings["agent"] = time.perf_counter() - t0
-            context.keep_artifacts()  # a failed attempt's files are the ones worth a look
-            raise
-        finally:
-            in_agent_call(was)
-            if note is not None:
-                note(key, False)
+        return AgentCall(key, agent, context.task, job.task.timeout, context)
+
+    def _call_ends(self, context: _Attempt, t0: float) -> None:
+        """The call ended, answered or not: its time, and the files it changed (a failed
+        attempt's are the ones worth a look)."""
+        if self.note_running is not None:
+            self.note_running(context.job.key, False)
         context.timings["agent"] = time.perf_counter() - t0
         context.keep_artifacts()
+
+    def _answered(self, context: _Attempt, result: AgentResult) -> AgentResult:
+        """The call's answer with its trace; a run-wide stop the trace met is raised."""
+        watch = context.watch
+        assert watch is not None
         result = with_trace(result, watch.trace)
         hit = watch.trace.stopped
         if hit is not None and hit.limit == "run":

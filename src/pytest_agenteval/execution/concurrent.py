@@ -27,21 +27,28 @@ in that order with a call of None. While a call waits to be admitted, a poller t
 again as soon as this process gives back a slot, and every `ADMIT_POLL` seconds for what
 another process gave back (or a stop).
 
+A call that is a coroutine (`acall`: an async agent with nothing to wait for around it) runs
+on the executor's event loop instead of a pool thread: no thread hops between the loop and the
+item, none waits for it. Both kinds count against the same `size` calls running at once.
+
 The pool's threads are daemon threads, so an abandoned call never keeps the process alive.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import queue
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, InvalidStateError
 from typing import Generic, TypeVar
 
+from ..core.errors import AgentTimeout
 from ..core.identity import AttemptId
+from .executor import LOOP_GRACE
 from .limits import freed, wait_freed
 
 Stopped = Callable[[], str | None]
@@ -78,9 +85,17 @@ class Started(Generic[C, R]):
         context: C | None,
         owner: Ahead[C, R],
         admit: Admit | None = None,
+        acall: Callable[[], Awaitable[R]] | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.call = call
         """None: a place held in the admission order for an attempt made at its turn."""
+        self.acall = acall
+        """The call as a coroutine, run on the event loop instead of `call` in a thread."""
+        self.timeout = timeout
+        """The call's own deadline: a coroutine call still not done `LOOP_GRACE` seconds past
+        it, counted from its hand-over, blocks the loop, and its item gives up on it."""
+        self.handed_at = 0.0
         self.admit = admit
         self.owner = owner
         self.context = context
@@ -111,6 +126,8 @@ class Started(Generic[C, R]):
             cancelled = self.owner.cancelled
             if cancelled is not None and not future.done():
                 raise cancelled
+            if self.acall is not None and self.timeout is not None:
+                self._blocking(future, self.timeout)
         _, error = future.result()
         if isinstance(error, NotStarted):
             raise error
@@ -120,6 +137,20 @@ class Started(Generic[C, R]):
         # The wait for the item's turn is not the attempt's: its duration stays the agent's
         # time plus the grading.
         self.t0 += time.perf_counter() - self.ended
+
+    def _blocking(
+        self, future: Future[tuple[R | None, BaseException | None]], timeout: float
+    ) -> None:
+        """Give up on a coroutine call the loop has not finished `LOOP_GRACE` seconds past
+        its deadline: an agent blocks the loop (its own deadline cannot fire)."""
+        if time.perf_counter() - self.handed_at < timeout + LOOP_GRACE:
+            return
+        blocked = AgentTimeout(
+            f"agent timed out after {timeout:g}s; it blocks the event loop, so later "
+            "async attempts of this process may time out too"
+        )
+        with contextlib.suppress(InvalidStateError):  # it ended just now
+            future.set_result((None, blocked))
 
     def result(self) -> R:
         """The call's answer (after `wait`); its exception is raised with the agent's own
@@ -141,9 +172,18 @@ class Ahead(Generic[C, R]):
     is the order pytest runs the items, so the next item's call is always among them.
     """
 
-    def __init__(self, size: int, stopped: Stopped) -> None:
+    def __init__(
+        self,
+        size: int,
+        stopped: Stopped,
+        loop: Callable[[], asyncio.AbstractEventLoop] | None = None,
+    ) -> None:
         self.size = size
         self.stopped = stopped
+        self.loop = loop
+        """The event loop coroutine calls run on (None: every call runs in a pool thread)."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Coroutine calls running on the loop (the loop keeps only weak references)."""
         self._queue: queue.SimpleQueue[Started[C, R] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._closed = False
@@ -157,6 +197,8 @@ class Ahead(Generic[C, R]):
         """Scheduled and not handed to the pool yet."""
         self._handed = 0
         """Handed to the pool and not taken."""
+        self._active = 0
+        """Handed to the pool and not ended: at most `size`."""
         self._blocked = threading.Condition(self._lock)
         """Notified when the first waiting call could not be admitted (the poller's cue)."""
         self._poller: threading.Thread | None = None
@@ -173,11 +215,19 @@ class Ahead(Generic[C, R]):
         return len(self._calls)
 
     def schedule(
-        self, key: AttemptId, call: Callable[[], R], context: C, admit: Admit | None = None
+        self,
+        key: AttemptId,
+        call: Callable[[], R],
+        context: C,
+        admit: Admit | None = None,
+        acall: Callable[[], Awaitable[R]] | None = None,
+        timeout: float | None = None,
     ) -> None:
-        """Start `call` once the pool has room and `admit` (in schedule order) took what the
+        """Start `call` (or await `acall` on the loop, given up on when it blocks the loop past
+        its `timeout`) once the pool has room and `admit` (in schedule order) took what the
         call needs, unless the run is stopping by then."""
-        self._add(key, Started(call, context, self, admit))
+        acall = acall if self.loop else None
+        self._add(key, Started(call, context, self, admit, acall, timeout))
 
     def hold(self, key: AttemptId, admit: Admit) -> None:
         """Hold the place of an attempt made at its turn in the order calls are admitted in:
@@ -203,16 +253,20 @@ class Ahead(Generic[C, R]):
             taken = started.taken  # its item waits for it: past the window
             if not taken and self._handed >= 2 * self.size:
                 break
+            if self._active >= self.size and started.call is not None:
+                break  # `size` calls run: the next starts when one ends
             if started.admit is not None and not self._admit(started):
                 self._wake_poller()
                 break
             self._waiting.popleft()
-            started.future = Future()  # set by the pool thread that runs it
+            started.future = Future()  # set by the pool thread (or the loop) that runs it
+            started.handed_at = time.perf_counter()
             started.handed.set()
             if started.call is None:
                 started.future.set_result((None, None))  # a place held: admitted, not run
                 continue
             self._handed += 0 if taken else 1
+            self._active += 1
             ready.append(started)
         return ready
 
@@ -250,7 +304,19 @@ class Ahead(Generic[C, R]):
         return bool(self._waiting) and self._waiting[0].admit is not None
 
     def _submit(self, ready: list[Started[C, R]]) -> None:
+        """Hand the calls over: coroutines to the event loop (all in one wake-up), the others
+        to the pool threads."""
+        coroutines = [started for started in ready if started.acall is not None]
+        if coroutines:
+            assert self.loop is not None
+            loop = self.loop()
+            if _running_loop() is loop:
+                self._spawn(coroutines)
+            else:
+                loop.call_soon_threadsafe(self._spawn, coroutines)
         for started in ready:  # the first a taken call: in the queue before the others
+            if started.acall is not None:
+                continue
             self._queue.put(started)
             if len(self._threads) < self.size:
                 thread = threading.Thread(
@@ -259,15 +325,23 @@ class Ahead(Generic[C, R]):
                 self._threads.append(thread)
                 thread.start()
 
+    def _spawn(self, coroutines: list[Started[C, R]]) -> None:
+        """On the loop: start each coroutine call as a task."""
+        for started in coroutines:
+            task = asyncio.ensure_future(self._astart(started))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
     def _work(self) -> None:
         """A pool thread: run handed-over calls, in order, until `close`."""
         while (started := self._queue.get()) is not None:
             assert started.future is not None
             started.future.set_result(self._start(started))
+            self._ended()
 
     def _start(self, started: Started[C, R]) -> tuple[R | None, BaseException | None]:
         assert started.call is not None  # a held place is never handed to the pool
-        reason = "the session ended" if self._closed else self.stopped()
+        reason = self._not_now()
         if reason is not None:
             return None, NotStarted(reason)
         started.started, started.t0 = time.time(), time.perf_counter()
@@ -279,6 +353,37 @@ class Ahead(Generic[C, R]):
         finally:
             started.ended = time.perf_counter()
             started.running = False
+
+    async def _astart(self, started: Started[C, R]) -> None:
+        """`_start` of a coroutine call, on the loop."""
+        assert started.acall is not None and started.future is not None
+        answer: tuple[R | None, BaseException | None]
+        reason = self._not_now()
+        if reason is not None:
+            answer = None, NotStarted(reason)
+        else:
+            started.started, started.t0 = time.time(), time.perf_counter()
+            started.running = True
+            try:
+                answer = await started.acall(), None
+            except BaseException as exc:  # CancelledError too: the loop is going away
+                answer = None, exc
+            started.ended = time.perf_counter()
+            started.running = False
+        if not started.future.done():  # its item may have given up on a blocked loop
+            started.future.set_result(answer)
+        self._ended()
+
+    def _not_now(self) -> str | None:
+        """Why a call handed over must not start after all (the session ended, a stop)."""
+        return "the session ended" if self._closed else self.stopped()
+
+    def _ended(self) -> None:
+        """A handed-over call ended: the next waiting ones may start."""
+        with self._lock:
+            self._active -= 1
+            ready = self._ready()
+        self._submit(ready)
 
     def take(self, key: AttemptId) -> Started[C, R] | None:
         """The call scheduled for `key` (each attempt is taken once), or None. Calls scheduled
@@ -321,3 +426,11 @@ class Ahead(Generic[C, R]):
             self._blocked.notify()
         for _ in self._threads:
             self._queue.put(None)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

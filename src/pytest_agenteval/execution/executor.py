@@ -118,6 +118,24 @@ class Executor(Protocol):
         ...
 
 
+@runtime_checkable
+class LoopExecutor(Executor, Protocol):
+    """An executor with an event loop on which the calls of async agents can be awaited
+    (`--agenteval-concurrency` then runs them there, no thread waiting for each)."""
+
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop those calls run on (started on first use)."""
+        ...
+
+    def awaits(self, agent: AgentRef) -> bool:
+        """Whether `acall_agent` can carry out a call of `agent` (an async agent)."""
+        ...
+
+    async def acall_agent(self, call: AgentCall) -> AgentResult:
+        """`call_agent`, awaited on `event_loop()`."""
+        ...
+
+
 class SerialExecutor:
     """Runs agent calls in this process, each within its attempt's timeout: one at a time,
     or side by side in the threads of `--agenteval-concurrency` (`concurrent`)."""
@@ -153,6 +171,14 @@ class SerialExecutor:
             value = self._await(value, left)
         return as_result(value)
 
+    def awaits(self, agent: AgentRef) -> bool:
+        resolved = self.agents.resolve(agent)
+        return not isinstance(resolved, CommandAgent) and self._is_async(resolved)
+
+    async def acall_agent(self, call: AgentCall) -> AgentResult:
+        agent = self.agents.resolve(call.agent)
+        return as_result(await _within(agent(call.task), call.timeout, _Ends()))
+
     def kill_running(self) -> int:
         """Kill what the calls in flight started (Ctrl-C's grace is over): the programs being
         waited on and the children of agent threads; returns how many."""
@@ -172,7 +198,7 @@ class SerialExecutor:
     def _await(self, awaitable: Awaitable[Any], timeout: float | None) -> Any:
         ends = _Ends()
         coroutine = _within(awaitable, timeout, ends)
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._event_loop())
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.event_loop())
         try:
             return future.result(None if timeout is None else timeout + LOOP_GRACE)
         except TimeoutError:
@@ -189,7 +215,7 @@ class SerialExecutor:
             future.cancel()
             raise
 
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
+    def event_loop(self) -> asyncio.AbstractEventLoop:
         with self._loop_lock:  # pool threads may ask for it at once
             return self._loop or self._start_loop()
 

@@ -55,6 +55,12 @@ def in_agent_call(running: bool) -> bool:
     return before
 
 
+def agent_calls(change: int) -> None:
+    """One more (1) or one fewer (-1) agent call runs, on a thread that only runs agent calls
+    (the async agents' loop, where calls interleave: no per-thread mark)."""
+    _state.calls(change)
+
+
 class _Guard:
     """The process's guard: the replacement, and how many agent calls run now."""
 

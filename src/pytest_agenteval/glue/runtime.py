@@ -21,9 +21,9 @@ from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, TaskSpec, Varian
 from ..core.shards import Shard
 from ..execution.agents import AgentRef, AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
-from ..execution.concurrent import Ahead
+from ..execution.concurrent import Ahead, Stopped
 from ..execution.environment import Environments
-from ..execution.executor import Executor
+from ..execution.executor import Executor, LoopExecutor
 from ..execution.limits import LimitGate, Limits
 from ..providers.cache import FOLDER, ModelCache, use_cache
 from ..providers.gate import FileGate, use_gate
@@ -447,7 +447,7 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
         passthrough=(pytest.exit.Exception, pytest.skip.Exception),
         note_running=context.note_running,
         stopped=stopped,
-        ahead=Ahead(size, stopped or _never) if size > 1 else None,
+        ahead=_ahead(size, stopped or _never, parts.executor) if size > 1 else None,
         limits=limits,
         spent=spent,
         reserve=stops if stops is not None and stops.budget is not None else None,
@@ -469,6 +469,12 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
         alone=context.alone,
         running=context.running,
     )
+
+
+def _ahead(size: int, stopped: Stopped, executor: Executor) -> Ahead[Any, Any]:
+    """The pool of calls ahead; an executor with an event loop awaits async agents on it."""
+    loop = executor.event_loop if isinstance(executor, LoopExecutor) else None
+    return Ahead(size, stopped, loop)
 
 
 def _never() -> None:
