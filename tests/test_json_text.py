@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_agenteval.core.text import json_encoder
+from pytest_agenteval.core.text import clean_text, json_encoder, json_safe
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
@@ -38,3 +38,34 @@ def test_default_and_circular_references() -> None:
         with pytest.raises(ValueError, match="Circular reference"):
             encode(looped)
     assert encode({"a": [1.5, None]}) == '{"a": [1.5, null]}'
+
+
+SAFE_INPUTS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.complex_numbers(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text() | st.integers() | st.booleans(), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(SAFE_INPUTS)
+def test_json_safe_is_the_json_round_trip(value: Any) -> None:
+    """`json_safe` copies plain values in one walk and gives what the JSON round trip gives
+    (lone surrogates replaced, tuples as lists, other keys spelt as JSON spells them,
+    unknown objects as their str)."""
+    expected = json.loads(clean_text(json.dumps(value, ensure_ascii=False, default=str)))
+    found = json_safe(value)
+    assert json.dumps(found, ensure_ascii=False) == json.dumps(expected, ensure_ascii=False)
+    if isinstance(value, list):
+        assert found is not value  # a copy: an agent's later change does not reach a record
+
+
+def test_json_safe_refuses_what_json_refuses() -> None:
+    """A circular value is refused as the round trip refuses it, not as a RecursionError."""
+    looped: dict[str, Any] = {}
+    looped["self"] = looped
+    with pytest.raises(ValueError, match="Circular reference"):
+        json_safe(looped)

@@ -58,6 +58,7 @@ PURE = {
     "pytest_agenteval.execution.graders": "built-in graders' options and JSON Schema validators, "
     "pure functions of the options' and the schema's text",
     "pytest_agenteval.execution.process": "the programs this process runs now (each leaves it)",
+    "pytest_agenteval.providers.http": "providers' URLs parsed, a pure function of their text",
     "pytest_agenteval.providers.client": "keys to mask in what a provider says: masking an "
     "earlier session's key too is only safer",
     "pytest_agenteval.reporting.metrics": "t quantiles, a pure function of numbers",

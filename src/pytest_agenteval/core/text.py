@@ -79,13 +79,42 @@ _JSON = json_encoder(default=str)
 
 
 def json_safe(value: object) -> object:
-    """Any value as plain JSON types with valid text (unknown objects become their str)."""
+    """Any value as plain JSON types with valid text (unknown objects become their str): a
+    fresh copy, what a JSON round trip gives. Dicts with str keys, lists, tuples and plain
+    scalars (a trace's events, usage) are copied in one walk; anything else takes the round
+    trip, which also refuses what JSON refuses (a circular value, a key of another type)."""
     kind = type(value)
-    if kind is str:  # a task's input or expected answer, as a rule: no round trip
+    if kind is str:  # a task's input or expected answer, as a rule
         return clean_text(value)  # type: ignore[arg-type]
     if kind in _PLAIN:
         return value
-    return json.loads(clean_text(_JSON(value)))
+    try:
+        return _copied(value)
+    except (_Unusual, RecursionError):
+        return json.loads(clean_text(_JSON(value)))
+
+
+class _Unusual(Exception):
+    """A value `_copied` leaves to the JSON round trip."""
+
+
+def _copied(value: Any) -> Any:
+    kind = type(value)
+    if kind is str:
+        return clean_text(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        return {_key(key): _copied(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_copied(item) for item in value]
+    raise _Unusual
+
+
+def _key(key: Any) -> str:
+    if type(key) is not str:
+        raise _Unusual  # an int, float, bool or None key: JSON's own spelling of it
+    return clean_text(key)
 
 
 def decode_output(data: bytes) -> str:

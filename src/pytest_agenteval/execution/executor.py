@@ -177,6 +177,8 @@ class SerialExecutor:
 
     async def acall_agent(self, call: AgentCall) -> AgentResult:
         agent = self.agents.resolve(call.agent)
+        if call.timeout is None:
+            return as_result(await agent(call.task))
         return as_result(await _within(agent(call.task), call.timeout, _Ends()))
 
     def kill_running(self) -> int:

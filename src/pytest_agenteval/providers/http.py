@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import ssl
 import weakref
@@ -139,6 +140,7 @@ def _tls_context() -> ssl.SSLContext:
     return _tls
 
 
+@functools.lru_cache(maxsize=64)  # a provider's URL, parsed once
 def _split(url: str) -> tuple[Origin, str]:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:

@@ -11,6 +11,8 @@ variable share it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import os
 import random
@@ -89,7 +91,9 @@ def route_of(
             )
             raise ProviderUnknown(f"no provider {name!r} in the manifest's providers:", hint)
         return _spec_route(name, spec, settings)
-    return _implicit_route(settings)
+    s = settings or ModelSettings()
+    base = s.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_URLS["openai"]
+    return _implicit_route(base, s.key_env, s.timeout, s.retries, s.backoff)
 
 
 def _spec_route(name: str, spec: ProviderSpec, settings: ModelSettings | None) -> Route:
@@ -110,17 +114,18 @@ def _spec_route(name: str, spec: ProviderSpec, settings: ModelSettings | None) -
     )
 
 
-def _implicit_route(settings: ModelSettings | None) -> Route:
-    s = settings or ModelSettings()
-    base = s.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_URLS["openai"]
+@functools.lru_cache(maxsize=256)  # asked for at every call: a pure function of its values
+def _implicit_route(
+    base: str, key_env: str, timeout: float | None, retries: int | None, backoff: float | None
+) -> Route:
     return Route(
         "openai",
         "openai",
         base,
-        s.key_env,
-        timeout=s.timeout or DEFAULT_TIMEOUT,
-        retries=DEFAULT_RETRIES if s.retries is None else s.retries,
-        backoff=DEFAULT_BACKOFF if s.backoff is None else s.backoff,
+        key_env,
+        timeout=timeout or DEFAULT_TIMEOUT,
+        retries=DEFAULT_RETRIES if retries is None else retries,
+        backoff=DEFAULT_BACKOFF if backoff is None else backoff,
     )
 
 
@@ -137,6 +142,7 @@ def forget() -> None:
     """The session is over: its providers and their connections are not a later session's."""
     with _lock:
         _providers.clear()
+    _implicit_route.cache_clear()
     http.forget()
     gates.use_gate(None)
     caches.use_cache(None)
@@ -225,17 +231,21 @@ class Provider:
             retries += 1
 
     async def _admitted(self, url: str, headers: dict[str, str], body: bytes) -> http.Response:
-        """One request within the provider's limits, which learn from how it went."""
-        gate = gates.current()
-        async with gate.hold(self.route, len(body)) as slot:
+        """One request within the provider's limits, which learn from how it went (a provider
+        without `max_in_flight` has none to hold)."""
+        gate = gates.current() if self.route.limits.max_in_flight is not None else None
+        held = gate.hold(self.route, len(body)) if gate is not None else _UNLIMITED
+        async with held as slot:
             try:
                 response = await self._post(url, headers, body)
             except StatusError as exc:
                 if exc.response.status == 429:
                     self.rate_limited += 1
-                    gate.rate_limited(self.route, slot)
+                    if gate is not None:
+                        gate.rate_limited(self.route, slot)
                 raise
-            gate.succeeded(self.route, response.headers, slot)
+            if gate is not None:
+                gate.succeeded(self.route, response.headers, slot)
             return response
 
     async def _post(self, url: str, headers: dict[str, str], body: bytes) -> http.Response:
@@ -250,17 +260,16 @@ class Provider:
 
     def _reply(self, model: str, response: http.Response, retries: int, took: float) -> ChatReply:
         try:
-            reply = self.wire.reply(json.loads(response.body))
+            reply = self.wire.reply(
+                json.loads(response.body), latency=took, retries=retries, provider=self.name
+            )
         except (ValueError, WireError) as exc:
             raise self._failure(model, exc, "unparseable", retries) from None
-        return replace(
-            reply,
-            text=mask(reply.text),
-            model=None if reply.model is None else mask(reply.model),
-            latency=took,
-            retries=retries,
-            provider=self.name,
-        )
+        text = mask(reply.text)
+        answered = None if reply.model is None else mask(reply.model)
+        if text is not reply.text or answered is not reply.model:  # a key quoted back
+            reply = replace(reply, text=text, model=answered)
+        return reply
 
     def _failure(
         self, model: str, exc: Exception, status: int | str | None, retries: int
@@ -314,6 +323,8 @@ def _classify(exc: Exception) -> tuple[int | str | None, str | None]:
     return "unparseable", None
 
 
+_UNLIMITED: contextlib.nullcontext[None] = contextlib.nullcontext()
+"""What a provider without `max_in_flight` holds around a request: nothing."""
 _REPLIES = {
     "openai": ("a chat completion", "an OpenAI-compatible (…/v1)"),
     "anthropic": ("a Messages API reply", "an Anthropic Messages"),

@@ -43,7 +43,10 @@ class Wire(Protocol):
         params: Mapping[str, Any],
     ) -> dict[str, Any]: ...
 
-    def reply(self, data: Any) -> ChatReply: ...
+    def reply(self, data: Any, **known: Any) -> ChatReply:
+        """The reply `data` says, with what the caller `known`s of the call (its latency,
+        retries, provider)."""
+        ...
 
 
 def as_message(value: MessageLike) -> ChatMessage:
@@ -120,7 +123,7 @@ class OpenAIWire:
         body.update(params)
         return body
 
-    def reply(self, data: Any) -> ChatReply:
+    def reply(self, data: Any, **known: Any) -> ChatReply:
         try:
             choice = data["choices"][0]
             message = choice["message"]
@@ -135,6 +138,7 @@ class OpenAIWire:
                 input_tokens=_count(usage.get("prompt_tokens")),
                 output_tokens=_count(usage.get("completion_tokens")),
                 cached_input_tokens=_count(details.get("cached_tokens")),
+                **known,
             )
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise WireError(f"not a chat completion ({type(exc).__name__}: {exc})") from None
@@ -203,7 +207,7 @@ class AnthropicWire:
         body.setdefault("max_tokens", ANTHROPIC_MAX_TOKENS)
         return body
 
-    def reply(self, data: Any) -> ChatReply:
+    def reply(self, data: Any, **known: Any) -> ChatReply:
         try:
             blocks = data["content"]
             text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
@@ -226,6 +230,7 @@ class AnthropicWire:
                 output_tokens=_count(usage.get("output_tokens")),
                 cached_input_tokens=read,
                 extra={"cache_write_tokens": write} if write else {},
+                **known,
             )
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise WireError(f"not a Messages API reply ({type(exc).__name__}: {exc})") from None
