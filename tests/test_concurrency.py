@@ -130,7 +130,8 @@ def test_async_agents_are_awaited_on_the_loop_with_no_thread_per_call(
     or program graders) is awaited on the executor's event loop: no pool thread is made."""
     root = dataset({f"t{i}.yaml": task() for i in range(8)}, manifest={"agent": "threads:run"})
     (root / "threads.py").write_text(THREADS)
-    result = pytester.runpytest("--agenteval", "ds", "--agenteval-concurrency", "4")
+    # a process of its own: no pool thread of an earlier in-process session is there
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "4")
     result.assert_outcomes(passed=8)
     lines = (root / "threads.log").read_text().splitlines()
     assert lines == ["agenteval-event-loop False"] * 8

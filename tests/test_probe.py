@@ -218,3 +218,20 @@ def test_unpriced_counts_agents_and_judges_once_and_only_under_a_cap() -> None:
     pricing = {"gpt-4o": ModelPrice(input_per_mtok=1, output_per_mtok=1)}
     assert unpriced(uses, pricing, capped=False) == []
     assert [p.model for p in unpriced(uses, pricing, capped=True)] == ["a", "j"]
+
+
+def test_a_key_variable_not_set_is_said_once_with_what_to_do(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A provider whose key variable is not set stops the session at the probe, its line
+    naming the provider once and saying what to export."""
+    monkeypatch.delenv("LOCAL_KEY", raising=False)
+    dataset(_tasks(2), manifest=_manifest(model_server, "gpt-right"))
+    result = run_layout(pytester, "--agenteval", "ds")
+    assert result.ret == 2
+    (line,) = [line for line in result.outlines if "LOCAL_KEY (api_key_env)" in line]
+    assert line.count("provider 'local'") == 1 and "Fix: export LOCAL_KEY=" in line, line
+    assert _chats(model_server) == []

@@ -100,7 +100,7 @@ def test_show_attempt_in_full(run_dir: str, capsys: pytest.CaptureFixture[str]) 
 def test_show_unknown_task_suggests(run_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown task id is one clear line with the close matches; a missing attempt too."""
     code, _, err = out_of(capsys, "show", run_dir, "solidd")
-    assert code == 1 and "no task 'solidd' in this run; did you mean 'solid'?" in err
+    assert code == 1 and "no task 'solidd' in this run; did you mean 'solid'? (run " in err
     code, _, err = out_of(capsys, "show", run_dir, "solid/7")
     assert code == 1 and "task 'solid' has no attempt 7; it has 0, 1" in err
     code, _, err = out_of(capsys, "show", "nope")

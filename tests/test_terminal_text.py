@@ -123,3 +123,12 @@ def test_a_frozen_agent_result_changed_shows_the_agents_frames_only(
     shown = capsys.readouterr().out
     assert "pydantic/main.py" not in shown and 'result.output = "final"' in shown
     assert "Instance is frozen" in shown
+
+
+def test_money_below_a_cent_never_reads_as_nothing() -> None:
+    """A cap or a spend below a cent keeps the digits that say it (`$0.003`, not `$0.00`);
+    a dollar or more, and nothing, keep two decimals."""
+    from pytest_agenteval.core.text import dollars
+
+    said = [dollars(x) for x in (0, 0.003, 0.015, 0.5, 1.5, 4, 0.00001)]
+    assert said == ["$0.00", "$0.003", "$0.015", "$0.50", "$1.50", "$4.00", "$0.00001"]

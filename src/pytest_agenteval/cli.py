@@ -241,17 +241,18 @@ def _runs(args: argparse.Namespace) -> int:
         return 1
     runs = store.runs()
     _print_damage(store)
-    print(f"{'run':10} {'dataset':24} {'started':19} {'done/planned':>13}  status")
+    # most recently used first, as `latest` picks: the column says when each was last used
+    print(f"{'run':10} {'dataset':24} {'last used':19} {'done/planned':>13}  status")
     for run in runs:
         names = "+".join(d["name"] for d in run.datasets)
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created_at))
+        used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.updated_at))
         narrowed = f", narrowed by {run.narrowed_by}" if run.narrowed_by else ""
         narrowed += f", shard {run.shard}" if run.shard else ""
         narrowed += f", merged from {len(run.merged_from)} shards" if run.merged_from else ""
         if run.status == "interrupted" and not run.planned:
             narrowed += " (died before planning; --resume-suite starts it over)"
         print(
-            f"{run.run_id:10} {names:24} {started:19} {run.done:>6}/{run.planned:<6}  "
+            f"{run.run_id:10} {names:24} {used:19} {run.done:>6}/{run.planned:<6}  "
             f"{run.status}{narrowed}"
             + (f" (died running {run.died_running})" if run.died_running else "")
         )

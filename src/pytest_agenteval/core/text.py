@@ -117,6 +117,15 @@ def _key(key: Any) -> str:
     return clean_text(key)
 
 
+def dollars(amount: float) -> str:
+    """An amount of money for a person: `$1.73`, and below a dollar with the digits that keep
+    it from reading as nothing (`$0.003`, not `$0.00`)."""
+    if amount == 0 or abs(amount) >= 0.995:
+        return f"${amount:.2f}"
+    digits = f"{amount:.6f}".rstrip("0")
+    return f"${digits}" if len(digits.split(".")[1]) > 2 else f"${amount:.2f}"
+
+
 def decode_output(data: bytes) -> str:
     """Program output as text; invalid UTF-8 becomes replacement characters, never an error."""
     return data.decode("utf-8", errors="replace")

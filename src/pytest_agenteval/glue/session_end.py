@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ..core.text import dollars
 from ..reporting.gate import GateResult
 from ..store.stops import CTRL_C, Budget, Stop
 
@@ -125,7 +126,7 @@ def budget_line(budget: Budget) -> str:
         if cap is not None
     )
     return (
-        f"spent in all ${cost:.2f}, {tokens} tokens (attempts already started when the cap "
+        f"spent in all {dollars(cost)}, {tokens} tokens (attempts already started when the cap "
         "was reached finished). The cap is the run's whole budget, its earlier sessions "
         f"included: --resume-suite runs the rest only with a higher {raise_it}"
     )

@@ -110,8 +110,10 @@ async def _route(client: BoundClient, models: Mapping[str, str]) -> list[ProbePr
     route = target.route
     try:
         headers = target.wire.headers(target.key())
-    except ProviderError as exc:
-        return [ProbeProblem(route.name, None, exc.message, exc.detail or "set the key")]
+    except ProviderError as exc:  # its words without what the problem's line says already
+        what = exc.message.removeprefix(f"provider {route.name!r}: ")
+        fix = (exc.detail or "set the key").removeprefix("Hint: ")
+        return [ProbeProblem(route.name, None, what, fix)]
     url = WIRES[route.kind].models_url(route.base_url)
     listed = await _get(url, headers)
     if isinstance(listed, _Refused):

@@ -56,7 +56,11 @@ def show(
         check_variant(variant, variants, info.run_id)
     if target is None:
         return run_lines(info, [r for r in rows if variant in (None, r.variant)])
-    task_id, named, attempt = split_target(target, {r.task_id for r in rows}, variants)
+    try:
+        task_id, named, attempt = split_target(target, {r.task_id for r in rows}, variants)
+    except ShowError as exc:  # say which run was looked in (`latest` moves)
+        datasets = "+".join(d["name"] for d in info.datasets)
+        raise ShowError(f"{exc} (run {info.run_id} of dataset {datasets})") from None
     if named is not None and variant is not None and named != variant:
         raise ShowError(f"{target!r} names variant {named!r} but --variant says {variant!r}")
     chosen = named or variant

@@ -342,7 +342,8 @@ def progress_lines(data: dict[str, Any]) -> list[str]:
         f"{flight} · {data['elapsed']:.0f}s elapsed{eta}",
         f"{data['pass']} passed, {data['fail']} failed, {data['error']} errors, "
         f"{data['skipped']} skipped ({data['reused']} reused)",
-        f"tokens {data['tokens']} · cost {data['cost']:.4f}",
+        f"spent by the run, its earlier sessions included: tokens {data['tokens']} · cost "
+        f"{data['cost']:.4f}",
         *(
             f"  variant {name}: {v['done']}/{v['planned']} done · {v['pass']} passed, "
             f"{v['fail']} failed, {v['error']} errors, {v['skipped']} skipped"

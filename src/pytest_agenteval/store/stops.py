@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..core.errors import StoreError
+from ..core.text import dollars
 from .files import write_json
 from .locks import locked
 
@@ -258,8 +259,8 @@ class Budget:
             spent, total = max(self.cost, answered), max(self.tokens, used)
             if self.max_cost is not None and cost and spent + cost > self.max_cost:
                 return (
-                    f"spend cap reached: ${spent:.2f} spent or held of ${self.max_cost:.2f}, "
-                    f"the next call may cost ${cost:.4f}"
+                    f"spend cap reached: {dollars(spent)} spent or held of "
+                    f"{dollars(self.max_cost)}, the next call may cost ${cost:.4f}"
                 )
             if self.max_tokens is not None and tokens and total + tokens > self.max_tokens:
                 return (
@@ -279,7 +280,7 @@ class Budget:
         arrived), else None."""
         cost, tokens = self.totals()
         if self.max_cost is not None and cost >= self.max_cost:
-            return f"spend cap reached: ${cost:.2f} of ${self.max_cost:.2f}"
+            return f"spend cap reached: {dollars(cost)} of {dollars(self.max_cost)}"
         if self.max_tokens is not None and tokens >= self.max_tokens:
             return f"token cap reached: {tokens} of {self.max_tokens}"
         return None
