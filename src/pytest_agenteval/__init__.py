@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .core.records import AttemptRecord
     from .core.trace import LimitHit, Message, ModelCall, ToolCall, ToolResult, Trace
     from .execution.agents import Agent, AgentRef, AgentResolver
-    from .execution.executor import AgentCall, Executor
+    from .execution.executor import AgentCall, Executor, LoopExecutor
     from .execution.graders import GradeContext, Grader
     from .execution.tools import Tool, ToolOutput
     from .reporting.summary import Summary
@@ -74,6 +74,7 @@ _WHERE = {
     "SandboxRequest": "core.kinds",
     "ExecResult": "core.environment",
     "Executor": "execution.executor",
+    "LoopExecutor": "execution.executor",
     "GradeContext": "execution.graders",
     "Grader": "execution.graders",
     "GraderSpec": "core.model",
@@ -108,6 +109,7 @@ __all__ = [
     "KindSession",
     "LimitHit",
     "LimitReached",
+    "LoopExecutor",
     "Manifest",
     "Message",
     "ModelCall",
