@@ -370,7 +370,7 @@ class Ahead(Generic[C, R]):
                 answer = None, exc
             started.ended = time.perf_counter()
             started.running = False
-        if not started.future.done():  # its item may have given up on a blocked loop
+        with contextlib.suppress(InvalidStateError):  # its item gave up on a blocked loop
             started.future.set_result(answer)
         self._ended()
 
