@@ -18,7 +18,7 @@ from .identity import AttemptId
 from .records import AttemptRecord, index_entry, to_json_text
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per attempt, and a frozen init costs a call per field
 class NewRecord:
     """A new record, typed, in the process that made it: a lone process's recorder commits it
     without parsing anything."""

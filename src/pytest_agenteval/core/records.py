@@ -22,9 +22,9 @@ from .text import clean_text, excerpt, json_encoder, json_safe
 
 HISTORY_LIMIT = 10
 """How many replaced records a record keeps in `previous`."""
-to_json_text = json_encoder()
-"""`json.dumps(value, ensure_ascii=False)` without building an encoder per call (per attempt,
-records and index lines are encoded on the hot path)."""
+to_json_text = json_encoder(acyclic=True)
+"""`json.dumps(value, ensure_ascii=False)` of a record, an index line or a record's part,
+without building an encoder per call (per attempt, on the hot path)."""
 
 
 def attempt_score(verdicts: tuple[Verdict, ...] | list[Verdict]) -> float:

@@ -53,23 +53,37 @@ def clean_text(text: str) -> str:
 
 
 def json_encoder(
-    *, sort_keys: bool = False, default: Callable[[Any], Any] | None = None
+    *,
+    sort_keys: bool = False,
+    default: Callable[[Any], Any] | None = None,
+    acyclic: bool = False,
 ) -> Callable[[Any], str]:
     """`json.dumps(value, ensure_ascii=False, ...)` as one call into the C encoder: what
     `JSONEncoder.encode` does, without its two Python frames and the closure it makes per
     call (records, index lines and digests are encoded on every attempt's path). The same
-    text, circular references refused alike (a fresh marker table per call)."""
+    text, circular references refused alike (a fresh marker table per call). `acyclic`: for
+    values that cannot hold a cycle (records, whose values `json_safe` copied): one encoder
+    made once, no marker table (a cycle would be a RecursionError)."""
     if c_make_encoder is None:  # no C accelerator: the standard encoder
         return json.JSONEncoder(ensure_ascii=False, sort_keys=sort_keys, default=default).encode
     make, escape = c_make_encoder, encode_basestring
     default = default or json.JSONEncoder().default  # refuses as json.dumps does
+    # markers, default, encoder, indent, separators, sort_keys, skipkeys, allow_nan
+    options = (default, escape, None, ": ", ", ", sort_keys, False, True)
+    if acyclic:
+        shared = make(None, *options)  # keeps no state between calls: safe in any thread
+
+        def encode_acyclic(value: Any) -> str:
+            if type(value) is str:
+                return escape(value)
+            return "".join(shared(value, 0))
+
+        return encode_acyclic
 
     def encode(value: Any) -> str:
         if type(value) is str:  # as JSONEncoder.encode: the string alone
             return escape(value)
-        # markers, default, encoder, indent, separators, sort_keys, skipkeys, allow_nan
-        chunks = make({}, default, escape, None, ": ", ", ", sort_keys, False, True)(value, 0)
-        return "".join(chunks)
+        return "".join(make({}, *options)(value, 0))
 
     return encode
 

@@ -182,6 +182,13 @@ Price = Callable[[ModelCall], float | None]
 """A model call's cost: the reported one, else priced from the manifest's `pricing:`."""
 
 
+def event_cost(event: ModelCall, price: Price | None) -> float | None:
+    """A model call's cost: reported, else priced by `price` (None when neither is known)."""
+    if event.cost is not None or price is None:
+        return event.cost
+    return price(event)
+
+
 class Trace:
     """The typed trace of one attempt, which its agent writes as it goes (`task.trace`).
 
@@ -320,9 +327,7 @@ class Trace:
 
     def cost_of(self, event: ModelCall) -> float | None:
         """A model call's cost: reported, else priced (None when neither is known)."""
-        if event.cost is not None or self.price is None:
-            return event.cost
-        return self.price(event)
+        return event_cost(event, self.price)
 
     # --- limits between turns -----------------------------------------------------------
 

@@ -61,7 +61,7 @@ AgentSource = Callable[[], AgentRef]
 """Names the attempt's agent (and its label for the record); called only when the agent runs."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per attempt, and a frozen init costs a call per field
 class AttemptJob:
     """One attempt to carry out: the task, the attempt index, the resume decision and the
     variant whose agent runs it."""
@@ -75,16 +75,15 @@ class AttemptJob:
     """The attempt's identity, made once (an attempt asks for it about ten times)."""
 
     def __post_init__(self) -> None:
-        key = AttemptId(
+        self.key = AttemptId(
             dataset=self.task.dataset.name,
             task_id=self.task.id,
             variant=self.variant,
             attempt=self.attempt,
         )
-        object.__setattr__(self, "key", key)  # frozen: set once, here
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per attempt, and a frozen init costs a call per field
 class Outcome:
     """How an attempt ended: a new record, or the stored verdict reused."""
 
@@ -280,6 +279,7 @@ class AttemptRunner:
                 context.phase(None)
         if self.finished is not None and outcome.record is not None:
             self.finished(outcome.record, context.task)
+        context.ended()
         return outcome
 
     def _carry_out(
@@ -503,10 +503,9 @@ class AttemptRunner:
 
     def _answered(self, context: _Attempt, result: AgentResult) -> AgentResult:
         """The call's answer with its trace; a run-wide stop the trace met is raised."""
-        watch = context.watch
-        assert watch is not None
-        result = with_trace(result, watch.trace)
-        hit = watch.trace.stopped
+        trace = context.task.trace
+        result = with_trace(result, trace)
+        hit = trace.stopped
         if hit is not None and hit.limit == "run":
             stop = RunStopped(hit.reason)
             stop.result = result  # type: ignore[attr-defined]
@@ -593,6 +592,15 @@ class _Attempt:
         if identity is None:
             identity = self._identity = self.job.key
         note(identity, name, turn)
+
+    def ended(self) -> None:
+        """The attempt is over: drop the links from here to its Task and watch, whose
+        callbacks point back here, so refcounting frees the attempt at once rather than the
+        cyclic GC, which found ~20 objects of every attempt in a cycle (bench/RESULTS.md).
+        A call given up on may still hold the Task: its late events note no phase."""
+        self.note_phase = None
+        self.watch = None
+        del self.task
 
     def _local_folder(self) -> Path:
         return host_folder(self._environment())

@@ -16,7 +16,7 @@ from functools import partial
 from ..core.identity import AttemptId
 from ..core.llm import ModelPrice
 from ..core.model import AgentResult, Usage
-from ..core.trace import AnyEvent, ModelCall, Trace
+from ..core.trace import AnyEvent, ModelCall, Price, Trace, event_cost
 from ..providers.pricing import priced
 from ..sources.dataset import TaskDef
 
@@ -38,7 +38,6 @@ class Watch:
         phase: Callable[[str], None],
         traceparent: str | None = None,
     ) -> None:
-        self.trace = trace
         self.spent = spent
         self.phase = phase
         self.turns = 0
@@ -49,8 +48,9 @@ class Watch:
         trace.run_stop = run_stop
         trace.deadline = time.monotonic() + task.timeout if task.timeout else None
         pricing = task.dataset.manifest.pricing
-        trace.price = partial(price_call, pricing) if pricing else None
-        trace.on_event = self._seen
+        self.price: Price | None = partial(price_call, pricing) if pricing else None
+        trace.price = self.price
+        trace.on_event = self._seen  # the watch keeps no link back: no cycle for the GC
         trace.on_phase = phase
         trace.traceparent = traceparent
 
@@ -65,7 +65,7 @@ class Watch:
         self.phase("agent")  # a new turn
         if self.spent is None:
             return
-        cost = self.trace.cost_of(event)
+        cost = event_cost(event, self.price)
         tokens = (event.input_tokens or 0) + (event.output_tokens or 0)
         if cost or tokens:
             if not counted:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -307,6 +308,21 @@ class AttemptItem(AgentevalItem):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.task.line - 1, f"agenteval: {self.name}"
+
+    @cached_property
+    def location(self) -> tuple[str, int | None, str]:
+        """pytest's own, with the file's path as pytest shows it worked out once for all the
+        attempts of a task file (pytest makes a new Path and looks it up again per item)."""
+        _, line, name = self.reportinfo()
+        files = self.parent.stash if self.parent is not None else self.stash
+        shown = files.get(_SHOWN_PATH, None)
+        if shown is None:
+            shown = files[_SHOWN_PATH] = super().location[0]
+        return shown, line, name
+
+
+_SHOWN_PATH = pytest.StashKey[str]()
+"""On a task file's node: its path in pytest's locations (relative to where pytest started)."""
 
 
 def _why(detail: Detail) -> str:

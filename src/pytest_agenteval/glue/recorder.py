@@ -327,7 +327,7 @@ class Recorder:
         plan, run_id = self.runtime.plan, self.run.run_id
         try:
             if plan.stored(key) is None:
-                row = row_of(fields)
+                row = row_of(fields, key)
                 self.store.append(run_id, text, entry, row)
             else:  # replacing a stored record: kept as its history
                 record = record or AttemptRecord.from_json(json.loads(text))

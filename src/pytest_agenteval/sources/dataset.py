@@ -453,8 +453,9 @@ class TaskDef:
         return None if folder is None else template_digest(self.dataset.template(folder))
 
 
-_DIGEST_JSON = json_encoder(sort_keys=True, default=str)
-"""`json.dumps` with these options builds an encoder per call; digests are made per task."""
+_DIGEST_JSON = json_encoder(sort_keys=True, default=str, acyclic=True)
+"""`json.dumps` with these options builds an encoder per call; digests are made per task (a
+task's values hold no cycle: the YAML loader refuses recursive aliases)."""
 
 
 def _digest(value: Any) -> str:

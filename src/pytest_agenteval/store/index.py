@@ -56,7 +56,7 @@ UNREADABLE_ERRORS = (ValueError, KeyError, TypeError, ArithmeticError, Recursion
 """What a damaged line can raise while it is read (a JSON error is a ValueError)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per attempt and per line read; frozen costs a call a field
 class IndexRow:
     """What planning and metrics read of one stored attempt: compact, no output, no transcript.
 
@@ -136,12 +136,13 @@ class IndexRow:
         return self.key.attempt
 
 
-def row_of(line: dict[str, Any]) -> IndexRow:
+def row_of(line: dict[str, Any], key: AttemptId | None = None) -> IndexRow:
     """The row reading `line` (an index entry) back would give (metrics' fields): a session's
-    own commits."""
+    own commits. `key`: the attempt the line is of, when the caller has it made."""
     phase, variant = line["phase"], line.get("variant")
     return IndexRow(
-        AttemptId(
+        key
+        or AttemptId(
             dataset=line["dataset"],
             task_id=line["task_id"],
             variant=variant,
