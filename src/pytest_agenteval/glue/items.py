@@ -8,6 +8,7 @@ is a *failure*. A replayed attempt runs nothing.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -312,12 +313,20 @@ class AttemptItem(AgentevalItem):
     @cached_property
     def location(self) -> tuple[str, int | None, str]:
         """pytest's own, with the file's path as pytest shows it worked out once for all the
-        attempts of a task file (pytest makes a new Path and looks it up again per item)."""
+        attempts of a task file (pytest makes a new Path and looks it up again per item): when
+        pytest started in its rootdir and the file lies below it, that is the file's node id."""
         _, line, name = self.reportinfo()
-        files = self.parent.stash if self.parent is not None else self.stash
-        shown = files.get(_SHOWN_PATH, None)
+        file = self.parent
+        assert file is not None  # an attempt is always a task file's
+        shown = file.stash.get(_SHOWN_PATH, None)
         if shown is None:
-            shown = files[_SHOWN_PATH] = super().location[0]
+            config = self.config
+            below_root = (
+                os.sep == "/"
+                and config.invocation_params.dir == config.rootpath
+                and str(self.path) == f"{config.rootpath}/{file.nodeid}"
+            )
+            shown = file.stash[_SHOWN_PATH] = file.nodeid if below_root else super().location[0]
         return shown, line, name
 
 

@@ -17,7 +17,7 @@ from junitparser import xunit2
 
 from ..core.errors import ReportError, os_failure
 from ..core.numbers import rounded_values, shown
-from ..core.text import counted, excerpt, xml_safe
+from ..core.text import counted, excerpt, json_encoder, xml_safe
 from ..store.index import gc_paused
 from ..store.problems import StoreProblem
 from .leaderboard import leaderboard_markdown, leaderboard_terminal, tags_markdown, tags_terminal
@@ -66,17 +66,20 @@ def write_reports(summary: Summary, out_dir: Path, rule: str) -> list[Path]:
     return paths
 
 
+_TASK_JSON = json_encoder(acyclic=True)
+"""A task's line of summary.json (`json.dumps(task, ensure_ascii=False)`; the summary is
+plain data this process built)."""
+
+
 def write_json(summary: Summary, out: TextIO) -> None:
-    """Indented at the top, one line per task: readable, fast (C encoder), written as it goes."""
+    """Indented at the top, one line per task: readable, and fast (the C encoder)."""
     with gc_paused():  # a dict per task and attempt, no cycle: see `build_summary`
         data = summary.to_json()
     tasks = data.pop("tasks")
     text = json.dumps({**data, "tasks": []}, indent=1, ensure_ascii=False)
     before, _, after = text.rpartition('"tasks": []')  # the last key
-    out.write(before + '"tasks": [')
-    for index, task in enumerate(tasks):
-        out.write(("\n  " if index == 0 else ",\n  ") + json.dumps(task, ensure_ascii=False))
-    out.write(("\n ]" if tasks else "]") + after + "\n")
+    lines = ",\n  ".join(map(_TASK_JSON, tasks))
+    out.write(f'{before}"tasks": [' + (f"\n  {lines}\n ]" if tasks else "]") + after + "\n")
 
 
 def _atomic_write(path: Path, write: Callable[[Any], Any]) -> Path:
