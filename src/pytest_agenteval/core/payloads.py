@@ -16,9 +16,10 @@ from typing import Any
 
 from .identity import AttemptId
 from .records import AttemptRecord, index_entry, to_json_text
+from .values import value_class
 
 
-@dataclass(slots=True)  # not frozen: one per attempt, and a frozen init costs a call per field
+@value_class
 class NewRecord:
     """A new record, typed, in the process that made it: a lone process's recorder commits it
     without parsing anything."""

@@ -19,6 +19,7 @@ from .identity import AttemptId
 from .model import RECORD_SCHEMA, AgentResult, Phase, Status, Usage, Verdict
 from .numbers import rounded
 from .text import clean_text, excerpt, json_encoder, json_safe
+from .values import value_class
 
 HISTORY_LIMIT = 10
 """How many replaced records a record keeps in `previous`."""
@@ -68,7 +69,7 @@ DETAIL_FIELDS = tuple(f.name for f in fields(Detail))
 """The record's attributes a Detail holds (the same names and types)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class AttemptRecord:
     """One finished attempt (`agenteval.record/1`): what ran, what it answered, the verdict."""
 
@@ -291,8 +292,7 @@ class AttemptRecord:
         return self.with_previous(history[:HISTORY_LIMIT])
 
     def with_previous(self, previous: tuple[dict[str, Any], ...]) -> AttemptRecord:
-        values = {name: getattr(self, name) for name in AttemptRecord.__slots__}
-        return AttemptRecord(**{**values, "previous": previous})
+        return replace(self, previous=previous)
 
 
 def new_record(

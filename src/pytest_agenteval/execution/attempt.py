@@ -38,6 +38,7 @@ from ..core.identity import AttemptId
 from ..core.model import AgentResult, Phase, Status, Task, Verdict
 from ..core.records import HISTORY_LIMIT, AttemptRecord, Detail, new_record, spend_sum, usage_json
 from ..core.trace import ATTEMPT_LIMITS
+from ..core.values import value_class
 from ..providers.bound import Spend, attempt_llm
 from ..providers.pricing import priced, with_prices
 from ..sources.dataset import TaskDef
@@ -61,7 +62,7 @@ AgentSource = Callable[[], AgentRef]
 """Names the attempt's agent (and its label for the record); called only when the agent runs."""
 
 
-@dataclass(slots=True)  # not frozen: one per attempt, and a frozen init costs a call per field
+@value_class
 class AttemptJob:
     """One attempt to carry out: the task, the attempt index, the resume decision and the
     variant whose agent runs it."""
@@ -75,15 +76,16 @@ class AttemptJob:
     """The attempt's identity, made once (an attempt asks for it about ten times)."""
 
     def __post_init__(self) -> None:
-        self.key = AttemptId(
+        key = AttemptId(
             dataset=self.task.dataset.name,
             task_id=self.task.id,
             variant=self.variant,
             attempt=self.attempt,
         )
+        object.__setattr__(self, "key", key)  # set once, here
 
 
-@dataclass(slots=True)  # not frozen: one per attempt, and a frozen init costs a call per field
+@value_class
 class Outcome:
     """How an attempt ended: a new record, or the stored verdict reused."""
 

@@ -27,6 +27,7 @@ from ..core.identity import AttemptId
 from ..core.model import RECORD_SCHEMA
 from ..core.records import INDEXED, Detail, spend_sum
 from ..core.text import excerpt
+from ..core.values import value_class
 from .files import open_regular
 from .problems import RUNS_AGAIN, StoreProblem
 
@@ -56,7 +57,7 @@ UNREADABLE_ERRORS = (ValueError, KeyError, TypeError, ArithmeticError, Recursion
 """What a damaged line can raise while it is read (a JSON error is a ValueError)."""
 
 
-@dataclass(slots=True)  # not frozen: one per attempt and per line read; frozen costs a call a field
+@value_class
 class IndexRow:
     """What planning and metrics read of one stored attempt: compact, no output, no transcript.
 
