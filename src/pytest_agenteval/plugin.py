@@ -18,6 +18,7 @@ import pytest
 
 from . import hookspecs
 from .core import options
+from .core.gcpause import gc_paused
 from .core.shards import parse_shard
 from .sources.discovery import TemplateFolders, dataset_args
 
@@ -400,26 +401,28 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     config.add_cleanup(forget_caches)  # the first cleanup registered: it runs last
     # Imported only when active: unrelated pytest runs pay nothing for pydantic and friends.
-    from .core.importing import on_path
-    from .execution.agents import AgentResolver
-    from .execution.environment import Environments
-    from .execution.workspaces import Workspaces
-    from .glue.collect import CollectHooks, CollectState, load_datasets, point_collection_at
-    from .glue.concurrency import AheadHooks, check_combination, declared_concurrency
-    from .glue.controller import agenteval_dir, open_controller_run, start_controller
-    from .glue.items import TaskHooks
-    from .glue.runtime import (
-        RUNTIME,
-        Parts,
-        agent_fingerprint,
-        build_runtime,
-        check_variants,
-        make_executor,
-    )
-    from .glue.sandboxes import SandboxNotes, environment_kinds
-    from .glue.settings import read_settings
-    from .glue.xdist import worker_context
-    from .sources.speccache import CACHE_NAME, SpecCache
+    # Importing makes long-lived objects only: the cyclic GC would rescan them for nothing.
+    with gc_paused():
+        from .core.importing import on_path
+        from .execution.agents import AgentResolver
+        from .execution.environment import Environments
+        from .execution.workspaces import Workspaces
+        from .glue.collect import CollectHooks, CollectState, load_datasets, point_collection_at
+        from .glue.concurrency import AheadHooks, check_combination, declared_concurrency
+        from .glue.controller import agenteval_dir, open_controller_run, start_controller
+        from .glue.items import TaskHooks
+        from .glue.runtime import (
+            RUNTIME,
+            Parts,
+            agent_fingerprint,
+            build_runtime,
+            check_variants,
+            make_executor,
+        )
+        from .glue.sandboxes import SandboxNotes, environment_kinds
+        from .glue.settings import read_settings
+        from .glue.xdist import worker_context
+        from .sources.speccache import CACHE_NAME, SpecCache
 
     settings = read_settings(config, list(named))
     folder = agenteval_dir(config)

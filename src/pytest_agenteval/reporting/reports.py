@@ -16,9 +16,9 @@ from xml.sax.saxutils import quoteattr
 from junitparser import xunit2
 
 from ..core.errors import ReportError, os_failure
+from ..core.gcpause import gc_paused
 from ..core.numbers import rounded_values, shown
 from ..core.text import counted, excerpt, json_encoder, xml_safe
-from ..store.index import gc_paused
 from ..store.problems import StoreProblem
 from .leaderboard import leaderboard_markdown, leaderboard_terminal, tags_markdown, tags_terminal
 from .metrics import INTERVAL_METHOD, MIN_TASKS

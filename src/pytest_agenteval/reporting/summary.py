@@ -17,8 +17,9 @@ from pydantic import (
     model_serializer,
 )
 
+from ..core.gcpause import gc_paused
 from ..core.text import counted
-from ..store.index import IndexRow, gc_paused
+from ..store.index import IndexRow
 from ..store.runs import RunInfo
 from .metrics import (
     GroupMetrics,

@@ -8,11 +8,9 @@ attempt is left out (it runs again) and the line is reported as a `StoreProblem`
 
 from __future__ import annotations
 
-import gc
 import json
 import re
-from collections.abc import Container, Iterator
-from contextlib import contextmanager
+from collections.abc import Container
 from dataclasses import dataclass, field
 from itertools import product
 from math import isfinite
@@ -23,6 +21,7 @@ from types import NoneType
 from typing import Any, BinaryIO
 
 from ..core.error_classes import phase_class
+from ..core.gcpause import gc_paused
 from ..core.identity import AttemptId
 from ..core.model import RECORD_SCHEMA
 from ..core.records import INDEXED, Detail, spend_sum
@@ -202,20 +201,6 @@ def read_index(path: Path, *, for_plan: bool = True) -> IndexRead:
     """
     with open_regular(path) as f, gc_paused():
         return _read(f, path, for_plan)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic GC off while many long-lived objects and no garbage cycles are made (reading
-    100,000 rows; a summary of them): collecting while they pile up rescans them again and
-    again (a sixth of the reading time, measured at 100,000 rows). Also a decorator."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _read(f: BinaryIO, path: Path, for_plan: bool) -> IndexRead:
