@@ -1,11 +1,14 @@
-"""`@value_class`: the dataclasses made on every attempt's path (records, index rows, outcomes)."""
+"""Value types made on every attempt's path: `@value_class` (records, index rows, outcomes) and
+`@cached` (a task's derived facts)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar, dataclass_transform
+from typing import Any, Generic, Self, TypeVar, dataclass_transform, overload
 
 T = TypeVar("T")
+Owner = TypeVar("Owner")
 
 
 @dataclass_transform(frozen_default=True)
@@ -14,3 +17,29 @@ def value_class(cls: type[T]) -> type[T]:
     fields, as a frozen one is): a frozen dataclass's `__init__` sets each field through
     `object.__setattr__`, a call per field, ~3 µs for a record's 35 on every attempt."""
     return dataclass(slots=True, unsafe_hash=True)(cls)
+
+
+class cached(Generic[Owner, T]):
+    """`functools.cached_property` without its lock: on Python 3.11 each first access takes
+    an RLock (3.12 dropped it), and a task's facts are pure, so two threads computing one
+    at once get equal values."""
+
+    def __init__(self, func: Callable[[Owner], T]) -> None:
+        self.func = func
+        self.name = func.__name__
+        self.__doc__ = func.__doc__
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> Self: ...
+
+    @overload
+    def __get__(self, instance: Owner, owner: type[Any] | None = None) -> T: ...
+
+    def __get__(self, instance: Owner | None, owner: type[Any] | None = None) -> T | Self:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.func(instance)
+        return value

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,6 +22,7 @@ from ..core.model import AnyAgentSpec, GraderSpec, TaskSpec
 from ..core.payloads import PAYLOADS, NeverStarted, NewRecord, Payload, Replayed, to_wire
 from ..core.records import AttemptRecord, Detail
 from ..core.text import excerpt, printable
+from ..core.values import cached
 from ..execution.agents import (
     BUILTIN_AGENT_KINDS,
     Agent,
@@ -310,7 +310,7 @@ class AttemptItem(AgentevalItem):
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.task.line - 1, f"agenteval: {self.name}"
 
-    @cached_property
+    @cached
     def location(self) -> tuple[str, int | None, str]:
         """pytest's own, with the file's path as pytest shows it worked out once for all the
         attempts of a task file (pytest makes a new Path and looks it up again per item): when

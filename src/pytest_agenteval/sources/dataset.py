@@ -9,7 +9,7 @@ import hashlib
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from ..core.model import (
     effective_budget,
 )
 from ..core.text import excerpt, json_encoder
+from ..core.values import cached
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
 from .sourced import one_failure_per_problem
 from .speccache import CachedTask, SpecCache
@@ -309,31 +310,31 @@ class TaskDef:
     row: tuple[Path, int] | None = None
     """(source file, line) of the row this task was made from, for a task file with `source:`."""
 
-    @cached_property
+    @cached
     def where(self) -> str:
         """Where the task is defined: its file, or its row's `file:line`."""
         return str(self.path) if self.row is None else f"{self.row[0]}:{self.row[1]}"
 
-    @cached_property  # the spec is frozen: asked for about ten times an attempt
+    @cached  # the spec is frozen: asked for about ten times an attempt
     def id(self) -> str:
         assert self.spec.id is not None
         return self.spec.id
 
-    @cached_property
+    @cached
     def timeout(self) -> float | None:
         return self.spec.timeout or self.dataset.manifest.defaults.timeout
 
-    @cached_property
+    @cached
     def budget(self) -> Budget | None:
         """What each attempt may use: the task's limits over the manifest's defaults."""
         return effective_budget(self.spec.budget, self.dataset.manifest.defaults.budget)
 
-    @cached_property
+    @cached
     def retry(self) -> RetrySpec | None:
         """Which errors run the attempt again: the task's `retry:`, else the manifest's."""
         return self.spec.retry or self.dataset.manifest.defaults.retry
 
-    @cached_property
+    @cached
     def digest(self) -> str:
         """Content digest of the whole effective task: what the agent sees, plus grading."""
         spec = self.spec
@@ -352,7 +353,7 @@ class TaskDef:
             }
         )
 
-    @cached_property
+    @cached
     def run_digest(self) -> str:
         """Digest of what the agent sees; equal digests mean a regrade can reuse the output."""
         spec = self.spec
@@ -384,7 +385,7 @@ class TaskDef:
             }
         )
 
-    @cached_property
+    @cached
     def part_digests(self) -> dict[str, str]:
         """A short digest of each part of the task that `digest` and `run_digest` cover (the
         parts that are set), kept in its records: a resume that finds the task changed can
@@ -410,7 +411,7 @@ class TaskDef:
         }
         return {name: _digest(value)[:8] for name, value in parts.items() if value is not None}
 
-    @cached_property
+    @cached
     def sandbox_build(self) -> BuildFolder | None:
         """The folder a sandbox's `build:` image is made from, and its content digest (the
         image's tag): a changed Dockerfile is a changed task. None without a `build:`."""
@@ -420,12 +421,12 @@ class TaskDef:
             return None
         return self.dataset.build_folder((self.dataset.root / build).resolve())
 
-    @cached_property
+    @cached
     def sandbox(self) -> SandboxSpec | None:
         """The task's Docker sandbox, else the manifest's default, else None (the host)."""
         return self.spec.sandbox or self.dataset.manifest.defaults.sandbox
 
-    @cached_property
+    @cached
     def artifacts(self) -> ArtifactsSpec | None:
         """What the task keeps of its attempts' changed files: its own `artifacts:`, else the
         manifest's, else the default for a sandbox; None (nothing kept) for a local task."""
@@ -434,7 +435,7 @@ class TaskDef:
             return ArtifactsSpec()
         return chosen
 
-    @cached_property
+    @cached
     def regradable(self) -> bool:
         """Whether a recorded output can be judged again without the agent's workspace."""
         return (
@@ -443,11 +444,11 @@ class TaskDef:
             and all(g.type != "command" for g in self.grader_specs)
         )
 
-    @cached_property
+    @cached
     def workspace_dir(self) -> Path | None:
         return (self.path.parent / self.spec.workspace).resolve() if self.spec.workspace else None
 
-    @cached_property
+    @cached
     def _workspace_digest(self) -> str | None:
         folder = self.workspace_dir
         return None if folder is None else template_digest(self.dataset.template(folder))
@@ -460,7 +461,16 @@ task's values hold no cycle: the YAML loader refuses recursive aliases)."""
 
 def _digest(value: Any) -> str:
     text = _DIGEST_JSON([DIGEST_VERSION, value])
+    return _shared_digest(text) if len(text) < 256 else _sha(text)
+
+
+def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+_shared_digest = lru_cache(maxsize=4096)(_sha)
+"""Most tasks share most of their parts (graders, tags, metadata, timeout): a short part's
+digest is worked out once."""
 
 
 def load_task_file(
