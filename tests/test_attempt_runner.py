@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import shutil
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from pytest_agenteval.core.model import (
     Manifest,
     Task,
     TaskSpec,
+    Usage,
 )
 from pytest_agenteval.execution.agents import (
     Agent,
@@ -384,3 +386,81 @@ def test_an_errors_traceback_is_shown_from_the_users_first_frame() -> None:
     assert internal is not None
     assert from_users_frame(internal.__traceback__) is internal.__traceback__
     assert from_users_frame(None) is None
+
+
+def timed_task(tmp_path: Path, timeout: float) -> TaskDef:
+    dataset = Dataset(tmp_path, Manifest(name="ds"), None)
+    grader_spec = GraderSpec(type="equals")
+    spec = TaskSpec(id="t", input="q", expected="4", graders=[grader_spec], timeout=timeout)
+    grader = make_builtin_grader(grader_spec, spec, tmp_path)
+    return TaskDef(
+        spec, dataset, tmp_path / "t.yaml", 1, graders=(grader,), grader_specs=(grader_spec,)
+    )
+
+
+def test_an_abandoned_calls_late_answer_counts_only_what_its_trace_did_not(
+    tmp_path: Path,
+) -> None:
+    """A sync agent past its timeout: its model call counted when it was traced, and its late
+    answer (the same usage) adds nothing once the attempt has ended."""
+    done = threading.Event()
+
+    def slow(task: Task) -> AgentResult:
+        task.trace.model_call(model="m", input_tokens=100, output_tokens=10, cost=1.0)
+        time.sleep(0.4)
+        done.set()
+        return AgentResult(output="4", usage=Usage(input_tokens=100, output_tokens=10, cost=1.0))
+
+    spent: list[tuple[float | None, int]] = []
+    environments = Environments(Workspaces(tmp_path / "work"), lambda task, key: None)
+    runner = AttemptRunner(
+        SerialExecutor(AgentResolver(built_in)),
+        environments,
+        {"v": 1},
+        spent=lambda cost, tokens: spent.append((cost, tokens)),
+    )
+    ref = AgentRef.in_process(slow, "slow")
+    outcome = runner.run(AttemptJob(timed_task(tmp_path, 0.1), 0, RUN), lambda: ref)
+    assert outcome.record is not None and outcome.record.error_class == "timeout"
+    assert done.wait(5)
+    time.sleep(0.2)  # the late answer is counted right after the agent returns
+    assert spent == [(1.0, 110)]
+
+
+def test_a_call_that_blocked_the_loop_counts_its_late_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An async agent that blocks the event loop is given up on by its item (an error record,
+    the attempt ended); when the loop gets it back, its answer's usage still counts, once."""
+    from pytest_agenteval.execution import concurrent
+
+    monkeypatch.setattr(concurrent, "LOOP_GRACE", 0.2)
+    done = threading.Event()
+
+    async def blocks(task: Task) -> AgentResult:
+        time.sleep(0.6)  # the whole loop waits
+        done.set()
+        return AgentResult(output="4", usage=Usage(input_tokens=100, output_tokens=10, cost=1.0))
+
+    spent: list[tuple[float | None, int]] = []
+    executor = SerialExecutor(AgentResolver(built_in), concurrent=True)
+    environments = Environments(Workspaces(tmp_path / "work"), lambda task, key: None)
+    ahead: Ahead[Any, Any] = Ahead(2, lambda: None, executor.event_loop)
+    runner = AttemptRunner(
+        executor,
+        environments,
+        {"v": 1},
+        spent=lambda cost, tokens: spent.append((cost, tokens)),
+        ahead=ahead,
+        stopped=lambda: None,
+    )
+    ref = AgentRef.in_process(blocks, "blocks")
+    job = AttemptJob(timed_task(tmp_path, 0.1), 0, RUN)
+    assert runner.schedule(job, lambda: ref)
+    outcome = runner.run(job, lambda: ref)
+    assert outcome.record is not None and "blocks the event loop" in (outcome.record.error or "")
+    assert done.wait(5)
+    time.sleep(0.2)
+    assert spent == [(1.0, 110)]
+    ahead.close()
+    executor.close()

@@ -63,9 +63,44 @@ def test_json_safe_is_the_json_round_trip(value: Any) -> None:
         assert found is not value  # a copy: an agent's later change does not reach a record
 
 
-def test_json_safe_refuses_what_json_refuses() -> None:
-    """A circular value is refused as the round trip refuses it, not as a RecursionError."""
+def test_json_safe_keeps_what_json_cannot_hold_as_its_text() -> None:
+    """A value that holds itself, a key JSON has no form for, nesting too deep to walk: kept
+    as its text (a record is never lost to what an agent or a grader gave)."""
     looped: dict[str, Any] = {}
     looped["self"] = looped
-    with pytest.raises(ValueError, match="Circular reference"):
-        json_safe(looped)
+    assert json_safe(looped) == "{'self': {...}}"
+    assert json_safe({(1, 2): "pair"}) == "{(1, 2): 'pair'}"
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert json_safe(deep) == "<a list nested too deep to store>"
+
+
+def test_a_graders_details_are_stored_as_plain_json() -> None:
+    """A plugin grader's details may hold any object, or themselves: the record keeps them as
+    JSON (objects as their text), never fails to be written."""
+    from helpers import aid
+    from pytest_agenteval.core.model import AgentResult, Verdict
+    from pytest_agenteval.core.records import new_record
+
+    looped: dict[str, Any] = {"score": 0.5}
+    looped["self"] = looped
+    verdicts = [
+        Verdict("odd", True, "ok", 1.0, {"when": complex(1, 2), "tags": {"a"}}),
+        Verdict("loop", True, "ok", 1.0, looped),
+    ]
+    record = new_record(
+        key=aid("d", "t", 0),
+        digest="x",
+        run_digest="y",
+        agent={},
+        tags=(),
+        status="pass",
+        verdicts=verdicts,
+        result=AgentResult(output="4"),
+        started_at=0.0,
+        duration=0.1,
+    )
+    stored = json.loads(record.to_text())["verdicts"]
+    assert stored[0]["details"] == {"when": "(1+2j)", "tags": "{'a'}"}
+    assert stored[1]["details"] == {"details": "{'score': 0.5, 'self': {...}}"}

@@ -19,7 +19,6 @@ from .identity import AttemptId
 from .model import RECORD_SCHEMA, AgentResult, Phase, Status, Usage, Verdict
 from .numbers import rounded
 from .text import clean_text, excerpt, json_encoder, json_safe
-from .values import value_class
 
 HISTORY_LIMIT = 10
 """How many replaced records a record keeps in `previous`."""
@@ -69,7 +68,7 @@ DETAIL_FIELDS = tuple(f.name for f in fields(Detail))
 """The record's attributes a Detail holds (the same names and types)."""
 
 
-@value_class
+@dataclass(frozen=True, slots=True)  # frozen: hooks get it (`pytest_agenteval_record_committed`)
 class AttemptRecord:
     """One finished attempt (`agenteval.record/1`): what ran, what it answered, the verdict."""
 
@@ -396,10 +395,16 @@ def spend_sum(values: Iterable[float | None]) -> float | None:
 
 
 def _clean_verdict(v: Verdict) -> Verdict:
+    """A grader's verdict as a record keeps it: valid text, its details plain JSON (a plugin's
+    grader may put any object, or one that holds itself, in them)."""
     reason, grader = clean_text(v.reason), clean_text(v.grader)
-    if reason is v.reason and grader is v.grader:
+    details = v.details
+    if details is not None:
+        safe = json_safe(details)
+        details = safe if isinstance(safe, dict) else {"details": safe}
+    if reason is v.reason and grader is v.grader and details is None:
         return v
-    return Verdict(grader, v.passed, reason, v.score, v.details)
+    return Verdict(grader, v.passed, reason, v.score, details)
 
 
 def attempt_reason(record: AttemptRecord) -> str:

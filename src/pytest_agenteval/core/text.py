@@ -94,9 +94,10 @@ _JSON = json_encoder(default=str)
 
 def json_safe(value: object) -> object:
     """Any value as plain JSON types with valid text (unknown objects become their str): a
-    fresh copy, what a JSON round trip gives. Dicts with str keys, lists, tuples and plain
-    scalars (a trace's events, usage) are copied in one walk; anything else takes the round
-    trip, which also refuses what JSON refuses (a circular value, a key of another type)."""
+        fresh copy, what a JSON round trip gives. Dicts with str keys, lists, tuples and plain
+        scalars (a trace's events, usage) are copied in one walk; anything else takes the round
+        trip. A value JSON cannot hold (one that holds itself, a tuple as a key, nesting too deep
+    to walk) becomes its text: a record is never lost to what an agent or a grader gave."""
     kind = type(value)
     if kind is str:  # a task's input or expected answer, as a rule
         return clean_text(value)  # type: ignore[arg-type]
@@ -105,7 +106,18 @@ def json_safe(value: object) -> object:
     try:
         return _copied(value)
     except (_Unusual, RecursionError):
+        pass
+    try:
         return json.loads(clean_text(_JSON(value)))
+    except (ValueError, TypeError, RecursionError):  # circular, a key JSON has none of, deep
+        return _as_text(value)
+
+
+def _as_text(value: object) -> str:
+    try:
+        return clean_text(str(value))
+    except RecursionError:
+        return f"<a {type(value).__name__} nested too deep to store>"
 
 
 class _Unusual(Exception):

@@ -37,7 +37,7 @@ from ..core.errors import (
 from ..core.identity import AttemptId
 from ..core.model import AgentResult, Phase, Status, Task, Verdict
 from ..core.records import HISTORY_LIMIT, AttemptRecord, Detail, new_record, spend_sum, usage_json
-from ..core.trace import ATTEMPT_LIMITS
+from ..core.trace import ATTEMPT_LIMITS, Trace
 from ..core.values import value_class
 from ..providers.bound import Spend, attempt_llm
 from ..providers.pricing import priced, with_prices
@@ -461,7 +461,7 @@ class AttemptRunner:
         finally:
             in_agent_call(was)
             self._call_ends(context, t0)
-        return self._answered(context, result)
+        return self._answered(context, result, call.task.trace)
 
     async def _acall_agent(self, agent: AgentRef, context: _Attempt) -> AgentResult:
         """`_call_agent` awaited on the executor's event loop (an agent thread by its name:
@@ -476,7 +476,7 @@ class AttemptRunner:
         finally:
             agent_calls(-1)
             self._call_ends(context, t0)
-        return self._answered(context, result)
+        return self._answered(context, result, call.task.trace)
 
     def _call_starts(self, agent: AgentRef, context: _Attempt) -> AgentCall:
         """The call about to be made, with the watch on its trace; it is noted as running."""
@@ -503,9 +503,10 @@ class AttemptRunner:
         context.timings["agent"] = time.perf_counter() - t0
         context.keep_artifacts()
 
-    def _answered(self, context: _Attempt, result: AgentResult) -> AgentResult:
-        """The call's answer with its trace; a run-wide stop the trace met is raised."""
-        trace = context.task.trace
+    def _answered(self, context: _Attempt, result: AgentResult, trace: Trace) -> AgentResult:
+        """The call's answer with its trace; a run-wide stop the trace met is raised. The trace
+        comes with the call: one that ends after its item gave up on it finds the attempt
+        ended."""
         result = with_trace(result, trace)
         hit = trace.stopped
         if hit is not None and hit.limit == "run":
@@ -514,6 +515,10 @@ class AttemptRunner:
             raise stop
         context.stopped = hit.limit if hit is not None and hit.limit in ATTEMPT_LIMITS else None
         return result
+
+
+def _no_phase(name: str) -> None:
+    """An ended attempt's phases: none are noted."""
 
 
 def _calls_agent(decision: Decision) -> bool:
@@ -586,7 +591,8 @@ class _Attempt:
         note = self.note_phase
         if note is None:
             return
-        turn = self.watch.turns if self.watch is not None else 0
+        watch = self.watch
+        turn = watch.turns if watch is not None else 0
         if (name, turn) == self._noted:  # a second grader of the same kind: nothing new
             return
         self._noted = (name, turn)
@@ -596,12 +602,14 @@ class _Attempt:
         note(identity, name, turn)
 
     def ended(self) -> None:
-        """The attempt is over: drop the links from here to its Task and watch, whose
-        callbacks point back here, so refcounting frees the attempt at once rather than the
-        cyclic GC, which found ~20 objects of every attempt in a cycle (bench/RESULTS.md).
-        A call given up on may still hold the Task: its late events note no phase."""
+        """The attempt is over: drop the links back here (the Task's and the watch's), so
+        refcounting frees the attempt at once rather than the cyclic GC, which found ~20
+        objects of every attempt in a cycle (bench/RESULTS.md). A call given up on may still
+        hold the Task and its trace: its late events note no phase, and its late answer is
+        counted less what the watch counted of its model calls, as before."""
         self.note_phase = None
-        self.watch = None
+        if self.watch is not None:
+            self.watch.phase = _no_phase
         del self.task
 
     def _local_folder(self) -> Path:

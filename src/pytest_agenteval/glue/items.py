@@ -312,26 +312,21 @@ class AttemptItem(AgentevalItem):
 
     @cached
     def location(self) -> tuple[str, int | None, str]:
-        """pytest's own, with the file's path as pytest shows it worked out once for all the
-        attempts of a task file (pytest makes a new Path and looks it up again per item): when
-        pytest started in its rootdir and the file lies below it, that is the file's node id."""
+        """pytest's own, with the file's path as pytest shows it (relative to the rootdir)
+        worked out once for all the attempts of a task file, not per item: for a file below
+        the rootdir, that is the file's node id."""
         _, line, name = self.reportinfo()
         file = self.parent
         assert file is not None  # an attempt is always a task file's
         shown = file.stash.get(_SHOWN_PATH, None)
         if shown is None:
-            config = self.config
-            below_root = (
-                os.sep == "/"
-                and config.invocation_params.dir == config.rootpath
-                and str(self.path) == f"{config.rootpath}/{file.nodeid}"
-            )
+            below_root = os.sep == "/" and str(self.path) == f"{self.config.rootpath}/{file.nodeid}"
             shown = file.stash[_SHOWN_PATH] = file.nodeid if below_root else super().location[0]
         return shown, line, name
 
 
 _SHOWN_PATH = pytest.StashKey[str]()
-"""On a task file's node: its path in pytest's locations (relative to where pytest started)."""
+"""On a task file's node: its path in pytest's locations (relative to the rootdir)."""
 
 
 def _why(detail: Detail) -> str:

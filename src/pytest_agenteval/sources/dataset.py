@@ -459,11 +459,6 @@ _DIGEST_JSON = json_encoder(sort_keys=True, default=str, acyclic=True)
 task's values hold no cycle: the YAML loader refuses recursive aliases)."""
 
 
-def _digest(value: Any) -> str:
-    text = _DIGEST_JSON([DIGEST_VERSION, value])
-    return _shared_digest(text) if len(text) < 256 else _sha(text)
-
-
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -471,6 +466,11 @@ def _sha(text: str) -> str:
 _shared_digest = lru_cache(maxsize=4096)(_sha)
 """Most tasks share most of their parts (graders, tags, metadata, timeout): a short part's
 digest is worked out once."""
+
+
+def _digest(value: Any) -> str:
+    text = _DIGEST_JSON([DIGEST_VERSION, value])
+    return _shared_digest(text) if len(text) < 256 else _sha(text)
 
 
 def load_task_file(

@@ -142,7 +142,8 @@ def row_of(line: dict[str, Any], key: AttemptId | None = None) -> IndexRow:
     phase, variant = line["phase"], line.get("variant")
     return IndexRow(
         key
-        or AttemptId(
+        if key is not None
+        else AttemptId(
             dataset=line["dataset"],
             task_id=line["task_id"],
             variant=variant,
