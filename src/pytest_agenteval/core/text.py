@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -88,25 +89,26 @@ def json_encoder(
     return encode
 
 
+json_text = json_encoder()
+"""`json.dumps(value, ensure_ascii=False)` of any value (a request's body, a summary's line)."""
+
 _PLAIN = (int, float, bool, type(None))
 _JSON = json_encoder(default=str)
 
 
 def json_safe(value: object) -> object:
     """Any value as plain JSON types with valid text (unknown objects become their str): a
-        fresh copy, what a JSON round trip gives. Dicts with str keys, lists, tuples and plain
-        scalars (a trace's events, usage) are copied in one walk; anything else takes the round
-        trip. A value JSON cannot hold (one that holds itself, a tuple as a key, nesting too deep
+    fresh copy, what a JSON round trip gives. Dicts with str keys, lists, tuples and plain
+    scalars (a trace's events, usage) are copied in one walk; anything else takes the round
+    trip. A value JSON cannot hold (one that holds itself, a tuple as a key, nesting too deep
     to walk) becomes its text: a record is never lost to what an agent or a grader gave."""
     kind = type(value)
     if kind is str:  # a task's input or expected answer, as a rule
         return clean_text(value)  # type: ignore[arg-type]
     if kind in _PLAIN:
         return value
-    try:
+    with contextlib.suppress(_Unusual, RecursionError):
         return _copied(value)
-    except (_Unusual, RecursionError):
-        pass
     try:
         return json.loads(clean_text(_JSON(value)))
     except (ValueError, TypeError, RecursionError):  # circular, a key JSON has none of, deep

@@ -15,13 +15,10 @@ from ..core.chat import ChatClient
 from ..core.errors import AgentUnavailable, agent_options
 from ..core.llm import OpenAIAgentOptions
 from ..core.model import AgentResult, Task
-from ..core.text import json_encoder
+from ..core.text import json_text
 from .bound import BoundClient, usage_of
 from .client import api_key, mask_json
 from .seam import provider, route_of
-
-_INPUT_JSON = json_encoder()
-"""A task input that is no string, as the user message's text."""
 
 
 class OpenAIAgent:
@@ -78,7 +75,7 @@ class OpenAIAgent:
         a mapping is sent as JSON text."""
         if isinstance(value, list):
             return [dict(m) for m in value]
-        text = value if isinstance(value, str) else _INPUT_JSON(value)
+        text = value if isinstance(value, str) else json_text(value)
         system = [{"role": "system", "content": self.options.system}] if self.options.system else []
         return [*system, {"role": "user", "content": text}]
 

@@ -25,16 +25,13 @@ from typing import Any, TypeVar
 from ..core.chat import ChatMessage, ChatReply, ToolSpec
 from ..core.errors import did_you_mean
 from ..core.llm import Endpoint, ModelSettings, ProviderLimits, ProviderSpec
-from ..core.text import excerpt, json_encoder
+from ..core.text import excerpt, json_text
 from . import cache as caches
 from . import gate as gates
 from . import http, rates
 from .client import ProviderError, RequestTimeout, mask, register_key
 from .retry import DEFAULT_BACKOFF, DEFAULT_RETRIES, RetryPolicy, retryable, what_to_check
 from .wire import WIRES, WireError
-
-_BODY_JSON = json_encoder()
-"""A request's JSON (`json.dumps(body, ensure_ascii=False)`, without an encoder built per call)."""
 
 DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
 DEFAULT_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
@@ -190,7 +187,7 @@ class Provider:
     ) -> Prepared:
         """The request as it will be sent (its size bounds its input tokens)."""
         body = self.wire.body(model, messages, tools, params or {})
-        data = _BODY_JSON(body).encode()
+        data = json_text(body).encode()
         max_tokens = body.get("max_tokens")
         return Prepared(model, data, max_tokens if isinstance(max_tokens, int) else None)
 

@@ -18,7 +18,7 @@ from junitparser import xunit2
 from ..core.errors import ReportError, os_failure
 from ..core.gcpause import gc_paused
 from ..core.numbers import rounded_values, shown
-from ..core.text import counted, excerpt, json_encoder, xml_safe
+from ..core.text import counted, excerpt, json_text, xml_safe
 from ..store.problems import StoreProblem
 from .leaderboard import leaderboard_markdown, leaderboard_terminal, tags_markdown, tags_terminal
 from .metrics import INTERVAL_METHOD, MIN_TASKS
@@ -66,11 +66,6 @@ def write_reports(summary: Summary, out_dir: Path, rule: str) -> list[Path]:
     return paths
 
 
-_TASK_JSON = json_encoder(acyclic=True)
-"""A task's line of summary.json (`json.dumps(task, ensure_ascii=False)`; the summary is
-plain data this process built)."""
-
-
 def write_json(summary: Summary, out: TextIO) -> None:
     """Indented at the top, one line per task: readable, fast (C encoder), written as it goes."""
     with gc_paused():  # a dict per task and attempt, no cycle: see `build_summary`
@@ -80,7 +75,7 @@ def write_json(summary: Summary, out: TextIO) -> None:
     before, _, after = text.rpartition('"tasks": []')  # the last key
     out.write(before + '"tasks": [')
     for index, task in enumerate(tasks):
-        out.write(("\n  " if index == 0 else ",\n  ") + _TASK_JSON(task))
+        out.write(("\n  " if index == 0 else ",\n  ") + json_text(task))
     out.write(("\n ]" if tasks else "]") + after + "\n")
 
 
