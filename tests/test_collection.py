@@ -29,6 +29,31 @@ def test_collects_one_item_per_task_and_attempt(
     assert "test_other" not in result.stdout.str()
 
 
+def test_an_attempts_location_is_pytests_own(
+    pytester: pytest.Pytester, dataset: DatasetMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt's `location` (worked out once per task file) is what pytest's own gives, for
+    a dataset below the rootdir and one outside it."""
+    dataset({"arith/add.yaml": task("ok"), "list.yaml": {"tasks": [{"id": "x", **task("ok")}]}})
+    outside = pytester.mkdir("elsewhere")
+    (pytester.path / "ds").rename(outside / "ds")
+    inner = pytester.mkdir("inner")
+    compared: list[int] = []
+
+    class Compare:
+        def pytest_collection_finish(self, session: pytest.Session) -> None:
+            items = session.items
+            pytests = vars(pytest.Item)["location"].func
+            assert [i.location for i in items] == [pytests(i) for i in items]
+            compared.append(len(items))
+
+    for where, path in ((outside, "ds"), (inner, "../elsewhere/ds")):
+        monkeypatch.chdir(where)
+        args = ("--agenteval", path, "--rootdir", str(where), "--attempts", "2", "--co")
+        pytester.inline_run(*args, plugins=[Compare()])
+    assert compared == [4, 4]
+
+
 def test_positional_node_ids_are_kept(pytester: pytest.Pytester, dataset: DatasetMaker) -> None:
     """A node id the user names is run alone, not swallowed by the dataset folder."""
     dataset({"a.yaml": task("ok"), "b.yaml": task("ok")})
