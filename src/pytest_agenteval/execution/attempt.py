@@ -50,7 +50,7 @@ from .artifacts import collect as collect_artifacts
 from .artifacts import failed as artifacts_failed
 from .concurrent import Ahead, NotStarted, Started, Stopped
 from .environment import Environments, host_folder
-from .executor import AgentCall, Executor, LoopExecutor, call_with_deadline
+from .executor import AgentCall, Executor, LoopExecutor, SerialExecutor, call_with_deadline
 from .exits import agent_calls, in_agent_call
 from .graders import GradeContext, as_verdict
 from .turns import NotePhase, Watch, grader_phase, summed_usage, with_trace
@@ -186,8 +186,14 @@ class AttemptRunner:
         context.phase("waiting")
         call = partial(self._answer, agent, context, ahead=True)
         acall = partial(self._answer_on_loop, agent, context) if self._awaits(job, agent) else None
-        self.ahead.schedule(job.key, call, context, admit, acall, job.task.timeout)
+        blocks = acall is None or self._blocks_loop(agent)
+        self.ahead.schedule(job.key, call, context, admit, acall, job.task.timeout, blocks)
         return True
+
+    def _blocks_loop(self, agent: AgentRef) -> bool:
+        """Whether the agent's calls may block the event loop (any but the executor's own
+        agents that only await)."""
+        return not isinstance(self.executor, SerialExecutor) or self.executor.blocks_loop(agent)
 
     def _awaits(self, job: AttemptJob, agent: AgentRef) -> bool:
         """Whether the call ahead can be awaited on the executor's event loop: an async agent

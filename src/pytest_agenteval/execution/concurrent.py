@@ -29,7 +29,9 @@ another process gave back (or a stop).
 
 A call that is a coroutine (`acall`: an async agent with nothing to wait for around it) runs
 on the executor's event loop instead of a pool thread: no thread hops between the loop and the
-item, none waits for it. Both kinds count against the same `size` calls running at once.
+item, none waits for it. When its agent cannot block the loop, the item's wait runs the loop
+itself (`LoopDriver`: one thread runs Python, not two taking the GIL from each other). Both
+kinds count against the same `size` calls running at once.
 
 The pool's threads are daemon threads, so an abandoned call never keeps the process alive.
 """
@@ -48,6 +50,7 @@ from typing import Generic, TypeVar
 
 from ..core.errors import AgentTimeout
 from ..core.identity import AttemptId
+from .driving import LoopDriver, running_loop
 from .executor import LOOP_GRACE
 from .limits import freed, wait_freed
 
@@ -87,6 +90,7 @@ class Started(Generic[C, R]):
         admit: Admit | None = None,
         acall: Callable[[], Awaitable[R]] | None = None,
         timeout: float | None = None,
+        driven: bool = False,
     ) -> None:
         self.call = call
         """None: a place held in the admission order for an attempt made at its turn."""
@@ -95,6 +99,8 @@ class Started(Generic[C, R]):
         self.timeout = timeout
         """The call's own deadline: a coroutine call still not done `LOOP_GRACE` seconds past
         it, counted from its hand-over, blocks the loop, and its item gives up on it."""
+        self.driven = driven
+        """A coroutine call that cannot block the loop: its item's wait runs the loop."""
         self.handed_at = 0.0
         self.admit = admit
         self.owner = owner
@@ -120,9 +126,13 @@ class Started(Generic[C, R]):
             if self.owner.cancelled is not None:
                 raise self.owner.cancelled
             self.handed.wait(CANCEL_POLL)
+        driver = self.owner.driver if self.driven else None
+        if driver is not None and future.done():
+            driver.drive(future, 0)  # one pass: the other calls in flight move on too
         while not future.done():
-            with contextlib.suppress(TimeoutError):
-                future.result(CANCEL_POLL)
+            if driver is None or not driver.drive(future, CANCEL_POLL):
+                with contextlib.suppress(TimeoutError):
+                    future.result(CANCEL_POLL)
             cancelled = self.owner.cancelled
             if cancelled is not None and not future.done():
                 raise cancelled
@@ -177,11 +187,14 @@ class Ahead(Generic[C, R]):
         size: int,
         stopped: Stopped,
         loop: Callable[[], asyncio.AbstractEventLoop] | None = None,
+        driver: LoopDriver | None = None,
     ) -> None:
         self.size = size
         self.stopped = stopped
         self.loop = loop
         """The event loop coroutine calls run on (None: every call runs in a pool thread)."""
+        self.driver = driver
+        """Who runs that loop, when the main thread may (None: its own thread always)."""
         self._tasks: set[asyncio.Task[None]] = set()
         """Coroutine calls running on the loop (the loop keeps only weak references)."""
         self._queue: queue.SimpleQueue[Started[C, R] | None] = queue.SimpleQueue()
@@ -222,12 +235,17 @@ class Ahead(Generic[C, R]):
         admit: Admit | None = None,
         acall: Callable[[], Awaitable[R]] | None = None,
         timeout: float | None = None,
+        blocks_loop: bool = True,
     ) -> None:
         """Start `call` (or await `acall` on the loop, given up on when it blocks the loop past
         its `timeout`) once the pool has room and `admit` (in schedule order) took what the
-        call needs, unless the run is stopping by then."""
+        call needs, unless the run is stopping by then. An `acall` that cannot block the
+        loop (not `blocks_loop`) lets the main thread run the loop while it waits."""
         acall = acall if self.loop else None
-        self._add(key, Started(call, context, self, admit, acall, timeout))
+        driven = acall is not None and self.driver is not None and not blocks_loop
+        if acall is not None and self.driver is not None and blocks_loop:
+            self.driver.run_freely()  # before the call can reach the loop
+        self._add(key, Started(call, context, self, admit, acall, timeout, driven))
 
     def hold(self, key: AttemptId, admit: Admit) -> None:
         """Hold the place of an attempt made at its turn in the order calls are admitted in:
@@ -310,8 +328,10 @@ class Ahead(Generic[C, R]):
         if coroutines:
             assert self.loop is not None
             loop = self.loop()
-            if _running_loop() is loop:
+            if running_loop() is loop:
                 self._spawn(coroutines)
+            elif self.driver is not None:
+                self.driver.call_soon(self._spawn, coroutines)
             else:
                 loop.call_soon_threadsafe(self._spawn, coroutines)
         for started in ready:  # the first a taken call: in the queue before the others
@@ -330,7 +350,14 @@ class Ahead(Generic[C, R]):
         for started in coroutines:
             task = asyncio.ensure_future(self._astart(started))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        """A coroutine call's task ended; what it raised (Ctrl-C's KeyboardInterrupt, which
+        its item raised already) is taken, so asyncio does not log it again."""
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     def _work(self) -> None:
         """A pool thread: run handed-over calls, in order, until `close`."""
@@ -366,6 +393,10 @@ class Ahead(Generic[C, R]):
             started.running = True
             try:
                 answer = await started.acall(), None
+            except (KeyboardInterrupt, SystemExit) as exc:  # the main thread runs the loop
+                with contextlib.suppress(InvalidStateError):
+                    started.future.set_result((None, exc))
+                raise
             except BaseException as exc:  # CancelledError too: the loop is going away
                 answer = None, exc
             started.ended = time.perf_counter()
@@ -426,11 +457,3 @@ class Ahead(Generic[C, R]):
             self._blocked.notify()
         for _ in self._threads:
             self._queue.put(None)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running in this thread, if any."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None

@@ -1,9 +1,10 @@
 """The executor: how an attempt's agent call and its graders run, and how long they may take.
 
-The executor owns all execution state of a process: the event loop async agents share (in a
-thread of its own, so clients may live across attempts), the threads of timed sync calls, and
-the children an agent starts. Nothing of it is module-global. `SerialExecutor` runs one attempt
-at a time, in pytest's order (the behaviour every other executor must match).
+The executor owns all execution state of a process: the event loop async agents share (one
+for the session, so clients may live across attempts; `LoopDriver` says which thread runs
+it), the threads of timed sync calls, and the children an agent starts. Nothing of it is
+module-global. `SerialExecutor` runs one attempt at a time, in pytest's order
+(the behaviour every other executor must match).
 
 Timeouts, and how hard they are:
 - command agents: the program's process group is killed (hard);
@@ -36,6 +37,7 @@ from ..core.errors import AgentTimeout
 from ..core.identity import AttemptId
 from ..core.model import AgentResult, Task
 from .agents import Agent, AgentRef, AgentResolver, CommandAgent, as_result
+from .driving import LoopDriver
 from .exits import in_agent_call
 from .process import child_pids, kill_running, kill_tree, thread_children
 
@@ -143,9 +145,8 @@ class SerialExecutor:
     def __init__(self, agents: AgentResolver, concurrent: bool = False) -> None:
         self.agents = agents
         """Builds the agent a call names (once per spec) from its reference."""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
-        self._loop_lock = threading.Lock()
+        self.driver = LoopDriver()
+        """The event loop async agents share, and who runs it."""
         self.concurrent = concurrent
         """Calls run side by side (`--agenteval-concurrency`): a timed-out sync agent's
         processes are told from its neighbours' only by the thread that started them."""
@@ -174,6 +175,12 @@ class SerialExecutor:
     def awaits(self, agent: AgentRef) -> bool:
         resolved = self.agents.resolve(agent)
         return not isinstance(resolved, CommandAgent) and self._is_async(resolved)
+
+    def blocks_loop(self, agent: AgentRef) -> bool:
+        """Whether the agent's calls may block the event loop: all but those of an agent
+        that says `blocks_loop = False` (it only awaits), which the main thread may run
+        (`LoopDriver`)."""
+        return getattr(self.agents.resolve(agent), "blocks_loop", True) is not False
 
     async def acall_agent(self, call: AgentCall) -> AgentResult:
         agent = self.agents.resolve(call.agent)
@@ -218,31 +225,11 @@ class SerialExecutor:
             raise
 
     def event_loop(self) -> asyncio.AbstractEventLoop:
-        with self._loop_lock:  # pool threads may ask for it at once
-            return self._loop or self._start_loop()
-
-    def _start_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-            self._loop_thread = threading.Thread(
-                target=self._loop.run_forever, name="agenteval-event-loop", daemon=True
-            )
-            self._loop_thread.start()
-        return self._loop
+        return self.driver.run_freely()  # the caller may block it, or wait from a thread
 
     def close(self) -> None:
         """Stop the event loop (at session end), letting async generators finish."""
-        loop, self._loop = self._loop, None
-        if loop is None:
-            return
-        closing = asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop)
-        with contextlib.suppress(TimeoutError, RuntimeError):
-            closing.result(5)  # a blocked loop: its daemon thread dies with the process
-        loop.call_soon_threadsafe(loop.stop)
-        assert self._loop_thread is not None
-        self._loop_thread.join(5)
-        if not self._loop_thread.is_alive():
-            loop.close()
+        self.driver.close()
 
 
 def _is_async(agent: Any) -> bool:

@@ -23,7 +23,7 @@ from ..execution.agents import AgentRef, AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
 from ..execution.concurrent import Ahead, Stopped
 from ..execution.environment import Environments
-from ..execution.executor import Executor, LoopExecutor
+from ..execution.executor import Executor, LoopExecutor, SerialExecutor
 from ..execution.limits import LimitGate, Limits
 from ..providers.cache import FOLDER, ModelCache, use_cache
 from ..providers.gate import FileGate, use_gate
@@ -472,7 +472,11 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
 
 
 def _ahead(size: int, stopped: Stopped, executor: Executor) -> Ahead[Any, Any]:
-    """The pool of calls ahead; an executor with an event loop awaits async agents on it."""
+    """The pool of calls ahead; an executor with an event loop awaits async agents on it
+    (this package's own executor lets the main thread run it while it may)."""
+    if isinstance(executor, SerialExecutor):
+        driver = executor.driver
+        return Ahead(size, stopped, lambda: driver.loop, driver)
     loop = executor.event_loop if isinstance(executor, LoopExecutor) else None
     return Ahead(size, stopped, loop)
 

@@ -25,6 +25,10 @@ class OpenAIAgent:
     """Calls the chat-completions endpoint once per attempt (retries aside), through the
     provider its settings name (`provider:`) or the implicit one of its base_url and key."""
 
+    blocks_loop = False
+    """It only awaits (the provider seam's I/O): the main thread may run the loop its calls
+    are on (`LoopDriver`)."""
+
     def __init__(self, options: OpenAIAgentOptions) -> None:
         self.options = options
 
