@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from chat_server import ChatServer
-from helpers import DatasetMaker, aid, latest_run
+from helpers import DatasetMaker, aid, latest_run, task
 from pytest_agenteval.execution.concurrent import Ahead
 from pytest_agenteval.execution.driving import IDLE, LoopDriver
 
@@ -92,6 +92,39 @@ def test_run_freely_gives_the_loop_to_its_own_thread_for_good(driver: LoopDriver
         assert driver.drive(done, 0.05) is False
         time.sleep(0.002)
     assert threads == [LOOP_THREAD] * 5
+
+
+def test_a_drive_gives_way_when_the_loop_is_set_free_meanwhile(driver: LoopDriver) -> None:
+    """A pool thread's `run_freely` that lands between a drive's first look and its taking
+    the loop (the loop's own thread runs it then): the drive returns False rather than wait
+    for a loop that thread now keeps."""
+    done, _ = _on_loop(driver, steps=50, pause=0.01)
+    time.sleep(IDLE * 5)  # the loop's own thread runs it now
+    baton = driver._baton
+
+    class SetFreeOnFirstTry:
+        """The baton, with `run_freely` called just before the drive's first try for it."""
+
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            if threading.current_thread() is threading.main_thread() and not blocking:
+                threading.Thread(target=driver.run_freely).start()
+                time.sleep(IDLE)
+            return baton.acquire(blocking, timeout)
+
+        def release(self) -> None:
+            baton.release()
+
+        def __enter__(self) -> bool:
+            return baton.acquire()
+
+        def __exit__(self, *_: object) -> None:
+            baton.release()
+
+    driver._baton = SetFreeOnFirstTry()  # type: ignore[assignment]
+    t0 = time.monotonic()
+    assert driver.drive(done, 5) is False
+    assert time.monotonic() - t0 < 1
+    done.result(timeout=5)  # the loop's own thread finishes it
 
 
 def test_close_stops_the_loop_and_its_thread() -> None:
@@ -189,3 +222,37 @@ def test_a_slow_grader_does_not_hold_up_the_calls_in_flight(
     records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
     agent_times = sorted(record["timings"]["agent"] for record in records)
     assert agent_times[-1] < 0.5, agent_times  # 0.8 s or more had nobody run the loop
+
+
+ONLY_AWAITS = """
+import asyncio, pathlib, threading
+
+LOG = pathlib.Path(__file__).with_name("threads.log")
+
+
+async def run(task):
+    with LOG.open("a") as log:
+        log.write(threading.current_thread().name + "\\n")
+    await asyncio.sleep(0.02)
+    return "ok"
+
+
+run.blocks_loop = False
+"""
+
+
+def test_an_agent_that_says_it_only_awaits_runs_on_the_main_thread(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A user's async agent marked `blocks_loop = False` has its calls run by the main
+    thread under concurrency; unmarked, they run on the loop's own thread."""
+    root = dataset({f"t{i}.yaml": task() for i in range(6)}, manifest={"agent": "threads:run"})
+    (root / "threads.py").write_text(ONLY_AWAITS)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "3")
+    result.assert_outcomes(passed=6)
+    assert set((root / "threads.log").read_text().split()) == {"MainThread"}
+    (root / "threads.log").unlink()
+    (root / "threads.py").write_text(ONLY_AWAITS.replace("run.blocks_loop = False", ""))
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "3")
+    result.assert_outcomes(passed=6)
+    assert set((root / "threads.log").read_text().split()) == {LOOP_THREAD}

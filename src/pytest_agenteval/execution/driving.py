@@ -95,7 +95,8 @@ class LoopDriver:
         if future.done() and time.monotonic() - self._last_pass < PASS_GAP:
             return True
         loop = self.loop
-        self._take()
+        if not self._take():
+            return False
         self._last_pass = math.inf  # running it now
         try:
             if self._free:
@@ -115,15 +116,22 @@ class LoopDriver:
             self._last_pass = time.monotonic()
             self._baton.release()
 
-    def _take(self) -> None:
-        """Get the baton; the loop's own thread, should it run the loop, stops and gives it."""
+    def _take(self) -> bool:
+        """Get the baton: the loop's own thread, should it run the loop, stops and gives it.
+        False when that thread is told meanwhile to run the loop for good."""
         if self._baton.acquire(blocking=False):
-            return
-        assert self._loop is not None
+            return True
+        loop = self._loop
+        assert loop is not None
         self._wanted = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._baton.acquire()
-        self._wanted = False
+        try:
+            while not self._free:
+                loop.call_soon_threadsafe(loop.stop)
+                if self._baton.acquire(timeout=IDLE):
+                    return True
+            return False
+        finally:
+            self._wanted = False
 
     def _run(self) -> None:
         """The loop's own thread: run the loop while no other thread has for `IDLE` seconds,
