@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -136,6 +137,91 @@ def test_close_stops_the_loop_and_its_thread() -> None:
     driver.close()
     assert loop.is_closed()
     assert not any(t.name == LOOP_THREAD and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_late_use_after_close_gets_a_new_loop(driver: LoopDriver) -> None:
+    """A call given up on that reaches the executor after the session's end (a pool thread)
+    still gets a loop that runs it, not one whose thread has ended."""
+    done, _ = _on_loop(driver, steps=1, pause=0)
+    driver.drive(done, 5)
+    driver.close()
+    loop = driver.run_freely()
+    assert asyncio.run_coroutine_threadsafe(asyncio.sleep(0, "ran"), loop).result(2) == "ran"
+
+
+def test_ctrl_c_just_after_a_drive_took_the_loop_lets_it_go(driver: LoopDriver) -> None:
+    """A KeyboardInterrupt between the baton's acquire and the drive's run (a second Ctrl-C,
+    the grace timer's signal) leaves the baton free: the loop's own thread runs the loop on,
+    and the session's end does not wait for it."""
+    baton = driver._baton
+
+    class InterruptedAfterTaking:
+        """The baton, with Ctrl-C handled just after the main thread's first wait for it."""
+
+        armed = True
+
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            taken = baton.acquire(blocking, timeout)
+            if (
+                taken
+                and self.armed
+                and timeout > 0
+                and threading.current_thread() is (threading.main_thread())
+            ):
+                self.armed = False
+                raise KeyboardInterrupt
+            return taken
+
+        def release(self) -> None:
+            baton.release()
+
+        def __enter__(self) -> bool:
+            return baton.acquire()
+
+        def __exit__(self, *_: object) -> None:
+            baton.release()
+
+    done, threads = _on_loop(driver, steps=10, pause=0.01)
+    time.sleep(IDLE * 3)  # the loop's own thread runs it: the drive must wait for the baton
+    driver._baton = InterruptedAfterTaking()  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt):
+        driver.drive(done, 5)
+    done.result(timeout=2)
+    assert threads[-1] == LOOP_THREAD
+    t0 = time.monotonic()
+    driver.close()
+    assert time.monotonic() - t0 < 2
+
+
+def test_sys_exit_in_an_agent_is_its_own_error(driver: LoopDriver) -> None:
+    """An agent that calls `sys.exit()` ends its own call with that error, whichever thread
+    runs the loop: the item waiting for another call gets its answer, the pool's place is
+    given back, and the loop's own thread lives on."""
+    ahead: Ahead[None, str] = Ahead(2, lambda: None, lambda: driver.loop, driver)
+
+    async def answers() -> str:
+        await asyncio.sleep(0.05)
+        return "ok"
+
+    async def exits() -> str:
+        await asyncio.sleep(0.01)
+        sys.exit("a library called sys.exit()")
+
+    for i, (acall, blocks) in enumerate(
+        [(answers, False), (exits, False), (exits, True), (answers, True)]
+    ):
+        ahead.schedule(aid("d", "t", i), lambda: "unused", None, acall=acall, blocks_loop=blocks)
+    for i, expected in enumerate(["ok", SystemExit, SystemExit, "ok"]):
+        early = ahead.take(aid("d", "t", i))
+        assert early is not None
+        early.wait()
+        if expected is SystemExit:
+            with pytest.raises(SystemExit):
+                early.result()
+        else:
+            assert early.result() == expected
+    assert ahead._active == 0
+    ahead.close()
 
 
 def test_ahead_runs_calls_that_cannot_block_the_loop_in_the_waiting_thread(

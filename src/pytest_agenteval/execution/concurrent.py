@@ -385,6 +385,7 @@ class Ahead(Generic[C, R]):
         """`_start` of a coroutine call, on the loop."""
         assert started.acall is not None and started.future is not None
         answer: tuple[R | None, BaseException | None]
+        interrupted: KeyboardInterrupt | None = None
         reason = self._not_now()
         if reason is not None:
             answer = None, NotStarted(reason)
@@ -393,17 +394,17 @@ class Ahead(Generic[C, R]):
             started.running = True
             try:
                 answer = await started.acall(), None
-            except (KeyboardInterrupt, SystemExit) as exc:  # the main thread runs the loop
-                with contextlib.suppress(InvalidStateError):
-                    started.future.set_result((None, exc))
-                raise
             except BaseException as exc:  # CancelledError too: the loop is going away
                 answer = None, exc
+                if isinstance(exc, KeyboardInterrupt) and _on_main_thread():
+                    interrupted = exc  # Ctrl-C, wherever the main thread ran the loop
             started.ended = time.perf_counter()
             started.running = False
         with contextlib.suppress(InvalidStateError):  # its item gave up on a blocked loop
             started.future.set_result(answer)
         self._ended()
+        if interrupted is not None:
+            raise interrupted  # out of the loop's run: the waiting item stops the session
 
     def _not_now(self) -> str | None:
         """Why a call handed over must not start after all (the session ended, a stop)."""
@@ -457,3 +458,7 @@ class Ahead(Generic[C, R]):
             self._blocked.notify()
         for _ in self._threads:
             self._queue.put(None)
+
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()

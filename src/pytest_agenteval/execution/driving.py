@@ -38,15 +38,15 @@ class LoopDriver:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._make_lock = threading.Lock()
-        self._baton = threading.Lock()
-        """Held by whichever thread runs the loop."""
+        self._baton = threading.RLock()
+        """Held by whichever thread runs the loop (an RLock: a thread can tell, by releasing,
+        whether it holds it; Ctrl-C may land just after it was taken)."""
         self._wanted = False
         """Another thread waits for the baton: the loop's own thread hands it over."""
         self._nudge = threading.Event()
         """Wakes the loop's own thread before its idle wait is over."""
         self._free = False
         """The loop's own thread runs it for good (`run_freely`)."""
-        self._closed = False
         self._last_pass = 0.0
         """When a `drive` last ended (monotonic)."""
 
@@ -58,7 +58,7 @@ class LoopDriver:
                 self._loop = asyncio.new_event_loop()
                 self._last_pass = time.monotonic()  # the main thread is about to run it
                 self._thread = threading.Thread(
-                    target=self._run, name="agenteval-event-loop", daemon=True
+                    target=self._run, args=(self._loop,), name="agenteval-event-loop", daemon=True
                 )
                 self._thread.start()
             return self._loop
@@ -77,13 +77,13 @@ class LoopDriver:
         """Have the loop call `callback(*args)`, from any thread; when no thread runs the
         loop now, without waking it (a system call the main thread spares at every item)."""
         loop = self.loop
-        if self._baton.acquire(blocking=False):
-            try:
+        try:
+            if self._baton.acquire(blocking=False):
                 loop.call_soon(callback, *args)
-            finally:
-                self._baton.release()
-        else:
-            loop.call_soon_threadsafe(callback, *args)
+            else:
+                loop.call_soon_threadsafe(callback, *args)
+        finally:
+            self._let_go()
 
     def drive(self, future: Future[Any], timeout: float) -> bool:
         """Run the loop in this thread until `future` is done or `timeout` seconds passed;
@@ -95,10 +95,10 @@ class LoopDriver:
         if future.done() and time.monotonic() - self._last_pass < PASS_GAP:
             return True
         loop = self.loop
-        if not self._take():
-            return False
-        self._last_pass = math.inf  # running it now
         try:
+            if not self._take():
+                return False
+            self._last_pass = math.inf  # running it now
             if self._free:
                 return False
             if future.done():
@@ -114,7 +114,7 @@ class LoopDriver:
             return True
         finally:
             self._last_pass = time.monotonic()
-            self._baton.release()
+            self._let_go()
 
     def _take(self) -> bool:
         """Get the baton: the loop's own thread, should it run the loop, stops and gives it.
@@ -126,6 +126,7 @@ class LoopDriver:
         self._wanted = True
         try:
             while not self._free:
+                self._last_pass = time.monotonic()  # the loop's thread waits, not spins
                 loop.call_soon_threadsafe(loop.stop)
                 if self._baton.acquire(timeout=IDLE):
                     return True
@@ -133,12 +134,15 @@ class LoopDriver:
         finally:
             self._wanted = False
 
-    def _run(self) -> None:
+    def _let_go(self) -> None:
+        """Release the baton if this thread holds it."""
+        with contextlib.suppress(RuntimeError):  # not held
+            self._baton.release()
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop's own thread: run the loop while no other thread has for `IDLE` seconds,
-        or for good once told to."""
-        loop = self._loop
-        assert loop is not None
-        while not self._closed:
+        or for good once told to, until it is closed."""
+        while self._loop is loop:
             if not self._free:
                 idle = self._last_pass + IDLE - time.monotonic()
                 if idle > 0:
@@ -146,7 +150,7 @@ class LoopDriver:
                     self._nudge.clear()
                     continue
             with self._baton:
-                if self._closed or (not self._free and (self._wanted or self._recent())):
+                if self._loop is not loop or (not self._free and (self._wanted or self._recent())):
                     continue
                 loop.run_forever()
 
@@ -155,7 +159,8 @@ class LoopDriver:
 
     def close(self) -> None:
         """Stop the loop (at session end), letting async generators finish; a loop an agent
-        blocks is left to its daemon thread, which ends with the process."""
+        blocks is left to its daemon thread, which ends with the process. A late use (a call
+        given up on, still in a pool thread) makes a new loop."""
         loop = self._loop
         if loop is None:
             return
@@ -163,13 +168,13 @@ class LoopDriver:
         closing = asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop)
         with contextlib.suppress(TimeoutError, RuntimeError):
             closing.result(5)
-        self._closed = True
+        with self._make_lock:
+            self._loop, self._free, thread = None, False, self._thread
         loop.call_soon_threadsafe(loop.stop)
-        assert self._thread is not None
-        self._thread.join(5)
-        if not self._thread.is_alive():
+        assert thread is not None
+        thread.join(5)
+        if not thread.is_alive():
             loop.close()
-        self._loop = None
 
 
 class _Ended:
