@@ -253,6 +253,16 @@ def forks_a_pool(task):
 
 def answers(task):
     return "ok"
+
+
+async def exits_awaiting(task):
+    import asyncio
+
+    await asyncio.sleep(0.2)  # its item waits: the main thread runs the loop by now
+    os._exit(0)
+
+
+exits_awaiting.blocks_loop = False  # the main thread runs its loop under concurrency
 """
 
 
@@ -310,6 +320,27 @@ def test_os_exit_in_an_in_process_agent_errors_its_attempt_and_never_passes(
     )
     assert result.ret == 1
     result.assert_outcomes(passed=2, errors=2)
+    result.stdout.fnmatch_lines(
+        ["*AgentExited: the agent called os._exit(0) in the pytest process*"]
+    )
+    assert summary_of(pytester)["status"] == "complete"
+
+
+def test_os_exit_in_an_agent_on_a_loop_the_main_thread_runs_errors_its_attempt(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """An async agent that says it only awaits runs on the main thread under concurrency;
+    its os._exit(0) is still its attempt's error (the mark is its call's, not the thread's)."""
+    root = dataset(
+        {
+            "exits.yaml": {**task("ok"), "agent": "dying:exits_awaiting"},
+            "zz_ok.yaml": task("ok"),
+        }
+    )
+    (root / "dying.py").write_text(DYING)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-concurrency", "2")
+    assert result.ret == 1
+    result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
         ["*AgentExited: the agent called os._exit(0) in the pytest process*"]
     )

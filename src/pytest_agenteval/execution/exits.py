@@ -7,8 +7,9 @@ controller records), `os._exit` is replaced while at least one agent call runs i
 abandoned at its deadline runs on in its thread, and counts until it ends), and is the real
 one again when none does:
 
-- called by an agent (in the thread of its call, or a thread that only runs agent calls), it
-  raises `AgentExited` there instead: that attempt is an error, and the session goes on;
+- called by an agent (in the thread of its call, a thread that only runs agent calls, or
+  the asyncio task of a call awaited on the event loop), it raises `AgentExited` there
+  instead: that attempt is an error, and the session goes on;
 - called by anything else in this process with status 0, the process still exits, but with
   status 3 (pytest's internal error) and a line on the terminal saying why;
 - called in another process (a forked child: multiprocessing ends its children with
@@ -29,6 +30,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 
 AGENT_THREADS = ("agenteval-attempt", "agenteval-call", "agenteval-event-loop")
 """Threads that only run agent calls (a pool's, a timed call's, the async agents' loop)."""
@@ -36,6 +38,9 @@ UNFINISHED_STATUS = 3
 
 _real_exit = os._exit
 _local = threading.local()
+_awaited = ContextVar("agenteval_agent_call", default=False)
+"""Set in the asyncio task of an agent call awaited on the event loop (whichever thread
+runs the loop: the main thread may)."""
 
 
 class AgentExited(BaseException):
@@ -56,8 +61,10 @@ def in_agent_call(running: bool) -> bool:
 
 
 def agent_calls(change: int) -> None:
-    """One more (1) or one fewer (-1) agent call runs, on a thread that only runs agent calls
-    (the async agents' loop, where calls interleave: no per-thread mark)."""
+    """One more (1) or one fewer (-1) agent call runs, awaited on the event loop: calls
+    interleave there, so the mark is the call's own task's (a context variable), not the
+    thread's."""
+    _awaited.set(change > 0)
     _state.calls(change)
 
 
@@ -116,6 +123,6 @@ def unguard_exits() -> None:
 
 
 def _in_agent() -> bool:
-    if getattr(_local, "agent", False):
+    if getattr(_local, "agent", False) or _awaited.get():
         return True
     return threading.current_thread().name.startswith(AGENT_THREADS)

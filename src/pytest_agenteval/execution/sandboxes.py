@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import EnvironmentUnavailable
+from ..core.pids import pid_running, stat_fields
 from .limits import take_slot, try_slot
 
 __all__ = ["AGAIN", "BuildFailed", "EnvironmentUnavailable", "Swept"]
@@ -50,11 +51,8 @@ def session_label(pid: int | None = None) -> str:
 
 
 def _start_time(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "?"
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
+    fields = stat_fields(pid)
+    return "?" if fields is None else fields[19]  # field 22: start time in clock ticks
 
 
 def session_alive(label: str) -> bool:
@@ -64,13 +62,7 @@ def session_alive(label: str) -> bool:
     if host != socket.gethostname() or not pid_text.isdigit():
         return True
     pid = int(pid_text)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return started in ("?", _start_time(pid))
+    return pid_running(pid) and started in ("?", _start_time(pid))
 
 
 @dataclass(frozen=True)

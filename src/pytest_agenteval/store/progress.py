@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import StoreError
 from ..core.identity import AttemptId
+from ..core.pids import pid_running
 from .files import write_json
 from .index import IndexRow
 
@@ -293,13 +294,7 @@ def writer_alive(data: dict[str, Any]) -> bool | None:
     pid = session.get("pid")
     if type(pid) is not int or pid <= 0:
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # it exists, as another user's process
-        return True
-    return True
+    return pid_running(pid)
 
 
 def stale_lines(
