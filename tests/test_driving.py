@@ -9,7 +9,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -44,6 +44,37 @@ def _on_loop(driver: LoopDriver, steps: int, pause: float) -> tuple[Future[None]
 
     driver.call_soon(lambda: asyncio.ensure_future(steps_of()))
     return done, threads
+
+
+class _Baton:
+    """The driver's baton, with `before` called when the main thread tries for it and
+    `after` once it has it: a test's interleaving, made certain."""
+
+    def __init__(
+        self,
+        driver: LoopDriver,
+        before: Callable[[bool, float], None] = lambda *_: None,
+        after: Callable[[bool, float], None] = lambda *_: None,
+    ) -> None:
+        self.baton, self.before, self.after = driver._baton, before, after
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            self.before(blocking, timeout)
+        taken = self.baton.acquire(blocking, timeout)
+        if main and taken:
+            self.after(blocking, timeout)
+        return taken
+
+    def release(self) -> None:
+        self.baton.release()
+
+    def __enter__(self) -> bool:
+        return self.baton.acquire()
+
+    def __exit__(self, *_: object) -> None:
+        self.baton.release()
 
 
 def test_the_waiting_thread_runs_the_loop_until_its_answer_is_there(driver: LoopDriver) -> None:
@@ -101,27 +132,13 @@ def test_a_drive_gives_way_when_the_loop_is_set_free_meanwhile(driver: LoopDrive
     for a loop that thread now keeps."""
     done, _ = _on_loop(driver, steps=50, pause=0.01)
     time.sleep(IDLE * 5)  # the loop's own thread runs it now
-    baton = driver._baton
 
-    class SetFreeOnFirstTry:
-        """The baton, with `run_freely` called just before the drive's first try for it."""
+    def set_free(blocking: bool, timeout: float) -> None:
+        if not blocking:  # the drive's first try
+            threading.Thread(target=driver.run_freely).start()
+            time.sleep(IDLE)
 
-        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-            if threading.current_thread() is threading.main_thread() and not blocking:
-                threading.Thread(target=driver.run_freely).start()
-                time.sleep(IDLE)
-            return baton.acquire(blocking, timeout)
-
-        def release(self) -> None:
-            baton.release()
-
-        def __enter__(self) -> bool:
-            return baton.acquire()
-
-        def __exit__(self, *_: object) -> None:
-            baton.release()
-
-    driver._baton = SetFreeOnFirstTry()  # type: ignore[assignment]
+    driver._baton = _Baton(driver, before=set_free)  # type: ignore[assignment]
     t0 = time.monotonic()
     assert driver.drive(done, 5) is False
     assert time.monotonic() - t0 < 1
@@ -153,37 +170,15 @@ def test_ctrl_c_just_after_a_drive_took_the_loop_lets_it_go(driver: LoopDriver) 
     """A KeyboardInterrupt between the baton's acquire and the drive's run (a second Ctrl-C,
     the grace timer's signal) leaves the baton free: the loop's own thread runs the loop on,
     and the session's end does not wait for it."""
-    baton = driver._baton
+    interrupts = [KeyboardInterrupt()]
 
-    class InterruptedAfterTaking:
-        """The baton, with Ctrl-C handled just after the main thread's first wait for it."""
-
-        armed = True
-
-        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-            taken = baton.acquire(blocking, timeout)
-            if (
-                taken
-                and self.armed
-                and timeout > 0
-                and threading.current_thread() is (threading.main_thread())
-            ):
-                self.armed = False
-                raise KeyboardInterrupt
-            return taken
-
-        def release(self) -> None:
-            baton.release()
-
-        def __enter__(self) -> bool:
-            return baton.acquire()
-
-        def __exit__(self, *_: object) -> None:
-            baton.release()
+    def interrupt(blocking: bool, timeout: float) -> None:
+        if timeout > 0 and interrupts:  # taken after waiting for the loop's own thread
+            raise interrupts.pop()
 
     done, threads = _on_loop(driver, steps=10, pause=0.01)
     time.sleep(IDLE * 3)  # the loop's own thread runs it: the drive must wait for the baton
-    driver._baton = InterruptedAfterTaking()  # type: ignore[assignment]
+    driver._baton = _Baton(driver, after=interrupt)  # type: ignore[assignment]
     with pytest.raises(KeyboardInterrupt):
         driver.drive(done, 5)
     done.result(timeout=2)

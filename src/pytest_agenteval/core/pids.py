@@ -8,27 +8,19 @@ import os
 from pathlib import Path
 
 
-def stat_fields(pid: int) -> list[str] | None:
-    """The fields of `/proc/PID/stat` after the command's name (its state first, its start
-    time at index 19); None when there is no such file to read."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()
-
-
-def gone(fields: list[str] | None) -> bool:
-    """Whether a process's stat fields say it ended (a zombie not yet reaped, or dead)."""
-    return fields is not None and fields[0] in ("Z", "X")
-
-
-def pid_running(pid: int) -> bool:
-    """Whether process `pid` exists (another user's too) and has not ended."""
+def start_time(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, `/proc`'s field 22), so a reused
+    pid is not taken for the process that had it; "?" where `/proc` does not say; None when
+    it has ended (no such process, or a zombie nobody reaped)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
-    except PermissionError:
+        return None
+    except PermissionError:  # another user's process
         pass
-    return not gone(stat_fields(pid))
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "?"
+    fields = stat.rsplit(")", 1)[1].split()  # after the command's name: the state first
+    return None if fields[0] in ("Z", "X") else fields[19]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import EnvironmentUnavailable
-from ..core.pids import pid_running, stat_fields
+from ..core.pids import start_time
 from .limits import take_slot, try_slot
 
 __all__ = ["AGAIN", "BuildFailed", "EnvironmentUnavailable", "Swept"]
@@ -47,12 +47,7 @@ def session_label(pid: int | None = None) -> str:
     """This process's (or `pid`'s) session label: host, pid, and the pid's start time, so a
     reused pid is not taken for the session that had it."""
     pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}/{pid}/{_start_time(pid)}"
-
-
-def _start_time(pid: int) -> str:
-    fields = stat_fields(pid)
-    return "?" if fields is None else fields[19]  # field 22: start time in clock ticks
+    return f"{socket.gethostname()}/{pid}/{start_time(pid) or '?'}"
 
 
 def session_alive(label: str) -> bool:
@@ -61,8 +56,8 @@ def session_alive(label: str) -> bool:
     pid_text, _, started = rest.partition("/")
     if host != socket.gethostname() or not pid_text.isdigit():
         return True
-    pid = int(pid_text)
-    return pid_running(pid) and started in ("?", _start_time(pid))
+    now = start_time(int(pid_text))
+    return now is not None and started in ("?", now)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import StoreError
 from ..core.identity import AttemptId
-from ..core.pids import pid_running
+from ..core.pids import start_time
 from .files import write_json
 from .index import IndexRow
 
@@ -294,7 +294,7 @@ def writer_alive(data: dict[str, Any]) -> bool | None:
     pid = session.get("pid")
     if type(pid) is not int or pid <= 0:
         return None
-    return pid_running(pid)
+    return start_time(pid) is not None
 
 
 def stale_lines(
