@@ -422,7 +422,7 @@ def test_ctrl_c_gives_up_on_attempts_after_the_grace(
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out.decode()
     assert b"still running after the 1s grace period" in out
-    assert stored(pytester.path) == []
+    assert stored(pytester.path) == [], out.decode()
     assert summary_of(pytester)["status"] == "interrupted"
     for pid_file in root.glob("*.pid"):
         with pytest.raises(ProcessLookupError):
