@@ -217,7 +217,7 @@ def test_sync_agent_timeouts_hold(
 
 
 DYING = """
-import ctypes, os, time
+import ctypes, os, sys, time
 
 
 def exits(task):
@@ -252,6 +252,14 @@ def forks_a_pool(task):
 
 
 def answers(task):
+    return "ok"
+
+
+async def exits_with_status(task):
+    sys.exit(1)
+
+
+async def answers_awaiting(task):
     return "ok"
 
 
@@ -324,6 +332,26 @@ def test_os_exit_in_an_in_process_agent_errors_its_attempt_and_never_passes(
         ["*AgentExited: the agent called os._exit(0) in the pytest process*"]
     )
     assert summary_of(pytester)["status"] == "complete"
+
+
+@pytest.mark.parametrize("concurrency", ["1", "2"])
+def test_sys_exit_in_an_async_agent_errors_its_attempt_and_the_loop_runs_on(
+    pytester: pytest.Pytester, dataset: DatasetMaker, concurrency: str
+) -> None:
+    """`sys.exit()` in an async agent is its attempt's error, as in a sync one; the event
+    loop's thread lives on, so the async attempts after it still run (it hung the session)."""
+    root = dataset(
+        {
+            "exits.yaml": {**task("ok"), "agent": "dying:exits_with_status"},
+            "zz_ok.yaml": {**task("ok"), "agent": "dying:answers_awaiting"},
+        }
+    )
+    (root / "dying.py").write_text(DYING)
+    result = pytester.runpytest_subprocess(
+        "--agenteval", "ds", "--agenteval-concurrency", concurrency, timeout=60
+    )
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*agent call: SystemExit: 1*"])
 
 
 def test_os_exit_in_an_agent_on_a_loop_the_main_thread_runs_errors_its_attempt(

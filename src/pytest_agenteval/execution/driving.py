@@ -152,7 +152,10 @@ class LoopDriver:
             with self._baton:
                 if self._loop is not loop or (not self._free and (self._wanted or self._recent())):
                     continue
-                loop.run_forever()
+                # An agent's task that raises SystemExit ends the run, not the thread: the
+                # task keeps it for whoever awaits it, told as the loop runs on.
+                with contextlib.suppress(SystemExit, KeyboardInterrupt):
+                    loop.run_forever()
 
     def _recent(self) -> bool:
         return time.monotonic() - self._last_pass < IDLE
