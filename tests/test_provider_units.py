@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from email.utils import formatdate
 from pathlib import Path
 
@@ -39,6 +40,23 @@ def test_retry_after_and_backoff() -> None:
     assert policy.delay(0, "9999", rng) == MAX_DELAY
     for retry in range(4):
         assert 2**retry / 2 <= policy.delay(retry, None, rng) <= 2**retry
+
+
+@pytest.mark.parametrize(
+    "header", ["nan", "NaN", "inf", "-inf", "1e999", "-1", "-0.5", "soon", "Wed, 99 Foo 2015"]
+)
+def test_a_retry_after_that_is_no_wait_falls_back_to_the_backoff(header: str) -> None:
+    """A Retry-After that is not finite, negative or unreadable is ignored: the wait is the
+    backoff's, never a NaN timer that would disorder the event loop's timers."""
+    policy, rng = RetryPolicy(retries=3, backoff=1.0), random.Random(1)
+    assert parse_retry_after(header) is None
+    assert 2 <= policy.delay(2, header, rng) <= 4
+
+
+def test_a_retry_after_date_without_a_zone_is_gmt() -> None:
+    """An HTTP date in `-0000` (no zone) counts as GMT, as RFC 9110 dates are."""
+    in_an_hour = formatdate(time.time() + 3600, usegmt=True).replace("GMT", "-0000")
+    assert 3590 <= (parse_retry_after(in_an_hour) or 0) <= 3600
 
 
 def test_prices_by_exact_name_then_longest_family() -> None:

@@ -7,7 +7,9 @@ took.
 
 from __future__ import annotations
 
+import datetime
 import email.utils
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -43,17 +45,29 @@ def retryable(status: int | None) -> bool:
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """`Retry-After` as seconds from now: a number of seconds or an HTTP date; else None."""
+    """`Retry-After` as seconds from now: a number of seconds or an HTTP date (one past is
+    0). None for anything else, so the backoff decides: no header, garbage, or a number that is
+    negative or not finite (`nan` would be a timer the event loop can never order)."""
     if not value:
         return None
+    seconds: float | None
     try:
-        return max(float(value), 0.0)
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        seconds = _until(value)
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
         return None
+    return seconds
+
+
+def _until(date: str) -> float | None:
+    """Seconds until an HTTP date (GMT, as RFC 9110 says, when it names no zone)."""
+    try:
+        when = email.utils.parsedate_to_datetime(date)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
     return max(when.timestamp() - time.time(), 0.0)
 
 
