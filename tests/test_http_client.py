@@ -4,12 +4,20 @@ connection the server dropped, and every reply it refuses with an HttpError."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import socket
+import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
 
-from pytest_agenteval.providers import http
+from pytest_agenteval.core.llm import ProviderSpec
+from pytest_agenteval.core.trace import Trace
+from pytest_agenteval.providers import http, seam
+from pytest_agenteval.providers.bound import attempt_llm
+from pytest_agenteval.providers.client import ProviderError
 from pytest_agenteval.providers.http import HttpError, Response
 
 Reply = Callable[[int, int], bytes | None] | None
@@ -77,18 +85,65 @@ async def post(url: str) -> Response:
     return await http.pool().request("POST", url, {"x-key": "k"}, b'{"a": 1}')
 
 
-def test_a_kept_connection_is_reused_and_one_the_server_dropped_is_replaced() -> None:
-    """Replies with a length keep the connection for the next request; when the server drops
-    a kept connection without answering, the request goes again on a fresh one, once."""
+def test_a_request_a_kept_connection_lost_after_it_was_written_is_not_sent_again() -> None:
+    """Replies with a length keep the connection for the next request; when the server reads
+    a request on a kept connection and drops it without a reply, that is an HttpError and the
+    request is not sent again (the server may have acted on it, and billed it)."""
+    seen: list[tuple[int, int]] = []
 
     def reply(conn: int, request: int) -> bytes | None:
+        seen.append((conn, request))
         return None if (conn, request) == (0, 2) else ok(b'{"n": %d}' % conn)
 
-    async def three(url: str) -> tuple[list[bytes], int]:
-        bodies = [(await post(url)).body for _ in range(3)]
-        return bodies, http.pool().opened
+    async def three(url: str) -> list[bytes]:
+        bodies = [(await post(url)).body for _ in range(2)]
+        with pytest.raises(HttpError, match="lost after the request was sent"):
+            await post(url)
+        return bodies
 
-    assert served(reply, three) == ([b'{"n": 0}', b'{"n": 0}', b'{"n": 1}'], 2)
+    assert served(reply, three) == [b'{"n": 0}', b'{"n": 0}']
+    assert seen == [(0, 0), (0, 1), (0, 2)]
+
+
+def test_a_kept_connection_closed_while_the_loop_was_busy_is_dropped_before_writing() -> None:
+    """A server that closed a kept connection before the event loop noticed: the next request
+    goes on a new connection, written once, not on the closed one."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    closed, seen = threading.Event(), []
+
+    def serve() -> None:
+        for n in range(2):
+            conn, _ = listener.accept()
+            with conn:
+                seen.append(read_request(conn))
+                conn.sendall(ok(b"%d" % n))
+            closed.set()
+
+    async def twice() -> tuple[bytes, bytes, int]:
+        url = f"http://127.0.0.1:{port}/v1"
+        first = await post(url)
+        closed.wait(10)  # blocks the loop: it cannot see the close before the next request
+        return first.body, (await post(url)).body, http.pool().opened
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with listener:
+        assert asyncio.run(twice()) == (b"0", b"1", 2)
+        thread.join(10)
+    assert len(seen) == 2
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """One request's head and body from a blocking socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    size = int(next(x for x in head.split(b"\r\n") if x.lower().startswith(b"content-length"))[15:])
+    while len(body) < size:
+        body += conn.recv(65536)
+    return head
 
 
 def test_a_kept_connection_the_server_closed_meanwhile_is_not_reused() -> None:
@@ -209,3 +264,99 @@ def test_a_request_cancelled_mid_reply_closes_its_connection() -> None:
 
     partial = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly part"
     assert served(lambda conn, request: partial, cancelled) == 0
+
+
+def test_a_reply_without_a_length_is_read_to_the_servers_close() -> None:
+    """A reply with neither a length nor chunks is everything until the server closes, also
+    when it comes in several pieces."""
+    body = bytes(range(256)) * 19 + b"x" * 179  # 5,043 bytes
+
+    async def run() -> bytes:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n" + body[:1000])
+            await writer.drain()
+            await asyncio.sleep(0.02)  # the client reads the first piece meanwhile
+            writer.write(body[1000:])
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return (await http.pool().request("GET", f"http://127.0.0.1:{port}/", {}, None)).body
+        finally:
+            http.forget()
+            server.close()
+
+    assert asyncio.run(run()) == body
+
+
+def test_an_ipv6_literal_is_reached_and_named_in_brackets() -> None:
+    """`http://[::1]:PORT/` connects to ::1 and says `host: [::1]:PORT`."""
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    hosts: list[str] = []
+
+    async def run() -> tuple[Response, int]:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode()
+            hosts.extend(x[5:].strip() for x in head.split("\r\n") if x.lower().startswith("host:"))
+            writer.write(ok(b"six"))
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "::1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return await http.pool().request("GET", f"http://[::1]:{port}/v1", {}, None), port
+        finally:
+            http.forget()
+            server.close()
+
+    response, port = asyncio.run(run())
+    assert response.body == b"six" and hosts == [f"[::1]:{port}"]
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_call_lost_after_it_was_sent_is_sent_again_only_by_the_providers_retries(
+    monkeypatch: pytest.MonkeyPatch, retries: int
+) -> None:
+    """A model call on a kept connection the server drops after reading it reaches the
+    server once per try the provider's `retries` allow, and fails saying it was lost after
+    it was sent."""
+    monkeypatch.setenv("LOCAL_KEY", "sk-local-test-key-0123456789")
+    listener = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}
+
+    def serve() -> None:  # answers the first request, then drops each one it has read
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    while True:
+                        seen.append(read_request(conn))
+                        if len(seen) > 1:
+                            break
+                        conn.sendall(ok(json.dumps(answer).encode()))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    spec = {"openai": {"base_url": base, "api_key_env": "LOCAL_KEY", "model": "m1"}}
+    providers = {"oa": ProviderSpec.model_validate({**spec, "retries": retries, "backoff": 0})}
+    try:
+        client = attempt_llm(providers, "oa", Trace())
+        assert client.chat([{"role": "user", "content": "x"}]).text == "hi"
+        with pytest.raises(ProviderError, match="lost after the request was sent"):
+            client.chat([{"role": "user", "content": "y"}])
+    finally:
+        seam.forget()
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        listener.close()
+        thread.join(10)
+    assert len(seen) == 2 + retries and not thread.is_alive()

@@ -2,10 +2,11 @@
 
 Why not a library: the floor of a model call's CPU is a bare asyncio client (0.1 ms a request
 on the issue's bench, httpx 0.8 ms, the openai SDK 1.6 ms), and a provider call needs only
-this much of HTTP: one request at a time per connection, `Content-Length` or chunked replies,
-TLS from the standard library. Connections are kept per event loop (they cannot move between
-loops) and per origin, and reused as long as the server keeps them open, so a run with 512
-calls in flight opens 512 connections, not thousands.
+this much of HTTP: one request at a time per connection, `Content-Length`, chunked or
+close-delimited replies, TLS from the standard library, the environment's proxy (`proxy.py`).
+Connections are kept per event loop (they cannot move between loops) and per origin, and
+reused as long as the server keeps them open, so a run with 512 calls in flight opens 512
+connections, not thousands.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import asyncio
 import contextlib
 import functools
 import os
+import select
 import ssl
 import weakref
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from . import proxy
 
 MAX_HEADER = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
@@ -52,61 +56,94 @@ Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class Pool:
-    """Idle keep-alive connections of one event loop, per origin."""
+    """Idle keep-alive connections of one event loop, per origin, and the proxy (if any) each
+    origin is reached through, from the environment as the pool was made."""
 
     def __init__(self) -> None:
         self.idle: dict[Origin, list[Connection]] = {}
         self.opened = 0
         """Connections opened so far (the bench reports it)."""
         self.pid = os.getpid()
+        self.proxies = proxy.from_environment()
+        self.routes: dict[Origin, proxy.Proxy | None] = {}
 
     async def request(
         self, method: str, url: str, headers: dict[str, str], body: bytes | None
     ) -> Response:
-        """Send one request and read its whole reply; a reused connection the server had
-        closed meanwhile is replaced once, transparently."""
+        """Send one request and read its whole reply. A kept connection the server closed
+        meanwhile is dropped before anything is written to it; once the request is written, a
+        lost connection is an HttpError, never a second send (the server may have acted on,
+        and billed, the first): the caller's retry policy decides."""
         origin, target = _split(url)
+        via = self._route(origin)
+        if via is not None and not origin.tls:  # a forward proxy takes absolute-form targets
+            target = f"http://{authority(origin)}{target}"
+            headers = {**via.headers, **headers}
         head = _head(method, target, origin, headers, body)
-        for fresh in (False, True):
-            reused, conn = self._take(origin, fresh)
-            if conn is None:
-                conn = await self._open(origin)
-            try:
-                response, keep = await _exchange(conn, head, body)
-            except (HttpError, OSError, asyncio.IncompleteReadError) as exc:
-                _close(conn)
-                if reused and not fresh:
-                    continue
-                raise HttpError(f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc)) from None
-            except BaseException:
-                _close(conn)  # cancelled mid-reply: the connection's state is unknown
-                raise
-            if keep:
-                self.idle.setdefault(origin, []).append(conn)
-            else:
-                _close(conn)
-            return response
-        raise AssertionError("unreachable")
-
-    def _take(self, origin: Origin, fresh: bool) -> tuple[bool, Connection | None]:
-        idle = self.idle.get(origin)
-        while idle and not fresh:
-            conn = idle.pop()
-            if not conn[0].at_eof() and not conn[1].is_closing():
-                return True, conn
-            _close(conn)
-        return False, None
-
-    async def _open(self, origin: Origin) -> Connection:
+        conn = await self._send(origin, via, head + body if body else head)
         try:
-            conn = await asyncio.open_connection(
-                origin.host,
-                origin.port,
-                ssl=_tls_context() if origin.tls else None,
-                limit=MAX_HEADER,
-            )
-        except OSError as exc:
-            raise HttpError(f"cannot connect to {origin.host}:{origin.port}: {exc}") from None
+            response, keep = await _reply(conn[0])
+        except HttpError:
+            _close(conn)
+            raise
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            _close(conn)
+            what = f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc)
+            raise HttpError(
+                f"the connection was lost after the request was sent ({what})"
+            ) from None
+        except BaseException:
+            _close(conn)  # cancelled mid-reply: the connection's state is unknown
+            raise
+        if keep:
+            self.idle.setdefault(origin, []).append(conn)
+        else:
+            _close(conn)
+        return response
+
+    async def _send(self, origin: Origin, via: proxy.Proxy | None, data: bytes) -> Connection:
+        """A connection `data` was written to: a kept one still open, else a new one."""
+        idle = self.idle.get(origin)
+        while idle:
+            conn = idle.pop()
+            if _quiet(conn):
+                conn[1].write(data)
+                if not conn[1].is_closing():
+                    return conn
+            _close(conn)  # closed, or its write failed at once: nothing of `data` was sent
+        conn = await self._open(origin, via)
+        conn[1].write(data)
+        return conn
+
+    def _route(self, origin: Origin) -> proxy.Proxy | None:
+        try:
+            return self.routes[origin]
+        except KeyError:
+            pass
+        try:
+            found = proxy.choose(self.proxies, origin.tls, origin.host, origin.port)
+        except proxy.ProxyError as exc:
+            raise HttpError(str(exc)) from None
+        self.routes[origin] = found
+        return found
+
+    async def _open(self, origin: Origin, via: proxy.Proxy | None) -> Connection:
+        tls = _tls_context() if origin.tls else None
+        if via is not None:
+            target = authority(origin, port=True)
+            try:
+                conn = await proxy.connect(via, target, origin.host, tls, MAX_HEADER)
+            except proxy.ProxyError as exc:
+                raise HttpError(str(exc)) from None
+        else:
+            try:
+                conn = await asyncio.open_connection(
+                    origin.host, origin.port, ssl=tls, limit=MAX_HEADER
+                )
+            except OSError as exc:
+                raise HttpError(
+                    f"cannot connect to {authority(origin, port=True)}: {exc}"
+                ) from None
         self.opened += 1
         return conn
 
@@ -146,26 +183,53 @@ def _split(url: str) -> tuple[Origin, str]:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise HttpError(f"not an http(s) URL: {url!r}")
     tls = parts.scheme == "https"
-    port = parts.port or (443 if tls else 80)
+    try:
+        port = parts.port or (443 if tls else 80)
+    except ValueError:
+        raise HttpError(f"not a port in the URL: {url!r}") from None
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return Origin(tls, parts.hostname, port), target
+
+
+def authority(origin: Origin, *, port: bool = False) -> str:
+    """`host[:port]` as a Host header or a CONNECT names it: an IPv6 address in brackets, the
+    port left out when it is the scheme's own (unless `port`)."""
+    host = f"[{origin.host}]" if ":" in origin.host else origin.host
+    if port or origin.port != (443 if origin.tls else 80):
+        return f"{host}:{origin.port}"
+    return host
 
 
 def _head(
     method: str, target: str, origin: Origin, headers: dict[str, str], body: bytes | None
 ) -> bytes:
-    default = 443 if origin.tls else 80
-    host = origin.host if origin.port == default else f"{origin.host}:{origin.port}"
-    lines = [f"{method} {target} HTTP/1.1", f"host: {host}", "accept-encoding: identity"]
+    lines = [
+        f"{method} {target} HTTP/1.1",
+        f"host: {authority(origin)}",
+        "accept-encoding: identity",
+    ]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     if body is not None:
         lines.append(f"content-length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-async def _exchange(conn: Connection, head: bytes, body: bytes | None) -> tuple[Response, bool]:
+def _quiet(conn: Connection) -> bool:
+    """Whether a kept connection may carry a request: open, and nothing came on it since its
+    last reply. A server's close (or a parting 408) the event loop has not read yet makes its
+    socket readable; a request written then would be lost, maybe after the server read it."""
     reader, writer = conn
-    writer.write(head + body if body else head)
+    if reader.at_eof() or writer.is_closing():
+        return False
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return True
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return not poller.poll(0)
+
+
+async def _reply(reader: asyncio.StreamReader) -> tuple[Response, bool]:
     try:
         raw = await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
@@ -181,7 +245,7 @@ async def _exchange(conn: Connection, head: bytes, body: bytes | None) -> tuple[
     elif status in (204, 304):
         data = b""
     else:
-        data, keep = await reader.read(MAX_BODY), False
+        data, keep = await _to_eof(reader), False
     return Response(status, headers, data), keep
 
 
@@ -213,6 +277,16 @@ async def _chunked(reader: asyncio.StreamReader) -> bytes:
             raise HttpError("the reply is too large")
         data += await reader.readexactly(size)
         await reader.readexactly(2)
+
+
+async def _to_eof(reader: asyncio.StreamReader) -> bytes:
+    """A body that ends where the server closes the connection, bounded by MAX_BODY."""
+    data = bytearray()
+    while chunk := await reader.read(64 * 1024):
+        if len(data) + len(chunk) > MAX_BODY:
+            raise HttpError("the reply is too large")
+        data += chunk
+    return bytes(data)
 
 
 def _int(text: str, base: int = 10) -> int:
