@@ -67,7 +67,9 @@ def parse(url: str, variable: str) -> Proxy:
         port = parts.port or 80
     except ValueError:
         port = 0
-    shown = f"{parts.scheme}://{parts.hostname or ''}" + (f":{port}" if port else "")
+    host = parts.hostname or ""
+    bracketed = f"[{host}]" if ":" in host else host
+    shown = f"{parts.scheme}://{bracketed}" + (f":{port}" if port else "")
     if parts.scheme != "http" or not parts.hostname or not port:
         raise ProxyError(
             f"the proxy {shown} in {variable} cannot be used: only http://host:port proxies "
