@@ -616,7 +616,7 @@ def test_the_read_file_tool_holds_no_more_of_a_huge_sandbox_file_than_it_sends(
         metadata={},
         attempt=0,
         seed=0,
-        workspace=None,
+        workspace=tmp_path,
         environment=lambda: sandbox,
     )
     try:
