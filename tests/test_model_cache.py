@@ -254,3 +254,21 @@ def test_a_fifo_or_a_link_in_the_cache_is_a_miss_said_on_the_terminal(
     assert f"model cache: {fifo}: is a FIFO, not a regular file (treated as a miss)" in said
     assert f"model cache: {link}: is a symbolic link, not a regular file" in said
     assert said.count("treated as a miss") == 2
+
+
+def test_cache_commands_skip_a_fifo_and_a_link(tmp_path: Path) -> None:
+    """`cache stats` and `prune` neither wait on a FIFO entry nor read through a link (to
+    /dev/zero): they are no entries, and prune removes them; a linked folder is not entered
+    (a prune through it would remove files elsewhere)."""
+    from pytest_agenteval.core.chat import ChatReply
+
+    cache = ModelCache(tmp_path / "c", "on")
+    cache.put("ab" + "0" * 62, ChatReply("hi", (), "stop", "m", 3, 4), 0.5)
+    folder = tmp_path / "c" / "ab"
+    os.mkfifo(folder / ("ab" + "1" * 62 + ".json"))
+    (folder / ("ab" + "2" * 62 + ".json")).symlink_to("/dev/zero")
+    (tmp_path / "c" / "cd").symlink_to(folder)
+    found = stats(tmp_path / "c")
+    assert (found.entries, found.cost) == (1, 0.5)
+    assert prune(tmp_path / "c", 1e9) == 2
+    assert [p.name for p in entries(tmp_path / "c")] == ["ab" + "0" * 62 + ".json"]

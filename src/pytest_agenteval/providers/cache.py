@@ -159,9 +159,12 @@ def _read(folder: Path, names: Sequence[str]) -> bytes:
 
 
 def entries(folder: Path) -> Iterator[Path]:
-    """Every entry file of the cache at `folder`."""
+    """Every entry file of the cache at `folder` (a linked subfolder is none of its own: a
+    prune through it would remove files elsewhere)."""
     if folder.is_dir():
-        yield from folder.glob("??/*.json")
+        for inner in folder.glob("??"):
+            if not inner.is_symlink() and inner.is_dir():
+                yield from inner.glob("*.json")
 
 
 def stats(folder: Path) -> Stats:
