@@ -220,12 +220,13 @@ def run_folder(cache: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("kind", ["FIFO", "character device"])
+@pytest.mark.parametrize("kind", ["FIFO", "symbolic link"])
 def test_an_index_that_is_no_regular_file_is_named_not_read(
     pytester: pytest.Pytester, dataset: DatasetMaker, kind: str
 ) -> None:
     """An index.jsonl that is a FIFO (reading it would block) or a link to /dev/zero (it
-    never ends) makes merge fail at once, saying which file is what."""
+    never ends; a link is never followed) makes merge fail at once, saying which file is
+    what."""
     caches = two_shards(pytester, dataset)
     index = run_folder(caches[1]) / "index.jsonl"
     index.unlink()

@@ -4,6 +4,7 @@ nothing, attempt k stays its own sample, `read` never writes, `replay` makes a m
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +219,56 @@ def test_a_bad_mode_is_refused(pytester: pytest.Pytester, cached_dataset: Path) 
     result = pytester.runpytest("--agenteval", "ds", "--agenteval-model-cache", "yes")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*'yes' is not one of on, read, replay, off*"])
+
+
+HANG = 120
+"""Seconds after which a session is taken as hung (a FIFO entry used to block it forever)."""
+
+
+@pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]], ids=["alone", "xdist"])
+def test_a_fifo_or_a_link_in_the_cache_is_a_miss_said_on_the_terminal(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: list[str],
+) -> None:
+    """An entry that is a FIFO (reading it blocked the session) or a link to `/dev/zero` (read
+    until memory ran out) is neither waited on nor followed: a miss, said on the terminal past
+    the item's capture, and the model is asked."""
+    monkeypatch.setenv("LOCAL_KEY", "local-key-abcdefghijkl")
+    manifest = {**_manifest(model_server), "defaults": {"attempts": 1}}
+    dataset(_tasks(2), manifest=manifest)
+    args = ["--agenteval", "ds", "--agenteval-model-cache", "on", *workers]
+    pytester.runpytest_subprocess(*args, timeout=HANG).assert_outcomes(passed=2)
+    fifo, link = sorted(entries(_cache_dir(pytester)))
+    fifo.unlink()
+    os.mkfifo(fifo)
+    link.unlink()
+    link.symlink_to("/dev/zero")
+    model_server.reset()
+    result = pytester.runpytest_subprocess(*args, timeout=HANG)
+    result.assert_outcomes(passed=2)
+    assert len(model_server.requests) == 2
+    said = "\n".join(result.outlines + result.errlines)
+    assert f"model cache: {fifo}: is a FIFO, not a regular file (treated as a miss)" in said
+    assert f"model cache: {link}: is a symbolic link, not a regular file" in said
+    assert said.count("treated as a miss") == 2
+
+
+def test_cache_commands_skip_a_fifo_and_a_link(tmp_path: Path) -> None:
+    """`cache stats` and `prune` neither wait on a FIFO entry nor read through a link (to
+    /dev/zero): they are no entries, and prune removes them; a linked folder is not entered
+    (a prune through it would remove files elsewhere)."""
+    from pytest_agenteval.core.chat import ChatReply
+
+    cache = ModelCache(tmp_path / "c", "on")
+    cache.put("ab" + "0" * 62, ChatReply("hi", (), "stop", "m", 3, 4), 0.5)
+    folder = tmp_path / "c" / "ab"
+    os.mkfifo(folder / ("ab" + "1" * 62 + ".json"))
+    (folder / ("ab" + "2" * 62 + ".json")).symlink_to("/dev/zero")
+    (tmp_path / "c" / "cd").symlink_to(folder)
+    found = stats(tmp_path / "c")
+    assert (found.entries, found.cost) == (1, 0.5)
+    assert prune(tmp_path / "c", 1e9) == 2
+    assert [p.name for p in entries(tmp_path / "c")] == ["ab" + "0" * 62 + ".json"]

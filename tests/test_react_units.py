@@ -65,6 +65,35 @@ def test_read_and_write_files_stay_in_the_workspace(tmp_path: Path) -> None:
     assert _run("read_file", task, path="../../etc/passwd").error
 
 
+def test_links_the_model_made_with_bash_lead_nowhere_out(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A link made with `bash` to a host file is not read into the transcript, and a link to
+    a host folder (or a dangling one to a host path) is not written through; links that stay
+    inside the workspace still work."""
+    workspace, host = tmp_path_factory.mktemp("ws"), tmp_path_factory.mktemp("host")
+    (host / "secret.txt").write_text("host-secret")
+    task = _task(workspace)
+    made = _run(
+        "bash",
+        task,
+        command=f"ln -s {host}/secret.txt secret && ln -s {host} out && ln -s {host}/new new"
+        " && echo in > mine.txt && ln -s mine.txt alias",
+    )
+    assert made.exit_status == 0, made.text
+    read = _run("read_file", task, path="secret")
+    assert read.error and "leads out of the attempt's workspace" in read.text
+    assert "host-secret" not in read.text
+    for path in ("out/planted.txt", "new", "out/../out/x"):
+        wrote = _run("write_file", task, path=path, content="planted")
+        assert wrote.error and "workspace" in wrote.text, (path, wrote.text)
+    assert sorted(p.name for p in host.iterdir()) == ["secret.txt"]
+    assert (host / "secret.txt").read_text() == "host-secret"
+    assert _run("read_file", task, path="alias").text == "in\n"
+    assert not _run("write_file", task, path="alias", content="x").error
+    assert (workspace / "mine.txt").read_text() == "x"
+
+
 def add(a: int, b: int = 2, note: str | None = None) -> int:
     """Add two numbers.
 

@@ -5,6 +5,7 @@ test_sandbox.py (skipped without one, except under `CI=true`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,11 +23,12 @@ import pytest
 
 from daemons import Daemon, build_busybox, own_daemon
 from helpers import DatasetMaker, aid, latest_record
-from pytest_agenteval.core.model import DockerImage, SandboxSpec
+from pytest_agenteval.core.model import DockerImage, SandboxSpec, Task
 from pytest_agenteval.execution.artifacts import collect
 from pytest_agenteval.execution.docker import LABEL, RUN_LABEL, DockerEnvironment, DockerSession
 from pytest_agenteval.execution.environment import LocalEnvironment
 from pytest_agenteval.execution.process import MAX_OUTPUT, was_cut
+from pytest_agenteval.execution.tools import BUILTIN_TOOLS, TOOL_OUTPUT
 from test_sandbox import IMAGE, busybox_image
 
 
@@ -596,3 +599,40 @@ def test_container_names_of_equal_pids_on_two_client_hosts_differ(
     assert len(names) == 2
     assert all(name.startswith(f"agenteval-{os.getpid()}-") for name in names)
     assert container_name(key, os.getpid()) == container_name(key, os.getpid())
+
+
+def test_the_read_file_tool_holds_no_more_of_a_huge_sandbox_file_than_it_sends(
+    image: str, tmp_path: Path
+) -> None:
+    """The react agent's `read_file` of a 300 MB file in a container reads its first part and
+    its size from the tar header, and stops the copy: the host never holds the file."""
+    session = DockerSession()
+    spec = SandboxSpec(docker=DockerImage(image=image))
+    sandbox = DockerEnvironment(spec, f"agenteval-test-huge-{os.getpid()}", None, session)
+    size = 300 * 2**20
+    task = Task(
+        id="t",
+        input="",
+        metadata={},
+        attempt=0,
+        seed=0,
+        workspace=tmp_path,
+        environment=lambda: sandbox,
+    )
+    try:
+        made = sandbox.exec(["sh", "-c", f"head -c {size} /dev/zero | tr '\\0' x > big.txt"])
+        assert made.returncode == 0, made.stderr
+        tracemalloc.start()
+        try:
+            read = asyncio.run(BUILTIN_TOOLS["read_file"].run(task, {"path": "big.txt"}, 60))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    finally:
+        sandbox.teardown(keep=False)
+        session.wait()
+    assert peak < 16 * 2**20, f"{peak:,} bytes held at the peak"
+    assert not read.error, read.text
+    assert read.text.startswith("x" * 1000)
+    assert f"the file holds {size:,} bytes" in read.text
+    assert len(read.text) < 2 * TOOL_OUTPUT

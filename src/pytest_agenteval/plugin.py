@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -408,7 +409,12 @@ def pytest_configure(config: pytest.Config) -> None:
         from .execution.environment import Environments
         from .execution.workspaces import Workspaces
         from .glue.collect import CollectHooks, CollectState, load_datasets, point_collection_at
-        from .glue.concurrency import AheadHooks, check_combination, declared_concurrency
+        from .glue.concurrency import (
+            AheadHooks,
+            check_combination,
+            declared_concurrency,
+            say_now,
+        )
         from .glue.controller import agenteval_dir, open_controller_run, start_controller
         from .glue.items import TaskHooks
         from .glue.runtime import (
@@ -466,6 +472,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ),
         concurrency=size,
         telemetry=_telemetry(config, settings.otel),
+        say=partial(say_now, config),
     )
     fingerprint = agent_fingerprint(settings, datasets)
     if hasattr(config, "workerinput"):

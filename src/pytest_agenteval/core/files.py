@@ -3,6 +3,7 @@ shard's CI job) without following a link out of its folder, and never a FIFO or 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -47,6 +48,28 @@ def open_below(root: Path, names: Sequence[str], *, one_link: bool = False) -> B
         return os.fdopen(file_fd, "rb")
     except BaseException:
         os.close(file_fd)
+        raise
+
+
+def open_fd(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """`path` opened with `flags` (made with `mode` under O_CREAT) only when it is a regular
+    file: never through a link at its end (a planted link must not lead a write to a host
+    file), and without blocking on a FIFO. Raises NotRegular for a link, a FIFO, a device or a
+    folder; FileNotFoundError or another OSError otherwise."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            with contextlib.suppress(OSError):
+                _check(os.lstat(path), False)
+        raise
+    try:
+        _check(os.fstat(fd), False)
+        if not flags & os.O_NONBLOCK:
+            os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
         raise
 
 

@@ -566,7 +566,14 @@ class DockerEnvironment:
     def read_file(self, path: str) -> bytes:
         inside = self._inside(path)
         with copy_out(self.name, inside, self.host) as tar:
-            return first_file(tar, path)
+            return first_file(tar, path)[0]
+
+    def read_head(self, path: str, limit: int) -> tuple[bytes, int]:
+        """The first `limit` bytes of the file and its size, read from the tar's header: the
+        copy is stopped there, so a huge file is never held on the host."""
+        inside = self._inside(path)
+        with copy_out(self.name, inside, self.host) as tar:
+            return first_file(tar, path, limit)
 
     def write_file(self, path: str, data: bytes | str) -> None:
         data = data.encode() if isinstance(data, str) else data

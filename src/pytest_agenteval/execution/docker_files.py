@@ -95,8 +95,10 @@ def _copy_failed(proc: subprocess.Popen[bytes], path: str) -> OSError:
     return OSError(f"{path}: {said or 'the copy out of the sandbox was cut short'}")
 
 
-def first_file(tar: tarfile.TarFile, path: str) -> bytes:
-    """The bytes of the one regular file a copy of `path` holds."""
+def first_file(tar: tarfile.TarFile, path: str, limit: int = -1) -> tuple[bytes, int]:
+    """The first `limit` bytes (-1: all) of the one regular file a copy of `path` holds, and
+    its size from the tar header: the rest is left in the stream, never held (`copy_out`
+    stops the copy)."""
     member = tar.next()
     if member is not None and member.isdir():
         raise IsADirectoryError(path)
@@ -104,7 +106,7 @@ def first_file(tar: tarfile.TarFile, path: str) -> bytes:
         raise OSError(f"{path}: not a regular file")
     body = tar.extractfile(member)
     assert body is not None
-    return body.read()
+    return body.read(limit), member.size
 
 
 def changes(tar: tarfile.TarFile, template: Path | None, room: int) -> list[ChangedFile]:

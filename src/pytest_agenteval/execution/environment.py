@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.environment import ChangedFile, Environment, Finished
 from ..core.errors import EnvironmentUnavailable
-from ..core.files import open_below
+from ..core.files import NotRegular, open_below, open_fd
 from ..core.identity import AttemptId
 from ..core.kinds import EnvironmentKind, Keep, KindSession, SandboxRequest
 from ..core.model import local_folder
@@ -354,6 +354,9 @@ class Held:
     def read_file(self, path: str) -> bytes:
         return self.inner.read_file(path)
 
+    def read_head(self, path: str, limit: int) -> tuple[bytes, int]:
+        return read_head(self.inner, path, limit)
+
     def write_file(self, path: str, data: bytes | str) -> None:
         self.inner.write_file(path, data)
 
@@ -415,13 +418,36 @@ class LocalEnvironment:
         return run_program(argv, cwd=self.root, stdin=input, env=env, timeout=timeout)
 
     def read_file(self, path: str) -> bytes:
-        return self._inside(path).read_bytes()
+        """The file's bytes, read through no link (`_inside` resolved them all): a link the
+        agent made between the look and the read, a FIFO or a device is refused."""
+        root, names = self._inside(path)
+        try:
+            with open_below(root, names) as f:
+                return f.read()
+        except NotRegular as exc:
+            raise PermissionError(f"{path!r} {exc.why}") from None
+
+    def read_head(self, path: str, limit: int) -> tuple[bytes, int]:
+        """The first `limit` bytes of the file and its size (`read_file`'s checks)."""
+        root, names = self._inside(path)
+        try:
+            with open_below(root, names) as f:
+                return f.read(limit), os.fstat(f.fileno()).st_size
+        except NotRegular as exc:
+            raise PermissionError(f"{path!r} {exc.why}") from None
 
     def write_file(self, path: str, data: bytes | str) -> None:
+        """Write the file, never through a link at its end (nor a FIFO)."""
         data = data.encode() if isinstance(data, str) else data
-        target = self._inside(path)
+        root, names = self._inside(path)
+        target = root.joinpath(*names)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        try:
+            fd = open_fd(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        except NotRegular as exc:
+            raise PermissionError(f"{path!r} {exc.why}") from None
+        with open(fd, "wb") as out:
+            out.write(data)
 
     def changed_files(self) -> list[ChangedFile]:
         return self.changes_until(None)[0]
@@ -464,17 +490,36 @@ class LocalEnvironment:
         if not keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def _inside(self, path: str) -> Path:
-        """`path` below the folder; one that leads out of it is refused."""
+    def _inside(self, path: str) -> tuple[Path, tuple[str, ...]]:
+        """`path` as the folder's real path and the names below it, every link resolved; one
+        that leads out of the folder, by `..` or through a link (one the agent made with
+        `bash` included), is refused."""
         rel = PurePosixPath(path)
         if rel.is_absolute():
             rel = PurePosixPath(os.path.relpath(rel, self.root))
         if ".." in rel.parts:
             raise PermissionError(f"{path!r} is outside the attempt's workspace")
-        return self.root / rel
+        root = self.root.resolve()
+        real = (root / rel).resolve()
+        if real == root:
+            raise IsADirectoryError(f"{path!r} is the workspace folder, not a file")
+        if not real.is_relative_to(root):
+            raise PermissionError(f"{path!r} leads out of the attempt's workspace (a link)")
+        return root, real.relative_to(root).parts
 
     def __repr__(self) -> str:
         return f"LocalEnvironment({str(self.root)!r})"
+
+
+def read_head(environment: Environment, path: str, limit: int) -> tuple[bytes, int]:
+    """The first `limit` bytes of a file of `environment` and its size: the built-in ones
+    read no more (a file of a gigabyte in a container is never held whole on the host); an
+    environment without `read_head` (a plugin's) reads it whole with `read_file`."""
+    head: Callable[[str, int], tuple[bytes, int]] | None = getattr(environment, "read_head", None)
+    if head is not None:
+        return head(path, limit)
+    data = environment.read_file(path)
+    return data[:limit], len(data)
 
 
 def _files_below(root: Path, deadline: float | None) -> tuple[dict[str, Path], bool]:

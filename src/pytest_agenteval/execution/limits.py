@@ -127,7 +127,7 @@ def try_slot(folder: Path, name: str, size: int) -> int | None:
     """The first free of `size` slot files, held, or None when all are held. Each file is
     made when first reached, so a look costs the slots held, however large `size` is."""
     for i in range(size):
-        fd = os.open(folder / f"{name}.slot{i}", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(folder / f"{name}.slot{i}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         HELD.add(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -147,7 +147,7 @@ def held_slots(folder: Path, name: str, size: int) -> int:
         path = folder / f"{name}.slot{i}"
         if not path.exists():
             continue
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

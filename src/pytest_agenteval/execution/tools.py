@@ -21,7 +21,7 @@ from typing import Any, Union
 from ..core.chat import ToolSpec
 from ..core.environment import Environment, ExecResult
 from ..core.model import Task
-from .environment import environment_of
+from .environment import environment_of, read_head
 
 TOOL_OUTPUT = 10_000
 """Characters of a program's stdout (and of its stderr) sent back to the model: the first
@@ -108,11 +108,15 @@ async def _python(task: Task, arguments: Mapping[str, Any], timeout: float | Non
 
 async def _read_file(task: Task, arguments: Mapping[str, Any], timeout: float | None) -> ToolOutput:
     path = _text(arguments, "path")
-    try:
-        data = await asyncio.to_thread(_environment(task).read_file, path)
+    try:  # no more than the model is sent is read (UTF-8: up to 4 bytes a character)
+        data, size = await asyncio.to_thread(read_head, _environment(task), path, 4 * TOOL_OUTPUT)
     except OSError as exc:
         return ToolOutput(f"cannot read {path}: {exc.strerror or exc}", error=str(exc))
-    return ToolOutput(cut(data.decode("utf-8", "replace")))
+    text = data.decode("utf-8", "replace")
+    if size <= len(data):
+        return ToolOutput(cut(text))
+    shown = text[:TOOL_OUTPUT]
+    return ToolOutput(f"{shown}\n[… the file holds {size:,} bytes: only its first part is shown …]")
 
 
 async def _write_file(

@@ -420,6 +420,8 @@ class Parts:
     """Attempts in flight at once in this process."""
     telemetry: Telemetry | None = None
     """Exports each attempt's trace to OpenTelemetry (`--agenteval-otel`); None: off."""
+    say: Callable[[str], None] | None = None
+    """Says a line on the terminal now, past an item's capture (a bad model-cache entry)."""
 
 
 def build_runtime(parts: Parts, context: RunContext) -> Runtime:
@@ -438,7 +440,7 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
             environments = environments.for_run(stops.run_dir.name)  # the folder is named by its id
     if parts.agenteval_dir is not None:  # beside the store, in pytest's cache dir
         folder = parts.agenteval_dir.parent / FOLDER
-        use_cache(ModelCache(folder, settings.model_cache))
+        use_cache(ModelCache(folder, settings.model_cache, parts.say))
     size = parts.concurrency
     runner = AttemptRunner(
         parts.executor,

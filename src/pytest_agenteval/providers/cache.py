@@ -5,25 +5,29 @@ kind and endpoint, the whole request as sent (model, messages, tools, parameters
 attempt index, so attempt k of a task stays an independent sample of the model: the cache
 replays the run, it never turns three attempts into one answer. Entries are one JSON file
 each under `<cache_dir>/agenteval-models/`, written as the store writes (a temporary file,
-then a rename), so a worker that dies mid-write leaves no half entry; an unreadable entry is
-reported once and treated as a miss.
+then a rename), so a worker that dies mid-write leaves no half entry; an unreadable entry (a
+link, a FIFO, a device, one past ENTRY_LIMIT) is never followed, waited on or read whole: it is
+reported once, on the terminal, and treated as a miss.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from ..core.chat import ChatReply, ToolRequest
+from ..core.files import NotRegular, kind_of, open_fd
 
 Mode = Literal["on", "read", "replay", "off"]
 MODES: tuple[Mode, ...] = ("on", "read", "replay", "off")
@@ -32,6 +36,8 @@ KEY_VERSION = 1
 """Part of every key: a change to what a key covers makes old entries misses, not errors."""
 FOLDER = "agenteval-models"
 """Beside the agenteval store in pytest's cache dir (`--cache-clear` leaves both)."""
+ENTRY_LIMIT = 64 * 2**20
+"""An entry is one reply: a bigger file is damage, not read (a link to `/dev/zero` never ends)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +55,10 @@ class Stats:
 class ModelCache:
     """One session's view of the cache: its mode and folder."""
 
-    def __init__(self, folder: Path, mode: str) -> None:
+    def __init__(self, folder: Path, mode: str, say: Callable[[str], None] | None = None) -> None:
         self.folder = folder
         self.mode = mode
+        self._say = say or _stderr  # the session's terminal, past pytest's capture
         self._reported: set[str] = set()
         self._lock = threading.Lock()
 
@@ -77,16 +84,15 @@ class ModelCache:
     def get(self, key: str) -> tuple[ChatReply, float | None] | None:
         """The cached reply and its original cost; None on a miss (or an unreadable entry,
         reported once)."""
-        path = self._path(key)
-        try:
-            data = json.loads(path.read_bytes())
+        try:  # a FIFO opens without blocking and is refused: no thread needed off the loop
+            data = json.loads(_read(self.folder, (key[:2], f"{key}.json")))
             if not isinstance(data, dict) or data.get("schema") != SCHEMA:
                 raise ValueError(f"not a {SCHEMA} entry")
             return _reply(data["reply"]), data.get("cost")
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            self._report(path, exc)
+        except (OSError, ValueError, KeyError, TypeError, NotRegular) as exc:
+            self._report(self._path(key), exc)
             return None
 
     def put(self, key: str, reply: ChatReply, cost: float | None) -> None:
@@ -97,9 +103,12 @@ class ModelCache:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(data)
+            if path.parent.is_symlink():
+                raise NotRegular(f"is in {path.parent.name!r}, a symbolic link, not a folder")
+            with open(open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as out:
+                out.write(data)
             os.replace(tmp, path)
-        except OSError as exc:
+        except (OSError, NotRegular) as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             self._report(path, exc)
@@ -109,17 +118,53 @@ class ModelCache:
             if str(path) in self._reported:
                 return
             self._reported.add(str(path))
-        print(
-            f"agenteval: model cache: {path}: {exc} (treated as a miss)",
-            file=sys.stderr,
-            flush=True,
-        )
+        self._say(f"agenteval: model cache: {path}: {exc} (treated as a miss)")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ENTRY = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _read(folder: Path, names: Sequence[str]) -> bytes:
+    """The bytes of the entry `folder/names[0]/names[1]`: no link followed on the way or at
+    the end, a FIFO opened without waiting and refused, at most ENTRY_LIMIT bytes read (a
+    ValueError past that). Cheaper than `read_bytes` (no file object): a hit is a hot path."""
+    try:
+        inner = os.open(folder / names[0], _FOLDER)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NotRegular(f"goes through {names[0]!r}, a symbolic link, not a folder") from None
+        raise
+    try:
+        fd = os.open(names[1], _ENTRY, dir_fd=inner)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegular("is a symbolic link, not a regular file") from None
+        raise
+    finally:
+        os.close(inner)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise NotRegular(f"is {kind_of(status.st_mode)}, not a regular file")
+        if status.st_size > ENTRY_LIMIT:
+            raise ValueError(f"holds {status.st_size} bytes, more than {ENTRY_LIMIT}")
+        return os.read(fd, status.st_size + 1)
+    finally:
+        os.close(fd)
 
 
 def entries(folder: Path) -> Iterator[Path]:
-    """Every entry file of the cache at `folder`."""
+    """Every entry file of the cache at `folder` (a linked subfolder is none of its own: a
+    prune through it would remove files elsewhere)."""
     if folder.is_dir():
-        yield from folder.glob("??/*.json")
+        for inner in folder.glob("??"):
+            if not inner.is_symlink() and inner.is_dir():
+                yield from inner.glob("*.json")
 
 
 def stats(folder: Path) -> Stats:
@@ -130,9 +175,9 @@ def stats(folder: Path) -> Stats:
     cost = 0.0
     for path in entries(folder):
         try:
-            raw = path.read_bytes()
+            raw = _read(folder, path.relative_to(folder).parts)
             data = json.loads(raw)
-        except (OSError, ValueError):
+        except (OSError, ValueError, NotRegular):
             continue
         count, size = count + 1, size + len(raw)
         at = data.get("at") if isinstance(data, dict) else None
@@ -151,9 +196,9 @@ def prune(folder: Path, older_than: float, now: float | None = None) -> int:
     removed = 0
     for path in entries(folder):
         try:
-            data = json.loads(path.read_bytes())
+            data = json.loads(_read(folder, path.relative_to(folder).parts))
             at = data.get("at") if isinstance(data, dict) else None
-        except (OSError, ValueError):
+        except (OSError, ValueError, NotRegular):
             at = None
         if not isinstance(at, int | float) or at < cutoff:
             with contextlib.suppress(FileNotFoundError):

@@ -203,7 +203,7 @@ class FileGate:
                 return None
             fd = self._files.get(path)
             if fd is None:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
                 self._files[path] = fd
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -213,15 +213,7 @@ class FileGate:
             return fd
 
     def _state(self, base: str, ceiling: int) -> Window:
-        try:
-            fd = os.open(f"{base}.state", os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            data = b""
-        else:
-            try:
-                data = os.read(fd, _STATE.size + 1)
-            finally:
-                os.close(fd)
+        data = _read_state(f"{base}.state")
         if len(data) != _STATE.size:
             return Window(ceiling, float(ceiling), float(ceiling))
         limit, cap, count, _ = _STATE.unpack(data)
@@ -240,7 +232,7 @@ class FileGate:
         if ceiling is None:
             return
         base = self._base(route)
-        fd = os.open(f"{base}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(f"{base}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             window = self._state(base, ceiling)
@@ -248,8 +240,9 @@ class FileGate:
             change(window)
             after = (window.limit, window.cap, window.rate_limited)
             if after != before:
-                tmp = Path(f"{base}.state.{os.getpid()}")
-                tmp.write_bytes(_STATE.pack(*after, ceiling))
+                tmp = f"{base}.state.{os.getpid()}"
+                with open(os.open(tmp, _WRITE, 0o600), "wb") as out:
+                    out.write(_STATE.pack(*after, ceiling))
                 os.replace(tmp, f"{base}.state")
         finally:
             os.close(fd)
@@ -272,7 +265,7 @@ class FileGate:
         """Each provider's shared current limit and 429 count, as the state files say."""
         found: dict[str, dict[str, int]] = {}
         for path in sorted(self.folder.glob("*.state")):
-            data = path.read_bytes()
+            data = _read_state(str(path))
             if len(data) == _STATE.size:
                 limit, _, count, ceiling = _STATE.unpack(data)
                 name = path.name.removesuffix(".state").rsplit("-", 1)[0]
@@ -282,6 +275,25 @@ class FileGate:
 
 _STATE = struct.Struct("<ddqq")
 """A provider's state file: its current limit and cap, its 429 count, its `max_in_flight`."""
+_READ = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+_WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+def _read_state(path: str) -> bytes:
+    """A state file's bytes; none when there is none (or a link or FIFO someone left there:
+    never followed nor waited on, it is no state)."""
+    try:
+        fd = os.open(path, _READ)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, _STATE.size + 1)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
 _gate: Gate = LocalGate()
 
 

@@ -126,7 +126,7 @@ class Rates:
         rpm, tpm = route.limits.requests_per_minute, route.limits.tokens_per_minute
         digest = hashlib.sha256(route.label.encode()).hexdigest()[:16]
         path = self.folder / f"{route.name[:40]}-{digest}.rate"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             data = os.pread(fd, _STATE.size, 0)

@@ -11,11 +11,11 @@ import fcntl
 import io
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..core.errors import StoreError, os_failure
+from ..core.files import NotRegular, open_fd
 from ..core.text import clean_text
 
 NOTE_SIZE = 256
@@ -83,10 +83,22 @@ def _utf8(text: str) -> bytes:
 
 
 def _open(path: Path, flags: int) -> int:
+    """A run folder's file opened for writing: never through a link (a planted `lock` or
+    `spend` link would have a session write into a host file), only a regular file."""
     try:
-        return os.open(path, flags, FILE_MODE)
+        return open_fd(path, flags, FILE_MODE)
+    except NotRegular as exc:
+        raise StoreError(not_followed(path, exc.why)) from None
     except OSError as exc:
         raise StoreError(os_failure("open", path, exc)) from None
+
+
+def not_followed(path: Path, why: str) -> str:
+    """The message of a store file that is no regular file: what it is and what to do."""
+    return (
+        f"{path} {why}: a store file is never followed or read through; "
+        "remove it (the store did not make it) and run again"
+    )
 
 
 def _open_append(path: Path) -> tuple[int, int]:
@@ -118,10 +130,10 @@ def locked(folder: Path) -> bool | None:
 
     A read-only descriptor is enough for flock, so this also works on a read-only store."""
     try:
-        fd = os.open(folder / "lock", os.O_RDONLY)
+        fd = open_fd(folder / "lock")
     except FileNotFoundError:
         return False
-    except OSError:
+    except (OSError, NotRegular):
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -137,17 +149,17 @@ def locked(folder: Path) -> bool | None:
 def running_note(folder: Path) -> str | None:
     """What a run's lock file says was running when its session ended (None: nothing)."""
     try:
-        text = (folder / "lock").read_text(encoding="utf-8", errors="replace").strip()
+        data = read_small(folder / "lock", NOTE_SIZE)
     except OSError:
         return None
-    return text or None
+    return data.decode("utf-8", errors="replace").strip() or None
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Replace `path` atomically with `data` as JSON (mode 0644 minus the umask)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(json.dumps(data, indent=1, ensure_ascii=False))
         os.replace(tmp, path)
@@ -170,14 +182,15 @@ class NotRegularFile(OSError):
 
 
 def open_regular(path: Path, limit: int | None = None) -> io.BufferedReader:
-    """Open a store file for reading if it is a regular file (of at most `limit` bytes);
-    otherwise raise a NotRegularFile (an OSError) saying what it is. Opening does not block
-    on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    """Open a store file for reading if it is a regular file (of at most `limit` bytes), not
+    through a link; otherwise raise a NotRegularFile (an OSError) saying what it is. Opening
+    does not block on a FIFO."""
+    try:
+        fd = open_fd(path, os.O_RDONLY | os.O_NONBLOCK)
+    except NotRegular as exc:
+        raise NotRegularFile(f"it {exc.why}") from None
     try:
         status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise NotRegularFile(f"it is {_kind(status.st_mode)}, not a regular file")
         if limit is not None and status.st_size > limit:
             raise NotRegularFile(
                 f"it holds {status.st_size} bytes, more than {limit} (never written this big)"
@@ -189,17 +202,11 @@ def open_regular(path: Path, limit: int | None = None) -> io.BufferedReader:
         raise
 
 
-def _kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return kind
-    return "no regular file"
+def read_small(path: Path, limit: int) -> bytes:
+    """A small store file's bytes (a note, a stop, a progress file): not through a link, only
+    a regular file, at most `limit` bytes (a NotRegularFile past that)."""
+    with open_regular(path, limit) as f:
+        return f.read(limit)
 
 
 def read_at(f: BinaryIO, where: tuple[int, int]) -> bytes:
@@ -215,7 +222,7 @@ def read_at(f: BinaryIO, where: tuple[int, int]) -> bytes:
 def line_number(path: Path, offset: int) -> int | None:
     """The line at byte `offset` of a file (counted only when reporting damage)."""
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:
             before = f.read(offset)
     except OSError:
         return None

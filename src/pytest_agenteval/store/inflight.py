@@ -15,7 +15,9 @@ import shutil
 import threading
 from pathlib import Path
 
+from ..core.files import NotRegular, open_fd
 from ..core.identity import AttemptId
+from .files import read_small
 
 INFLIGHT_DIR = "inflight"
 
@@ -23,6 +25,10 @@ INFLIGHT_DIR = "inflight"
 def inflight_path(run_dir: Path, process: str) -> Path:
     """The notes of one process (an xdist worker id) of the run."""
     return run_dir / INFLIGHT_DIR / f"{process}.json"
+
+
+NOTES_LIMIT = 2**24
+"""A process's notes name the calls it has in flight: a bigger file is no notes."""
 
 
 class InFlight:
@@ -37,9 +43,9 @@ class InFlight:
         self._lock = threading.Lock()  # calls start and end in several threads
         self._size = 0
         self._fd = -1
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, NotRegular):  # a planted link: no notes, not followed
             path.parent.mkdir(exist_ok=True)
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self._fd = open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             self._write()
 
     def note(self, key: AttemptId, running: bool) -> None:
@@ -69,7 +75,7 @@ def read_in_flight(path: Path) -> list[AttemptId] | None:
     """The calls a process had in flight when it last wrote its notes; None: not known (no
     notes, or notes that cannot be read)."""
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_small(path, NOTES_LIMIT))
     except (OSError, ValueError):
         return None
     if not isinstance(data, list):

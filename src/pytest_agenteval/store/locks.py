@@ -15,6 +15,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..core.errors import StoreError
+from ..core.files import NotRegular, open_fd
+from .files import not_followed
+
 HELD: set[int] = set()
 """Descriptors of the locks this process holds (slots, pace, spend): not its children's."""
 
@@ -31,8 +35,12 @@ os.register_at_fork(after_in_child=_close_held_in_child)
 
 @contextlib.contextmanager
 def locked(path: Path, mode: int = fcntl.LOCK_EX) -> Iterator[int]:
-    """`path` opened and flock'd for the block (a copy a forked child gets is closed)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    """`path` opened and flock'd for the block (a copy a forked child gets is closed). A
+    link at `path` is never followed (the spend ledger writes into its file): a StoreError."""
+    try:
+        fd = open_fd(path, os.O_RDWR | os.O_CREAT)
+    except NotRegular as exc:
+        raise StoreError(not_followed(path, exc.why)) from None
     HELD.add(fd)
     try:
         fcntl.flock(fd, mode)

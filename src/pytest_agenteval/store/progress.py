@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..core.errors import StoreError
 from ..core.identity import AttemptId
 from ..core.pids import start_time
-from .files import write_json
+from .files import RUN_JSON_LIMIT, read_small, write_json
 from .index import IndexRow
 
 PROGRESS_FILE = "progress.json"
@@ -267,7 +267,7 @@ def read_progress(run_dir: Path) -> dict[str, Any] | None:
     (damaged, a field missing, or of a newer version), naming the file and what is wrong."""
     path = run_dir / PROGRESS_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_small(path, RUN_JSON_LIMIT))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:

@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core.files import NotRegular, open_fd
 from ..core.identity import AttemptId
+from .files import read_small
 
 RUNNING_DIR = "running"
 PHASES = ("waiting", "environment", "agent", "tool", "grading", "judge", "artifacts")
@@ -110,9 +112,15 @@ class RunningFile:
 def _write(path: Path, entries: list[dict[str, Any]]) -> None:
     """Replace the file (best effort: progress is a view, never a cause to stop)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with contextlib.suppress(OSError):
-        tmp.write_text(json.dumps(entries), encoding="utf-8")
+    with contextlib.suppress(OSError, NotRegular):  # a planted link is not written through
+        fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(entries))
         os.replace(tmp, path)
+
+
+RUNNING_LIMIT = 2**24
+"""A worker's running set names a few attempts: a bigger file is left out."""
 
 
 def read_running(run_dir: Path) -> list[dict[str, Any]]:
@@ -120,7 +128,7 @@ def read_running(run_dir: Path) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for path in sorted((run_dir / RUNNING_DIR).glob("*.json")):
         try:
-            data = json.loads(path.read_bytes())
+            data = json.loads(read_small(path, RUNNING_LIMIT))
         except (OSError, ValueError):
             continue
         if isinstance(data, list):

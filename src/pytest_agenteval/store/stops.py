@@ -28,7 +28,7 @@ from typing import Literal
 
 from ..core.errors import StoreError
 from ..core.text import dollars
-from .files import write_json
+from .files import read_small, write_json
 from .locks import locked
 
 CANCEL_FILE = "cancel"
@@ -37,6 +37,8 @@ SPEND_FILE = "spend"
 CANCEL_SCHEMA = "agenteval.cancel/1"
 STOP_SCHEMA = "agenteval.stop/1"
 
+STOP_LIMIT = 2**16
+"""stop.json is a few hundred bytes: a bigger one (or a link, a FIFO) is not a stop."""
 LOOK_EVERY = 0.01
 """Seconds between two looks for stop files; bounds how late a process sees a stop."""
 
@@ -170,8 +172,10 @@ class Stops:
         """Take the stop another process published (a half-written file is not read: it is
         replaced atomically)."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_small(path, STOP_LIMIT))
         except (OSError, ValueError):
+            return
+        if not isinstance(data, dict):
             return
         kind = data.get("kind")
         if data.get("schema") == STOP_SCHEMA and kind in (*STOP_KINDS, "interrupted"):
