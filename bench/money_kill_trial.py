@@ -6,8 +6,10 @@ call through one provider to a chat server of this process on 127.0.0.1 (`-n 2
 --agenteval-concurrency 16`, `--agenteval-max-cost` far above the bill), SIGKILLs one xdist
 worker or the whole process group (alternately) when the server has received a random number
 of the run's 144 requests (then up to 0.1 s later; none: at a random time in the session's
-first 3 s, during collection or the probe), or kills nothing (every fifth repetition, the
-control), then runs `--resume-suite` until the run is complete.
+first 3 s, during collection or the probe); every sixth repetition kills nothing (the
+control), and every sixth after it runs its first session under a spend cap that stops it
+(a sixth to four fifths of the bill). Then `--resume-suite` (cap $100) until the run is
+complete.
 
 The server's bill: a request is billed when its whole body has arrived, at the usage its reply
 will carry, priced from the manifest's `pricing:`; a GET (the probe's models list) is free. The
@@ -26,7 +28,9 @@ without a kill) and W the largest worst case of any request the server received:
   variant) arrives for an attempt whose record records.jsonl held committed at its arrival;
 - nothing lost: the resumed run holds every task x variant passed, and no committed record is
   followed by another line for its attempt;
-- without a kill, exactly two requests per attempt (its agent, its judge).
+- without a kill, exactly two requests per attempt (its agent, its judge);
+- under a cap, the capped session was billed no more than the cap (every call reserved
+  its worst case first).
 
 A summary.json without `spend` is a violation ("summary.json has no spend").
 
@@ -77,8 +81,9 @@ PRICES = {"small": (0.5, 2.0), "large": (5.0, 20.0), "judge": (3.0, 15.0)}
 """US dollars per million input and output tokens, by model."""
 VARIANTS = {"small": ("small", MAX_TOKENS), "large": ("large", MAX_TOKENS), "terse": ("small", 24)}
 """Each variant's model and max_tokens."""
-KINDS = ("worker", "group", "worker", "group", "none")
-"""What repetition i kills: KINDS[i % 5]."""
+KINDS = ("worker", "group", "worker", "group", "none", "cap")
+"""What repetition i does to its first session: KINDS[i % 6] (kill a worker, the group, nothing,
+or run it under a spend cap that stops it)."""
 ARGS = [
     "-p", "xdist", "-n", "2", "--agenteval-concurrency", str(CONCURRENCY), "--agenteval", "ds",
     "--agenteval-max-cost", "100", "-q",
@@ -245,8 +250,8 @@ def make(root: Path, base_url: str) -> None:
 
 
 @dataclass
-class Kill:
-    """What a repetition killed, when."""
+class Plan:
+    """What a repetition does to its first session, and what came of it."""
 
     kind: str
     at_call: int
@@ -255,9 +260,13 @@ class Kill:
     """Seconds after that (at most 0.1 s), or after the start (at most 3 s)."""
     pids: list[int] = field(default_factory=list)
     """The processes killed (empty: the session ended first)."""
+    cap: float | None = None
+    """The first session's `--agenteval-max-cost` (kind `cap`)."""
+    capped_bill: float = 0.0
+    """What the server billed by the end of that session."""
 
 
-def kill(session: subprocess.Popen[bytes], server: BillingServer, plan: Kill) -> None:
+def kill(session: subprocess.Popen[bytes], server: BillingServer, plan: Plan) -> None:
     """Kill `session`'s worker or group as `plan` says, unless the session ends first."""
     start = time.monotonic()
     while session.poll() is None:
@@ -287,16 +296,21 @@ def trial(root: Path, server: BillingServer, kind: str, rng: random.Random) -> d
     server.reset(root)
     calls = 2 * TASKS * len(VARIANTS)
     at_call = rng.randint(0, calls)
-    plan = Kill(kind, at_call, rng.uniform(0, 0.1) if at_call else rng.uniform(0, 3.0))
-    session = pytest_run(root, ARGS, group=True)
-    if kind != "none":
+    plan = Plan(kind, at_call, rng.uniform(0, 0.1) if at_call else rng.uniform(0, 3.0))
+    first = ARGS
+    if kind == "cap":  # the full bill is $0.061
+        plan.cap = round(rng.uniform(0.01, 0.05), 4)
+        first = [*ARGS, "--agenteval-max-cost", str(plan.cap)]
+    session = pytest_run(root, first, group=True)
+    if kind in ("worker", "group"):
         kill(session, server, plan)
     session.communicate()
+    plan.capped_bill = server.bill.cost
     resumes = resume_until_complete(root, ARGS)
     return {"resumes": resumes, **check(root, server.bill, plan)}
 
 
-def check(root: Path, bill: Bill, plan: Kill) -> dict[str, Any]:
+def check(root: Path, bill: Bill, plan: Plan) -> dict[str, Any]:
     """The repetition's facts and the invariants it broke."""
     lines = records(root)
     final = {(r["task_id"], r["attempt"], r.get("variant")): r["status"] for r in lines}
@@ -312,8 +326,10 @@ def check(root: Path, bill: Bill, plan: Kill) -> dict[str, Any]:
         violations.append(f"paid twice: {bill.twice}")
     if bill.unknown:
         violations.append(f"requests of no attempt: {bill.unknown}")
-    if not killed and bill.calls != 2 * len(expected):
+    if not killed and plan.cap is None and bill.calls != 2 * len(expected):
         violations.append(f"{bill.calls} requests without a kill, not {2 * len(expected)}")
+    if plan.cap is not None and plan.capped_bill > plan.cap + 1e-9:
+        violations.append(f"the session capped at {plan.cap} was billed {plan.capped_bill}")
     summary = json.loads((run_dir(root) / "summary.json").read_text())
     spend = summary.get("spend")
     if not isinstance(spend, dict):
@@ -322,8 +338,10 @@ def check(root: Path, bill: Bill, plan: Kill) -> dict[str, Any]:
     else:
         violations += ledger_violations(spend, bill, flight)
     return {
-        "kill": plan.kind if killed else "none",
+        "kind": plan.kind if killed or plan.cap is not None else "none",
         "at_call": plan.at_call,
+        "cap": plan.cap,
+        "capped_bill": plan.capped_bill,
         "bill": {"calls": bill.calls, "cost": bill.cost, "tokens": bill.tokens},
         "spend": spend,
         "recorded": summary.get("totals", {}).get("cost"),
@@ -378,8 +396,14 @@ def line(result: dict[str, Any]) -> str:
     cost = spend.get("cost", math.nan)
     over = cost - bill["cost"]
     said = "ok " if not result["violations"] else "BAD"
+    what = {
+        "worker": f"a worker killed at call {result['at_call']}",
+        "group": f"the group killed at call {result['at_call']}",
+        "none": "no kill",
+        "cap": f"capped at ${result['cap']}, billed ${result['capped_bill']:.6f} then",
+    }[result["kind"]]
     return (
-        f"{said} kill {result['kill']} at call {result['at_call']}; bill {bill['calls']} calls "
+        f"{said} {what}; bill {bill['calls']} calls "
         f"${bill['cost']:.6f}, ledger {spend.get('calls')} calls ${cost:.6f} "
         f"(+{over:.6f} of at most {slack['cost']:.6f}), recorded ${result['recorded'] or 0:.6f}; "
         f"{result['crash_records']} crash records, "
@@ -395,11 +419,12 @@ def main() -> int:
     options = parser.parse_args()
     results = repetitions(options.reps, options.seed)
     bad = sum(1 for r in results if r["violations"])
-    kills = Counter(r["kill"] for r in results)
+    kinds = Counter(r["kind"] for r in results)
     unrecorded = [r["bill"]["cost"] - (r["recorded"] or 0.0) for r in results]
     print(
-        f"{options.reps} repetitions ({kills['worker']} worker kills, {kills['group']} group "
-        f"kills, {kills['none']} without a kill): {bad} broke an invariant; "
+        f"{options.reps} repetitions ({kinds['worker']} worker kills, {kinds['group']} group "
+        f"kills, {kinds['cap']} capped, {kinds['none']} without either): {bad} broke an "
+        "invariant; "
         f"{sum(r['crash_records'] for r in results)} crash records, "
         f"{sum(r['re_run'] for r in results)} calls re-run for attempts not committed; "
         f"the bill above the recorded attempts' totals.cost in "

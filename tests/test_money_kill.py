@@ -24,7 +24,7 @@ def test_a_killed_worker_or_group_loses_nothing_pays_nothing_twice_and_spends_th
     """Two repetitions of the trial (a worker killed, then the whole group, each at a random
     request, then resumed to the end) break none of its invariants."""
     results = trial.repetitions(2, seed=3, folder=tmp_path)
-    assert [r["kill"] for r in results] == ["worker", "group"]
+    assert [r["kind"] for r in results] == ["worker", "group"]
     others = [v for r in results for v in r["violations"] if v != trial.NO_SPEND]
     assert not others
     if not SPEND_WRITTEN:
