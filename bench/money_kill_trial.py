@@ -377,7 +377,6 @@ def ledger_violations(spend: dict[str, Any], bill: Bill, flight: int) -> list[st
 def repetitions(reps: int, seed: int, folder: Path | None = None) -> list[dict[str, Any]]:
     """`reps` repetitions (in temporary folders under `folder`), printed as they end."""
     rng = random.Random(seed)
-    os.environ.setdefault(KEY_ENV, "trial-key")
     server = BillingServer(seed).start()
     results = []
     try:
@@ -403,7 +402,7 @@ def line(result: dict[str, Any]) -> str:
         "cap": f"capped at ${result['cap']}, billed ${result['capped_bill']:.6f} then",
     }[result["kind"]]
     return (
-        f"{said} {what}; bill {bill['calls']} calls "
+        f"{said} {what}; {result['resumes']} resume(s); bill {bill['calls']} calls "
         f"${bill['cost']:.6f}, ledger {spend.get('calls')} calls ${cost:.6f} "
         f"(+{over:.6f} of at most {slack['cost']:.6f}), recorded ${result['recorded'] or 0:.6f}; "
         f"{result['crash_records']} crash records, "
@@ -417,6 +416,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     options = parser.parse_args()
+    os.environ.setdefault(KEY_ENV, "trial-key")  # the sessions' provider key (any will do)
     results = repetitions(options.reps, options.seed)
     bad = sum(1 for r in results if r["violations"])
     kinds = Counter(r["kind"] for r in results)
@@ -427,6 +427,7 @@ def main() -> int:
         "invariant; "
         f"{sum(r['crash_records'] for r in results)} crash records, "
         f"{sum(r['re_run'] for r in results)} calls re-run for attempts not committed; "
+        f"at most {max(r['resumes'] for r in results)} resume(s); "
         f"the bill above the recorded attempts' totals.cost in "
         f"{sum(gap > 1e-9 for gap in unrecorded)} repetitions, by up to ${max(unrecorded):.6f}"
     )

@@ -19,15 +19,16 @@ SPEND_WRITTEN = "spend" in Summary.model_fields
 
 @pytest.mark.slow
 def test_a_killed_worker_or_group_loses_nothing_pays_nothing_twice_and_spends_the_bill(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two repetitions of the trial (a worker killed, then the whole group, each at a random
     request, then resumed to the end) break none of its invariants."""
+    monkeypatch.setenv(trial.KEY_ENV, "trial-key")
     results = trial.repetitions(2, seed=3, folder=tmp_path)
     assert [r["kind"] for r in results] == ["worker", "group"]
     others = [v for r in results for v in r["violations"] if v != trial.NO_SPEND]
     assert not others
-    if not SPEND_WRITTEN:
+    if not SPEND_WRITTEN and any(trial.NO_SPEND in r["violations"] for r in results):
         pytest.xfail("summary.json has no `spend` yet: the exact ledger is not in this version")
     assert all(not r["violations"] for r in results)
 
