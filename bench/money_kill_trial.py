@@ -312,12 +312,15 @@ def trial(root: Path, server: BillingServer, kind: str, rng: random.Random) -> d
 
 def check(root: Path, bill: Bill, plan: Plan) -> dict[str, Any]:
     """The repetition's facts and the invariants it broke."""
-    lines = records(root)
+    lines = records(root, partial=True)
+    written = (run_dir(root) / "records.jsonl").read_text().splitlines()
     final = {(r["task_id"], r["attempt"], r.get("variant")): r["status"] for r in lines}
     expected = {(f"t{i:02}", 0, v) for i in range(TASKS) for v in VARIANTS}
     killed = len(plan.pids)
     flight = (CONCURRENCY + 1) * min(killed, 2)  # the controller runs no attempt
     violations = []
+    if len(lines) != len(list(filter(str.strip, written))):
+        violations.append("records.jsonl holds a line that is not JSON")
     if set(final) != expected or set(final.values()) != {"pass"}:
         violations.append(f"incomplete: {sorted(k for k in expected if final.get(k) != 'pass')}")
     if replaced(lines):
