@@ -22,12 +22,14 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from trial_runs import first_commit, pytest_run, records, replaced, resume_until_complete, workers
 
 TASKS = 24
 AGENTS = """
@@ -80,54 +82,13 @@ def make(root: Path) -> None:
     (root / "pytest.ini").write_text("[pytest]\n")
 
 
-def workers(pid: int) -> list[int]:
-    """The pytest process's children: its xdist workers."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
-def pytest_run(root: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    argv = [sys.executable, "-m", "pytest", "-p", "agenteval", *ARGS, *extra]
-    return subprocess.Popen(
-        argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-
-
-def _first_commit(root: Path) -> bool:
-    return any(p.stat().st_size for p in root.glob(".pytest_cache/agenteval/runs/*/records.jsonl"))
-
-
-def records(root: Path) -> list[dict[str, object]]:
-    (path,) = root.glob(".pytest_cache/agenteval/runs/*/records.jsonl")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def replaced(lines: list[dict[str, object]]) -> list[tuple[object, ...]]:
-    """Attempts with a line after one of theirs that was not a crash record."""
-    committed: set[tuple[object, ...]] = set()
-    found: list[tuple[object, ...]] = []
-    for record in lines:
-        key = (record["task_id"], record["attempt"], record.get("variant"))
-        if key in committed:
-            found.append(key)
-        if record.get("phase") != "crash":
-            committed.add(key)
-    return found
-
-
 def trial(root: Path, rng: random.Random) -> dict[str, object]:
     make(root)
-    session = pytest_run(root)
+    session = pytest_run(root, ARGS)
     kill_at = rng.uniform(0.0, 2.0)  # after the first record is committed: attempts running
     started = killed = None
     while session.poll() is None and killed is None:
-        if started is None and _first_commit(root):
+        if started is None and first_commit(root):
             started = time.monotonic()
         if started is not None and time.monotonic() - started >= kill_at:
             found = workers(session.pid)
@@ -136,15 +97,7 @@ def trial(root: Path, rng: random.Random) -> dict[str, object]:
                 os.kill(killed, signal.SIGKILL)
         time.sleep(0.01)
     session.communicate()
-    resumes = 0
-    while True:
-        resumes += 1
-        resume = pytest_run(root, "--resume-suite")
-        out, _ = resume.communicate()
-        if resume.returncode == 0:
-            break
-        if resumes == 4:
-            raise SystemExit(f"the run did not complete after 4 resumes:\n{out.decode()[-3000:]}")
+    resumes = resume_until_complete(root, ARGS)
     calls = (root / "ds" / "calls.log").read_text().splitlines()
     lines = records(root)
     final = {(r["task_id"], r["attempt"], r.get("variant")): r["status"] for r in lines}
