@@ -100,7 +100,10 @@ def start_controller(config: pytest.Config, runtime: Runtime, opened: OpenedRun)
     store, run, baseline = opened.store, opened.run, opened.baseline
     settings = runtime.settings
     dry = dry_run(config)
-    state = SessionState.of(run, runtime.stops, settings.max_cost, settings.max_tokens)
+    try:
+        state = SessionState.of(run, runtime.stops, settings.max_cost, settings.max_tokens)
+    except StoreError as exc:  # a damaged or newer spend ledger
+        raise pytest.UsageError(str(exc)) from None
     distributed = config.pluginmanager.hasplugin("dsession") or bool(
         getattr(config.option, "numprocesses", None)
     )

@@ -32,7 +32,7 @@ os.register_at_fork(after_in_child=_close_held_in_child)
 @contextlib.contextmanager
 def locked(path: Path, mode: int = fcntl.LOCK_EX) -> Iterator[int]:
     """`path` opened and flock'd for the block (a copy a forked child gets is closed)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     HELD.add(fd)
     try:
         fcntl.flock(fd, mode)
