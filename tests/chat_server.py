@@ -51,6 +51,14 @@ class Script(Scripted):
     """Seconds between the bytes of a 200 reply's body (a server that trickles its answer:
     every read gets a byte in time, so only a wall-clock deadline ends the call)."""
 
+    def billed(self, body: dict[str, Any], size: int) -> float:
+        """Dollars a request of `size` bytes costs (a usage that is no count bills nothing)."""
+        usage = self.used(body, size)
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if not isinstance(prompt, int) or not isinstance(completion, int):
+            return 0.0
+        return (prompt * self.price[0] + completion * self.price[1]) / 1e6
+
     def used(self, body: dict[str, Any], size: int) -> dict[str, Any]:
         """The usage of a request of `size` bytes (what the server bills)."""
         if not self.bill_worst:
@@ -102,10 +110,7 @@ class ChatServer(LocalServer):
             script = self.script
             status = script.next_status()
             if status == 200:
-                usage = script.used(body, size)
-                per_input, per_output = script.price
-                cost = usage["prompt_tokens"] * per_input + usage["completion_tokens"] * per_output
-                self.paid.append(cost / 1e6)
+                self.paid.append(script.billed(body, size))
         return status, script
 
     def _leave(self) -> None:

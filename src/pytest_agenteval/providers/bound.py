@@ -116,18 +116,18 @@ class BoundClient:
         the model cache was asked first and had no answer)."""
         started = time.time() if started is None else started
         reserved = await self._reserve(request)
+        actual = reserved  # cancelled after it was sent, or failed after: the server may bill it
         try:
             reply = await self.provider.exchange(request)
-        except ProviderError as exc:  # refused, or no answer in time (it may be billed)
-            self._settle(reserved, reserved if exc.error_class == "timeout" else None)
+            if missed:
+                reply = replace(reply, cache_missed=True)
+            priced = self._record(request.model, reply, started)
+            actual = self._actual(reply, priced, reserved)
+        except ProviderError as exc:  # refused (given back), or no answer in time (counted)
+            actual = reserved if exc.error_class == "timeout" else None
             raise
-        except BaseException:  # cancelled after it was sent: the server may bill it
-            self._settle(reserved, reserved)
-            raise
-        if missed:
-            reply = replace(reply, cache_missed=True)
-        priced = self._record(request.model, reply, started)
-        self._settle(reserved, self._actual(reply, priced, reserved))
+        finally:
+            self._settle(reserved, actual)
         return reply if priced is None else replace(reply, cost=priced)
 
     def _record(self, asked: str, reply: ChatReply, started: float) -> float | None:
