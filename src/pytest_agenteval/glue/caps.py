@@ -10,6 +10,7 @@ is approximate for it. The session's start names the agents and judges whose cal
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -35,10 +36,14 @@ def approximate_line(
     found: dict[str, None] = {}
     for dataset in datasets:
         pricing = dataset.manifest.pricing or {}
+        known: dict[str, str] = {}  # a suite's judges mostly share their options: judged once
         for who, options in _calls(dataset, variants):
-            why = _why(options, dataset.manifest.providers, pricing, max_cost is not None)
-            if why:
-                found[f"{who} ({why})"] = None
+            key = json.dumps(options, sort_keys=True, default=str)
+            if key not in known:
+                cost = max_cost is not None
+                known[key] = _why(options, dataset.manifest.providers, pricing, cost)
+            if known[key]:
+                found[f"{who} ({known[key]})"] = None
     if not found:
         return None
     named = list(found)

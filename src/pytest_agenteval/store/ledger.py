@@ -150,10 +150,12 @@ class Ledger:
                 return
             with locked(path.with_name(LOCK_FILE)):
                 book = self._load()
+                was = (book.settled, dict(book.held)) if path.exists() else None
                 if sweep and any(who != self.holder() for who in book.held):
                     book.sweep()
                 yield book
-                self._store(book)
+                if (book.settled, book.held) != was:  # a call waiting for room writes nothing
+                    self._store(book)
 
     def _path(self) -> Path | None:
         folder = self.folder
