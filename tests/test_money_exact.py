@@ -107,7 +107,8 @@ def test_a_reply_priced_at_the_asked_model_when_it_names_an_unpriced_one(
     chat_server: ChatServer, tmp_path: Path
 ) -> None:
     """A reply naming a model without a price costs what the asked model's price says, in the
-    reply and in the run's ledger; a reply without usage settles at its reservation."""
+    reply and in the run's ledger; a reply without usage, or with half of it, settles at its
+    reservation."""
     route = Route("local", "openai", chat_server.base_url, KEY_ENV, retries=0)
     pricing = {"asked": ModelPrice(input_per_mtok=PER_MTOK, output_per_mtok=PER_MTOK)}
     stops = Stops(tmp_path)
@@ -120,11 +121,14 @@ def test_a_reply_priced_at_the_asked_model_when_it_names_an_unpriced_one(
         request = client.provider.prepare(
             "asked", [ChatMessage("user", "<<y>>")], (), {"max_tokens": 10}
         )
-        worst = client.worst(request)
+        worst_cost, worst_tokens = client.worst(request)
+        assert worst_cost is not None and worst_tokens is not None
+        run_sync(client.exchange(request))
+        chat_server.reset(usage={"prompt_tokens": 3})  # no completion tokens said
         run_sync(client.exchange(request))
         settled = stops.ledger.read().settled
-        assert settled.cost == pytest.approx(0.12 + (worst[0] or 0))
-        assert (settled.tokens, settled.calls) == (120 + (worst[1] or 0), 2)
+        assert settled.cost == pytest.approx(0.12 + 2 * worst_cost)
+        assert (settled.tokens, settled.calls) == (120 + 2 * worst_tokens, 3)
         assert stops.ledger.read().held == {}
     finally:
         forget()

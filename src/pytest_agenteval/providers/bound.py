@@ -210,12 +210,13 @@ class BoundClient:
         reply: ChatReply, priced: float | None, reserved: tuple[float, int] | None
     ) -> tuple[float, int]:
         """What an answered call cost the run: its usage priced; what a reply does not say
-        (no usage, no price) is counted at the call's reservation, never as nothing."""
+        (no usage or half of it, no price) is counted at the call's reservation, never as
+        nothing."""
         worst_cost, worst_tokens = reserved or (0.0, 0)
-        if reply.input_tokens is None and reply.output_tokens is None:
-            return (worst_cost if priced is None else priced), worst_tokens
-        tokens = (reply.input_tokens or 0) + (reply.output_tokens or 0)
-        return (worst_cost if priced is None else priced), tokens
+        cost = worst_cost if priced is None else priced
+        if reply.input_tokens is None or reply.output_tokens is None:
+            return max(cost, worst_cost), max(worst_tokens, reply.input_tokens or 0)
+        return cost, reply.input_tokens + reply.output_tokens
 
     def chat(
         self,
