@@ -255,6 +255,9 @@ class Reporter:
             exitstatus == pytest.ExitCode.INTERRUPTED
             or bool(session.shouldfail or session.shouldstop)
             or len(rows) < len(self.state.planned_keys)
+            # a call of a started attempt refused at a cap (it waited for room): the attempt
+            # is an error a resume runs again, so the run did not finish either
+            or (stop is not None and any(row.phase == "stopped" for row in rows))
         )
         status = "interrupted" if interrupted else "complete"
         if interrupted and stop is not None:
