@@ -33,7 +33,14 @@ class Script(Scripted):
     usage: dict[str, Any] = field(
         default_factory=lambda: {"prompt_tokens": 100, "completion_tokens": 20}
     )
-    """The usage object of every reply."""
+    """The usage object of every reply (and what the server bills)."""
+    send_usage: bool = True
+    """False: replies carry no `usage` (the server bills the call all the same)."""
+    bill_worst: bool = False
+    """Use (and bill) the request's bytes as its prompt tokens and its `max_tokens` as its
+    completion tokens: what a client reserves for the call, so its bill is that reservation."""
+    price: tuple[float, float] = (0.0, 0.0)
+    """Dollars per million prompt and completion tokens the server bills."""
     echo_auth_in_errors: bool = False
     """Error bodies quote the Authorization header, as a careless proxy might."""
     error_message: str = "scripted status {status}"
@@ -43,6 +50,21 @@ class Script(Scripted):
     dribble: float = 0.0
     """Seconds between the bytes of a 200 reply's body (a server that trickles its answer:
     every read gets a byte in time, so only a wall-clock deadline ends the call)."""
+
+    def billed(self, body: dict[str, Any], size: int) -> float:
+        """Dollars a request of `size` bytes costs (a usage that is no count bills nothing)."""
+        usage = self.used(body, size)
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if not isinstance(prompt, int) or not isinstance(completion, int):
+            return 0.0
+        return (prompt * self.price[0] + completion * self.price[1]) / 1e6
+
+    def used(self, body: dict[str, Any], size: int) -> dict[str, Any]:
+        """The usage of a request of `size` bytes (what the server bills)."""
+        if not self.bill_worst:
+            return self.usage
+        limit = body.get("max_tokens", body.get("max_completion_tokens")) or 0
+        return {"prompt_tokens": size, "completion_tokens": limit}
 
 
 class ChatServer(LocalServer):
@@ -55,17 +77,31 @@ class ChatServer(LocalServer):
         self.auth: list[str] = []
         """Authorization headers seen."""
         self.max_concurrent = 0
+        self.paid: list[float] = []
+        """What each chat request the server took was billed (at its arrival: a client
+        that then goes away is billed too)."""
         self._in_flight = 0
         self._lock = threading.Lock()
         super().__init__(_handler(self))
+
+    @property
+    def in_flight(self) -> int:
+        """Chat requests being answered now."""
+        with self._lock:
+            return self._in_flight
+
+    def bill(self) -> float:
+        """Everything the server was paid so far."""
+        with self._lock:
+            return sum(self.paid)
 
     def reset(self, **script: Any) -> None:
         """A fresh script (keyword arguments set its fields) and zeroed counters."""
         with self._lock:
             self.script = Script(**script)
-            self.requests, self.auth, self.max_concurrent = [], [], 0
+            self.requests, self.auth, self.max_concurrent, self.paid = [], [], 0, []
 
-    def _enter(self, body: dict[str, Any], auth: str) -> tuple[int, Script]:
+    def _enter(self, body: dict[str, Any], auth: str, size: int) -> tuple[int, Script]:
         with self._lock:
             self.requests.append(body)
             self.auth.append(auth)
@@ -73,13 +109,15 @@ class ChatServer(LocalServer):
             self.max_concurrent = max(self.max_concurrent, self._in_flight)
             script = self.script
             status = script.next_status()
+            if status == 200:
+                self.paid.append(script.billed(body, size))
         return status, script
 
     def _leave(self) -> None:
         with self._lock:
             self._in_flight -= 1
 
-    def reply_body(self, body: dict[str, Any], script: Script) -> dict[str, Any]:
+    def reply_body(self, body: dict[str, Any], script: Script, size: int = 0) -> dict[str, Any]:
         messages = body.get("messages") or [{"content": ""}]
         text = str(messages[-1].get("content", ""))
         found = REPLY.findall(text)
@@ -95,13 +133,15 @@ class ChatServer(LocalServer):
                     "finish_reason": "stop",
                 }
             ],
-            "usage": {**script.usage, "total_tokens": _total(script.usage)},
+            **({"usage": _with_total(script.used(body, size))} if script.send_usage else {}),
         }
 
 
-def _total(usage: dict[str, Any]) -> Any:
+def _with_total(usage: dict[str, Any]) -> dict[str, Any]:
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    return prompt + completion if isinstance(prompt, int) and isinstance(completion, int) else None
+    if isinstance(prompt, int) and isinstance(completion, int):
+        return {**usage, "total_tokens": prompt + completion}
+    return {**usage, "total_tokens": None}
 
 
 def _handler(server: ChatServer) -> type[JsonHandler]:
@@ -114,7 +154,8 @@ def _handler(server: ChatServer) -> type[JsonHandler]:
 
         def do_POST(self) -> None:
             body = self.read_json()
-            status, script = server._enter(body, self.headers.get("Authorization", ""))
+            size = int(self.headers.get("Content-Length") or 0)
+            status, script = server._enter(body, self.headers.get("Authorization", ""), size)
             try:
                 time.sleep(script.latency)
                 if not self.path.endswith("/chat/completions"):
@@ -124,7 +165,8 @@ def _handler(server: ChatServer) -> type[JsonHandler]:
                 elif script.malformed:
                     self._send(200, b"{this is not json")
                 else:
-                    self._send(200, server.reply_body(body, script), dribble=script.dribble)
+                    reply = server.reply_body(body, script, size)
+                    self._send(200, reply, dribble=script.dribble)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (a timeout): nothing to answer
             finally:

@@ -183,7 +183,8 @@ def latest_record(
 
 def comparable(summary: dict[str, Any]) -> dict[str, Any]:
     """A summary without run id, timings and per-session counts, for equality checks."""
-    result = {k: v for k, v in summary.items() if k not in ("run_id", "created_at", "finished_at")}
+    volatile = ("run_id", "created_at", "finished_at", "spend")  # spend: what each session paid
+    result = {k: v for k, v in summary.items() if k not in volatile}
     result["counts"] = {k: summary["counts"][k] for k in ("pass", "fail", "error")}
     result["totals"] = {k: v for k, v in summary["totals"].items() if not k.startswith("duration")}
     result["tasks"] = [

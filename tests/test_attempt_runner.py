@@ -417,7 +417,7 @@ def test_an_abandoned_calls_late_answer_counts_only_what_its_trace_did_not(
         SerialExecutor(AgentResolver(built_in)),
         environments,
         {"v": 1},
-        spent=lambda cost, tokens: spent.append((cost, tokens)),
+        spent=lambda cost, tokens, calls: spent.append((cost, tokens)),
     )
     ref = AgentRef.in_process(slow, "slow")
     outcome = runner.run(AttemptJob(timed_task(tmp_path, 0.1), 0, RUN), lambda: ref)
@@ -450,7 +450,7 @@ def test_a_call_that_blocked_the_loop_counts_its_late_answer(
         executor,
         environments,
         {"v": 1},
-        spent=lambda cost, tokens: spent.append((cost, tokens)),
+        spent=lambda cost, tokens, calls: spent.append((cost, tokens)),
         ahead=ahead,
         stopped=lambda: None,
     )

@@ -15,6 +15,7 @@ from model_server import ModelServer
 from pytest_agenteval.core.llm import ModelPrice
 from pytest_agenteval.providers.probe import Use, probe, unpriced
 from pytest_agenteval.providers.seam import Route, forget, run_sync
+from pytest_agenteval.store.ledger import Paid
 from pytest_agenteval.store.stops import Stops
 
 KEY = "local-key-abcdefghijkl"
@@ -194,7 +195,7 @@ def test_the_smallest_request_is_reserved_and_counted_against_the_run_caps(
     try:
         stops = Stops(tmp_path, max_cost=100.0, max_tokens=10_000)
         assert run_sync(probe([Use(route, "m1", "agent")], stops, pricing)) == []
-        assert stops.budget is not None and stops.budget.ledger.read() == (9.0, 8)
+        assert stops.ledger.read().settled == Paid(9.0, 8, 1)
         model_server.reset(models=["m1"], list_models=False)
         tight = Stops(tmp_path / "tight", max_tokens=5)  # the request's bytes alone exceed it
         (problem,) = run_sync(probe([Use(route, "m1", "agent")], tight, pricing))

@@ -434,7 +434,7 @@ def test_stops_are_capped_at_construction_and_reason_is_a_query(tmp_path: Path) 
     stops writes nothing, while a published halt tells the run's other processes once."""
     from pytest_agenteval.store.stops import STOP_FILE, Stops
 
-    assert Stops(tmp_path).budget is None  # uncapped: no spend file, nothing to check
+    assert Stops(tmp_path).budget is None  # uncapped: nothing to check
     stops = Stops(tmp_path, max_tokens=100)
     assert stops.budget is not None and stops.reason() is None
     stops.spent(None, 150)  # answers past the cap, counted in the run folder's ledger

@@ -372,7 +372,7 @@ def test_each_model_call_counts_in_the_run_s_spend_once() -> None:
     task = cast(TaskDef, SimpleNamespace(timeout=None, dataset=SimpleNamespace(manifest=manifest)))
     trace = Task(id="t", input="q", metadata={}, attempt=0, seed=0, workspace=Path(".")).trace
     watch = Watch(
-        trace, task, lambda cost, tokens: spent.append((cost, tokens)), None, lambda p: None
+        trace, task, lambda cost, tokens, calls: spent.append((cost, tokens)), None, lambda p: None
     )
     trace.model_call(model="m1", input_tokens=1_000_000, output_tokens=0)
     trace.model_call(model="m1", input_tokens=0, output_tokens=10, cost=0.5, counted=True)

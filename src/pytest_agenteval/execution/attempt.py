@@ -53,7 +53,7 @@ from .environment import Environments, host_folder
 from .executor import AgentCall, Executor, LoopExecutor, SerialExecutor, call_with_deadline
 from .exits import agent_calls, in_agent_call
 from .graders import GradeContext, as_verdict
-from .turns import NotePhase, Watch, grader_phase, summed_usage, with_trace
+from .turns import NotePhase, Spent, Watch, grader_phase, summed_usage, with_trace
 
 DEFAULT_GRADER_TIMEOUT = 60.0
 PACKAGE_DIR = str(Path(__file__).parent.parent)
@@ -145,12 +145,12 @@ class AttemptRunner:
     limits: Callable[[AttemptJob], AbstractContextManager[None] | None] | None = None
     """Waits for the limits of the attempt's agent (slots, pace) and holds them for its call;
     None when its agent has none."""
-    spent: Callable[[float | None, int], None] | None = None
-    """Told each answer's cost and tokens as it arrives (the run's caps count them); None
-    when the run has no cap."""
+    spent: Spent | None = None
+    """Told each answer's cost, tokens and model calls as it arrives, when no reservation
+    counted them (the run's ledger and caps count them); None without a run."""
     reserve: Spend | None = None
-    """The run's caps for model calls through the provider seam: each reserves its worst
-    case before it is sent and settles on the answer (None: no cap)."""
+    """The run's ledger and caps for model calls through the provider seam: each reserves
+    its worst case before it is sent and settles on the answer (None: no run)."""
     ahead: Ahead[_Attempt, Answer] | None = None
     """Under `--agenteval-concurrency`: the pool that starts agent calls ahead of their turn."""
     note_phase: NotePhase | None = None
@@ -442,7 +442,7 @@ class AttemptRunner:
         tokens = (usage.input_tokens or 0) + (usage.output_tokens or 0) - counted_tokens
         extra = None if cost is None else cost - counted_cost
         if (extra or 0) > 1e-12 or tokens > 0:
-            self.spent(extra if extra is None or extra > 0 else 0.0, max(tokens, 0))
+            self.spent(extra if extra is None or extra > 0 else 0.0, max(tokens, 0), 0)
 
     def _count_late(self, context: _Attempt, value: Any) -> None:
         """An abandoned call ended: its answer (if any) cost money too."""
@@ -452,7 +452,7 @@ class AttemptRunner:
     def _count_judges(self, record: AttemptRecord) -> None:
         """Judges' spend, unless their calls reserved and settled it already (the seam)."""
         if self.reserve is None and self.spent is not None and record.judge_cost:
-            self.spent(record.judge_cost, 0)
+            self.spent(record.judge_cost, 0, 0)
 
     def _call_agent(self, agent: AgentRef, context: _Attempt) -> AgentResult:
         """The agent call itself, noted while it runs (a process that dies is blamed on the

@@ -22,7 +22,8 @@ from ..sources.dataset import TaskDef
 
 NotePhase = Callable[[AttemptId, str | None, int], None]
 """Told an attempt's phase (None: it ended) and its model turns so far."""
-Spent = Callable[[float | None, int], None]
+Spent = Callable[[float | None, int, int], None]
+"""Told what answers cost that held no reservation: cost, tokens, model calls."""
 
 
 class Watch:
@@ -69,22 +70,26 @@ class Watch:
         tokens = (event.input_tokens or 0) + (event.output_tokens or 0)
         if cost or tokens:
             if not counted:
-                self.spent(cost, tokens)
+                self.spent(cost, tokens, 1)
             with self._lock:
                 self.counted = (self.counted[0] + (cost or 0.0), self.counted[1] + tokens)
 
 
 def price_call(pricing: Mapping[str, ModelPrice], event: ModelCall) -> float | None:
-    """A model call's cost from the manifest's `pricing:` (None: its model has no price)."""
+    """A model call's cost from the manifest's `pricing:`: at the price of the model that
+    answered, else of the model asked for (a reply naming an unpriced model costs money
+    too); None when neither has a price."""
     usage = {
         "input_tokens": event.input_tokens,
         "output_tokens": event.output_tokens,
         "cached_input_tokens": event.cached_input_tokens,
-        "model": event.model or event.request_model,
         "cost": None,
     }
-    found = priced(usage, pricing).get("cost")
-    return found if isinstance(found, float | int) else None
+    for model in dict.fromkeys((event.model, event.request_model)):
+        found = priced({**usage, "model": model}, pricing).get("cost")
+        if isinstance(found, float | int):
+            return found
+    return None
 
 
 def with_trace(result: AgentResult, trace: Trace) -> AgentResult:

@@ -24,6 +24,8 @@ from ..store.locate import resolve_cache_dir
 from ..store.running import Running, clear_running
 from ..store.runs import Store
 from ..store.stops import Stops
+from .caps import approximate_line
+from .concurrency import say_now
 from .live_progress import LiveProgress
 from .recorder import Recorder
 from .reporter import Reporter
@@ -100,11 +102,15 @@ def start_controller(config: pytest.Config, runtime: Runtime, opened: OpenedRun)
     store, run, baseline = opened.store, opened.run, opened.baseline
     settings = runtime.settings
     dry = dry_run(config)
-    try:  # the spend ledger is opened here: a link planted in its place is refused
+    try:  # the spend ledger is opened here: a damaged or newer one, or a link in its place
         state = SessionState.of(run, runtime.stops, settings.max_cost, settings.max_tokens)
     except StoreError as exc:
         store.close()
         raise pytest.UsageError(str(exc)) from None
+    capped = settings.max_cost is not None or settings.max_tokens is not None
+    approximate = approximate_line(runtime.datasets, settings.variants, settings.max_cost, capped)
+    if approximate is not None and not dry_run(config):
+        say_now(config, approximate)
     distributed = config.pluginmanager.hasplugin("dsession") or bool(
         getattr(config.option, "numprocesses", None)
     )

@@ -37,6 +37,7 @@ from ..core.records import (
 )
 from ..execution.attempt import interrupted_record
 from ..execution.exits import guard_exits, unguard_exits
+from ..providers.pricing import price_of
 from ..sources.dataset import TaskDef, load_task_file
 from ..sources.discovery import arg_path
 from ..store.index import IndexRow, row_of
@@ -89,6 +90,8 @@ class Recorder:
         }
         """Each payload kind's handler (xdist's DSession dispatches worker events alike)."""
         self.unpriced_warned = False
+        self.repriced: set[str | None] = set()
+        """Models replies named, looked up once each (one without a price is said)."""
         """Whether the terminal was told that the spend cap cannot count some attempt."""
         self._check_budget()
 
@@ -366,6 +369,8 @@ class Recorder:
             self.state.budget.add(row.spend, row.input_tokens, row.output_tokens)
             if row.cost is None and (row.input_tokens or row.output_tokens):
                 self._warn_unpriced(row)
+            elif row.model is not None and row.model not in self.repriced:
+                self._warn_repriced(row)
         if self.state.budget.capped:
             self._check_budget()
 
@@ -384,6 +389,22 @@ class Recorder:
             f"agenteval: WARNING: --agenteval-max-cost cannot count {row.key.label}: "
             f"{model}; such attempts run uncounted (add the price, or cap tokens with "
             "--agenteval-max-tokens)",
+        )
+
+    def _warn_repriced(self, row: IndexRow) -> None:
+        """Replies naming a model without a price were counted at the asked model's price:
+        said once per such model, under a spend cap."""
+        pricing = next(
+            (d.manifest.pricing for d in self.runtime.datasets if d.name == row.key.dataset), None
+        )
+        self.repriced.add(row.model)
+        if self.state.budget.max_cost is None or not pricing or price_of(row.model, pricing):
+            return
+        say_now(
+            self.config,
+            f"agenteval: WARNING: replies named model {row.model!r} ({row.key.label}), which "
+            "has no price in the manifest's pricing:; its calls are counted at the price of "
+            "the model asked for (add its price to count them exactly)",
         )
 
     def _check_budget(self) -> None:

@@ -23,6 +23,7 @@ from ..reporting.regression import with_regression
 from ..reporting.reports import store_damage_lines, terminal_lines
 from ..reporting.summary import ProviderSummary, Summary, build_summary
 from ..sources.tags import marker_name, unknown_tag_lines
+from ..store.ledger import run_spend
 from ..store.lifecycle import OpenRun
 from ..store.plan import Decision, changed_parts
 from ..store.problems import StoreProblem
@@ -238,6 +239,15 @@ class Reporter:
         stops.reason()  # an xdist controller starts no attempt: look at the run folder now
         return stops.stop
 
+    def _spend(self) -> dict[str, float | int] | None:
+        """What the run paid in all (its ledger); a ledger that cannot be read is said as a
+        store failure, and the summary goes without it."""
+        try:
+            return run_spend(self.store.runs_dir / self.run.run_id)
+        except StoreError as exc:
+            self.state.fail(exc)
+            return None
+
     def _summarize(self, session: pytest.Session, exitstatus: int, stop: Stop | None) -> str:
         """Build the summary from the stored records; returns the run's status."""
         rows = self.store.rows(self.run.run_id)
@@ -245,6 +255,9 @@ class Reporter:
             exitstatus == pytest.ExitCode.INTERRUPTED
             or bool(session.shouldfail or session.shouldstop)
             or len(rows) < len(self.state.planned_keys)
+            # a call of a started attempt refused at a cap (it waited for room): the attempt
+            # is an error a resume runs again, so the run did not finish either
+            or (stop is not None and any(row.phase == "stopped" for row in rows))
         )
         status = "interrupted" if interrupted else "complete"
         if interrupted and stop is not None:
@@ -263,6 +276,7 @@ class Reporter:
             ],
             load_errors=self.state.load_errors,
             store_problems=[p.as_dict() for p in self.store.problems],
+            spend=self._spend(),
         )
         providers = {n: p for n, p in provider_status().items() if p["rate_limited"]}
         if providers:

@@ -432,7 +432,7 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
     environments = parts.environments
     if stops is not None:
         stopped = stops.reason
-        spent = stops.spent if stops.budget is not None else None
+        spent = stops.spent  # the run's ledger counts every call, capped or not
         if stops.run_dir is not None:
             limits = AgentLimitTable(settings, LimitGate(stops.run_dir / "limits")).held
             use_gate(FileGate(stops.run_dir / "providers"))  # shared by every worker
@@ -452,7 +452,7 @@ def build_runtime(parts: Parts, context: RunContext) -> Runtime:
         ahead=_ahead(size, stopped or _never, parts.executor) if size > 1 else None,
         limits=limits,
         spent=spent,
-        reserve=stops if stops is not None and stops.budget is not None else None,
+        reserve=stops,
         note_phase=context.running.note if context.running is not None else None,
         finished=parts.telemetry.export if parts.telemetry is not None else None,
         traceparent=parts.telemetry.traceparent if parts.telemetry is not None else None,

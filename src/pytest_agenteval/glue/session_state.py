@@ -21,7 +21,7 @@ class SessionState:
     """What this session did so far, for its end to judge."""
 
     budget: Budget
-    """The run's spend, every session of it (the store's ledger when the run is capped)."""
+    """The run's caps and spend, every session of it (the run's ledger)."""
     planned_keys: set[AttemptId] = field(default_factory=set)
     """The attempts the run plans (its earlier sessions' and this selection's)."""
     actions: Counter[str] = field(default_factory=Counter)
@@ -46,14 +46,15 @@ class SessionState:
         cls, run: OpenRun, stops: Stops | None, max_cost: float | None, max_tokens: int | None
     ) -> SessionState:
         """The state a session starts from: the run's plan, and its spend so far (a resumed
-        run's earlier sessions spent too), counted against the run's caps."""
-        capped = stops.budget if stops is not None else None
-        state = cls(capped or Budget(max_cost, max_tokens))
+        run's earlier sessions spent too: the run's ledger, which no session resets, holds
+        every call they paid for), counted against the run's caps."""
+        ledger = stops.ledger if stops is not None else None
+        state = cls((stops.budget if stops else None) or Budget(max_cost, max_tokens, ledger))
         state.planned_keys.update(row.key for row in run.plan.rows.values())
         for row in run.plan.rows.values():
             state.budget.add(row.spend, row.input_tokens, row.output_tokens)
-        if capped is not None:  # answers of this session count from there, in every process
-            capped.ledger.reset(capped.cost, capped.tokens)
+        if ledger is not None:  # calls of an earlier session's processes killed mid-call
+            ledger.sweep()
         return state
 
     def fail(self, exc: StoreError | ReportError) -> str:

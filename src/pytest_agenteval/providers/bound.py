@@ -25,11 +25,16 @@ from .wire import as_message
 
 
 class Spend(Protocol):
-    """The run's caps as a call sees them (the run's `Stops`)."""
+    """The run's ledger and caps as a call sees them (the run's `Stops`)."""
 
-    def reserve(self, cost: float | None, tokens: int | None) -> str | None: ...
+    async def reserve(self, cost: float | None, tokens: int | None) -> str | None:
+        """Hold the call's worst case (waiting for room under a cap); why the run stops, or
+        None when it is held."""
+        ...
 
-    def settle(self, reserved: tuple[float, int], actual: tuple[float, int]) -> None: ...
+    def settle(self, reserved: tuple[float, int], actual: tuple[float, int] | None) -> None:
+        """The call ended: `actual` is what it cost (None: neither answered nor billed)."""
+        ...
 
 
 class BoundClient:
@@ -59,8 +64,9 @@ class BoundClient:
         self.pricing = pricing
 
     def worst(self, request: Prepared) -> tuple[float | None, int | None]:
-        """A call's worst case: its body's bytes bound its input tokens, `max_tokens` its
-        output, at the asked model's prices (None where either is unknown)."""
+        """A call's worst case: its body's bytes bound its input tokens, `max_tokens` (or
+        `max_completion_tokens`) its output, at the asked model's prices (None where either
+        is unknown)."""
         if request.max_tokens is None:
             return None, None
         tokens = len(request.body) + request.max_tokens
@@ -109,16 +115,19 @@ class BoundClient:
         first, then settled to what it cost; the reply priced and in the trace (`missed`:
         the model cache was asked first and had no answer)."""
         started = time.time() if started is None else started
-        reserved = self._reserve(request)
+        reserved = await self._reserve(request)
+        actual = reserved  # cancelled after it was sent, or failed after: the server may bill it
         try:
             reply = await self.provider.exchange(request)
-        except BaseException:
-            self._settle(reserved, (0.0, 0))
+            if missed:
+                reply = replace(reply, cache_missed=True)
+            priced = self._record(request.model, reply, started)
+            actual = self._actual(reply, priced, reserved)
+        except ProviderError as exc:  # refused (given back), or no answer in time (counted)
+            actual = reserved if exc.error_class == "timeout" else None
             raise
-        if missed:
-            reply = replace(reply, cache_missed=True)
-        priced = self._record(request.model, reply, started)
-        self._settle(reserved, self._actual(reply, priced))
+        finally:
+            self._settle(reserved, actual)
         return reply if priced is None else replace(reply, cost=priced)
 
     def _record(self, asked: str, reply: ChatReply, started: float) -> float | None:
@@ -170,31 +179,44 @@ class BoundClient:
         )
 
     def _price(self, asked: str, reply: ChatReply) -> float | None:
-        price = price_of(reply.model or asked, self.pricing or {})
+        """A grader's call priced: the model that answered, else the one asked for."""
+        pricing = self.pricing or {}
+        price = (price_of(reply.model, pricing) if reply.model else None) or price_of(
+            asked, pricing
+        )
         if price is None or (reply.input_tokens is None and reply.output_tokens is None):
             return None
         return cost(
             price, reply.input_tokens or 0, reply.output_tokens or 0, reply.cached_input_tokens or 0
         )
 
-    def _reserve(self, request: Prepared) -> tuple[float, int] | None:
+    async def _reserve(self, request: Prepared) -> tuple[float, int] | None:
         if self.spend is None:
             return None
         worst_cost, worst_tokens = self.worst(request)
-        reason = self.spend.reserve(worst_cost, worst_tokens)
+        reason = await self.spend.reserve(worst_cost, worst_tokens)
         if reason is not None:
             if self.trace is not None:  # the runner reads a run stop from the trace
                 self.trace.limit_hit("run", reason)
             raise RunStopped(reason)
         return worst_cost or 0.0, worst_tokens or 0
 
-    def _settle(self, reserved: tuple[float, int] | None, actual: tuple[float, int]) -> None:
+    def _settle(self, reserved: tuple[float, int] | None, actual: tuple[float, int] | None) -> None:
         if self.spend is not None and reserved is not None:
             self.spend.settle(reserved, actual)
 
     @staticmethod
-    def _actual(reply: ChatReply, priced: float | None) -> tuple[float, int]:
-        return priced or 0.0, (reply.input_tokens or 0) + (reply.output_tokens or 0)
+    def _actual(
+        reply: ChatReply, priced: float | None, reserved: tuple[float, int] | None
+    ) -> tuple[float, int]:
+        """What an answered call cost the run: its usage priced; what a reply does not say
+        (no usage or half of it, no price) is counted at the call's reservation, never as
+        nothing."""
+        worst_cost, worst_tokens = reserved or (0.0, 0)
+        cost = worst_cost if priced is None else priced
+        if reply.input_tokens is None or reply.output_tokens is None:
+            return max(cost, worst_cost), max(worst_tokens, reply.input_tokens or 0)
+        return cost, reply.input_tokens + reply.output_tokens
 
     def chat(
         self,

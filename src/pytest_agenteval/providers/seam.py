@@ -188,7 +188,7 @@ class Provider:
         """The request as it will be sent (its size bounds its input tokens)."""
         body = self.wire.body(model, messages, tools, params or {})
         data = json_text(body).encode()
-        max_tokens = body.get("max_tokens")
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
         return Prepared(model, data, max_tokens if isinstance(max_tokens, int) else None)
 
     async def send(
@@ -300,7 +300,8 @@ class Provider:
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A request ready to send: its model, its body, the `max_tokens` it asks for."""
+    """A request ready to send: its model, its body, the `max_tokens` (or
+    `max_completion_tokens`) it asks for."""
 
     model: str
     body: bytes

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from ..core.errors import AgentevalError, StoreError, display_path
 from ..store.index import IndexRow
+from ..store.ledger import run_spend
 from ..store.runs import RunInfo, Store
 from .summary import SUMMARY_SCHEMA, RegressionSummary, Summary, VariantSummary, build_summary
 
@@ -62,6 +63,7 @@ def run_summary(store: Store, run_id: str, ks: Sequence[int] | None = None) -> S
         agent_errors=last.agent_errors,
         load_errors=last.load_errors,
         store_problems=[p.as_dict() for p in store.problems],
+        spend=run_spend(store.runs_dir / run_id),
     )
     ended: dict[str, object] = {}
     if last.regression:

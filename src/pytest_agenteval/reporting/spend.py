@@ -48,13 +48,20 @@ def pricing_coverage(rows: Sequence[IndexRow]) -> dict[str, Any]:
 
 
 def spend_lines(summary: Summary) -> list[str]:
-    """The cost lines of the terminal section and summary.md (none when nothing cost)."""
+    """The cost lines of the terminal section and summary.md (none when nothing cost); what
+    the run paid in all when it is more than its recorded attempts cost."""
     tot, pricing = summary.totals, summary.pricing
     lines = []
     if tot.cost is not None:
         judge = tot.judge_cost
         split = f" (agent {tot.agent_cost or 0:.4f}, judge {judge:.4f})" if judge else ""
         lines.append(f"cost {tot.cost:.4f}{split}")
+    paid = summary.spend
+    if paid is not None and paid.calls and (tot.cost is None or abs(paid.cost - tot.cost) > 5e-5):
+        lines.append(
+            f"paid in all {paid.cost:.4f} for {paid.calls} model calls, {paid.tokens} tokens "
+            "(every session, calls of attempts not recorded too)"
+        )
     if pricing and pricing.with_usage:
         line = f"pricing coverage {pricing.priced}/{pricing.with_usage} attempts with usage"
         if pricing.unpriced_models:

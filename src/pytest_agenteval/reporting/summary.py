@@ -231,7 +231,8 @@ class Totals(_Frozen):
     output_tokens: int | None = None
     """Output tokens the agents reported."""
     cost: float | None = None
-    """Everything the run cost: agents and LLM judges (what spend caps count)."""
+    """What the recorded attempts cost: agents and LLM judges (the calls of attempts that
+    were never recorded, and of the probe, are in the run's `spend`)."""
     agent_cost: float | None = None
     """What the agents cost."""
     judge_cost: float | None = None
@@ -383,6 +384,22 @@ class ModelCacheSummary(_Frozen):
     in `totals.cost`); null when none had a known cost."""
 
 
+class SpendSummary(_Frozen):
+    """Everything the run paid for, every session of it (its ledger, which no session
+    resets): what the spend and token caps count."""
+
+    cost: float
+    """Dollars of every model call the run made: of recorded attempts, of attempts a stop,
+    a crash or Ctrl-C ended unrecorded, of the probe; a call whose reply said no usage, and
+    one cancelled after it was sent or whose process was killed, counted at its worst case
+    (its reservation: the server may have billed it)."""
+    tokens: int
+    """Tokens of those calls, counted the same way."""
+    calls: int
+    """Model calls paid for (through the provider seam, or recorded in an agent's trace; an
+    agent that reports only its summed usage adds no call)."""
+
+
 class Summary(_Frozen):
     """summary.json. Errored attempts count as not passed in pass@k / pass^k."""
 
@@ -467,6 +484,9 @@ class Summary(_Frozen):
     model_cache: ModelCacheSummary | None = None
     """The model cache's hits, misses and the cost it saved over the run's attempts; absent
     when no attempt's call asked the cache."""
+    spend: SpendSummary | None = None
+    """Everything the run paid for in all its sessions (`totals.cost` is the recorded
+    attempts'); absent for a run stored without a spend ledger."""
 
     def to_json(self) -> dict[str, Any]:
         """summary.json's content as plain types, in its order (the optional parts only when
@@ -487,6 +507,7 @@ _OPTIONAL = (
     "not_selected",
     "providers",
     "model_cache",
+    "spend",
 )
 """Parts of summary.json left out when they are None."""
 
@@ -502,8 +523,10 @@ def build_summary(
     agent_errors: list[dict[str, Any]] | None = None,
     load_errors: list[dict[str, str]] | None = None,
     store_problems: list[dict[str, str]] | None = None,
+    spend: dict[str, Any] | None = None,
 ) -> Summary:
-    """The run's summary; the same records always give the same summary.
+    """The run's summary; the same records (and `spend`: what the run's ledger says it paid)
+    always give the same summary.
 
     The cyclic GC waits meanwhile: a summary is some 100,000 new long-lived objects (a model,
     its dict and its fields-set per attempt) and no garbage cycle, and collecting while they
@@ -553,6 +576,7 @@ def build_summary(
         "shard": run.shard or None,
         "environment_drift": environment_drift(rows),
         "model_cache": cache_totals(rows),
+        "spend": spend,
     }
     if selection is not None:
         summary.update(_variant_parts(selection, run.agent, tasks, chosen))

@@ -6,22 +6,23 @@ the run folder: `cancel` is written by `agenteval cancel` from another shell, `s
 the run's spend or tokens reach a cap; a deadline is an absolute time every process knows. A
 resumed run starts with both files removed.
 
-Spend is counted when an answer arrives, not when its item reports: every process adds the
-answer's cost and tokens to the run folder's `spend` file (under a lock) before the call gives
-up its limit slot, and every call reads that file as it starts. So a cap is passed by at most
-the calls already at the server when it was reached: `max_in_flight` of them for an agent with
-that limit, else the calls in flight of every process (plus the judges of those attempts).
+Money is counted in the run's ledger (`store/ledger.py`), which no session resets: a call
+through the provider seam holds its worst case there before it is sent (waiting while the
+calls in flight hold the room it needs) and settles to what it cost when it ends; an answer
+whose agent reported its own usage is added as it arrives, before the call gives up its limit
+slot. So a cap with known prices and `max_tokens` is never passed by seam calls, and is passed
+by agents that report their own usage by at most the calls already at the server when it was
+reached: `max_in_flight` of them for an agent with that limit, else the calls in flight of
+every process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-import os
-import struct
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -29,11 +30,10 @@ from typing import Literal
 from ..core.errors import StoreError
 from ..core.text import dollars
 from .files import read_small, write_json
-from .locks import locked
+from .ledger import Book, Ledger, Paid
 
 CANCEL_FILE = "cancel"
 STOP_FILE = "stop.json"
-SPEND_FILE = "spend"
 CANCEL_SCHEMA = "agenteval.cancel/1"
 STOP_SCHEMA = "agenteval.stop/1"
 
@@ -41,6 +41,8 @@ STOP_LIMIT = 2**16
 """stop.json is a few hundred bytes: a bigger one (or a link, a FIFO) is not a stop."""
 LOOK_EVERY = 0.01
 """Seconds between two looks for stop files; bounds how late a process sees a stop."""
+WAIT_EVERY = 0.02
+"""Seconds between two looks at the ledger of a call waiting for room under a cap."""
 
 StopKind = Literal["cancelled", "budget", "deadline", "interrupted", "probe_failed"]
 STOP_KINDS = ("cancelled", "budget", "deadline")
@@ -89,34 +91,45 @@ class Stops:
         self._lock = threading.Lock()
         self._looked = 0.0
         self._files = (run_dir / CANCEL_FILE, run_dir / STOP_FILE) if run_dir else None
+        self.ledger = Ledger(run_dir)
+        """Every call the run paid for, in any session, and the reservations held now."""
         self.budget: Budget | None = None
         """The run's caps and spend; None: uncapped."""
         if max_cost is not None or max_tokens is not None:
-            ledger = Ledger(run_dir / SPEND_FILE if run_dir else None)
-            self.budget = Budget(max_cost, max_tokens, ledger)
+            self.budget = Budget(max_cost, max_tokens, self.ledger)
 
-    def spent(self, cost: float | None, tokens: int) -> None:
-        """An answer arrived: count what it cost (before its call gives up its limit slot)."""
-        if self.budget is not None and (cost or tokens):
-            self.budget.ledger.add(cost or 0.0, tokens)
+    def spent(self, cost: float | None, tokens: int, calls: int = 0) -> None:
+        """An answer arrived whose calls held no reservation (the agent reported its usage):
+        count what it cost (before its call gives up its limit slot)."""
+        if cost or tokens or calls:
+            self.ledger.add(Paid(cost or 0.0, tokens, calls))
 
-    def reserve(self, cost: float | None, tokens: int | None) -> str | None:
+    async def reserve(self, cost: float | None, tokens: int | None) -> str | None:
         """Before a model call is sent: hold its worst case (`cost`, `tokens`; None: not
         known, that cap is then approximate for it) against the caps, in every process. A
-        reservation that does not fit is not made: the run stops (`budget`) and its reason is
-        returned."""
+        call that does not fit waits while other calls hold reservations (they may settle
+        lower) and is admitted when it fits; when it cannot fit with nothing else in flight,
+        the run stops (`budget`) and the reason is returned, as is any stop seen meanwhile
+        (cancel, the deadline). Cancelling the waiting task stops the wait."""
         budget = self.budget
         if budget is None:
+            self.ledger.hold(Paid(cost or 0.0, tokens or 0, 1))
             return None
-        reason = budget.reserve(cost or 0.0, tokens or 0)
-        if reason is not None:
-            self.halt("budget", reason, publish=True)
-        return reason
+        while (refusal := budget.reserve(cost or 0.0, tokens or 0)) is not None:
+            if not refusal.wait:
+                self.halt("budget", refusal.reason, publish=True)
+                return refusal.reason
+            stopped = self.reason()
+            if stopped is not None:
+                return stopped
+            await asyncio.sleep(WAIT_EVERY)
+        return None
 
-    def settle(self, reserved: tuple[float, int], actual: tuple[float, int]) -> None:
-        """The call answered (or failed): its reservation becomes what it really cost."""
-        if self.budget is not None:
-            self.budget.ledger.add(actual[0] - reserved[0], actual[1] - reserved[1])
+    def settle(self, reserved: tuple[float, int], actual: tuple[float, int] | None) -> None:
+        """The call ended: its reservation is given back and what it cost is settled (None:
+        it was never answered nor billed)."""
+        paid = Paid(*actual, 1) if actual is not None else Paid()
+        self.ledger.settle(Paid(*reserved, 1), paid)
 
     @property
     def stop(self) -> Stop | None:
@@ -182,61 +195,19 @@ class Stops:
             self.halt(kind, str(data.get("reason", kind)))
 
 
-_SPENT = struct.Struct("<dq")
+@dataclass(frozen=True)
+class Refusal:
+    """Why a call's reservation was not made: `wait` when it would fit once the calls in
+    flight settle (it waits for them), else the run stops."""
 
-
-class Ledger:
-    """The run's spend and tokens in a small file every process of the run adds to under an
-    exclusive `flock`; without a run folder, in this process only."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self._here = (0.0, 0)
-        self._lock = threading.Lock()
-
-    def add(self, cost: float, tokens: int) -> tuple[float, int]:
-        """Add an answer's cost and tokens; returns the new totals."""
-        with self._locked() as fd:
-            spent, used = self._read(fd)
-            totals = (spent + cost, used + tokens)
-            self._write(fd, totals)
-        return totals
-
-    def reset(self, cost: float, tokens: int) -> None:
-        """Start from what the run's committed attempts spent (a session's start)."""
-        with self._locked() as fd:
-            self._write(fd, (cost, tokens))
-
-    def read(self) -> tuple[float, int]:
-        with self._locked() as fd:
-            return self._read(fd)
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[int | None]:
-        with self._lock:
-            if self.path is None or not self.path.parent.is_dir():  # counted here
-                yield None
-            else:
-                with locked(self.path) as fd:
-                    yield fd
-
-    def _read(self, fd: int | None) -> tuple[float, int]:
-        if fd is None:
-            return self._here
-        data = os.pread(fd, _SPENT.size, 0)
-        return _SPENT.unpack(data) if len(data) == _SPENT.size else (0.0, 0)
-
-    def _write(self, fd: int | None, totals: tuple[float, int]) -> None:
-        if fd is None:
-            self._here = totals
-        else:
-            os.pwrite(fd, _SPENT.pack(*totals), 0)
+    reason: str
+    wait: bool
 
 
 class Budget:
-    """The run's spend and tokens so far against its caps: in `cost` and `tokens`, what its
-    committed attempts spent (earlier sessions too); in `ledger`, once the run's stops check
-    it, every answer that arrived in any of its processes."""
+    """The run's spend and tokens against its caps: in `ledger`, every call any session of
+    the run paid for and the reservations held now; in `cost` and `tokens`, what its recorded
+    attempts spent (the larger counts: a run of an older version kept no whole ledger)."""
 
     def __init__(
         self, max_cost: float | None, max_tokens: int | None, ledger: Ledger | None = None
@@ -255,34 +226,44 @@ class Budget:
         self.cost += cost or 0.0
         self.tokens += (input_tokens or 0) + (output_tokens or 0)
 
-    def reserve(self, cost: float, tokens: int) -> str | None:
-        """Add a call's worst case to the ledger when it fits under the caps (one locked
-        read and write, so two processes cannot both take the last room); else the reason."""
-        with self.ledger._locked() as fd:
-            answered, used = self.ledger._read(fd)
-            spent, total = max(self.cost, answered), max(self.tokens, used)
-            if self.max_cost is not None and cost and spent + cost > self.max_cost:
-                return (
-                    f"spend cap reached: {dollars(spent)} spent or held of "
-                    f"{dollars(self.max_cost)}, the next call may cost ${cost:.4f}"
-                )
-            if self.max_tokens is not None and tokens and total + tokens > self.max_tokens:
-                return (
-                    f"token cap reached: {total} used or held of {self.max_tokens}, "
-                    f"the next call may use {tokens}"
-                )
-            self.ledger._write(fd, (answered + cost, used + tokens))
+    def reserve(self, cost: float, tokens: int) -> Refusal | None:
+        """Hold a call's worst case when it fits under the caps with every reservation held
+        (one locked read and write, so two processes cannot both take the last room); else
+        why not, and whether waiting for the calls in flight may make room."""
+        with self.ledger.book() as book:
+            refusal = self._refusal(book, cost, tokens)
+            if refusal is None:
+                book.hold(self.ledger.holder(), Paid(cost, tokens, 1))
+        return refusal
+
+    def _refusal(self, book: Book, cost: float, tokens: int) -> Refusal | None:
+        settled, held = book.settled, book.holding()
+        spent, used = max(self.cost, settled.cost), max(self.tokens, settled.tokens)
+        if self.max_cost is not None and cost and spent + held.cost + cost > self.max_cost:
+            return Refusal(
+                f"spend cap reached: {dollars(spent)} spent and {dollars(held.cost)} held of "
+                f"{dollars(self.max_cost)}, the next call may cost ${cost:.4f}",
+                spent + cost <= self.max_cost,
+            )
+        if self.max_tokens is not None and tokens and used + held.tokens + tokens > self.max_tokens:
+            return Refusal(
+                f"token cap reached: {used} used and {held.tokens} held of {self.max_tokens}, "
+                f"the next call may use {tokens}",
+                used + tokens <= self.max_tokens,
+            )
         return None
 
     def totals(self) -> tuple[float, int]:
-        """The run's spend and tokens: every answer that arrived, at least what committed."""
-        answered, used = self.ledger.read()
-        return max(self.cost, answered), max(self.tokens, used)
+        """The run's spend and tokens: every call paid for (a reservation still held counted
+        at its worst), at least what its recorded attempts spent."""
+        paid = self.ledger.paid()
+        return max(self.cost, paid.cost), max(self.tokens, paid.tokens)
 
     def reached(self) -> str | None:
-        """The stop's reason once a cap is reached (by committed spend or by answers that
-        arrived), else None."""
-        cost, tokens = self.totals()
+        """The stop's reason once a cap is reached by what was settled (the calls in flight
+        may settle lower: a call waits for them), else None."""
+        settled = self.ledger.read().settled
+        cost, tokens = max(self.cost, settled.cost), max(self.tokens, settled.tokens)
         if self.max_cost is not None and cost >= self.max_cost:
             return f"spend cap reached: {dollars(cost)} of {dollars(self.max_cost)}"
         if self.max_tokens is not None and tokens >= self.max_tokens:
