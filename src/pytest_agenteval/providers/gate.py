@@ -9,6 +9,11 @@ limit, up to `max_in_flight` (additive increase, multiplicative decrease). Two r
 it settle instead of oscillating: it grows only on a success that filled the window (the call
 held the top slot: demand reached the limit), and never past the level the last 429 showed
 the server takes (the calls in flight then, less one), which itself creeps up slowly.
+
+A killed worker's requests stay at the provider, which goes on answering them: the kernel
+frees its slot files at once, but a slot whose holder died mid-call stays taken until the
+call's request `timeout` has passed since it was sent (each slot file records its holder and
+when its request went out), so the provider never sees more than `max_in_flight` at once.
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ import hashlib
 import os
 import struct
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+from ..core.pids import start_time
 
 if TYPE_CHECKING:
     from .seam import Route
@@ -142,10 +150,13 @@ class FileGate:
     file (the current limit and the 429 count) per provider in the run folder's `providers/`.
 
     A call takes a free slot below the provider's current limit (a lock the kernel releases if
-    its holder dies); a 429 halves the limit in the state file, so every worker sees it. A
-    slot's file stays open in the process that opened it (a call costs one `flock`, not an
-    open and a close); the slots this process's calls hold are known without asking the
-    kernel (two calls of one process would share an open file, and its lock)."""
+    its holder dies; the file records the holder, when its request was sent and its timeout,
+    cleared when the call gives the slot back, so a dead holder's request is known to be at
+    the provider still until its timeout has passed); a 429 halves the limit in the state
+    file, so every worker sees it. A slot's file stays open in the process that opened it (a
+    call costs one `flock`, not an open and a close); the slots this process's calls hold are
+    known without asking the kernel (two calls of one process would share an open file, and
+    its lock)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -157,6 +168,9 @@ class FileGate:
         """Each slot file this process opened, by path (a forked child opens its own)."""
         self._held: set[str] = set()
         """The slot files this process's calls hold now."""
+        self._dead: dict[str, float] = {}
+        """Slots a dead holder's request keeps until the time given (not looked at before)."""
+        self._me = _holder_id(self._pid)
 
     def _base(self, route: Route) -> str:
         base = self._bases.get(route.label)
@@ -177,9 +191,11 @@ class FileGate:
         base = self._base(route)
         path, fd, slot = await self._take(base, ceiling)
         try:
+            os.pwrite(fd, _HOLDER.pack(*self._me, time.time(), route.timeout), 0)
             yield slot
         finally:
             with contextlib.suppress(OSError):
+                os.pwrite(fd, _FREE, 0)  # given back: no request of this slot is out
                 fcntl.flock(fd, fcntl.LOCK_UN)
             with self._lock:
                 self._held.discard(path)
@@ -199,7 +215,8 @@ class FileGate:
         with self._lock:
             if self._pid != os.getpid():  # a forked child: its parent's files are not its own
                 self._pid, self._files, self._held = os.getpid(), {}, set()
-            if path in self._held:
+                self._me = _holder_id(self._pid)
+            if path in self._held or self._dead.get(path, 0.0) > time.time():
                 return None
             fd = self._files.get(path)
             if fd is None:
@@ -208,6 +225,10 @@ class FileGate:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                return None
+            if (until := _dead_holder_until(fd)) is not None:
+                self._dead[path] = until
+                fcntl.flock(fd, fcntl.LOCK_UN)
                 return None
             self._held.add(path)
             return fd
@@ -282,6 +303,37 @@ class FileGate:
 
 _STATE = struct.Struct("<ddqq")
 """A provider's state file: its current limit and cap, its 429 count, its `max_in_flight`."""
+_HOLDER = struct.Struct("<qqdd")
+"""A slot file while a call holds it: the holder's pid and start time (-1: unknown), when its
+request was sent (epoch seconds) and the request's timeout; zeros once given back."""
+_FREE = bytes(_HOLDER.size)
+
+
+def _holder_id(pid: int) -> tuple[int, int]:
+    started = start_time(pid)
+    return pid, int(started) if started and started.isdigit() else -1
+
+
+def _dead_holder_until(fd: int) -> float | None:
+    """Until when the slot just locked stays taken by a holder that died holding it (its
+    request may still be at the provider); None when it is free. Only a holder that died
+    leaves its record: a call clears it before giving the slot back."""
+    data = os.pread(fd, _HOLDER.size, 0)
+    if len(data) != _HOLDER.size or data == _FREE:
+        return None
+    pid, started, sent_at, timeout = _HOLDER.unpack(data)
+    until = float(sent_at + timeout)
+    if until <= time.time() or _alive(pid, started):  # over, or its holder still runs
+        return None
+    return until
+
+
+def _alive(pid: int, started: int) -> bool:
+    """Whether the process a slot file names still runs (not another with its pid)."""
+    now = start_time(pid)
+    return now is not None and (started == -1 or now == str(started))
+
+
 _gate: Gate = LocalGate()
 
 
