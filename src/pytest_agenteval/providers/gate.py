@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..core.pids import start_time
+from ..core import holders
 
 if TYPE_CHECKING:
     from .seam import Route
@@ -170,7 +170,6 @@ class FileGate:
         """The slot files this process's calls hold now."""
         self._dead: dict[str, float] = {}
         """Slots a dead holder's request keeps until the time given (not looked at before)."""
-        self._me = _holder_id(self._pid)
 
     def _base(self, route: Route) -> str:
         base = self._bases.get(route.label)
@@ -191,11 +190,11 @@ class FileGate:
         base = self._base(route)
         path, fd, slot = await self._take(base, ceiling)
         try:
-            os.pwrite(fd, _HOLDER.pack(*self._me, time.time(), route.timeout), 0)
+            holders.stamp(fd, route.timeout)
             yield slot
         finally:
             with contextlib.suppress(OSError):
-                os.pwrite(fd, _FREE, 0)  # given back: no request of this slot is out
+                holders.clear(fd)  # given back: no request of this slot is out
                 fcntl.flock(fd, fcntl.LOCK_UN)
             with self._lock:
                 self._held.discard(path)
@@ -215,7 +214,6 @@ class FileGate:
         with self._lock:
             if self._pid != os.getpid():  # a forked child: its parent's files are not its own
                 self._pid, self._files, self._held = os.getpid(), {}, set()
-                self._me = _holder_id(self._pid)
             if path in self._held or self._dead.get(path, 0.0) > time.time():
                 return None
             fd = self._files.get(path)
@@ -226,7 +224,7 @@ class FileGate:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return None
-            if (until := _dead_holder_until(fd)) is not None:
+            if (until := holders.dead_until(fd)) is not None:
                 self._dead[path] = until
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 return None
@@ -303,37 +301,6 @@ class FileGate:
 
 _STATE = struct.Struct("<ddqq")
 """A provider's state file: its current limit and cap, its 429 count, its `max_in_flight`."""
-_HOLDER = struct.Struct("<qqdd")
-"""A slot file while a call holds it: the holder's pid and start time (-1: unknown), when its
-request was sent (epoch seconds) and the request's timeout; zeros once given back."""
-_FREE = bytes(_HOLDER.size)
-
-
-def _holder_id(pid: int) -> tuple[int, int]:
-    started = start_time(pid)
-    return pid, int(started) if started and started.isdigit() else -1
-
-
-def _dead_holder_until(fd: int) -> float | None:
-    """Until when the slot just locked stays taken by a holder that died holding it (its
-    request may still be at the provider); None when it is free. Only a holder that died
-    leaves its record: a call clears it before giving the slot back."""
-    data = os.pread(fd, _HOLDER.size, 0)
-    if len(data) != _HOLDER.size or data == _FREE:
-        return None
-    pid, started, sent_at, timeout = _HOLDER.unpack(data)
-    until = float(sent_at + timeout)
-    if until <= time.time() or _alive(pid, started):  # over, or its holder still runs
-        return None
-    return until
-
-
-def _alive(pid: int, started: int) -> bool:
-    """Whether the process a slot file names still runs (not another with its pid)."""
-    now = start_time(pid)
-    return now is not None and (started == -1 or now == str(started))
-
-
 _gate: Gate = LocalGate()
 
 
