@@ -324,7 +324,9 @@ def test_a_killed_workers_call_keeps_its_agent_slot_until_its_timeout(
     pid_file, killed = pytester.path / "holder.pid", pytester.path / "holder.killed"
     monkeypatch.setenv("HOLDER_PID", str(pid_file))
     monkeypatch.setenv("HOLDER_KILLED", str(killed))
-    chat_server.reset(latency=1.0)  # the dead worker's request stays 1 s at the server
+    # The dead worker's request stays 1 s at the server; its call's timeout (3 s, from the
+    # call's start) leaves room for a request sent late in the call (a loaded machine).
+    chat_server.reset(latency=1.0)
     root = dataset(
         {
             "t0.yaml": {"input": "hold", "expected": "ok"},
@@ -343,7 +345,7 @@ def test_a_killed_workers_call_keeps_its_agent_slot_until_its_timeout(
             },
             "agent": "holding:run",
             "limits": {"max_in_flight": 1},
-            "defaults": {"timeout": 2.0},
+            "defaults": {"timeout": 3.0},
         },
     )
     (root / "holding.py").write_text(HOLDING_AGENT)
