@@ -3,6 +3,7 @@ with the `opentelemetry-proto` package and keeps the spans, by trace."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -107,3 +108,41 @@ class OtlpReceiver:
                 pass
 
         return Handler
+
+
+class HangingCollector:
+    """A collector that accepts connections and never answers (an overloaded or stuck one);
+    `endpoint` as `OtlpReceiver`'s."""
+
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.getsockname()[1]}"
+
+    def start(self) -> HangingCollector:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.close()
+        for conn in self._held:
+            conn.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:  # closed
+                return
+            self._held.append(conn)
+
+
+def dead_endpoint() -> str:
+    """An endpoint where nothing listens (a port just given back)."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

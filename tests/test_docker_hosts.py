@@ -367,3 +367,77 @@ def test_a_slot_given_back_in_this_process_wakes_its_waiter(own_slots: Path) -> 
     waiter.join(60)  # a hang guard: without the wake-up it would wait forever
     assert not waiter.is_alive() and got and got[0] is not None
     release_slot(got[0])
+
+
+@pytest.mark.slow
+def test_a_daemon_killed_mid_run_gets_no_attempt_after_it_died(
+    pytester: pytest.Pytester, dataset: DatasetMaker, own_slots: Path
+) -> None:
+    """Two daemons taking turns, the second kill -9'd once two attempts are recorded: every
+    attempt made after it died runs on the default daemon and passes (the one that found it
+    dead is made there instead of failing), none is placed on the dead one."""
+    if shutil.which("busybox") is None:
+        pytest.skip("busybox-static is not installed")
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.skip("no Docker daemon answers")
+    # killed: not the module's `second`, which later tests use; its own machine folder keeps
+    # its sweep off the daemons other tests' sessions used (`second`'s orphans are theirs)
+    dying = own_daemon()
+    try:
+        tasks = {f"d{i}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(8)}
+        root = dataset(
+            tasks,
+            manifest={"agent": {"command": ["sh", "-c", 'sleep 0.3; echo -n "$0"', "{input}"]}},
+        )
+        docker = {**_image_folder(root), "hosts": [DEFAULT, dying.host]}
+        manifest = json.loads((root / "agenteval.yaml").read_text())
+        manifest["defaults"] = {"sandbox": {"docker": docker}}
+        (root / "agenteval.yaml").write_text(json.dumps(manifest))
+        run_id = f"down{os.getpid()}"
+        records = pytester.path / ".pytest_cache/agenteval/runs" / run_id / "records.jsonl"
+        done, recorded_at_death = threading.Event(), []
+
+        def kill_after_two() -> None:
+            while not done.wait(0.05):
+                if records.exists() and len(records.read_text().splitlines()) >= 2:
+                    dying.kill()
+                    recorded_at_death.append(len(records.read_text().splitlines()))
+                    return
+
+        killer = threading.Thread(target=kill_after_two)
+        killer.start()
+        try:
+            pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-run-id", run_id)
+        finally:
+            done.set()
+            killer.join()
+        (dead_at,) = recorded_at_death
+        ran = _records(pytester.path, run_id)
+        assert len(ran) == 8
+        assert dying.host in [r.get("sandbox", {}).get("host") for r in ran[:dead_at]]
+        after = ran[dead_at + 1 :]  # the attempt in flight when it died aside
+        assert after, f"the daemon died only after the run: {dead_at} records"
+        placed = [(r["status"], r.get("sandbox", {}).get("host")) for r in after]
+        assert placed == [("pass", DEFAULT)] * len(after), placed
+    finally:
+        dying.close()
+
+
+def test_placement_passes_over_a_daemon_found_down_while_another_is_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A daemon marked down (it did not answer) gets no container while another daemon of the
+    task's is up, and is tried again once `DOWN_FOR` has passed; with every one down,
+    placement still names one (its attempt then says the daemon is gone)."""
+    from pytest_agenteval.execution import docker
+
+    session = docker.DockerSession("client/1/1")
+    hosts = ("unix:///tmp/a.sock", "unix:///tmp/b.sock")
+    session.mark_down(hosts[1])
+    assert [session.place(hosts)[0] for _ in range(4)] == [hosts[0]] * 4
+    assert session.up(hosts) == (hosts[0],)
+    session.mark_down(hosts[0])
+    assert session.up(hosts) == () and session.place(hosts)[0] in hosts
+    monkeypatch.setattr(docker, "DOWN_FOR", 0.0)
+    session.mark_down(hosts[1])
+    assert session.up(hosts) == (hosts[1],)  # its time is over: tried again

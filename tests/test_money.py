@@ -4,11 +4,15 @@ the wait for a slot."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import os
 import resource
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +286,111 @@ def test_a_cost_cap_says_at_once_when_an_attempt_reports_tokens_but_no_cost(
     warned = [line for line in result.stderr.lines if "cannot count" in line]
     assert len(warned) == 1, result.stderr.str()
     assert "model 'served-model-1' has no price in the manifest's pricing:" in warned[0]
+
+
+HOLDING_AGENT = """
+import os, pathlib
+
+async def run(task):
+    if task.input == "hold":  # its worker is killed while this request is at the server
+        pathlib.Path(os.environ["HOLDER_PID"]).write_text(str(os.getpid()))
+    reply = await task.llm().achat([{"role": "user", "content": "<<ok>>"}])
+    return reply.text
+"""
+
+AFTER_THE_KILL = """
+import os, pathlib, time
+
+
+def pytest_runtest_setup(item):
+    if item.name.startswith("t1"):  # the other worker's attempt starts once t0's worker died
+        killed = pathlib.Path(os.environ["HOLDER_KILLED"])
+        for _ in range(3000):
+            if killed.exists():
+                break
+            time.sleep(0.01)
+"""
+
+
+def test_a_killed_workers_call_keeps_its_agent_slot_until_its_timeout(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    chat_server: ChatServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`max_in_flight: 1` for the agent, two workers: the one whose call is at the server is
+    SIGKILLed; the other worker's call waits for the dead call's timeout instead of taking its
+    slot at once, so the server never has more than 1 request of the agent in flight."""
+    pid_file, killed = pytester.path / "holder.pid", pytester.path / "holder.killed"
+    monkeypatch.setenv("HOLDER_PID", str(pid_file))
+    monkeypatch.setenv("HOLDER_KILLED", str(killed))
+    # The dead worker's request stays 1 s at the server; its call's timeout (3 s, from the
+    # call's start) leaves room for a request sent late in the call (a loaded machine).
+    chat_server.reset(latency=1.0)
+    root = dataset(
+        {
+            "t0.yaml": {"input": "hold", "expected": "ok"},
+            "t1.yaml": {"input": "ask", "expected": "ok"},
+        },
+        manifest={
+            "providers": {
+                "local": {
+                    "openai": {
+                        "base_url": chat_server.base_url,
+                        "api_key_env": KEY_ENV,
+                        "model": "m1",
+                    },
+                    "retries": 0,
+                }
+            },
+            "agent": "holding:run",
+            "limits": {"max_in_flight": 1},
+            "defaults": {"timeout": 3.0},
+        },
+    )
+    (root / "holding.py").write_text(HOLDING_AGENT)
+    pytester.makeconftest(AFTER_THE_KILL)
+    done = threading.Event()
+
+    def kill_the_holder() -> None:
+        while not done.wait(0.01):  # its request at the server: SIGKILL its worker
+            if chat_server.requests and pid_file.exists():
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                killed.touch()
+                return
+
+    killer = threading.Thread(target=kill_the_holder)
+    killer.start()
+    try:
+        result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2")
+    finally:
+        done.set()
+        killer.join()
+    result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'ds/t0.yaml::t0*"])
+    result.assert_outcomes(passed=1, errors=1)
+    assert len(chat_server.requests) == 2
+    assert chat_server.max_concurrent == 1
+
+
+def test_a_dead_holders_agent_slot_stays_taken_for_its_calls_timeout(tmp_path: Path) -> None:
+    """A process killed holding an agent's slot leaves it taken until its call's timeout has
+    passed since it took it; a dead holder's slot whose call had no timeout or whose timeout
+    is over, and a slot its call gave back, are free at once."""
+    from pytest_agenteval.execution.limits import LimitGate, Limits, release_slot, try_slot
+
+    gate, limits = LimitGate(tmp_path), Limits(max_in_flight=1)
+
+    def slot_after(agent: str, timeout: float | None, die: bool = True) -> int | None:
+        pid = os.fork()
+        if pid == 0:
+            with gate.hold(agent, limits, timeout):
+                if die:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        return try_slot(tmp_path, hashlib.sha256(agent.encode()).hexdigest()[:16], 1)
+
+    assert slot_after("killed", 3600) is None  # its call may run on for an hour
+    for free in (slot_after("untimed", None), slot_after("over", 0), slot_after("done", 60, False)):
+        assert free is not None
+        release_slot(free)

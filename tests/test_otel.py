@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from helpers import WORKERS, DatasetMaker, run_layout
-from otlp_receiver import OtlpReceiver, Span
+from otlp_receiver import HangingCollector, OtlpReceiver, Span, dead_endpoint
 from test_traces import LOOP
 
 COMMAND_AGENT = """
@@ -145,3 +145,42 @@ def test_asking_for_otel_without_the_extra_is_a_usage_error(
     result = pytester.runpytest_subprocess("--agenteval", "ds", "--agenteval-otel")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--agenteval-otel needs*pip install 'pytest-agenteval?otel?'"])
+
+
+@pytest.fixture(params=["dead", "hanging"])
+def unanswering(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The endpoint of a collector that is dead (nothing listens) or hangs (never answers)."""
+    if request.param == "dead":
+        yield dead_endpoint()
+        return
+    collector = HangingCollector().start()
+    yield collector.endpoint
+    collector.stop()
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_a_collector_that_does_not_answer_is_said_once_before_the_summary(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    unanswering: str,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: list[str],
+) -> None:
+    """A dead or hanging collector: the session's end waits for it a bounded time, then says
+    in one line before the summary how many spans were not sent, and the exporter's retries
+    and failures are printed nowhere (not after the summary either)."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", unanswering)
+    root = dataset(
+        {"loop.yaml": {"input": "q", "expected": "done"}}, manifest={"agent": "loop:loop"}
+    )
+    (root / "loop.py").write_text(LOOP)
+    result = pytester.runpytest_subprocess("--agenteval", "ds", *workers)
+    result.assert_outcomes(passed=1)
+    said = f"agenteval: OpenTelemetry: the collector at {unanswering}/v1/traces did not answer"
+    lines = result.outlines
+    (line,) = [i for i, text in enumerate(lines) if text.startswith(said)]
+    assert lines[line].endswith("; 8 of 8 spans not sent")
+    assert lines[line + 1].startswith("=") and "agenteval" in lines[line + 1]  # the summary's
+    everything = "\n".join(result.outlines + result.errlines)
+    for exporters_own in ("Transient error", "Failed to export", "retrying in", "Shutdown"):
+        assert exporters_own not in everything

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +241,43 @@ def test_one_process_calls_on_the_run_gate_never_share_a_slot(tmp_path: Path) ->
     gate.close()
     other.close()
     assert gate._files == {}
+
+
+def _killed_holding(folder: Path, route: Route) -> None:
+    """A child process takes a slot of `route` on the run gate and is SIGKILLed holding it."""
+    pid = os.fork()
+    if pid == 0:
+
+        async def die_holding() -> None:
+            async with FileGate(folder).hold(route, 1):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        asyncio.run(die_holding())
+        os._exit(1)
+    assert os.waitpid(pid, 0)[1] == signal.SIGKILL
+
+
+def test_a_dead_holders_slot_stays_taken_for_its_requests_timeout(tmp_path: Path) -> None:
+    """A process killed holding a slot of the run gate leaves its request at the provider: the
+    slot (its lock freed by the kernel) stays taken until the request's timeout has passed,
+    while a slot given back normally, or whose dead holder's timeout is over, is free."""
+    long = replace(_route(max_in_flight=2), timeout=3600)
+    _killed_holding(tmp_path, long)
+    gate = FileGate(tmp_path)
+    base = gate._base(long)
+    assert gate._claim(f"{base}.slot0") is None  # the dead call's request may still be out
+    assert FileGate(tmp_path)._claim(f"{base}.slot0") is None  # for every process
+
+    async def one() -> int | None:
+        async with gate.hold(long, 1) as slot:
+            return slot
+
+    assert asyncio.run(one()) == 1  # the next slot is free
+    assert asyncio.run(one()) == 1  # and given back clean: free again
+    over = replace(_route("short", max_in_flight=1), timeout=0)
+    _killed_holding(tmp_path, over)
+    assert gate._claim(f"{gate._base(over)}.slot0") is not None  # its timeout is over
+    gate.close()
 
 
 def _manifest(server: ModelServer, limits: dict[str, int]) -> dict[str, Any]:

@@ -4,11 +4,15 @@ the `openai` agent and the judge naming a manifest provider, its limit held by a
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from chat_server import ChatServer
 from helpers import DatasetMaker, latest_run, summary_of
 from model_server import ModelServer
 
@@ -224,3 +228,90 @@ def test_a_cost_cap_is_never_passed(
     assert second.ret == 0
     assert len(model_server.requests) - asked == 30 - passed  # exactly the rest
     assert summary_of(pytester)["status"] == "complete"
+
+
+KILLED_AGENT = """
+import asyncio, os, pathlib
+
+async def run(task):
+    pathlib.Path(os.environ["HOLDER_PID"]).write_text(str(os.getpid()))
+    client = task.llm()
+    calls = [client.achat([{"role": "user", "content": "<<held>>"}]) for _ in range(2)]
+    await asyncio.gather(*calls)  # killed while both are at the server
+    return "held"
+"""
+
+WAITING_AGENT = """
+import asyncio, os, pathlib
+
+async def run(task):
+    killed = pathlib.Path(os.environ["HOLDER_KILLED"])
+    for _ in range(3000):  # at most 30 s, in case the other worker never starts
+        if killed.exists():
+            break
+        await asyncio.sleep(0.01)
+    client = task.llm()
+    calls = [client.achat([{"role": "user", "content": "<<ok>>"}]) for _ in range(2)]
+    replies = await asyncio.gather(*calls)
+    return replies[0].text
+"""
+
+
+def test_a_killed_workers_requests_keep_its_provider_slots(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    chat_server: ChatServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker SIGKILLed with its two requests at the server (max_in_flight 2): the other
+    worker's calls wait for the dead calls' timeout instead of taking their slots at once,
+    so the server never has more than 2 requests in flight."""
+    monkeypatch.setenv("LOCAL_KEY", "local-key-abcdefghijkl")
+    pid_file, killed = pytester.path / "holder.pid", pytester.path / "holder.killed"
+    monkeypatch.setenv("HOLDER_PID", str(pid_file))
+    monkeypatch.setenv("HOLDER_KILLED", str(killed))
+    chat_server.reset(latency=1.0)  # the dead worker's requests stay 1 s at the server
+    root = dataset(
+        {
+            "t0.yaml": {"input": "q", "expected": "held", "agent": "killed:run"},
+            "t1.yaml": {"input": "q", "expected": "ok", "agent": "waiting:run"},
+        },
+        manifest={
+            "providers": {
+                "local": {
+                    "openai": {
+                        "base_url": chat_server.base_url,
+                        "api_key_env": "LOCAL_KEY",
+                        "model": "m1",
+                    },
+                    "limits": {"max_in_flight": 2},
+                    "timeout": 2.0,
+                    "retries": 0,
+                }
+            },
+            "agent": None,
+        },
+    )
+    (root / "killed.py").write_text(KILLED_AGENT)
+    (root / "waiting.py").write_text(WAITING_AGENT)
+
+    done = threading.Event()
+
+    def kill_the_holder() -> None:
+        while not done.wait(0.01):  # both of its requests at the server: SIGKILL its worker
+            if len(chat_server.requests) >= 2 and pid_file.exists():
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                killed.touch()
+                return
+
+    killer = threading.Thread(target=kill_the_holder)
+    killer.start()
+    try:
+        result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2")
+    finally:
+        done.set()
+        killer.join()
+    result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'ds/t0.yaml::t0*"])
+    result.assert_outcomes(passed=1, errors=1)
+    assert len(chat_server.requests) == 4
+    assert chat_server.max_concurrent == 2

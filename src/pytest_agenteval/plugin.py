@@ -544,7 +544,11 @@ def _telemetry(config: pytest.Config, flag: bool) -> Any:
         return None  # the endpoint is set for other programs: no extra, no export
     content = os.environ.get(otel.CONTENT_ENV, "").strip().lower() in ("1", "true", "yes")
     telemetry = otel.Telemetry(content=content)
-    config.add_cleanup(telemetry.close)
+    from .glue.telemetry import TelemetryEnd
+
+    end = TelemetryEnd(telemetry)
+    config.pluginmanager.register(end, "agenteval-otel")
+    config.add_cleanup(end.close)  # a session that never finished
     return telemetry
 
 

@@ -13,6 +13,10 @@ running; the first sandbox of the next process on this machine (and `agenteval r
 removes those whose session is gone, as does the xdist controller at the end of a session
 whose worker died. Kept containers (`--agenteval-keep-sandboxes`) are renamed
 `agenteval-kept-...` and left alone.
+
+A daemon that stops answering (killed, its socket gone) is passed over by placement for
+`DOWN_FOR` seconds, then tried again; the container being made there when it was found gone
+is made on another daemon of the task's with room instead (its attempt does not fail for it).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from ..store.locks import locked
 from .docker_cli import (
     DAEMON_GONE,
     DOCKER_TIMEOUT,
+    DaemonGone,
     SandboxUnavailable,
     checked,
     cli,
@@ -72,6 +77,8 @@ REMOVE_AGAIN = (0.5, 2.0, 0.0)
 """Seconds before a refused removal of a slot-holding container is tried again (three tries)."""
 HOSTS_FILE = "docker-hosts"
 """In the machine folder: the daemons this user's sessions used besides the default one."""
+DOWN_FOR = 30.0
+"""Seconds placement passes over a daemon found not answering before trying it again."""
 
 
 def remove_orphans(run_id: str | None = None, hosts: Sequence[str | None] = (None,)) -> Swept:
@@ -169,6 +176,8 @@ class DockerSession:
         self._placed: dict[str | None, int] = {}
         self._reserved: dict[str, tuple[str | None, int | None, int | None]] = {}
         """What `reserve` took ahead for a container not made yet: its daemon and slots."""
+        self._down: dict[str | None, float] = {}
+        """Daemons found not answering, until when (monotonic) placement passes them over."""
 
     def _addresses(self, entries: Sequence[str]) -> tuple[str, ...]:
         """The daemons' addresses of host entries, their bounds noted in `caps` (the run's
@@ -224,6 +233,17 @@ class DockerSession:
                 wait_freed(mark)
         return placed
 
+    def mark_down(self, host: str | None) -> None:
+        """The daemon `host` does not answer: place nothing there for `DOWN_FOR` seconds."""
+        with self._lock:
+            self._down[host] = time.monotonic() + DOWN_FOR
+
+    def up(self, hosts: Sequence[str | None]) -> tuple[str | None, ...]:
+        """The daemons of `hosts` not found down lately (`mark_down`)."""
+        now = time.monotonic()
+        with self._lock:
+            return tuple(h for h in hosts if self._down.get(h, 0.0) <= now)
+
     def _try_place(
         self, hosts: Sequence[str | None]
     ) -> tuple[str | None, int | None, int | None] | None:
@@ -231,7 +251,8 @@ class DockerSession:
         machine's), or None when one of them is not free now (nothing is held then). Room
         is a bounded daemon's free slots across the machine, else unbounded; ties go to the
         fewest containers of this process alive, then the fewest made there, so equal ones
-        take turns."""
+        take turns. A daemon found down lately is passed over while another is up."""
+        hosts = self.up(hosts) or hosts
         machine = None
         if self.policy.max_alive is not None:
             machine = free_sandbox_slot(self.policy.max_alive)
@@ -424,18 +445,35 @@ class DockerEnvironment:
         container holds until it is gone."""
         self.sandbox_host = self.host if hosts != (None,) else None
         """The daemon the record names: when the run or task names its daemons."""
-        try:
-            image, image_id = session.image(spec.docker, build, self.host, hosts)
-        except BaseException:
-            release_slot(self._slot)
-            release_slot(self._host_slot)
-            raise
-        self.image_id: str | None = image_id
+        self.image_id: str | None = None
         """The id of the image the container was made of."""
         self._session = session
         self.keep = session.policy.keep
         self.captured: dict[str, str] | None = None
         """What `sandbox: environment:` captured inside, by name (None: nothing asked)."""
+        while True:
+            try:
+                self._make(build, hosts)
+                return
+            except DaemonGone:
+                session.mark_down(self.host)
+                if not session.up(hosts):
+                    raise
+            self.host, self._host_slot, self._slot = session.place(hosts)  # one with room
+            if self.sandbox_host is not None:
+                self.sandbox_host = self.host
+
+    def _make(self, build: BuildFolder | None, hosts: Sequence[str | None]) -> None:
+        """Start the container on `self.host`, the workspace copied in; a failure gives back
+        what it held."""
+        spec, name, session = self.spec, self.name, self._session
+        assert spec.docker is not None
+        try:
+            image, self.image_id = session.image(spec.docker, build, self.host, hosts)
+        except BaseException:
+            release_slot(self._slot)
+            release_slot(self._host_slot)
+            raise
         session.started(name, self.host)
         try:
             checked(
@@ -444,16 +482,22 @@ class DockerEnvironment:
                 host=self.host,
             )
             owner = _owner(spec.user)
-            if template is not None or owner != (0, 0):
+            if self.template is not None or owner != (0, 0):
                 # else `docker run --workdir` made the empty folder, and it is root's
                 checked(
                     ["cp", "--archive", "-", f"{name}:/"],
                     "copying the workspace in",
-                    input=workspace_tar(template, spec.workdir, owner),
+                    input=workspace_tar(self.template, spec.workdir, owner),
                     host=self.host,
                 )
             if spec.environment:
                 self.captured = self._capture(spec.environment)
+        except DaemonGone:  # nothing of it runs: its slots are free, its name for another daemon
+            session.remove_later(name, self.host)  # should the daemon come back
+            release_slot(self._slot)
+            release_slot(self._host_slot)
+            self._slot = self._host_slot = None
+            raise
         except BaseException:
             self._remove()
             raise
@@ -549,7 +593,11 @@ class DockerEnvironment:
         """After an exit that may be docker's own (its daemon died mid-call, the container is
         gone): raise SandboxUnavailable unless the container still runs, so the program's own
         status stands."""
-        unreachable(said)
+        try:
+            unreachable(said)
+        except DaemonGone:
+            self._session.mark_down(self.host)  # the next containers go elsewhere
+            raise
         state = docker(["inspect", "--format", "{{.State.Running}}", self.name], host=self.host)
         if state.returncode != 0 or state.stdout.strip() != b"true":
             why = (said.strip() or state.stderr.decode(errors="replace").strip())[-2000:]

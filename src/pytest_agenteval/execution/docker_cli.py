@@ -68,10 +68,15 @@ def checked(
     return done.stdout
 
 
+class DaemonGone(SandboxUnavailable):
+    """The daemon does not answer (not running, died, its socket gone): placement passes it
+    over for a while (`DockerSession.mark_down`)."""
+
+
 def unreachable(said: str) -> None:
-    """Raise SandboxUnavailable when a failed docker command says its daemon is gone."""
+    """Raise DaemonGone when a failed docker command says its daemon is gone."""
     if any(words in said for words in DAEMON_GONE):
-        raise SandboxUnavailable(
+        raise DaemonGone(
             "sandbox: the Docker daemon is not running",
             detail="start it (`sudo systemctl start docker`, or as root `dockerd &`), "
             "then run again: " + said.strip(),

@@ -3,16 +3,20 @@
 `max_in_flight` and `min_interval` bound how hard a run hits a provider. With xdist each worker
 is a process, so the authority is the file system: lock files in the run folder, held with
 `fcntl.flock`. A call takes one of `max_in_flight` slot files (a lock the kernel releases
-when the holder dies, so a killed worker never leaks a slot), then, under the agent's pace lock,
-waits until `min_interval` has passed since the last recorded start and records its own. Lock
-files, unlike a coordinator process, need no address in `workerinput` and survive any worker's
-death; they hold only for processes on this machine that see the run folder.
+when the holder dies, so a killed worker never leaks a slot past its call's timeout: below),
+then, under the agent's pace lock, waits until `min_interval` has passed since the last
+recorded start and records its own. Lock files, unlike a coordinator process, need no address
+in `workerinput` and survive any worker's death; they hold only for processes on this machine
+that see the run folder.
 
 A forked child closes its copies of the locks at once (`store/locks.py`), so a pool's
 long-lived worker never holds a slot of its parent.
 
 A slot is held until the call really ends: a sync agent abandoned at its deadline (its thread
-runs on, its HTTP request still at the provider) keeps its slot until its thread returns.
+runs on, its HTTP request still at the provider) keeps its slot until its thread returns. A
+killed worker's call may run on too (its requests at the provider, a command agent's program):
+a call with a timeout stamps its slot (`core/holders.py`), so the slot of a holder that died
+stays taken until that timeout has passed since the call took it.
 
 A wait for a slot costs nothing while it waits: a slot this process gives back wakes its
 waiters at once (`wait_freed`), and only another process's is looked for, every
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from ..core import holders
 from ..store.locks import HELD, locked
 
 SLOT_POLL = 0.1
@@ -59,27 +64,32 @@ class LimitGate:
         self.folder = folder
 
     @contextlib.contextmanager
-    def hold(self, agent: str, limits: Limits) -> Iterator[None]:
-        """Wait for a free slot and the agent's pace, and keep the slot for the block."""
+    def hold(self, agent: str, limits: Limits, timeout: float | None = None) -> Iterator[None]:
+        """Wait for a free slot and the agent's pace, and keep the slot for the block (a call
+        of `timeout` seconds: that long from its start should its process die holding it)."""
         if not limits:
             yield
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(agent.encode()).hexdigest()[:16]
         slot = self._slot(name, limits.max_in_flight) if limits.max_in_flight else None
+        release = _release
         try:
             if limits.min_interval:
                 self._pace(name, limits.min_interval)
+            if slot is not None and timeout is not None:  # the call starts now
+                holders.stamp(slot, timeout)
+                release = _release_stamped
             yield
         except BaseException as exc:
             running_on = getattr(exc, "running_on", None)  # a call abandoned at its deadline
             if slot is not None and running_on is not None:
-                running_on(partial(_release, slot))  # the slot is its until it really ends
+                running_on(partial(release, slot))  # the slot is its until it really ends
                 slot = None
             raise
         finally:
             if slot is not None:
-                _release(slot)
+                release(slot)
 
     def _slot(self, name: str, size: int) -> int:
         return take_slot(self.folder, name, size)
@@ -131,6 +141,8 @@ def try_slot(folder: Path, name: str, size: int) -> int | None:
         HELD.add(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if holders.dead_until(fd) is not None:  # a dead holder's call may run on
+                raise BlockingIOError
         except BlockingIOError:
             HELD.discard(fd)
             os.close(fd)
@@ -164,6 +176,12 @@ def _release(slot: int, *_: object) -> None:
     with _FREED:
         _freed += 1
         _FREED.notify_all()
+
+
+def _release_stamped(slot: int, *_: object) -> None:
+    with contextlib.suppress(OSError):
+        holders.clear(slot)  # the call is over: nothing of it runs on
+    _release(slot)
 
 
 def release_slot(slot: int | None) -> None:

@@ -311,7 +311,7 @@ class AgentLimitTable:
     def held(self, job: AttemptJob) -> AbstractContextManager[None] | None:
         """Wait for the limits of the attempt's agent; None when it has none."""
         agent, limits = self.limits_for(job.task, job.variant)
-        return self.gate.hold(agent, limits) if limits else None
+        return self.gate.hold(agent, limits, job.task.timeout) if limits else None
 
     def limits_for(self, task: TaskDef, variant: str | None = None) -> tuple[str, Limits]:
         """The task's agent (its label; a variant's names the variant, so each variant has

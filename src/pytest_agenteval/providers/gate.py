@@ -9,6 +9,11 @@ limit, up to `max_in_flight` (additive increase, multiplicative decrease). Two r
 it settle instead of oscillating: it grows only on a success that filled the window (the call
 held the top slot: demand reached the limit), and never past the level the last 429 showed
 the server takes (the calls in flight then, less one), which itself creeps up slowly.
+
+A killed worker's requests stay at the provider, which goes on answering them: the kernel
+frees its slot files at once, but a slot whose holder died mid-call stays taken until the
+call's request `timeout` has passed since it was sent (each slot file records its holder and
+when its request went out), so the provider never sees more than `max_in_flight` at once.
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ import hashlib
 import os
 import struct
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+from ..core import holders
 
 if TYPE_CHECKING:
     from .seam import Route
@@ -142,10 +150,13 @@ class FileGate:
     file (the current limit and the 429 count) per provider in the run folder's `providers/`.
 
     A call takes a free slot below the provider's current limit (a lock the kernel releases if
-    its holder dies); a 429 halves the limit in the state file, so every worker sees it. A
-    slot's file stays open in the process that opened it (a call costs one `flock`, not an
-    open and a close); the slots this process's calls hold are known without asking the
-    kernel (two calls of one process would share an open file, and its lock)."""
+    its holder dies; the file records the holder, when its request was sent and its timeout,
+    cleared when the call gives the slot back, so a dead holder's request is known to be at
+    the provider still until its timeout has passed); a 429 halves the limit in the state
+    file, so every worker sees it. A slot's file stays open in the process that opened it (a
+    call costs one `flock`, not an open and a close); the slots this process's calls hold are
+    known without asking the kernel (two calls of one process would share an open file, and
+    its lock)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -157,6 +168,8 @@ class FileGate:
         """Each slot file this process opened, by path (a forked child opens its own)."""
         self._held: set[str] = set()
         """The slot files this process's calls hold now."""
+        self._dead: dict[str, float] = {}
+        """Slots a dead holder's request keeps until the time given (not looked at before)."""
 
     def _base(self, route: Route) -> str:
         base = self._bases.get(route.label)
@@ -177,9 +190,11 @@ class FileGate:
         base = self._base(route)
         path, fd, slot = await self._take(base, ceiling)
         try:
+            holders.stamp(fd, route.timeout)
             yield slot
         finally:
             with contextlib.suppress(OSError):
+                holders.clear(fd)  # given back: no request of this slot is out
                 fcntl.flock(fd, fcntl.LOCK_UN)
             with self._lock:
                 self._held.discard(path)
@@ -199,7 +214,7 @@ class FileGate:
         with self._lock:
             if self._pid != os.getpid():  # a forked child: its parent's files are not its own
                 self._pid, self._files, self._held = os.getpid(), {}, set()
-            if path in self._held:
+            if path in self._held or self._dead.get(path, 0.0) > time.time():
                 return None
             fd = self._files.get(path)
             if fd is None:
@@ -208,6 +223,10 @@ class FileGate:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                return None
+            if (until := holders.dead_until(fd)) is not None:
+                self._dead[path] = until
+                fcntl.flock(fd, fcntl.LOCK_UN)
                 return None
             self._held.add(path)
             return fd

@@ -9,14 +9,23 @@ whatever writes events gets spans. Message content and tool arguments and output
 only with `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`. A command agent gets the
 agent span as `TRACEPARENT` (W3C), so spans it makes join the attempt's trace.
 
+A dead or hanging collector costs the session's end at most `FLUSH_BOUND` seconds: the last
+flush runs in a thread of its own that is given up on then, and the exporter's complaints (its
+retries) are kept, not printed, for the one line the session says before its summary.
+
 Off, nothing here is imported: the runner has no exporter to call and no span ids to make.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
+import re
 import secrets
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.identity import item_name
@@ -33,6 +42,14 @@ INSTALL = "pip install 'pytest-agenteval[otel]'"
 SCOPE = "pytest_agenteval"
 CONTENT_LIMIT = 4000
 """Characters of a message or a tool's output a span keeps (with content capture on)."""
+FLUSH_BOUND = 3.0
+"""Seconds the session's end waits for the collector to take the spans not sent yet."""
+EXPORT_TIMEOUT = 5.0
+"""Seconds one export (its retries included) may take, unless the standard
+`OTEL_EXPORTER_OTLP_TIMEOUT` / `..._TRACES_TIMEOUT` says otherwise."""
+TIMEOUT_ENV = ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+"""Where the OTLP/HTTP exporter logs its failed exports and retries."""
 
 
 def wanted(flag: bool, environ: Mapping[str, str]) -> bool:
@@ -61,7 +78,7 @@ def _nonzero(bits: int) -> int:
 
 class Telemetry:
     """Sends each attempt's spans through a batching processor (its own thread); `close`
-    flushes them at the session's end."""
+    flushes them at the session's end, for at most `FLUSH_BOUND` seconds."""
 
     def __init__(self, exporter: Any = None, content: bool = False) -> None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -71,7 +88,14 @@ class Telemetry:
         self.content = content
         """Whether message content, tool arguments and output go into spans."""
         self.resource = Resource.create({"service.name": "pytest-agenteval"})
-        self.processor = BatchSpanProcessor(exporter or OTLPSpanExporter())
+        timeout = None if any(os.environ.get(name) for name in TIMEOUT_ENV) else EXPORT_TIMEOUT
+        self.exporter = _Counting(exporter or OTLPSpanExporter(timeout=timeout))
+        self.processor = BatchSpanProcessor(self.exporter)  # type: ignore[arg-type]  # duck-typed
+        self.queued = 0
+        """Spans handed to the processor."""
+        self.complaints = _Complaints()
+        logging.getLogger(EXPORTER_LOGGER).addFilter(self.complaints)
+        self._closed: dict[str, Any] | None = None
 
     def traceparent(self) -> str:
         """The `traceparent` of a new attempt's agent span."""
@@ -81,11 +105,98 @@ class Telemetry:
         """Queue the spans of one finished attempt (best effort: never the attempt's error)."""
         parent = task.trace.traceparent or new_traceparent()
         for span in attempt_spans(record, parent, self.content, self.resource):
+            self.queued += 1
             self.processor.on_end(span)
 
-    def close(self) -> None:
+    def close(self, bound: float = FLUSH_BOUND) -> dict[str, Any]:
+        """Flush what is left for at most `bound` seconds, then stop: what was not sent (a
+        note for `unsent_line`; the same note again on a second call)."""
+        if self._closed is not None:
+            return self._closed
+        flusher = threading.Thread(target=self._finish, name="agenteval-otel-end", daemon=True)
+        flusher.start()
+        flusher.join(bound)
+        hung = flusher.is_alive()
+        if hung:  # ends the exporter's retries; a request that hangs is left to its thread
+            with contextlib.suppress(Exception):
+                self.exporter.inner.shutdown()
+        else:
+            logging.getLogger(EXPORTER_LOGGER).removeFilter(self.complaints)
+        self._closed = {
+            "endpoint": str(getattr(self.exporter.inner, "_endpoint", "") or "its endpoint"),
+            "spans": self.queued,
+            "unsent": max(0, self.queued - self.exporter.sent),
+            "why": f"waited {bound:g} s" if hung else self.complaints.last,
+        }
+        return self._closed
+
+    def _finish(self) -> None:
         self.processor.force_flush()
         self.processor.shutdown()  # type: ignore[no-untyped-call]
+
+
+class _Counting:
+    """The exporter, counting the spans the collector took."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.sent = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        result = self.inner.export(spans)
+        if result is SpanExportResult.SUCCESS:
+            self.sent += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis))
+
+
+class _Complaints(logging.Filter):
+    """Keeps the exporter's last complaint instead of printing it (its retries would print
+    in the middle of the run's output, and after its summary)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            self.last = _reason(record.getMessage()) or self.last
+        return False
+
+
+def _reason(message: str) -> str | None:
+    """What an exporter's complaint says went wrong, short (None: it names nothing)."""
+    if found := re.search(r"\[Errno -?\d+\] ([^'\")]+)", message):
+        return found[1].strip()
+    if "timed out" in message.lower():
+        return "timed out"
+    if found := re.search(r"code: (\d+)", message):
+        return f"HTTP {found[1]}"
+    if "due to timeout, max retries or shutdown" in message or "hutdown" in message:
+        return None
+    return message.split("\n")[0][:120]
+
+
+def unsent_line(notes: Sequence[Mapping[str, Any]]) -> str | None:
+    """The one line the session says when spans were not sent (its processes' `close`
+    notes together), or None when every span reached the collector."""
+    unsent = sum(int(note.get("unsent", 0)) for note in notes)
+    if not unsent:
+        return None
+    spans = sum(int(note.get("spans", 0)) for note in notes)
+    first = next(note for note in notes if note.get("unsent"))
+    why = f" ({first['why']})" if first.get("why") else ""
+    return (
+        f"agenteval: OpenTelemetry: the collector at {first.get('endpoint')} did not answer"
+        f"{why}; {unsent} of {spans} spans not sent"
+    )
 
 
 def attempt_spans(

@@ -1,0 +1,57 @@
+"""Who holds a flock'd slot file, since when and for how long: the kernel frees a slot the
+moment its holder dies, but what the holder's call started (a request at a provider, an
+agent's program) may run on until the call's timeout. A holder stamps its slot when it takes
+it and clears it before giving it back, so a stamp found on a slot just locked is a dead
+holder's, and the slot stays taken until the stamp's timeout has passed."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+from .pids import start_time
+
+RECORD = struct.Struct("<qqdd")
+"""The holder's pid and start time (-1: unknown), when it took the slot (epoch seconds) and
+its call's timeout; zeros once given back."""
+FREE = bytes(RECORD.size)
+_me: tuple[int, int] = (0, -1)
+
+
+def _holder(pid: int) -> tuple[int, int]:
+    started = start_time(pid)
+    return pid, int(started) if started and started.isdigit() else -1
+
+
+def stamp(fd: int, timeout: float) -> None:
+    """Note on the slot file `fd` (locked by this process) that this process's call took it
+    now and may run for `timeout` seconds."""
+    global _me
+    if _me[0] != os.getpid():  # once per process (a forked child is another)
+        _me = _holder(os.getpid())
+    os.pwrite(fd, RECORD.pack(*_me, time.time(), timeout), 0)
+
+
+def clear(fd: int) -> None:
+    """The call is over: its slot is free once unlocked."""
+    os.pwrite(fd, FREE, 0)
+
+
+def dead_until(fd: int) -> float | None:
+    """Until when the slot file `fd`, just locked, stays taken by a holder that died holding
+    it (its call may still run); None when it is free."""
+    data = os.pread(fd, RECORD.size, 0)
+    if len(data) != RECORD.size or data == FREE:
+        return None
+    pid, started, taken_at, timeout = RECORD.unpack(data)
+    until = float(taken_at + timeout)
+    if until <= time.time() or _alive(pid, started):  # over, or its holder still runs
+        return None
+    return until
+
+
+def _alive(pid: int, started: int) -> bool:
+    """Whether the process a stamp names still runs (not another with its pid)."""
+    now = start_time(pid)
+    return now is not None and (started == -1 or now == str(started))
