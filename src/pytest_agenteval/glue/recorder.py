@@ -49,6 +49,7 @@ from .concurrency import concurrency_of, say_now
 from .internals import stop_distributing
 from .items import AttemptItem
 from .live_progress import LiveProgress
+from .observers import observers
 from .runtime import Runtime
 from .session_state import SessionState
 from .settings import dry_run
@@ -345,7 +346,7 @@ class Recorder:
     ) -> None:
         """Call `pytest_agenteval_record_committed` with the typed record (`attempt_record`)
         and, for implementations that still ask for it, the stored JSON (`record`). A shipped
-        record is parsed only when someone listens."""
+        record is parsed only when someone listens; one that raises stops nothing."""
         hook = self.config.hook.pytest_agenteval_record_committed
         impls = hook.get_hookimpls()
         if record is None and not impls:
@@ -355,7 +356,12 @@ class Recorder:
             record = AttemptRecord.from_json(data)
         if data is None and any("record" in impl.argnames for impl in impls):
             data = json.loads(text)
-        hook(attempt_record=record, record=data, config=self.config)
+        observers(self.config).notify(
+            "pytest_agenteval_record_committed",
+            attempt_record=record,
+            record=data,
+            config=self.config,
+        )
 
     def _spend(self, row: IndexRow, regraded: bool) -> None:
         """Count the attempt's spend (a regrade spent only on its judges: the agent's usage

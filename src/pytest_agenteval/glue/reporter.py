@@ -31,8 +31,9 @@ from ..store.sessions import SessionEntry
 from ..store.stops import Stop
 from .items import AttemptItem
 from .live_progress import LiveProgress
+from .observers import observers
 from .runtime import Runtime
-from .session_end import Ending, SessionFacts, end_session, run_exitstatus
+from .session_end import Ending, SessionFacts, end_session, run_exitstatus, run_status
 from .session_state import SessionState
 
 
@@ -83,6 +84,8 @@ class Reporter:
         self.dry_plan: list[Planned] = []
         self.ctrl_c = False
         """A KeyboardInterrupt ended the session (pytest caught it)."""
+        self.midway = 0
+        """Stored attempts a run-wide stop ended mid-way (phase `stopped`)."""
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         state = self.run.note or ("resuming" if self.run.resumed else "new")
@@ -143,6 +146,7 @@ class Reporter:
         )
         status = self._summarize(session, int(exitstatus), stop)
         self.live.show(status)
+        facts = replace(facts, midway=self.midway)
         recorded = run_exitstatus(replace(facts, status=status))
         assert self.summary is not None
         out_dir = self.settings.report_dir
@@ -161,7 +165,7 @@ class Reporter:
             self.state.fail(failure)
         self.summary = finished.summary
         config = session.config
-        config.hook.pytest_agenteval_summary(summary=self.summary, config=config)
+        observers(config).notify("pytest_agenteval_summary", summary=self.summary, config=config)
         try:
             self.store.finish_run(
                 self.run.run_id, self.summary.status, self._session_entry(recorded)
@@ -241,14 +245,13 @@ class Reporter:
     def _summarize(self, session: pytest.Session, exitstatus: int, stop: Stop | None) -> str:
         """Build the summary from the stored records; returns the run's status."""
         rows = self.store.rows(self.run.run_id)
-        interrupted = (
+        unfinished = (
             exitstatus == pytest.ExitCode.INTERRUPTED
             or bool(session.shouldfail or session.shouldstop)
             or len(rows) < len(self.state.planned_keys)
         )
-        status = "interrupted" if interrupted else "complete"
-        if interrupted and stop is not None:
-            status = stop.kind
+        self.midway = sum(row.phase == "stopped" for row in rows)
+        status = run_status(unfinished, stop, self.midway)
         info = self.store.run(self.run.run_id)
         assert info is not None
         self.summary = build_summary(

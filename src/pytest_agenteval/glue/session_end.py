@@ -41,6 +41,8 @@ class SessionFacts:
     """A KeyboardInterrupt ended the session."""
     budget: Budget | None = None
     """The run's spend and caps (for the line a budget stop says)."""
+    midway: int = 0
+    """Attempts a run-wide stop ended mid-way (recorded `stopped`: a resume runs them)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,16 @@ class Ending:
         """The lines that end the terminal section, in order."""
         lines = [self.stop_line, self.gate_message, *self.failures]
         return [line for line in lines if line]
+
+
+def run_status(unfinished: bool, stop: Stop | None, midway: int) -> str:
+    """The run's status: `complete`, else `interrupted` or the kind of the stop that came.
+    A stop makes the run unfinished also when every planned attempt has a record: Ctrl-C
+    (even with every attempt left already in flight), and any stop that ended an attempt
+    mid-way (`midway`: a cap that refused a call or stopped a loop between turns)."""
+    if stop is not None and (unfinished or midway or stop.kind == "interrupted"):
+        return stop.kind
+    return "interrupted" if unfinished else "complete"
 
 
 def run_exitstatus(facts: SessionFacts) -> int:
@@ -104,7 +116,12 @@ def stop_line(facts: SessionFacts) -> str | None:
         then = (
             RESUME if stop.kind != "budget" or facts.budget is None else budget_line(facts.budget)
         )
-        return f"agenteval: stopped ({stop.reason}): attempts not started were skipped; {then}"
+        midway = (
+            f", the {facts.midway} it ended mid-way are recorded as stopped" if facts.midway else ""
+        )
+        return (
+            f"agenteval: stopped ({stop.reason}): attempts not started were skipped{midway}; {then}"
+        )
     if facts.ctrl_c and status == "interrupted":
         return (
             f"agenteval: stopped ({CTRL_C}): attempts still running and those not started "
