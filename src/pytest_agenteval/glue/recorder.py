@@ -132,6 +132,13 @@ class Recorder:
         if self.collected_once:
             return
         self.collected_once = True
+        self._selected(*self.keys_of(ids))
+        for ds in self.runtime.datasets:  # what planning loaded is not needed any more
+            ds.forget_reads()
+
+    def keys_of(self, ids: list[str]) -> tuple[list[AttemptId], set[tuple[str, str]]]:
+        """The attempts a worker's collected node ids name, and its task files that did not
+        load (as (dataset, label))."""
         keys: list[AttemptId] = []
         broken: set[tuple[str, str]] = set()
         for nodeid in ids:
@@ -142,9 +149,7 @@ class Recorder:
                 keys.append(parsed)
             elif dataset and label is not None:
                 broken.add((dataset, label))
-        self._selected(keys, broken)
-        for ds in self.runtime.datasets:  # what planning loaded is not needed any more
-            ds.forget_reads()
+        return keys, broken
 
     def _selected(self, keys: list[AttemptId], broken: set[tuple[str, str]]) -> None:
         """Plan the run from what this session selected, and mark it narrowed when that is not

@@ -33,7 +33,14 @@ from .items import AttemptItem
 from .live_progress import LiveProgress
 from .observers import observers
 from .runtime import Runtime
-from .session_end import Ending, SessionFacts, end_session, run_exitstatus, run_status
+from .session_end import (
+    PROBE_FAILED,
+    Ending,
+    SessionFacts,
+    end_session,
+    run_exitstatus,
+    run_status,
+)
 from .session_state import SessionState
 
 
@@ -220,14 +227,19 @@ class Reporter:
         --agenteval-strict, Ctrl-C before the first attempt ended) and no stop came: there is
         nothing to keep."""
         sharded = self.runtime.shard is not None  # an empty shard is kept for merge
-        if self.settings.probe_only:  # a probe alone leaves no run behind
+        if self.settings.probe_only or self._probe_failed():  # a probe leaves no run behind
             return not self.run.resumed
         return not (self.run.resumed or self.state.began() or sharded or self._stop() is not None)
 
     def _never_began(self, exitstatus: int) -> bool:
         """A resumed run whose session ended in a usage error (a path that does not exist, a
-        bad option) before any attempt: the run is left as it was, its reports untouched."""
-        usage_error = exitstatus == pytest.ExitCode.USAGE_ERROR or self.settings.probe_only
+        bad option) or at the probe before any attempt: the run is left as it was, its reports
+        untouched."""
+        usage_error = (
+            exitstatus == pytest.ExitCode.USAGE_ERROR
+            or self.settings.probe_only
+            or self._probe_failed()
+        )
         return self.run.resumed and usage_error and not self.state.began()
 
     def _empty_shard(self) -> bool:
@@ -241,6 +253,11 @@ class Reporter:
             return None
         stops.reason()  # an xdist controller starts no attempt: look at the run folder now
         return stops.stop
+
+    def _probe_failed(self) -> bool:
+        """The probe before the first attempt failed: no run's status (new: not kept)."""
+        stop = self._stop()
+        return stop is not None and stop.kind == "probe_failed"
 
     def _summarize(self, session: pytest.Session, exitstatus: int, stop: Stop | None) -> str:
         """Build the summary from the stored records; returns the run's status."""
@@ -295,7 +312,11 @@ class Reporter:
                     tr.write_line(printable(line))
             return
         if self.run.dropped:
-            tr.write_line(f"agenteval: no attempt ran; run {self.run.run_id} was not kept")
+            if self._probe_failed():
+                tr.write_line(PROBE_FAILED, yellow=True, bold=True)
+            run = f"run {self.run.run_id}"
+            kept = f"{run} is left as it was ({self.run.was})" if self.run.resumed else None
+            tr.write_line(f"agenteval: no attempt ran; {kept or run + ' was not kept'}")
             return
         if self.summary is not None:
             tr.write_sep("=", "agenteval")

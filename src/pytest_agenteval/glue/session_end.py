@@ -17,6 +17,10 @@ from ..reporting.gate import GateResult
 from ..store.stops import CTRL_C, Budget, Stop
 
 RESUME = "--resume-suite runs them"
+PROBE_FAILED = (
+    "agenteval: stopped (the probe failed): no attempt started; fix what it named above and "
+    "run again (--agenteval-no-probe skips it)"
+)
 
 
 @dataclass(frozen=True)
@@ -108,10 +112,7 @@ def stop_line(facts: SessionFacts) -> str | None:
     the deadline, and Ctrl-C (with attempts in flight or not)."""
     stop, status = facts.stop, facts.status
     if stop is not None and stop.kind == "probe_failed" == status:
-        return (
-            "agenteval: stopped (the probe failed): no attempt started; fix what it named "
-            "above and run again (--agenteval-no-probe skips it)"
-        )
+        return PROBE_FAILED
     if stop is not None and status == stop.kind:
         then = (
             RESUME if stop.kind != "budget" or facts.budget is None else budget_line(facts.budget)
