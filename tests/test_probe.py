@@ -13,8 +13,12 @@ import pytest
 from helpers import DatasetMaker, latest_run, run_ids, run_layout, summary_of
 from model_server import ModelServer
 from pytest_agenteval.core.llm import ModelPrice
+from pytest_agenteval.core.model import Action, TaskSpec
+from pytest_agenteval.glue.probe import uses_of
 from pytest_agenteval.providers.probe import Use, probe, unpriced
 from pytest_agenteval.providers.seam import Route, forget, run_sync
+from pytest_agenteval.sources.dataset import load_dataset
+from pytest_agenteval.sources.speccache import CachedTask
 from pytest_agenteval.store.stops import Stops
 
 KEY = "local-key-abcdefghijkl"
@@ -304,3 +308,41 @@ def test_k_probes_only_the_models_of_the_tasks_it_selects(
     assert judged.ret == pytest.ExitCode.INTERRUPTED
     judged.stdout.fnmatch_lines(["*model 'judge-typo'*HTTP 404*judge of judged [[]ds]*"])
     assert _chats(model_server) == []
+
+
+def test_uses_follow_what_the_plan_does_with_each_attempt(
+    dataset: DatasetMaker, model_server: ModelServer
+) -> None:
+    """A reused attempt reaches nothing, a regraded one only its judges, one that runs its
+    agent (the task's own or the manifest's, none under --agenteval-agent), its judges and
+    the providers `task.llm()` may use."""
+    manifest = _manifest(model_server, "m1", judge={"model": "j1", "provider": "local"})
+    tasks = {
+        "own.yaml": {"input": "q", "agent": {"openai": {"model": "m2", "provider": "local"}}},
+        "judged.yaml": {"input": "q", "graders": [{"judge": "ok?"}]},
+    }
+    ds = load_dataset(dataset(tasks, manifest=manifest))
+    own, judged = (
+        next(t.spec for t in ds.read(path).tasks if isinstance(t, CachedTask))
+        for path in (ds.root / "own.yaml", ds.root / "judged.yaml")
+    )
+
+    def reached(*attempts: tuple[TaskSpec, Action], override: bool = False) -> list[str]:
+        found = uses_of(ds, [(ds, s, None, a) for s, a in attempts], override)
+        return sorted(f"{u.role} {u.model} {u.who}" for u in found)
+
+    assert reached((own, "reuse"), (judged, "reuse")) == []
+    assert reached((own, "reuse"), (judged, "regrade")) == ["judge j1 judge of judged [ds]"]
+    assert reached((own, "run")) == [
+        "agent m2 agent of own [ds]",
+        "llm None task.llm('local') [ds]",
+    ]
+    assert reached((judged, "run")) == [
+        "agent m1 agent [ds]",
+        "judge j1 judge of judged [ds]",
+        "llm None task.llm('local') [ds]",
+    ]
+    assert reached((judged, "run"), override=True) == [
+        "judge j1 judge of judged [ds]",
+        "llm None task.llm('local') [ds]",
+    ]
