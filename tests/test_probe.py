@@ -317,7 +317,7 @@ def test_uses_follow_what_the_plan_does_with_each_attempt(
     agent (the task's own or the manifest's, none under --agenteval-agent), its judges and
     the providers `task.llm()` may use."""
     manifest = _manifest(model_server, "m1", judge={"model": "j1", "provider": "local"})
-    tasks = {
+    tasks: dict[str, Any] = {
         "own.yaml": {"input": "q", "agent": {"openai": {"model": "m2", "provider": "local"}}},
         "judged.yaml": {"input": "q", "graders": [{"judge": "ok?"}]},
     }
