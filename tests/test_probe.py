@@ -249,19 +249,21 @@ def test_a_resume_probes_only_what_runs_and_a_failed_probe_leaves_the_run_as_it_
 ) -> None:
     """With the model server down, a resume with nothing left to run probes nothing and ends
     as the run is (exit 0, `complete`); one that must run an attempt stops at the probe
-    (exit 2) and leaves run.json as it was: its status, sessions and plan."""
+    (exit 2) and leaves the run as it was: run.json's status, sessions and plan, and its
+    progress.json."""
     monkeypatch.setenv("LOCAL_KEY", KEY)
     model_server.reset(models=["m1"])
     dataset(_tasks(2), manifest=_manifest(model_server, "m1"))
     run = ("--agenteval", "ds", "--agenteval-run-id", "r1", *xdist)
     run_layout(pytester, *run, "-k", "t00").assert_outcomes(passed=1)
     before = _run_json(pytester.path)
+    progress = pytester.path / ".pytest_cache/agenteval/runs/r1/progress.json"
     model_server.stop()
     nothing = run_layout(pytester, *run, "--resume-suite", "-k", "t00")
     nothing.assert_outcomes(passed=1)
     assert nothing.ret == pytest.ExitCode.OK
     assert summary_of(pytester)["status"] == _run_json(pytester.path)["status"] == "complete"
-    after_reuse = _run_json(pytester.path)
+    after_reuse, progress_was = _run_json(pytester.path), progress.read_text()
     failed = run_layout(pytester, *run, "--resume-suite")
     assert failed.ret == pytest.ExitCode.INTERRUPTED
     failed.stdout.fnmatch_lines(
@@ -275,6 +277,7 @@ def test_a_resume_probes_only_what_runs_and_a_failed_probe_leaves_the_run_as_it_
     assert len(run_ids(pytester.path)) == 1
     assert after["status"] == before["status"] == "complete"
     assert after["sessions"] == after_reuse["sessions"] and after["planned"] == before["planned"]
+    assert json.loads(progress.read_text()) == json.loads(progress_was)  # not `starting`
 
 
 @pytest.mark.parametrize("xdist", XDIST)

@@ -139,6 +139,7 @@ class Reporter:
             self.run.dropped = True
             return
         if self._never_began(exitstatus):
+            self.live.give_back()
             self.store.release_run(self.run.run_id, self.run.was or "interrupted")
             self.run.dropped = True
             return
