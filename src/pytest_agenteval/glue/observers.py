@@ -60,15 +60,23 @@ class Observers:
         still ends the session."""
         hook = getattr(self.config.hook, name)
         impls = [i for i in hook.get_hookimpls() if not (i.wrapper or i.hookwrapper)]
+        if len(impls) <= 1:  # one call, as pluggy makes it (also with none: it is observed)
+            self._call(name, hook, impls[0] if impls else None, kwargs)
+            return
         for impl in reversed(impls):
             others = [i.plugin for i in impls if i is not impl]
-            alone = self.config.pluginmanager.subset_hook_caller(name, others) if others else hook
-            try:
-                alone(**kwargs)
-            except pytest.exit.Exception:
-                raise
-            except Exception as exc:
-                self._failed(name, plugin_label(impl.plugin, impl.plugin_name), exc)
+            alone = self.config.pluginmanager.subset_hook_caller(name, others)
+            self._call(name, alone, impl, kwargs)
+
+    def _call(self, name: str, hook: Any, impl: Any, kwargs: dict[str, Any]) -> None:
+        """One call of `hook`, whose only implementation (but for wrappers) is `impl`."""
+        try:
+            hook(**kwargs)
+        except pytest.exit.Exception:
+            raise
+        except Exception as exc:
+            who = plugin_label(impl.plugin, impl.plugin_name) if impl else "a hook wrapper"
+            self._failed(name, who, exc)
 
     def _failed(self, hook: str, who: str, exc: Exception) -> None:
         known = self.failures.get((hook, who))
