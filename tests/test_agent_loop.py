@@ -136,9 +136,12 @@ def test_a_cost_cap_stops_after_the_second_turn_and_a_resume_runs_it_again(
     pytester: pytest.Pytester, example: Path, scripted: Any
 ) -> None:
     """Each turn costs $0.002: a $0.003 cap is passed by the second, so the server sees no
-    third request; the record keeps the spend as `stopped`; a higher cap runs it again."""
+    third request; the record keeps the spend as `stopped` and the run ends `budget`, exit 2;
+    a higher cap runs it again."""
     first = pytester.runpytest("--agenteval", "agent_loop", "--agenteval-max-cost", "0.003")
     first.assert_outcomes(errors=1)
+    assert first.ret == pytest.ExitCode.INTERRUPTED  # the run is `budget`, said in its line
+    first.stdout.fnmatch_lines(["agenteval: stopped (spend cap reached*mid-way*"])
     assert len(scripted.requests) == 2
     (record,) = records(pytester.path)
     assert (record["status"], record["phase"]) == ("error", "stopped")

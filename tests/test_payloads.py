@@ -87,7 +87,15 @@ class Hook:
         self.calls: list[dict[str, Any]] = []
 
     def get_hookimpls(self) -> list[Any]:
-        return [SimpleNamespace(argnames=("attempt_record",))]
+        return [
+            SimpleNamespace(
+                argnames=("attempt_record",),
+                wrapper=False,
+                hookwrapper=False,
+                plugin=object(),
+                plugin_name="listener",
+            )
+        ]
 
     def __call__(self, **kwargs: Any) -> None:
         self.calls.append(kwargs)
@@ -112,7 +120,10 @@ def recorder(tmp_path: Path, stored: list[AttemptRecord]) -> tuple[Recorder, Sto
     )
     config = SimpleNamespace(
         option=option,
-        pluginmanager=SimpleNamespace(hasplugin=lambda name: False, getplugin=lambda name: None),
+        pluginmanager=SimpleNamespace(
+            hasplugin=lambda name: False, getplugin=lambda name: None, register=lambda *a: None
+        ),
+        stash=pytest.Stash(),
         hook=SimpleNamespace(
             pytest_agenteval_record_committed=hook,
             pytest_runtest_logreport=lambda report: logged.append(report),

@@ -3,12 +3,13 @@ names the conftest or plugin that gave it."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from helpers import WORKERS, DatasetMaker, latest_record, task
+from helpers import WORKERS, DatasetMaker, latest_record, latest_run, summary_of, task
 
 GRADER = """
 class Mine:
@@ -280,3 +281,58 @@ def test_a_plugin_environment_that_cannot_be_had_is_infrastructure_a_resume_runs
     assert "no sandbox today" in record["error"]
     (pytester.path / "ds/fixed").touch()
     pytester.runpytest(*args, "--resume-suite").assert_outcomes(passed=1)
+
+
+RAISING = """
+def pytest_agenteval_record_committed(attempt_record):
+    raise ValueError(f"boom at {attempt_record.task_id}")
+
+def pytest_agenteval_summary(summary):
+    raise RuntimeError("no summary for you")
+"""
+LISTENING = """
+import pathlib
+
+SEEN = pathlib.Path(__file__).with_name("seen.log")
+
+def pytest_agenteval_record_committed(attempt_record):
+    with SEEN.open("a") as seen:
+        seen.write(attempt_record.task_id + "\\n")
+
+def pytest_agenteval_summary(summary):
+    with SEEN.open("a") as seen:
+        seen.write("summary " + summary.status + "\\n")
+"""
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_an_observer_hook_that_raises_is_reported_and_stops_nothing(
+    pytester: pytest.Pytester, dataset: DatasetMaker, workers: list[str]
+) -> None:
+    """A conftest whose record and summary hooks raise: every attempt still runs and is
+    recorded, the other plugin's hooks still see each record and the summary, the run is
+    `complete` with exit 0, and each error is said once with its conftest, count and
+    traceback (before: exit 3 after the first attempt; `interrupted` at the end)."""
+    dataset({f"t{i}.yaml": task("ok") for i in range(4)})
+    pytester.makeconftest(RAISING)
+    pytester.makepyfile(listening=LISTENING)
+    pytester.syspathinsert()
+    args = ["--agenteval", "ds", "-p", "listening", *workers]
+    result = pytester.runpytest_subprocess(*args) if workers else pytester.runpytest(*args)
+    result.assert_outcomes(passed=4)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "agenteval: pytest_agenteval_record_committed of conftest conftest.py raised "
+            "ValueError: boom at t? (4 times); the run went on without it",
+            "*conftest.py*line 2, in pytest_agenteval_record_committed",
+            "*raise ValueError*",
+            "agenteval: pytest_agenteval_summary of conftest conftest.py raised "
+            "RuntimeError: no summary for you; the run went on without it",
+        ]
+    )
+    seen = (pytester.path / "seen.log").read_text().splitlines()
+    assert sorted(seen) == ["summary complete", "t0", "t1", "t2", "t3"]
+    assert summary_of(pytester)["status"] == "complete"
+    run = pytester.path / ".pytest_cache/agenteval/runs" / latest_run(pytester.path)
+    assert json.loads((run / "run.json").read_text())["status"] == "complete"

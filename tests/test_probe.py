@@ -10,11 +10,15 @@ from typing import Any
 
 import pytest
 
-from helpers import DatasetMaker, latest_run, run_layout, summary_of
+from helpers import DatasetMaker, latest_run, run_ids, run_layout, summary_of
 from model_server import ModelServer
 from pytest_agenteval.core.llm import ModelPrice
+from pytest_agenteval.core.model import Action, TaskSpec
+from pytest_agenteval.glue.probe import uses_of
 from pytest_agenteval.providers.probe import Use, probe, unpriced
 from pytest_agenteval.providers.seam import Route, forget, run_sync
+from pytest_agenteval.sources.dataset import load_dataset
+from pytest_agenteval.sources.speccache import CachedTask
 from pytest_agenteval.store.ledger import Paid
 from pytest_agenteval.store.stops import Stops
 
@@ -45,7 +49,7 @@ def _run_json(root: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("xdist", XDIST)
-def test_unknown_model_stops_the_session_before_any_attempt(
+def test_unknown_model_stops_the_session_before_any_attempt_and_keeps_no_run(
     pytester: pytest.Pytester,
     dataset: DatasetMaker,
     model_server: ModelServer,
@@ -53,25 +57,23 @@ def test_unknown_model_stops_the_session_before_any_attempt(
     xdist: tuple[str, ...],
 ) -> None:
     """20 tasks whose agent names a model the server does not know (its 404): no chat request
-    reaches the server, exit 2, the message names the provider and the model, and run.json,
-    progress.json and summary.json say `probe_failed` with no attempt recorded."""
+    reaches the server, exit 2, the message names the provider and the model and says how to
+    go on, and no run is kept (a `probe_failed` run in `agenteval runs` per failed probe)."""
     monkeypatch.setenv("LOCAL_KEY", KEY)
     model_server.reset(models=["gpt-right"])
     dataset(_tasks(20), manifest=_manifest(model_server, "gpt-wrong"))
     result = run_layout(pytester, "--agenteval", "ds", *xdist)
     assert result.ret == 2
     result.stdout.fnmatch_lines(
-        ["*the probe failed*", "*provider 'local' model 'gpt-wrong'*HTTP 404*check the model*"]
+        [
+            "*the probe failed*",
+            "*provider 'local' model 'gpt-wrong'*HTTP 404*check the model*",
+            "agenteval: stopped (the probe failed): no attempt started; fix what it named*",
+            "agenteval: no attempt ran; run * was not kept",
+        ]
     )
     assert _chats(model_server) == []
-    run = pytester.path / ".pytest_cache/agenteval/runs" / latest_run(pytester.path)
-    assert _run_json(pytester.path)["status"] == "probe_failed"
-    assert json.loads((run / "progress.json").read_text())["status"] == "probe_failed"
-    summary = summary_of(pytester)
-    assert summary["status"] == "probe_failed"
-    assert summary["counts"]["pass"] + summary["counts"]["error"] == 0
-    records = run / "records.jsonl"
-    assert not records.exists() or not records.read_text().strip()
+    assert run_ids(pytester.path) == []
 
 
 @pytest.mark.parametrize("xdist", XDIST)
@@ -236,3 +238,115 @@ def test_a_key_variable_not_set_is_said_once_with_what_to_do(
     (line,) = [line for line in result.outlines if "LOCAL_KEY (api_key_env)" in line]
     assert line.count("provider 'local'") == 1 and "Fix: export LOCAL_KEY=" in line, line
     assert _chats(model_server) == []
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_a_resume_probes_only_what_runs_and_a_failed_probe_leaves_the_run_as_it_was(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    xdist: tuple[str, ...],
+) -> None:
+    """With the model server down, a resume with nothing left to run probes nothing and ends
+    as the run is (exit 0, `complete`); one that must run an attempt stops at the probe
+    (exit 2) and leaves the run as it was: run.json's status, sessions and plan, and its
+    progress.json."""
+    monkeypatch.setenv("LOCAL_KEY", KEY)
+    model_server.reset(models=["m1"])
+    dataset(_tasks(2), manifest=_manifest(model_server, "m1"))
+    run = ("--agenteval", "ds", "--agenteval-run-id", "r1", *xdist)
+    run_layout(pytester, *run, "-k", "t00").assert_outcomes(passed=1)
+    before = _run_json(pytester.path)
+    progress = pytester.path / ".pytest_cache/agenteval/runs/r1/progress.json"
+    model_server.stop()
+    nothing = run_layout(pytester, *run, "--resume-suite", "-k", "t00")
+    nothing.assert_outcomes(passed=1)
+    assert nothing.ret == pytest.ExitCode.OK
+    assert summary_of(pytester)["status"] == _run_json(pytester.path)["status"] == "complete"
+    after_reuse, progress_was = _run_json(pytester.path), progress.read_text()
+    failed = run_layout(pytester, *run, "--resume-suite")
+    assert failed.ret == pytest.ExitCode.INTERRUPTED
+    failed.stdout.fnmatch_lines(
+        [
+            "*the probe failed*",
+            "*no connection*",
+            "agenteval: no attempt ran; run r1 is left as it was (complete)",
+        ]
+    )
+    after = _run_json(pytester.path)
+    assert len(run_ids(pytester.path)) == 1
+    assert after["status"] == before["status"] == "complete"
+    assert after["sessions"] == after_reuse["sessions"] and after["planned"] == before["planned"]
+    assert json.loads(progress.read_text()) == json.loads(progress_was)  # not `starting`
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_k_probes_only_the_models_of_the_tasks_it_selects(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    xdist: tuple[str, ...],
+) -> None:
+    """`-k` selecting a task that calls no model runs it though another task's judge names a
+    model the server does not know; selecting that task stops at the probe, naming it."""
+    monkeypatch.setenv("LOCAL_KEY", KEY)
+    model_server.reset(models=["m1"])
+    provider = {"openai": {"base_url": model_server.base_url, "api_key_env": "LOCAL_KEY"}}
+    tasks: dict[str, Any] = {
+        "plain.yaml": {"input": "q", "expected": "ok", "metadata": {"answer": "ok"}},
+        "judged.yaml": {"input": "q", "graders": [{"judge": "is it ok?"}]},
+    }
+    dataset(
+        tasks,
+        manifest={
+            "providers": {"local": provider},
+            "judge": {"model": "judge-typo", "provider": "local"},
+        },
+    )
+    plain = run_layout(pytester, "--agenteval", "ds", "-k", "plain", *xdist)
+    plain.assert_outcomes(passed=1)
+    assert not [p for p in model_server.paths if "judge-typo" in p]
+    judged = run_layout(pytester, "--agenteval", "ds", "-k", "judged", *xdist)
+    assert judged.ret == pytest.ExitCode.INTERRUPTED
+    judged.stdout.fnmatch_lines(["*model 'judge-typo'*HTTP 404*judge of judged [[]ds]*"])
+    assert _chats(model_server) == []
+
+
+def test_uses_follow_what_the_plan_does_with_each_attempt(
+    dataset: DatasetMaker, model_server: ModelServer
+) -> None:
+    """A reused attempt reaches nothing, a regraded one only its judges, one that runs its
+    agent (the task's own or the manifest's, none under --agenteval-agent), its judges and
+    the providers `task.llm()` may use."""
+    manifest = _manifest(model_server, "m1", judge={"model": "j1", "provider": "local"})
+    tasks: dict[str, Any] = {
+        "own.yaml": {"input": "q", "agent": {"openai": {"model": "m2", "provider": "local"}}},
+        "judged.yaml": {"input": "q", "graders": [{"judge": "ok?"}]},
+    }
+    ds = load_dataset(dataset(tasks, manifest=manifest))
+    own, judged = (
+        next(t.spec for t in ds.read(path).tasks if isinstance(t, CachedTask))
+        for path in (ds.root / "own.yaml", ds.root / "judged.yaml")
+    )
+
+    def reached(*attempts: tuple[TaskSpec, Action], override: bool = False) -> list[str]:
+        found = uses_of(ds, [(ds, s, None, a) for s, a in attempts], override)
+        return sorted(f"{u.role} {u.model} {u.who}" for u in found)
+
+    assert reached((own, "reuse"), (judged, "reuse")) == []
+    assert reached((own, "reuse"), (judged, "regrade")) == ["judge j1 judge of judged [ds]"]
+    assert reached((own, "run")) == [
+        "agent m2 agent of own [ds]",
+        "llm None task.llm('local') [ds]",
+    ]
+    assert reached((judged, "run")) == [
+        "agent m1 agent [ds]",
+        "judge j1 judge of judged [ds]",
+        "llm None task.llm('local') [ds]",
+    ]
+    assert reached((judged, "run"), override=True) == [
+        "judge j1 judge of judged [ds]",
+        "llm None task.llm('local') [ds]",
+    ]

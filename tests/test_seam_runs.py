@@ -315,3 +315,54 @@ def test_a_killed_workers_requests_keep_its_provider_slots(
     result.assert_outcomes(passed=1, errors=1)
     assert len(chat_server.requests) == 4
     assert chat_server.max_concurrent == 2
+
+
+TWO_CALLS = """
+def run(task):
+    client = task.llm()
+    first = client.chat([{"role": "user", "content": "<<half>>"}], max_tokens=20)
+    return client.chat([{"role": "user", "content": "<<" + first.text + ">>"}], max_tokens=20).text
+"""
+
+
+def test_a_call_the_cap_refuses_mid_attempt_ends_the_run_budget(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A token cap that admits an attempt's first call and refuses its second: every planned
+    attempt has a record, yet the run is `budget`, exit 2, with the stop line saying the
+    attempt it ended mid-way is recorded as stopped (it read `complete`, exit 1)."""
+    monkeypatch.setenv("LOCAL_KEY", "local-key-abcdefghijkl")
+    model_server.reset(input_tokens=500, output_tokens=20)
+    root = dataset(
+        {"t.yaml": {"input": "q", "expected": "half", "agent": "two_calls:run"}},
+        manifest={
+            "providers": {
+                "local": {
+                    "openai": {
+                        "base_url": model_server.base_url,
+                        "api_key_env": "LOCAL_KEY",
+                        "model": "m1",
+                    }
+                }
+            }
+        },
+    )
+    (root / "two_calls.py").write_text(TWO_CALLS)
+    result = pytester.runpytest(
+        "--agenteval", "ds", "--agenteval-max-tokens", "400", "--agenteval-no-probe"
+    )
+    result.assert_outcomes(errors=1)
+    assert len(model_server.requests) == 1
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "agenteval: stopped (token cap reached*): attempts not started were skipped, "
+            "the 1 it ended mid-way are recorded as stopped;*"
+        ]
+    )
+    (record,) = _records(pytester.path)
+    assert (record["status"], record["phase"]) == ("error", "stopped")
+    assert summary_of(pytester)["status"] == "budget"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agenteval.glue.session_end import SessionFacts, end_session, run_exitstatus
+from pytest_agenteval.glue.session_end import SessionFacts, end_session, run_exitstatus, run_status
 from pytest_agenteval.reporting.gate import GateResult
 from pytest_agenteval.store.sessions import SessionEntry, read_session
 from pytest_agenteval.store.stops import Budget, Stop
@@ -44,6 +44,21 @@ def test_a_stop_that_skipped_attempts_interrupts_and_says_how_to_go_on() -> None
     assert "--agenteval-max-cost" in ending.stop_line
     finished = SessionFacts(OK, "complete", Stop("deadline", "the deadline passed"))
     assert end_session(finished) == end_session(SessionFacts(OK, "complete"))
+
+
+def test_a_stop_that_ended_an_attempt_mid_way_or_a_ctrl_c_interrupts_a_recorded_run() -> None:
+    """Every planned attempt recorded: a cap that ended one mid-way (phase `stopped`) makes
+    the run `budget` and Ctrl-C `interrupted`, exit 2 either way; a stop that ended none
+    leaves it complete."""
+    cap = Stop("budget", "token cap reached")
+    assert run_status(False, cap, 1) == "budget"
+    assert run_status(False, cap, 0) == "complete"
+    assert run_status(False, Stop("interrupted", "interrupted (Ctrl-C)"), 0) == "interrupted"
+    assert run_status(True, None, 0) == "interrupted"
+    facts = SessionFacts(FAILED, "budget", cap, midway=2)
+    ending = end_session(facts)
+    assert ending.exitstatus == INTERRUPTED
+    assert "skipped, the 2 it ended mid-way are recorded as stopped; " in (ending.stop_line or "")
 
 
 def test_ctrl_c_and_a_failed_probe_say_their_own_line() -> None:

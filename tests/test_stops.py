@@ -8,10 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,6 +249,62 @@ def test_ctrl_c_lets_attempts_in_flight_finish(
         "--agenteval", "ds", "--resume-suite", "--agenteval-concurrency", "8"
     ).assert_outcomes(passed=30)
     assert sorted(Counter(dataset.calls()).values()) == [1] * 30
+
+
+# Each call waits until the test writes `release` beside it.
+HELD = """
+import pathlib, time
+
+HERE = pathlib.Path(__file__).parent
+
+
+def run(task):
+    with (HERE / "calls.log").open("a") as log:
+        log.write(f"{task.id} {task.attempt}\\n")
+    while not (HERE / "release").exists():
+        time.sleep(0.01)
+    return "ok"
+"""
+
+
+def test_ctrl_c_with_every_attempt_left_in_flight_still_interrupts(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Ctrl-C while every remaining attempt is already in flight: they finish and are
+    recorded, and the session still ends `interrupted`, exit 2, with the stop line (it ended
+    `complete`, exit 0, most of the time)."""
+    root = dataset({f"t{i}.yaml": task() for i in range(4)}, manifest={"agent": "held:run"})
+    (root / "held.py").write_text(HELD)
+    proc = _start(pytester, "--agenteval-concurrency", "4", "-p", "no:xdist")
+    out = _Output(proc)
+    _wait_for("agent calls", lambda: len(dataset.calls()), 4)
+    proc.send_signal(signal.SIGINT)
+    _wait_for("Ctrl-C notes", lambda: out.text().count("Ctrl-C: no new attempt starts"), 1)
+    (root / "release").write_text("")
+    proc.wait(timeout=60)
+    text = out.text()
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, text
+    assert "agenteval: stopped (interrupted (Ctrl-C)): " in text
+    assert summary_of(pytester)["status"] == "interrupted"
+    assert sorted(status for _, _, status in stored(pytester.path)) == ["pass"] * 4
+
+
+class _Output:
+    """A child's output, read as it comes (a thread drains the pipe)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.chunks: list[bytes] = []
+        assert proc.stdout is not None
+        stream = proc.stdout
+        self.thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _drain(self, stream: Any) -> None:
+        for chunk in iter(lambda: stream.read1(4096), b""):
+            self.chunks.append(chunk)
+
+    def text(self) -> str:
+        return b"".join(self.chunks).decode(errors="replace")
 
 
 @pytest.mark.slow

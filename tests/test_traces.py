@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from chat_server import ChatServer
-from helpers import WORKERS, DatasetMaker, latest_record, latest_run
+from helpers import WORKERS, DatasetMaker, latest_record, latest_run, summary_of
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.errors import LimitReached, RunStopped
 from pytest_agenteval.core.model import Budget, Task
@@ -197,6 +197,9 @@ def test_a_run_cap_stops_the_loop_between_turns_and_a_resume_runs_it_again(
     first = pytester.runpytest("--agenteval", "ds", "--agenteval-max-tokens", "200")
     first.assert_outcomes(errors=1)
     assert turns_logged(root) == ["t 0 0", "t 0 1"]
+    assert first.ret == pytest.ExitCode.INTERRUPTED  # the run is `budget`, not `complete`
+    assert "the 1 it ended mid-way are recorded as stopped" in first.stdout.str()
+    assert summary_of(pytester)["status"] == "budget"
     record = latest_record(root.parent, "t", 0)
     assert (record["status"], record["phase"], record["error_type"]) == (
         "error",
@@ -212,6 +215,7 @@ def test_a_run_cap_stops_the_loop_between_turns_and_a_resume_runs_it_again(
     again.assert_outcomes(passed=1)
     assert turns_logged(root)[2:] == ["t 0 0", "t 0 1", "t 0 2", "t 0 3"]
     assert latest_record(root.parent, "t", 0)["status"] == "pass"
+    assert again.ret == pytest.ExitCode.OK and summary_of(pytester)["status"] == "complete"
 
 
 def test_an_isolated_agent_s_events_come_back_from_its_child(

@@ -320,7 +320,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="start attempts without checking the providers and models first (the probe "
-        "otherwise stops the session with status 'probe_failed' before anything is spent).",
+        "otherwise stops the session, exit 2, before anything is spent).",
     )
     option(
         "--agenteval-deadline",

@@ -23,8 +23,8 @@ ERROR_CLASSES: dict[str, str] = {
     "crashed)",
     "over_budget": "the agent's usage went over the task's `budget:`",
     "stopped": "a run-wide stop (a cap, the deadline, a cancel) ended the attempt mid-call",
-    "probe_failed": "the probe before the first attempt failed: the session's status, never "
-    "an attempt's",
+    "probe_failed": "the probe before the first attempt failed: the session stops (exit 2), "
+    "never an attempt's error nor a run's status",
 }
 """Every error class, with what it means (docs/reference/records.md lists them)."""
 

@@ -124,7 +124,8 @@ def start_controller(config: pytest.Config, runtime: Runtime, opened: OpenedRun)
     if runtime.settings.probe and runtime.stops is not None:
         from .probe import ProbeHooks
 
-        config.pluginmanager.register(ProbeHooks(runtime), "agenteval-probe")
+        probe = ProbeHooks(runtime, recorder.keys_of)  # after the recorder: before it, too
+        config.pluginmanager.register(probe, "agenteval-probe")
     if config.pluginmanager.hasplugin("xdist"):
         from .xdist import XdistHooks
 

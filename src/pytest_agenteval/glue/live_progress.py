@@ -8,14 +8,17 @@ says the last word.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..core.errors import StoreError
 from ..providers.gate import status as provider_status
-from ..store.progress import EVERY, LIVE, PROGRESS_FILE, Progress
+from ..store.files import write_json
+from ..store.progress import EVERY, LIVE, PROGRESS_FILE, Progress, read_progress
 from ..store.running import read_running
 from ..store.stops import Budget
 from .runtime import Runtime
@@ -44,7 +47,25 @@ class LiveProgress:
         self._ticker: threading.Thread | None = None
         self._ticking = threading.Event()
         """Set when the ticker must stop (the session ends)."""
+        self._before: dict[str, Any] | None = None
+        """The last session's progress.json, given back if this one never begins."""
+        if run_dir is not None:
+            with contextlib.suppress(StoreError):  # a damaged one is not worth keeping
+                self._before = read_progress(run_dir)
         self.file.write("starting", force=True)  # `agenteval status` sees this session
+
+    def give_back(self) -> None:
+        """This session never began (a usage error, a failed probe): progress.json says again
+        what the run's last session said (or nothing, as before)."""
+        path = self.file.path
+        self._last_word = True
+        if path is None:
+            return
+        with contextlib.suppress(StoreError, OSError):
+            if self._before is None:
+                path.unlink(missing_ok=True)
+            else:
+                write_json(path, self._before)
 
     def _running(self) -> list[dict[str, Any]]:
         """The attempts running now: this process's, and what its xdist workers wrote."""

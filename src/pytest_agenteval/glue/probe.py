@@ -1,59 +1,111 @@
-"""The probe's pytest side: which models a session reaches, checked before its first attempt.
+"""The probe's pytest side: which models the attempts that run now reach, checked before the
+first of them starts.
 
 Registered in the controller only (or the lone process), so under xdist the probe runs once.
-It runs first thing in `pytest_collection`, before any item is collected or any agent call
-scheduled; a failure stops the session there (status `probe_failed`, exit 2) and nothing is
-recorded as an attempt. `--agenteval-probe-only` ends the session after it; `--agenteval-no-probe`
-does not register it.
+It runs once the session's selection is known (after `-k`, `-m`, a shard's deselection) and
+before any agent call is scheduled: alone as collection finishes, under xdist when the first
+worker's collection arrives (the controller collects nothing; nothing is scheduled before
+every worker's has). Only what runs now is probed: an attempt the plan reuses reaches no model,
+a regraded one only its judges. A failure stops the session (exit 2) and is no run's status: a
+new run is not kept, a resumed one is left as it was. `--agenteval-probe-only` ends the session
+after it; `--agenteval-no-probe` does not register it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from ..core.identity import AttemptId
 from ..core.llm import ModelSettings, ProviderSpec
-from ..core.model import AnyAgentSpec, Manifest, PluginAgentSpec
+from ..core.model import Action, AnyAgentSpec, Manifest, PluginAgentSpec, TaskSpec
 from ..providers.probe import ProbeProblem, Role, Use, probe, unpriced
 from ..providers.seam import ProviderUnknown, route_of, run_sync
-from ..sources.dataset import Dataset, with_judge_defaults
-from ..sources.speccache import CachedTask
+from ..sources.dataset import Dataset, TaskDef, with_judge_defaults
+from .items import AttemptItem
 from .runtime import Runtime
+
+Reach = tuple[Dataset, TaskSpec, str | None, Action]
+"""An attempt selected now: its dataset, task spec, variant and what the plan does with it."""
+KeysOf = Callable[[list[str]], tuple[list[AttemptId], Any]]
 
 
 class ProbeHooks:
-    """Checks every provider and model the session reaches before anything is spent."""
+    """Checks the providers and models the attempts that run now reach, before anything is
+    spent. Registered after the recorder: among `tryfirst` implementations it runs before the
+    recorder plans the run, so a failed probe leaves the run's plan and status as they were."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, keys_of: KeysOf) -> None:
+        """`keys_of`: the attempts a worker's collected node ids name (the recorder's)."""
         self.runtime = runtime
-        self.checked: list[Use] = []
+        self.keys_of = keys_of
+        self.checked: list[Use] | None = None
+        """What the probe checked (None before it ran)."""
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_collection(self, session: pytest.Session) -> None:
-        settings = self.runtime.settings
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        decide = self.runtime.decide
+        reached = (
+            (item.task.dataset, item.task.spec, item.variant, decide(item.key, item.task).action)
+            for item in session.items
+            if isinstance(item, AttemptItem)
+        )
+        self.run_probe(session.config, reached)
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """Under xdist: the first worker's collection is the session's selection."""
+        if self.checked is None:
+            keys, _ = self.keys_of(list(ids))
+            self.run_probe(node.config, self._reached(keys))
+
+    def _reached(self, keys: list[AttemptId]) -> Iterator[Reach]:
+        """The controller's view of `keys`: their specs, read and not built, and the plan's
+        decision (tasks are built only when the run has stored attempts to decide on)."""
+        runtime = self.runtime
+        specs = {(d.name, task_id): (d, spec) for d, task_id, spec in runtime.task_specs()}
+        built: dict[tuple[str, str], TaskDef] | None = None
+        for key in keys:
+            found = specs.get((key.dataset, key.task_id))
+            if found is None:
+                continue
+            action: Action = "run"
+            if runtime.plan.stored(key) is not None:
+                if built is None:
+                    built = {(t.dataset.name, t.id): t for t in runtime.all_tasks()}
+                task = built.get((key.dataset, key.task_id))
+                action = runtime.decide(key, task).action if task is not None else "run"
+            yield (*found, key.variant, action)
+
+    def run_probe(self, config: pytest.Config, reached: Iterable[Reach]) -> None:
+        """Probe what `reached` calls; a problem stops the session (exit 2)."""
+        runtime, settings = self.runtime, self.runtime.settings
+        selected: dict[str, list[Reach]] = defaultdict(list)
+        for one in reached:
+            selected[one[0].name].append(one)
         uses: list[Use] = []
         problems: list[ProbeProblem] = []
-        for dataset in self.runtime.datasets:
-            found = list(uses_of(dataset, settings.variants))
-            if settings.agent_override is not None:  # the manifest's agents are not called
-                found = [u for u in found if u.role != "agent"]
+        override = settings.agent_override is not None
+        for dataset in runtime.datasets:
+            found = list(uses_of(dataset, selected.get(dataset.name, ()), override))
             pricing = dataset.manifest.pricing or {}
             problems += unpriced(found, pricing, settings.max_cost is not None)
             uses += found
         if uses:  # a one-token probe request counts against the caps and in the spend
             pricing = {
-                m: p for d in self.runtime.datasets for m, p in (d.manifest.pricing or {}).items()
+                m: p for d in runtime.datasets for m, p in (d.manifest.pricing or {}).items()
             }
-            problems += run_sync(probe(uses, self.runtime.stops, pricing))
+            problems += run_sync(probe(uses, runtime.stops, pricing))
         self.checked = uses
-        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
         if problems:
             message = failure_message(problems)
-            if self.runtime.stops is not None:
-                self.runtime.stops.halt("probe_failed", message)
+            if runtime.stops is not None:
+                runtime.stops.halt("probe_failed", message)
             if terminal is not None:
                 terminal.write_line(message, red=True, bold=True)
             pytest.exit("agenteval: the probe failed", returncode=pytest.ExitCode.INTERRUPTED)
@@ -73,34 +125,44 @@ def passed_message(uses: list[Use]) -> str:
     return f"agenteval: probe passed: {len(routes)} provider(s), {len(models)} model(s)"
 
 
-def uses_of(dataset: Dataset, variants: tuple[str, ...] = ()) -> Iterator[Use]:
-    """Every model `dataset` reaches: its agents (of the selected variants), the judges of
-    its tasks, and each provider `task.llm()` may use. Specs that do not validate are left
-    to the errors they raise where they are built."""
+def uses_of(dataset: Dataset, reached: Iterable[Reach], override: bool = False) -> Iterator[Use]:
+    """Every model the attempts `reached` of `dataset` call now: the agent of each that runs
+    (its variant's, its task's own, the manifest's; none under `--agenteval-agent`, whose
+    agent is the user's code), each provider of `providers:` `task.llm()` may use once any
+    agent runs, and the judges of each task run or regraded; a reused attempt calls
+    nothing. Specs that do not validate are left to the errors they raise where built."""
     manifest = dataset.manifest
     at = f"[{dataset.name}]"
-    for name, variant in (manifest.variants or {}).items():
-        if not variants or name in variants:
-            yield from _agent_uses(manifest, variant.agent, f"agent of variant {name} {at}")
-    if manifest.agent is not None and not manifest.variants:
-        yield from _agent_uses(manifest, manifest.agent, f"agent {at}")
-    for task in _tasks(dataset):
-        where = f"{task.spec.id} {at}"
-        if task.spec.agent is not None:
-            yield from _agent_uses(manifest, task.spec.agent, f"agent of {where}")
-        graders = task.spec.graders or manifest.defaults.graders or []
+    agents: dict[str, AnyAgentSpec] = {}
+    judged: dict[str | None, TaskSpec] = {}
+    runs = False
+    for _, spec, variant, action in reached:
+        if action == "reuse":
+            continue
+        judged.setdefault(spec.id, spec)
+        if action != "run":
+            continue
+        runs = True
+        if variant is not None and manifest.variants and variant in manifest.variants:
+            agents.setdefault(f"agent of variant {variant} {at}", manifest.variants[variant].agent)
+        elif variant is not None or override:
+            continue
+        elif spec.agent is not None:
+            agents.setdefault(f"agent of {spec.id} {at}", spec.agent)
+        elif manifest.agent is not None:
+            agents.setdefault(f"agent {at}", manifest.agent)
+    for who, agent in agents.items():
+        yield from _agent_uses(manifest, agent, who)
+    for spec in judged.values():
+        graders = spec.graders or manifest.defaults.graders or []
         for grader in with_judge_defaults(list(graders), manifest):
             if grader.type == "judge":
-                yield from _settings_use(manifest, grader.options, f"judge of {where}", "judge")
-    for name, spec in (manifest.providers or {}).items():
-        yield from _provider_use(manifest, name, spec, f"task.llm({name!r}) {at}")
-
-
-def _tasks(dataset: Dataset) -> Iterator[CachedTask]:
-    for path in dataset.task_files():
-        for task in dataset.read(path).tasks:
-            if isinstance(task, CachedTask):
-                yield task
+                yield from _settings_use(
+                    manifest, grader.options, f"judge of {spec.id} {at}", "judge"
+                )
+    if runs:
+        for name, provider_spec in (manifest.providers or {}).items():
+            yield from _provider_use(manifest, name, provider_spec, f"task.llm({name!r}) {at}")
 
 
 def _agent_uses(manifest: Manifest, spec: AnyAgentSpec, who: str) -> Iterator[Use]:

@@ -50,6 +50,7 @@ from .concurrency import concurrency_of, say_now
 from .internals import stop_distributing
 from .items import AttemptItem
 from .live_progress import LiveProgress
+from .observers import observers
 from .runtime import Runtime
 from .session_state import SessionState
 from .settings import dry_run
@@ -134,6 +135,13 @@ class Recorder:
         if self.collected_once:
             return
         self.collected_once = True
+        self._selected(*self.keys_of(ids))
+        for ds in self.runtime.datasets:  # what planning loaded is not needed any more
+            ds.forget_reads()
+
+    def keys_of(self, ids: list[str]) -> tuple[list[AttemptId], set[tuple[str, str]]]:
+        """The attempts a worker's collected node ids name, and its task files that did not
+        load (as (dataset, label))."""
         keys: list[AttemptId] = []
         broken: set[tuple[str, str]] = set()
         for nodeid in ids:
@@ -144,9 +152,7 @@ class Recorder:
                 keys.append(parsed)
             elif dataset and label is not None:
                 broken.add((dataset, label))
-        self._selected(keys, broken)
-        for ds in self.runtime.datasets:  # what planning loaded is not needed any more
-            ds.forget_reads()
+        return keys, broken
 
     def _selected(self, keys: list[AttemptId], broken: set[tuple[str, str]]) -> None:
         """Plan the run from what this session selected, and mark it narrowed when that is not
@@ -348,7 +354,7 @@ class Recorder:
     ) -> None:
         """Call `pytest_agenteval_record_committed` with the typed record (`attempt_record`)
         and, for implementations that still ask for it, the stored JSON (`record`). A shipped
-        record is parsed only when someone listens."""
+        record is parsed only when someone listens; one that raises stops nothing."""
         hook = self.config.hook.pytest_agenteval_record_committed
         impls = hook.get_hookimpls()
         if record is None and not impls:
@@ -358,7 +364,12 @@ class Recorder:
             record = AttemptRecord.from_json(data)
         if data is None and any("record" in impl.argnames for impl in impls):
             data = json.loads(text)
-        hook(attempt_record=record, record=data, config=self.config)
+        observers(self.config).notify(
+            "pytest_agenteval_record_committed",
+            attempt_record=record,
+            record=data,
+            config=self.config,
+        )
 
     def _spend(self, row: IndexRow, regraded: bool) -> None:
         """Count the attempt's spend (a regrade spent only on its judges: the agent's usage

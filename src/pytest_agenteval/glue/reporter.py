@@ -32,8 +32,16 @@ from ..store.sessions import SessionEntry
 from ..store.stops import Stop
 from .items import AttemptItem
 from .live_progress import LiveProgress
+from .observers import observers
 from .runtime import Runtime
-from .session_end import Ending, SessionFacts, end_session, run_exitstatus
+from .session_end import (
+    PROBE_FAILED,
+    Ending,
+    SessionFacts,
+    end_session,
+    run_exitstatus,
+    run_status,
+)
 from .session_state import SessionState
 
 
@@ -84,6 +92,8 @@ class Reporter:
         self.dry_plan: list[Planned] = []
         self.ctrl_c = False
         """A KeyboardInterrupt ended the session (pytest caught it)."""
+        self.midway = 0
+        """Stored attempts a run-wide stop ended mid-way (phase `stopped`)."""
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         state = self.run.note or ("resuming" if self.run.resumed else "new")
@@ -130,6 +140,7 @@ class Reporter:
             self.run.dropped = True
             return
         if self._never_began(exitstatus):
+            self.live.give_back()
             self.store.release_run(self.run.run_id, self.run.was or "interrupted")
             self.run.dropped = True
             return
@@ -144,6 +155,7 @@ class Reporter:
         )
         status = self._summarize(session, int(exitstatus), stop)
         self.live.show(status)
+        facts = replace(facts, midway=self.midway)
         recorded = run_exitstatus(replace(facts, status=status))
         assert self.summary is not None
         out_dir = self.settings.report_dir
@@ -162,7 +174,7 @@ class Reporter:
             self.state.fail(failure)
         self.summary = finished.summary
         config = session.config
-        config.hook.pytest_agenteval_summary(summary=self.summary, config=config)
+        observers(config).notify("pytest_agenteval_summary", summary=self.summary, config=config)
         try:
             self.store.finish_run(
                 self.run.run_id, self.summary.status, self._session_entry(recorded)
@@ -217,14 +229,19 @@ class Reporter:
         --agenteval-strict, Ctrl-C before the first attempt ended) and no stop came: there is
         nothing to keep."""
         sharded = self.runtime.shard is not None  # an empty shard is kept for merge
-        if self.settings.probe_only:  # a probe alone leaves no run behind
+        if self.settings.probe_only or self._probe_failed():  # a probe leaves no run behind
             return not self.run.resumed
         return not (self.run.resumed or self.state.began() or sharded or self._stop() is not None)
 
     def _never_began(self, exitstatus: int) -> bool:
         """A resumed run whose session ended in a usage error (a path that does not exist, a
-        bad option) before any attempt: the run is left as it was, its reports untouched."""
-        usage_error = exitstatus == pytest.ExitCode.USAGE_ERROR or self.settings.probe_only
+        bad option) or at the probe before any attempt: the run is left as it was, its reports
+        untouched."""
+        usage_error = (
+            exitstatus == pytest.ExitCode.USAGE_ERROR
+            or self.settings.probe_only
+            or self._probe_failed()
+        )
         return self.run.resumed and usage_error and not self.state.began()
 
     def _empty_shard(self) -> bool:
@@ -248,20 +265,21 @@ class Reporter:
             self.state.fail(exc)
             return None
 
+    def _probe_failed(self) -> bool:
+        """The probe before the first attempt failed: no run's status (new: not kept)."""
+        stop = self._stop()
+        return stop is not None and stop.kind == "probe_failed"
+
     def _summarize(self, session: pytest.Session, exitstatus: int, stop: Stop | None) -> str:
         """Build the summary from the stored records; returns the run's status."""
         rows = self.store.rows(self.run.run_id)
-        interrupted = (
+        unfinished = (
             exitstatus == pytest.ExitCode.INTERRUPTED
             or bool(session.shouldfail or session.shouldstop)
             or len(rows) < len(self.state.planned_keys)
-            # a call of a started attempt refused at a cap (it waited for room): the attempt
-            # is an error a resume runs again, so the run did not finish either
-            or (stop is not None and any(row.phase == "stopped" for row in rows))
         )
-        status = "interrupted" if interrupted else "complete"
-        if interrupted and stop is not None:
-            status = stop.kind
+        self.midway = sum(row.phase == "stopped" for row in rows)
+        status = run_status(unfinished, stop, self.midway)
         info = self.store.run(self.run.run_id)
         assert info is not None
         self.summary = build_summary(
@@ -306,7 +324,11 @@ class Reporter:
                     tr.write_line(printable(line))
             return
         if self.run.dropped:
-            tr.write_line(f"agenteval: no attempt ran; run {self.run.run_id} was not kept")
+            if self._probe_failed():
+                tr.write_line(PROBE_FAILED, yellow=True, bold=True)
+            run = f"run {self.run.run_id}"
+            kept = f"{run} is left as it was ({self.run.was})" if self.run.resumed else None
+            tr.write_line(f"agenteval: no attempt ran; {kept or run + ' was not kept'}")
             return
         if self.summary is not None:
             tr.write_sep("=", "agenteval")

@@ -136,6 +136,10 @@ class Runtime:
                 if isinstance(read, CachedTask) and read.spec.id is not None:  # set as read
                     yield dataset, read.spec.id, read.spec
 
+    def task_specs(self) -> Iterator[tuple[Dataset, str, TaskSpec]]:
+        """Each task whose spec is valid, read and not built: its dataset, id and spec."""
+        return self._task_ids(built=False)
+
     def task_tags(self) -> set[str]:
         """The tags of every task whose spec is valid, read and not built (cheap: what an
         xdist controller, which collects nothing, knows of the tasks' markers)."""

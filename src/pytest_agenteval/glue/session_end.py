@@ -17,6 +17,10 @@ from ..reporting.gate import GateResult
 from ..store.stops import CTRL_C, Budget, Stop
 
 RESUME = "--resume-suite runs them"
+PROBE_FAILED = (
+    "agenteval: stopped (the probe failed): no attempt started; fix what it named above and "
+    "run again (--agenteval-no-probe skips it)"
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,8 @@ class SessionFacts:
     """A KeyboardInterrupt ended the session."""
     budget: Budget | None = None
     """The run's spend and caps (for the line a budget stop says)."""
+    midway: int = 0
+    """Attempts a run-wide stop ended mid-way (recorded `stopped`: a resume runs them)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,16 @@ class Ending:
         """The lines that end the terminal section, in order."""
         lines = [self.stop_line, self.gate_message, *self.failures]
         return [line for line in lines if line]
+
+
+def run_status(unfinished: bool, stop: Stop | None, midway: int) -> str:
+    """The run's status: `complete`, else `interrupted` or the kind of the stop that came.
+    A stop makes the run unfinished also when every planned attempt has a record: Ctrl-C
+    (even with every attempt left already in flight), and any stop that ended an attempt
+    mid-way (`midway`: a cap that refused a call or stopped a loop between turns)."""
+    if stop is not None and (unfinished or midway or stop.kind == "interrupted"):
+        return stop.kind
+    return "interrupted" if unfinished else "complete"
 
 
 def run_exitstatus(facts: SessionFacts) -> int:
@@ -96,15 +112,17 @@ def stop_line(facts: SessionFacts) -> str | None:
     the deadline, and Ctrl-C (with attempts in flight or not)."""
     stop, status = facts.stop, facts.status
     if stop is not None and stop.kind == "probe_failed" == status:
-        return (
-            "agenteval: stopped (the probe failed): no attempt started; fix what it named "
-            "above and run again (--agenteval-no-probe skips it)"
-        )
+        return PROBE_FAILED
     if stop is not None and status == stop.kind:
         then = (
             RESUME if stop.kind != "budget" or facts.budget is None else budget_line(facts.budget)
         )
-        return f"agenteval: stopped ({stop.reason}): attempts not started were skipped; {then}"
+        midway = (
+            f", the {facts.midway} it ended mid-way are recorded as stopped" if facts.midway else ""
+        )
+        return (
+            f"agenteval: stopped ({stop.reason}): attempts not started were skipped{midway}; {then}"
+        )
     if facts.ctrl_c and status == "interrupted":
         return (
             f"agenteval: stopped ({CTRL_C}): attempts still running and those not started "
