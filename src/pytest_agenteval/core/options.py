@@ -13,6 +13,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
+from .llm import MAX_SECONDS
+
 N = TypeVar("N", int, float)
 
 
@@ -166,7 +168,13 @@ def positive_float(value: str) -> float:
 
 
 def non_negative_float(value: str) -> float:
-    return _number(value, float, lambda n: 0 <= n < math.inf, "a number of seconds >= 0")
+    what = f"a number of seconds from 0 to {MAX_SECONDS:.0f} (a week)"
+    return _number(value, float, lambda n: 0 <= n <= MAX_SECONDS, what)
+
+
+def seconds(value: str) -> float:
+    what = f"a number of seconds above 0, at most {MAX_SECONDS:.0f} (a week)"
+    return _number(value, float, lambda n: 0 < n <= MAX_SECONDS, what)
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
