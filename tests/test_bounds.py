@@ -141,3 +141,19 @@ def test_a_time_option_past_a_week_is_a_usage_error(
     result = pytester.runpytest("--agenteval", "ds", option, "1e308")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*'1e308' is not a number of seconds*604800 (a week)*"])
+
+
+def test_a_request_is_not_retried_past_the_timeout(
+    pytester: pytest.Pytester, dataset: DatasetMaker, model_server: ModelServer
+) -> None:
+    """A 429 whose backoff (5 s at least) would outlast the task's 1 s timeout is not waited
+    for: the call fails at once as rate limited, after one request (before, it slept until
+    the timeout cancelled it)."""
+    model_server.reset(always=429)
+    manifest = _manifest(model_server, retries=5, backoff=10)
+    dataset({"t.yaml": _task(timeout=1)}, manifest=manifest)
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(errors=1)
+    run = pytester.path / ".pytest_cache/agenteval/runs" / latest_run(pytester.path)
+    (record,) = map(json.loads, (run / "records.jsonl").read_text().splitlines())
+    assert record["error_class"] == "rate_limited"
+    assert len(model_server.requests) == 1
