@@ -878,11 +878,21 @@ class Task:
     def __reduce__(self) -> tuple[Any, ...]:
         """A Task pickles (for an executor that runs the call in another process) as its data
         and its environment, made first so the copy reaches the same files; a Task made by
-        hand with a folder, as that folder."""
+        hand with a folder, as that folder. The model providers of a run's Task stay behind:
+        they hold the run's spend caps, which no other process can hold, so the copy's
+        `llm()` (and the built-in model agents) refuse, never spending uncapped, until it is
+        `rebind`-ed."""
         environment = self.environment
         folder = self.workspace if environment is None else None
         data = (self.id, self.input, self.metadata, self.attempt, self.seed, self.budget)
-        return (_unpickled_task, (*data, folder, environment, self._llm))
+        return (_unpickled_task, (*data, folder, environment, self._llm is not None))
+
+    def rebind(self, original: Task) -> None:
+        """Give this unpickled copy the model providers and the trace of the `original` it
+        was copied from (`call.task`), for an executor that answers the copy in the pytest
+        process: its model calls are then capped and counted as the original's."""
+        self._llm = original._llm
+        self.trace = original.trace
 
     def __repr__(self) -> str:
         return f"Task(id={self.id!r}, attempt={self.attempt})"
@@ -897,17 +907,29 @@ def _unpickled_task(
     budget: Budget | None,
     folder: Path | None,
     environment: Environment | None,
-    llm: Callable[..., ChatClient] | None = None,
+    had_llm: bool = False,
 ) -> Task:
-    """The Task `Task.__reduce__` packed."""
+    """The Task `Task.__reduce__` packed, its model providers (when it `had_llm`) left
+    behind."""
     data = {"id": id, "input": input, "metadata": metadata, "attempt": attempt, "seed": seed}
-    data["llm"] = llm
+    data["llm"] = _left_behind if had_llm else None
     if environment is None:
         assert folder is not None
         return Task(**data, workspace=folder, budget=budget)
     task = Task(**data, workspace=partial(local_folder, environment), budget=budget)
     task._environment = environment
     return task
+
+
+def _left_behind(*_: Any, **__: Any) -> ChatClient:
+    """An unpickled Task's `llm`: the providers stayed in the pytest process with the caps."""
+    raise AgentError(
+        "task.llm: this Task was pickled for another process and its model providers stayed "
+        "in the pytest process (they hold the run's spend caps)",
+        detail="Hint: an executor that answers the copy in the pytest process calls "
+        "`copy.task.rebind(call.task)`; one that runs it elsewhere makes no model call "
+        "through task.llm() there",
+    )
 
 
 def local_folder(environment: Environment) -> Path:
