@@ -105,7 +105,10 @@ class ReactAgent:
                 continue
             for call in reply.tool_calls:
                 result = await self.run_tool(task, call)
-                messages.append(ChatMessage("tool", result.text, tool_call_id=call.id))
+                failed = result.error is not None
+                messages.append(
+                    ChatMessage("tool", result.text, tool_call_id=call.id, is_error=failed)
+                )
                 tool = self.tools.get(call.name)
                 if tool is not None and tool.ends_loop and result.error is None:
                     return AgentResult(output=result.text)
