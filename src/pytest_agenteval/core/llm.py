@@ -12,13 +12,12 @@ from pydantic import (
     model_validator,
 )
 
+from .options import MAX_SECONDS
+
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 MAX_RETRIES = 100
 """Retries of one request or attempt, at most: more never ends against a server that keeps
 refusing."""
-MAX_SECONDS = 7 * 24 * 3600.0
-"""A timeout, backoff or interval, at most (a week): a longer one is a typo, and one near
-1e308 overflows every deadline computed from it."""
 MAX_PRICE = 10_000.0
 """US dollars per million tokens, at most: a larger price is a typo, and one near 1e308 makes
 every cost infinite."""

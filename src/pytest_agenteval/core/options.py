@@ -13,7 +13,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
-from .llm import MAX_SECONDS
+MAX_SECONDS = 7 * 24 * 3600.0
+"""A timeout, backoff or interval, at most (a week), here or in a YAML file: a longer one is a
+typo, and one near 1e308 overflows every deadline computed from it."""
 
 N = TypeVar("N", int, float)
 
