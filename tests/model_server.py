@@ -8,7 +8,8 @@ pytest runs in a pytester subprocess (or this process) that talks to it at `serv
 
 What a reply says is computed from the request, so graders pass or fail deterministically:
 the last `<<...>>` segment of the last message is the reply (`What is 6*7? <<42>>` answers
-`42`); without one the last message is echoed. `<<call NAME {json}>>` makes the reply a tool
+`42`); without one the last message is echoed. The Anthropic route refuses (400) a message
+with empty content, as the real API does. `<<call NAME {json}>>` makes the reply a tool
 call of NAME with those arguments instead (a tool result holding `<<done>>` then answers
 `done`). `script.replies` are answered first, in order: each `{"text": ..., "tool_calls":
 [{"name": ..., "arguments": {...}}]}`.
@@ -181,6 +182,21 @@ def _last_text(messages: list[dict[str, Any]], anthropic: bool) -> str:
     return str(content or "")
 
 
+def _anthropic_problem(body: dict[str, Any]) -> dict[str, str] | None:
+    """What the real Messages API refuses (400) of a request's messages: empty content but in
+    a final assistant turn."""
+    messages = body.get("messages") or []
+    for i, message in enumerate(messages):
+        final = i == len(messages) - 1 and message.get("role") == "assistant"
+        if not message.get("content") and not final:
+            return {
+                "type": "invalid_request_error",
+                "message": f"messages.{i}: all messages must have non-empty content except "
+                "for the optional final assistant message",
+            }
+    return None
+
+
 def _handler(server: ModelServer) -> type[JsonHandler]:
     class Handler(JsonHandler):
         def setup(self) -> None:
@@ -237,6 +253,8 @@ def _handler(server: ModelServer) -> type[JsonHandler]:
                     self._send(status, {"error": {"message": message, "type": "test"}}, headers)
                 elif script.malformed:
                     self._send(200, b"{this is not json")
+                elif anthropic and (problem := _anthropic_problem(body)):
+                    self._send(400, {"type": "error", "error": problem})
                 elif anthropic:
                     self._send(200, server.anthropic_body(body, script))
                 else:

@@ -259,6 +259,38 @@ def test_tools_from_a_conftest_and_a_module_in_both_wire_formats(
     assert results == ["2", "HI!"]
 
 
+def test_anthropic_gets_no_empty_turn_and_is_told_a_tool_failed(
+    pytester: pytest.Pytester, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the Anthropic wire a reply with neither text nor tool calls is no empty assistant
+    turn of the next request (the real API refuses one, as the test server does), and a tool
+    that failed goes back as a `tool_result` with `is_error: true`."""
+    monkeypatch.setenv("LOCAL_MODEL_KEY", "local")
+    _dataset(pytester, _manifest(model_server, "anthropic", ["read_file", "submit"]))
+    model_server.reset(
+        replies=[
+            {"text": ""},
+            {"text": "", "tool_calls": [{"name": "read_file", "arguments": {"path": "nope"}}]},
+            {"text": "", "tool_calls": [{"name": "submit", "arguments": {"answer": "HI!"}}]},
+        ]
+    )
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+    bodies = model_server.requests
+    assert len(bodies) == 3
+    for body in bodies:
+        assert all(m["content"] for m in body["messages"])
+        assert [m["role"] for m in body["messages"]][-1] == "user"
+    results = [
+        block
+        for m in bodies[2]["messages"]
+        if isinstance(m["content"], list)
+        for block in m["content"]
+        if block["type"] == "tool_result"
+    ]
+    assert len(results) == 1 and results[0]["is_error"] is True
+    assert "cannot read" in results[0]["content"]
+
+
 def test_an_unknown_tool_is_a_located_error(
     pytester: pytest.Pytester, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

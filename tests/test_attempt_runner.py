@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from chat_server import ChatServer
-from helpers import aid, summary_of
+from helpers import DatasetMaker, aid, summary_of
 from pytest_agenteval import AgentCall, Executor
 from pytest_agenteval.core.environment import ChangedFile, ExecResult
 from pytest_agenteval.core.errors import AgentUnavailable
@@ -44,6 +44,7 @@ from pytest_agenteval.execution.graders import make_builtin_grader
 from pytest_agenteval.execution.workspaces import Workspaces
 from pytest_agenteval.sources.dataset import Dataset, TaskDef
 from pytest_agenteval.store.plan import RUN, Decision
+from test_providers import KEY, KEY_ENV, openai_agent
 
 
 class FakeExecutor:
@@ -348,6 +349,42 @@ def test_a_plugin_executor_gives_the_example_suite_the_same_summary(
     calls = (pytester.path / "calls.log").read_text().splitlines()
     assert len(calls) == builtin["n_attempts"] - builtin["counts"].get("agent_error", 0) > 20
     assert all(line.endswith("demo_agent:solve") for line in calls)
+
+
+REBINDING_EXECUTOR = PICKLING_EXECUTOR.replace(
+    "        return self.inner.call_agent(copy)",
+    "        if REBIND:\n            copy.task.rebind(call.task)\n        return self.inner.call_agent(copy)",
+)
+
+
+@pytest.mark.parametrize("rebind", [True, False], ids=["rebound", "left-behind"])
+def test_a_call_pickles_under_a_spend_cap_and_its_copy_spends_only_rebound(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    chat_server: ChatServer,
+    monkeypatch: pytest.MonkeyPatch,
+    rebind: bool,
+) -> None:
+    """Under `--agenteval-max-cost` an agent call pickles (its Task without the model
+    providers that hold the cap's locks); the copy's model calls are made, capped and counted
+    only once an executor rebinds it to `call.task`, else the attempt is an error saying so
+    and nothing is sent uncapped."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    price = {"input_per_mtok": 1.0, "output_per_mtok": 1.0}
+    prices = {"test-model": price, "served-model-1": price}
+    manifest = {"agent": openai_agent(chat_server), "pricing": prices}
+    dataset({"t.yaml": {"input": "q <<ok>>", "expected": "ok"}}, manifest=manifest)
+    pytester.makeconftest(f"REBIND = {rebind}\n" + REBINDING_EXECUTOR)
+    result = pytester.runpytest("--agenteval", "ds", "--agenteval-max-cost", "1")
+    if rebind:
+        result.assert_outcomes(passed=1)
+        assert len(chat_server.requests) == 1
+        assert summary_of(pytester)["totals"]["cost"] == pytest.approx(120 / 1e6)
+    else:
+        result.assert_outcomes(errors=1)
+        assert chat_server.requests == []
+        result.stdout.fnmatch_lines(["*its model providers stayed in the pytest process*"])
+    assert "cannot pickle" not in result.stdout.str()
 
 
 def test_a_plugin_executor_that_is_not_one_is_a_usage_error(pytester: pytest.Pytester) -> None:

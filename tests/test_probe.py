@@ -193,11 +193,12 @@ def test_the_smallest_request_is_reserved_and_counted_against_the_run_caps(
     monkeypatch.setenv("LOCAL_KEY", KEY)
     model_server.reset(models=["m1"], list_models=False, input_tokens=7, output_tokens=1)
     route = Route("local", "openai", model_server.base_url, "LOCAL_KEY", retries=0)
-    pricing = {"m1": ModelPrice(input_per_mtok=1_000_000.0, output_per_mtok=2_000_000.0)}
+    pricing = {"m1": ModelPrice(input_per_mtok=10_000.0, output_per_mtok=10_000.0)}
     try:
         stops = Stops(tmp_path, max_cost=100.0, max_tokens=10_000)
         assert run_sync(probe([Use(route, "m1", "agent")], stops, pricing)) == []
-        assert stops.ledger.read().settled == Paid(9.0, 8, 1)
+        settled = stops.ledger.read().settled
+        assert (settled.cost, settled.tokens, settled.calls) == (pytest.approx(0.08), 8, 1)
         model_server.reset(models=["m1"], list_models=False)
         tight = Stops(tmp_path / "tight", max_tokens=5)  # the request's bytes alone exceed it
         (problem,) = run_sync(probe([Use(route, "m1", "agent")], tight, pricing))

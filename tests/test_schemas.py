@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.model import TAG_RE, TASK_ID_RE, Manifest, check_task_id
+from pytest_agenteval.core.options import MAX_SECONDS
 from pytest_agenteval.execution.graders import BUILTIN_GRADERS
 from pytest_agenteval.reporting.schemas import TASK_ID_PATTERN
 from pytest_agenteval.sources.dataset import load_dataset
@@ -327,7 +328,7 @@ tasks = st.fixed_dictionaries(
         "description": texts,
         "tags": st.lists(st.from_regex(TAG_RE, fullmatch=True).filter(lambda t: "\n" not in t)),
         "graders": st.lists(graders(), max_size=3),
-        "timeout": st.floats(0.001, 1e6),
+        "timeout": st.floats(0.001, MAX_SECONDS),
         "agent": agents,
         "metadata": st.dictionaries(texts, json_values, max_size=3),
     },
@@ -367,7 +368,7 @@ manifests = st.fixed_dictionaries(
         "defaults": st.fixed_dictionaries(
             {},
             optional={
-                "timeout": st.floats(0.001, 1e6),
+                "timeout": st.floats(0.001, MAX_SECONDS),
                 "attempts": st.integers(1, 100),
                 "graders": st.lists(graders(), max_size=3),
             },

@@ -158,3 +158,37 @@ def test_in_flight_limit_holds_in_process(model_server: ModelServer) -> None:
 
     asyncio.run(calls())
     assert model_server.max_concurrent == 2
+
+
+def test_the_anthropic_body_has_no_empty_turn_and_marks_failed_tools() -> None:
+    """An empty assistant message is left out and the user messages around it share one turn
+    (the Messages API refuses empty content); a failed tool's result says `is_error`, also
+    from an OpenAI-style dict, and a tool that worked does not."""
+    from pytest_agenteval.providers.wire import WIRES, as_message
+
+    messages = [
+        ChatMessage("user", "q"),
+        ChatMessage("assistant", ""),
+        ChatMessage("user", "go on"),
+        as_message({"role": "assistant", "content": "", "tool_calls": [_call("a"), _call("b")]}),
+        as_message({"role": "tool", "tool_call_id": "a", "content": "boom", "is_error": True}),
+        ChatMessage("tool", "fine", tool_call_id="b"),
+    ]
+    body = WIRES["anthropic"].body("m", messages, (), {})
+    assert [t["role"] for t in body["messages"]] == ["user", "assistant", "user"]
+    assert body["messages"][0]["content"] == [
+        {"type": "text", "text": "q"},
+        {"type": "text", "text": "go on"},
+    ]
+    failed, fine = body["messages"][2]["content"]
+    assert failed == {
+        "type": "tool_result",
+        "tool_use_id": "a",
+        "content": "boom",
+        "is_error": True,
+    }
+    assert fine == {"type": "tool_result", "tool_use_id": "b", "content": "fine"}
+
+
+def _call(id: str) -> dict[str, object]:
+    return {"id": id, "type": "function", "function": {"name": "bash", "arguments": "{}"}}

@@ -84,7 +84,9 @@ def pytest_agenteval_make_executor(
     names: `agents.resolve(call.agent)`. Return an object satisfying
     `pytest_agenteval.Executor` (`call_agent(call)`, `kill_running()`, `close()`); each
     `AgentCall` names its attempt, agent (a serialisable `AgentRef`), agent-facing Task and
-    deadline, and pickles. Anything else is a usage error naming your plugin. The built-in
+    deadline, and pickles (its Task without its model providers, which hold the run's caps:
+    a copy answered in this process gets them back with `copy.task.rebind(call.task)`).
+    Anything else is a usage error naming your plugin. The built-in
     executors (in-process, or a forked child per call with `isolate`) answer last.
     """
 

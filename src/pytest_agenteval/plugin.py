@@ -333,7 +333,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     option(
         "--agenteval-interrupt-grace",
         dest="agenteval_interrupt_grace",
-        type=options.positive_float,
+        type=options.seconds,
         metavar="SECONDS",
         ini=("agenteval_interrupt_grace", "string"),
         help="with attempts in flight, seconds they get to finish after the first Ctrl-C "

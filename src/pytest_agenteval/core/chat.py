@@ -40,12 +40,14 @@ class ChatMessage:
     """One message of a conversation.
 
     `assistant` messages may carry the tool calls the model asked for; a `tool` message is one
-    call's result, naming the call by `tool_call_id`."""
+    call's result, naming the call by `tool_call_id` (`is_error`: the tool failed, which the
+    Anthropic API is told)."""
 
     role: Role
     content: str = ""
     tool_calls: tuple[ToolRequest, ...] = ()
     tool_call_id: str | None = None
+    is_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
     PositiveInt,
     model_validator,
 )
 
+from .options import MAX_SECONDS
+
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+MAX_RETRIES = 100
+"""Retries of one request or attempt, at most: more never ends against a server that keeps
+refusing."""
+MAX_PRICE = 10_000.0
+"""US dollars per million tokens, at most: a larger price is a typo, and one near 1e308 makes
+every cost infinite."""
+Retries = Annotated[int, Field(ge=0, le=MAX_RETRIES)]
+"""A number of retries, 0 to MAX_RETRIES."""
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+"""A timeout: more than 0, at most MAX_SECONDS."""
+Wait = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+"""A backoff or interval: 0 to MAX_SECONDS."""
+Price = Annotated[float, Field(ge=0, le=MAX_PRICE)]
+"""A price per million tokens: 0 to MAX_PRICE."""
 
 
 class UserModel(BaseModel):
@@ -61,11 +74,11 @@ class ProviderSpec(UserModel):
     """Anthropic's Messages API."""
     limits: ProviderLimits = ProviderLimits()
     """Limits all the provider's calls share (agents, variants, judges, `task.llm()`)."""
-    timeout: PositiveFloat | None = None
+    timeout: Seconds | None = None
     """Seconds one HTTP request may take (default: 600)."""
-    retries: NonNegativeInt | None = None
+    retries: Retries | None = None
     """How many times a 429, a 5xx or a connection error is retried (default 3)."""
-    backoff: NonNegativeFloat | None = None
+    backoff: Wait | None = None
     """Seconds before the first retry (default 1), doubled each time."""
 
     @model_validator(mode="after")
@@ -104,12 +117,12 @@ class ModelSettings(UserModel):
     """Most tokens the reply may have."""
     params: dict[str, Any] | None = None
     """Further request parameters sent as they are (e.g. `top_p`, `seed`, `stop`)."""
-    retries: NonNegativeInt | None = None
+    retries: Retries | None = None
     """How many times a 429, a 5xx or a connection error is retried (default 3)."""
-    backoff: NonNegativeFloat | None = None
+    backoff: Wait | None = None
     """Seconds before the first retry (default 1); doubles each time, with jitter, unless the
     server says `Retry-After`."""
-    timeout: PositiveFloat | None = None
+    timeout: Seconds | None = None
     """Seconds one HTTP request may take (default: the task's timeout bounds the whole call)."""
 
     @property
@@ -143,9 +156,9 @@ class JudgeOptions(JudgeSettings):
 class ModelPrice(UserModel):
     """US dollars per million tokens of one model."""
 
-    input_per_mtok: NonNegativeFloat
-    """Price of a million input (prompt) tokens."""
-    output_per_mtok: NonNegativeFloat
-    """Price of a million output (completion) tokens."""
-    cached_input_per_mtok: NonNegativeFloat | None = None
+    input_per_mtok: Price
+    """Price of a million input (prompt) tokens (at most 10,000)."""
+    output_per_mtok: Price
+    """Price of a million output (completion) tokens (at most 10,000)."""
+    cached_input_per_mtok: Price | None = None
     """Price of a million cached input tokens (default: the input price)."""

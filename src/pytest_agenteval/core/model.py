@@ -16,7 +16,6 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
-    NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
@@ -29,7 +28,7 @@ from pydantic import (
 )
 
 from .errors import AgentError
-from .llm import JudgeSettings, ModelPrice, ProviderSpec
+from .llm import MAX_RETRIES, JudgeSettings, ModelPrice, ProviderSpec, Seconds, Wait
 from .options import HOST_CAP, split_docker_host
 from .trace import Trace
 
@@ -66,7 +65,7 @@ class AgentLimits(UserModel):
 
     max_in_flight: PositiveInt | None = None
     """Calls of this agent running at once, at most."""
-    min_interval: NonNegativeFloat | None = None
+    min_interval: Wait | None = None
     """Seconds between the starts of two calls of this agent, at least."""
 
 
@@ -124,9 +123,9 @@ class RetrySpec(UserModel):
     on: list[str] = Field(min_length=1)
     """The error classes retried: any of `rate_limited`, `provider_error`, `timeout`,
     `sandbox_error`."""
-    max: PositiveInt = 2
-    """Retries per attempt, at most (so `max + 1` tries in all)."""
-    backoff: Annotated[NonNegativeFloat, WithJsonSchema(_DURATION_SCHEMA)] = 10.0
+    max: Annotated[int, Field(ge=1, le=MAX_RETRIES)] = 2
+    """Retries per attempt, at most (so `max + 1` tries in all; up to 100)."""
+    backoff: Annotated[Wait, WithJsonSchema(_DURATION_SCHEMA)] = 10.0
     """Wait before each retry (`10s`, `2m`, `500ms` or seconds), cut short by a stop or the
     session's deadline."""
 
@@ -450,9 +449,9 @@ def _graders_before(value: Any) -> Any:
 class Defaults(UserModel):
     """Manifest defaults applied to every task that does not say otherwise."""
 
-    timeout: PositiveFloat | None = None
-    """Seconds an attempt's agent call may take."""
-    grader_timeout: PositiveFloat | None = None
+    timeout: Seconds | None = None
+    """Seconds an attempt's agent may take, all its tries (`retry:`) and turns together."""
+    grader_timeout: Seconds | None = None
     """Seconds each grader may take to judge an attempt (default 60)."""
     attempts: PositiveInt | None = None
     """Attempts per task when neither `--attempts` nor ini `agenteval_attempts` is set."""
@@ -587,9 +586,10 @@ class TaskSpec(UserModel):
     """The reference answer graders compare against; never shown to the agent."""
     graders: list[GraderSpec] | None = None
     """How the output is judged; all must pass (default: the manifest's, else `equals`)."""
-    timeout: PositiveFloat | None = None
-    """Seconds the agent may take for one attempt (default: the manifest's, else none)."""
-    grader_timeout: PositiveFloat | None = None
+    timeout: Seconds | None = None
+    """Seconds the agent may take for one attempt, all its tries (`retry:`) and turns
+    together (default: the manifest's, else none)."""
+    grader_timeout: Seconds | None = None
     """Seconds each grader may take (default: the manifest's, else 60)."""
     agent: AgentSpec | None = None
     """Overrides the manifest's agent for this task."""
@@ -878,11 +878,21 @@ class Task:
     def __reduce__(self) -> tuple[Any, ...]:
         """A Task pickles (for an executor that runs the call in another process) as its data
         and its environment, made first so the copy reaches the same files; a Task made by
-        hand with a folder, as that folder."""
+        hand with a folder, as that folder. The model providers of a run's Task stay behind:
+        they hold the run's spend caps, which no other process can hold, so the copy's
+        `llm()` (and the built-in model agents) refuse, never spending uncapped, until it is
+        `rebind`-ed."""
         environment = self.environment
         folder = self.workspace if environment is None else None
         data = (self.id, self.input, self.metadata, self.attempt, self.seed, self.budget)
-        return (_unpickled_task, (*data, folder, environment, self._llm))
+        return (_unpickled_task, (*data, folder, environment, self._llm is not None))
+
+    def rebind(self, original: Task) -> None:
+        """Give this unpickled copy the model providers and the trace of the `original` it
+        was copied from (`call.task`), for an executor that answers the copy in the pytest
+        process: its model calls are then capped and counted as the original's."""
+        self._llm = original._llm
+        self.trace = original.trace
 
     def __repr__(self) -> str:
         return f"Task(id={self.id!r}, attempt={self.attempt})"
@@ -897,17 +907,29 @@ def _unpickled_task(
     budget: Budget | None,
     folder: Path | None,
     environment: Environment | None,
-    llm: Callable[..., ChatClient] | None = None,
+    had_llm: bool = False,
 ) -> Task:
-    """The Task `Task.__reduce__` packed."""
+    """The Task `Task.__reduce__` packed, its model providers (when it `had_llm`) left
+    behind."""
     data = {"id": id, "input": input, "metadata": metadata, "attempt": attempt, "seed": seed}
-    data["llm"] = llm
+    data["llm"] = _left_behind if had_llm else None
     if environment is None:
         assert folder is not None
         return Task(**data, workspace=folder, budget=budget)
     task = Task(**data, workspace=partial(local_folder, environment), budget=budget)
     task._environment = environment
     return task
+
+
+def _left_behind(*_: Any, **__: Any) -> ChatClient:
+    """An unpickled Task's `llm`: the providers stayed in the pytest process with the caps."""
+    raise AgentError(
+        "task.llm: this Task was pickled for another process and its model providers stayed "
+        "in the pytest process (they hold the run's spend caps)",
+        detail="Hint: an executor that answers the copy in the pytest process calls "
+        "`copy.task.rebind(call.task)`; one that runs it elsewhere makes no model call "
+        "through task.llm() there",
+    )
 
 
 def local_folder(environment: Environment) -> Path:

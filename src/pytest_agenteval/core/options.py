@@ -13,6 +13,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
+MAX_SECONDS = 7 * 24 * 3600.0
+"""A timeout, backoff or interval, at most (a week), here or in a YAML file: a longer one is a
+typo, and one near 1e308 overflows every deadline computed from it."""
+
 N = TypeVar("N", int, float)
 
 
@@ -166,7 +170,13 @@ def positive_float(value: str) -> float:
 
 
 def non_negative_float(value: str) -> float:
-    return _number(value, float, lambda n: 0 <= n < math.inf, "a number of seconds >= 0")
+    what = f"a number of seconds from 0 to {MAX_SECONDS:.0f} (a week)"
+    return _number(value, float, lambda n: 0 <= n <= MAX_SECONDS, what)
+
+
+def seconds(value: str) -> float:
+    what = f"a number of seconds above 0, at most {MAX_SECONDS:.0f} (a week)"
+    return _number(value, float, lambda n: 0 < n <= MAX_SECONDS, what)
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")

@@ -213,11 +213,13 @@ class AttemptRunner:
 
     def run(self, job: AttemptJob, source: AgentSource) -> Outcome:
         """Carry out one attempt, and again while it ends in an error class its `retry:`
-        names (up to `max` more tries, `backoff` apart, never past a stop): the earlier tries
-        stay in the record's `previous`, their cost in its `retry_cost`."""
+        names (up to `max` more tries, `backoff` apart, never past a stop nor the task's
+        `timeout`, which all the tries share): the earlier tries stay in the record's
+        `previous`, their cost in its `retry_cost`."""
         outcome = self._run_once(job, source)
         retry = job.task.retry
         tries: list[AttemptRecord] = []
+        end = _tries_end(job, outcome)
         while (
             retry is not None
             and len(tries) < retry.max
@@ -225,12 +227,12 @@ class AttemptRunner:
             and record.status == "error"
             and record.error_class in retry.on
             and not record.regraded
-            and self._backed_off(retry.backoff)
+            and self._backed_off(retry.backoff, end)
         ):
             if outcome.environment is not None:
                 outcome.environment.teardown(keep=False)
             tries.append(record)
-            outcome = self._run_once(job, source)
+            outcome = self._run_once(job, source, end)
         if not tries or outcome.record is None:
             return outcome
         history = tuple(t.to_json() | {"previous": []} for t in reversed(tries))
@@ -243,10 +245,13 @@ class AttemptRunner:
         )
         return replace(outcome, record=retried)
 
-    def _backed_off(self, seconds: float) -> bool:
+    def _backed_off(self, seconds: float, tries_end: float | None = None) -> bool:
         """Wait `seconds` before a retry; False when a stop (cap, deadline, cancel) came
-        first or is there already (no retry is started then)."""
+        first or is there already, or the wait would reach `tries_end` (the attempt's
+        timeout): no retry is started then, and no wait is made for none."""
         end = time.monotonic() + seconds
+        if tries_end is not None and end >= tries_end:
+            return False
         while True:
             if self.stop_reason() is not None:
                 return False
@@ -255,8 +260,11 @@ class AttemptRunner:
                 return True
             time.sleep(min(left, 0.05))
 
-    def _run_once(self, job: AttemptJob, source: AgentSource) -> Outcome:
-        """Carry out one try of an attempt. Whatever the agent or a grader raises, SystemExit
+    def _run_once(
+        self, job: AttemptJob, source: AgentSource, tries_end: float | None = None
+    ) -> Outcome:
+        """Carry out one try of an attempt (a retry's agent call ends by `tries_end`, what
+        is left of the task's timeout). Whatever the agent or a grader raises, SystemExit
         included, ends as an error record; only KeyboardInterrupt and `passthrough`
         propagate, and then nothing is recorded, as the attempt did not finish."""
         decision = job.decision
@@ -279,6 +287,7 @@ class AttemptRunner:
                     self._check_stop()
                 used = decision.record.agent if decision.record else {}
                 context = _Attempt(job, self.environments, used, self.note_phase, self.reserve)
+                context.tries_end = tries_end
                 started, t0 = time.time(), time.perf_counter()
             outcome = self._carry_out(job, context, early, source, started, t0)
         finally:
@@ -487,7 +496,7 @@ class AttemptRunner:
     def _call_starts(self, agent: AgentRef, context: _Attempt) -> AgentCall:
         """The call about to be made, with the watch on its trace; it is noted as running."""
         job = context.job
-        key, note = job.key, self.note_running
+        key, note, timeout = job.key, self.note_running, context.timeout()
         context.watch = Watch(
             context.task.trace,
             job.task,
@@ -495,11 +504,12 @@ class AttemptRunner:
             self.stopped,
             context.phase,
             self.traceparent() if self.traceparent is not None else None,
+            timeout=timeout,
         )
         if note is not None:
             note(key, True)
         context.phase("agent")
-        return AgentCall(key, agent, context.task, job.task.timeout, context)
+        return AgentCall(key, agent, context.task, timeout, context)
 
     def _call_ends(self, context: _Attempt, t0: float) -> None:
         """The call ended, answered or not: its time, and the files it changed (a failed
@@ -525,6 +535,15 @@ class AttemptRunner:
 
 def _no_phase(name: str) -> None:
     """An ended attempt's phases: none are noted."""
+
+
+def _tries_end(job: AttemptJob, first: Outcome) -> float | None:
+    """When the task's timeout runs out for all an attempt's tries (`time.monotonic()`),
+    counted from its first try's start; None without a timeout."""
+    timeout, record = job.task.timeout, first.record
+    if timeout is None or record is None:
+        return None
+    return time.monotonic() + (record.started_at + timeout - time.time())
 
 
 def _calls_agent(decision: Decision) -> bool:
@@ -564,6 +583,9 @@ class _Attempt:
         """Seconds waited for the agent's limits before the call started."""
         self.artifacts: Artifacts | None = None
         """What the attempt keeps of the files its agent changed (collected after the call)."""
+        self.tries_end: float | None = None
+        """A retry's: when the task's timeout, shared by all its tries, runs out
+        (`time.monotonic()`)."""
         task = job.task
         self.task = Task(
             id=task.id,
@@ -591,6 +613,13 @@ class _Attempt:
             self.environment = self.environments.create(self.job.task, self.job.key)
             self.timings["environment"] = time.perf_counter() - t0
         return self.environment
+
+    def timeout(self) -> float | None:
+        """Seconds the agent call may take: the task's timeout, or for a retry what is left
+        of it (a moment at least: a call is never made without a limit)."""
+        if self.tries_end is None:
+            return self.job.task.timeout
+        return max(self.tries_end - time.monotonic(), 0.001)
 
     def phase(self, name: str | None) -> None:
         """The attempt's phase changes (None: it ended), for live progress."""

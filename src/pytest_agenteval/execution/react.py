@@ -16,15 +16,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from ..core.chat import ChatClient, ChatMessage, ToolRequest
 from ..core.errors import AgentUnavailable, LimitReached, agent_options, did_you_mean
 from ..core.importing import UnresolvedReference, resolve_callable
+from ..core.llm import Seconds
 from ..core.model import AgentResult, Task
 from .tools import BUILTIN_TOOLS, Tool, ToolArgumentError, ToolOutput, check_required, cut
 
 DEFAULT_MAX_TURNS = 30
+MAX_TURNS = 10_000
+"""`max_turns`, at most: each turn is a paid model call."""
 DEFAULT_TOOL_TIMEOUT = 60.0
 NUDGE = "No tool was called. Continue with the tools, and call submit(answer) when done."
 
@@ -48,10 +51,12 @@ class ReactOptions(BaseModel):
     """The tools the model may call: built-ins (`bash`, `python`, `read_file`, `write_file`,
     `submit`), a plugin's (`pytest_agenteval_make_tool`), or a Python function as
     `module:function` / `file.py:function`."""
-    max_turns: PositiveInt = DEFAULT_MAX_TURNS
-    """Most model calls; reaching it ends the loop, graded, with `stopped: max_turns`."""
-    tool_timeout: PositiveFloat = DEFAULT_TOOL_TIMEOUT
-    """Seconds one tool call may run (a program is then killed with what it started)."""
+    max_turns: int = Field(DEFAULT_MAX_TURNS, ge=1, le=MAX_TURNS)
+    """Most model calls (up to 10,000); reaching it ends the loop, graded, with `stopped:
+    max_turns`. The task's `timeout` bounds them all together."""
+    tool_timeout: Seconds = DEFAULT_TOOL_TIMEOUT
+    """Seconds one tool call may run, at most a week (a program is then killed with what it
+    started)."""
     temperature: float | None = None
     """Sampling temperature, when set."""
     max_tokens: PositiveInt | None = None
@@ -100,7 +105,10 @@ class ReactAgent:
                 continue
             for call in reply.tool_calls:
                 result = await self.run_tool(task, call)
-                messages.append(ChatMessage("tool", result.text, tool_call_id=call.id))
+                failed = result.error is not None
+                messages.append(
+                    ChatMessage("tool", result.text, tool_call_id=call.id, is_error=failed)
+                )
                 tool = self.tools.get(call.name)
                 if tool is not None and tool.ends_loop and result.error is None:
                     return AgentResult(output=result.text)

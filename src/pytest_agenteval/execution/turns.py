@@ -38,7 +38,11 @@ class Watch:
         run_stop: Callable[[], str | None] | None,
         phase: Callable[[str], None],
         traceparent: str | None = None,
+        *,
+        timeout: float | None = None,
     ) -> None:
+        """`timeout`: seconds the call may take, when less than the task's (a retry's
+        share of it)."""
         self.spent = spent
         self.phase = phase
         self.turns = 0
@@ -47,7 +51,8 @@ class Watch:
         """Cost and tokens of the model calls already counted in the run's spend."""
         self._lock = threading.Lock()
         trace.run_stop = run_stop
-        trace.deadline = time.monotonic() + task.timeout if task.timeout else None
+        timeout = timeout or task.timeout
+        trace.deadline = time.monotonic() + timeout if timeout else None
         pricing = task.dataset.manifest.pricing
         self.price: Price | None = partial(price_call, pricing) if pricing else None
         trace.price = self.price

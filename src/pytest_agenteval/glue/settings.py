@@ -126,7 +126,7 @@ def read_settings(config: pytest.Config, dataset_paths: list[Path]) -> Settings:
         max_cost=_setting(config, "agenteval_max_cost", options.positive_float),
         max_tokens=_setting(config, "agenteval_max_tokens", options.positive_int),
         deadline=config.getoption("agenteval_deadline"),
-        interrupt_grace=_setting(config, "agenteval_interrupt_grace", options.positive_float),
+        interrupt_grace=_setting(config, "agenteval_interrupt_grace", options.seconds),
         show_plan=config.getoption("agenteval_plan"),
         invocation_dir=base,
         shard=_shard(config),

@@ -115,10 +115,13 @@ class BoundClient:
         first, then settled to what it cost; the reply priced and in the trace (`missed`:
         the model cache was asked first and had no answer)."""
         started = time.time() if started is None else started
+        deadline = self.trace.deadline if self.trace is not None else None
+        if self.trace is not None and deadline is not None and time.monotonic() >= deadline:
+            self.trace.check()  # the attempt's timeout passed: LimitReached, nothing is sent
         reserved = await self._reserve(request)
         actual = reserved  # cancelled after it was sent, or failed after: the server may bill it
         try:
-            reply = await self.provider.exchange(request)
+            reply = await self.provider.exchange(request, deadline)
             if missed:
                 reply = replace(reply, cache_missed=True)
             priced = self._record(request.model, reply, started)

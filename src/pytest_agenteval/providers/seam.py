@@ -201,8 +201,9 @@ class Provider:
         """One chat call, retried as the policy says; its reply carries latency and retries."""
         return await self.exchange(self.prepare(model, messages, tools, params))
 
-    async def exchange(self, request: Prepared) -> ChatReply:
-        """Send a prepared request, retried as the policy says."""
+    async def exchange(self, request: Prepared, deadline: float | None = None) -> ChatReply:
+        """Send a prepared request, retried as the policy says, but never waited for nor sent
+        again at or past `deadline` (`time.monotonic()`: the attempt's timeout)."""
         model, body = request.model, request.body
         headers = self.wire.headers(self.key())
         url = self.wire.url(self.route.base_url)
@@ -225,6 +226,8 @@ class Provider:
                 if not (again and retries < self.policy.retries):
                     raise self._failure(model, exc, status, retries) from None
                 wait = self.policy.delay(retries, after, self.rng)
+                if deadline is not None and time.monotonic() + wait >= deadline:
+                    raise self._failure(model, exc, status, retries) from None
             finally:
                 per_minute.settle(self.route, reserved, used)
             await asyncio.sleep(wait)

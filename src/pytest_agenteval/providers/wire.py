@@ -62,6 +62,7 @@ def as_message(value: MessageLike) -> ChatMessage:
         "" if content is None else str(content),
         calls,
         value.get("tool_call_id"),
+        bool(value.get("is_error")),
     )
 
 
@@ -237,25 +238,44 @@ class AnthropicWire:
 
 
 def _append_turn(turns: list[dict[str, Any]], m: ChatMessage) -> None:
-    """Anthropic alternates user and assistant turns: tool results are user content blocks,
-    and consecutive ones share one turn."""
+    """Anthropic alternates user and assistant turns: tool results are user content blocks
+    (`is_error` when the tool failed), and consecutive messages of one role share one turn.
+    The API refuses a turn with empty content: an empty assistant reply is left out."""
     if m.role == "tool":
-        block = {"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content}
-        last = turns[-1] if turns else None
-        if last and last["role"] == "user" and isinstance(last["content"], list):
-            last["content"].append(block)
-        else:
-            turns.append({"role": "user", "content": [block]})
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": m.tool_call_id or "",
+            "content": m.content,
+        }
+        if m.is_error:
+            block["is_error"] = True
+        _join(turns, "user", [block])
         return
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
     if m.role == "assistant" and m.tool_calls:
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
         blocks += [
             {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
             for c in m.tool_calls
         ]
-        turns.append({"role": "assistant", "content": blocks})
-        return
-    turns.append({"role": m.role, "content": m.content})
+        _join(turns, "assistant", blocks)
+    elif m.content or m.role != "assistant":
+        _join(turns, m.role, m.content)
+
+
+def _join(turns: list[dict[str, Any]], role: str, content: str | list[dict[str, Any]]) -> None:
+    """Add `content` as a turn of `role`, or to the last turn when it is of that role (its
+    content then a list of blocks)."""
+    last = turns[-1] if turns else None
+    if last is None or last["role"] != role:
+        turns.append({"role": role, "content": content})
+    else:
+        last["content"] = _blocks(last["content"]) + _blocks(content)
+
+
+def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(content, list):
+        return content
+    return [{"type": "text", "text": content}] if content else []
 
 
 def _str(value: Any) -> str | None:
