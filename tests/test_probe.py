@@ -19,7 +19,6 @@ from pytest_agenteval.providers.probe import Use, probe, unpriced
 from pytest_agenteval.providers.seam import Route, forget, run_sync
 from pytest_agenteval.sources.dataset import load_dataset
 from pytest_agenteval.sources.speccache import CachedTask
-from pytest_agenteval.store.ledger import Paid
 from pytest_agenteval.store.stops import Stops
 
 KEY = "local-key-abcdefghijkl"
