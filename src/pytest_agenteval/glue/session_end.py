@@ -144,7 +144,7 @@ def budget_line(budget: Budget) -> str:
         if cap is not None
     )
     return (
-        f"spent in all {dollars(cost)}, {tokens} tokens (attempts already started when the cap "
-        "was reached finished). The cap is the run's whole budget, its earlier sessions "
-        f"included: --resume-suite runs the rest only with a higher {raise_it}"
+        f"spent in all {dollars(cost)}, {tokens} tokens (every call the run paid for, its "
+        "earlier sessions included). The cap is the run's whole budget: --resume-suite runs "
+        f"the rest only with a higher {raise_it}"
     )
