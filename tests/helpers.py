@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import textwrap
 import threading
@@ -232,3 +233,26 @@ def sampling(measure: Callable[[], T]) -> Iterator[list[T]]:
     finally:
         done.set()
         sampler.join()
+
+
+def run_killing_holder(
+    pytester: pytest.Pytester, requests: Callable[[], int], at: int, pid_file: Path, killed: Path
+) -> pytest.RunResult:
+    """`--agenteval ds -n 2`, SIGKILLing the worker whose agent wrote its pid to `pid_file`
+    once the server has seen `at` requests (`requests()`); `killed` is touched after."""
+    done = threading.Event()
+
+    def kill_the_holder() -> None:
+        while not done.wait(0.01):
+            if requests() >= at and pid_file.exists():
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                killed.touch()
+                return
+
+    killer = threading.Thread(target=kill_the_holder)
+    killer.start()
+    try:
+        return pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2")
+    finally:
+        done.set()
+        killer.join()

@@ -12,14 +12,13 @@ import resource
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chat_server import ChatServer
-from helpers import DatasetMaker, latest_record, latest_run, task
+from helpers import DatasetMaker, latest_record, latest_run, run_killing_holder, task
 from pytest_agenteval.cli import main
 from pytest_agenteval.core.records import AttemptRecord
 from test_providers import KEY, KEY_ENV, openai_agent
@@ -350,22 +349,9 @@ def test_a_killed_workers_call_keeps_its_agent_slot_until_its_timeout(
     )
     (root / "holding.py").write_text(HOLDING_AGENT)
     pytester.makeconftest(AFTER_THE_KILL)
-    done = threading.Event()
-
-    def kill_the_holder() -> None:
-        while not done.wait(0.01):  # its request at the server: SIGKILL its worker
-            if chat_server.requests and pid_file.exists():
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
-                killed.touch()
-                return
-
-    killer = threading.Thread(target=kill_the_holder)
-    killer.start()
-    try:
-        result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2")
-    finally:
-        done.set()
-        killer.join()
+    result = run_killing_holder(  # its request at the server: SIGKILL its worker
+        pytester, lambda: len(chat_server.requests), 1, pid_file, killed
+    )
     result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'ds/t0.yaml::t0*"])
     result.assert_outcomes(passed=1, errors=1)
     assert len(chat_server.requests) == 2

@@ -4,16 +4,13 @@ the `openai` agent and the judge naming a manifest provider, its limit held by a
 from __future__ import annotations
 
 import json
-import os
-import signal
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chat_server import ChatServer
-from helpers import DatasetMaker, latest_run, summary_of
+from helpers import DatasetMaker, latest_run, run_killing_holder, summary_of
 from model_server import ModelServer
 
 LLM_AGENT = """
@@ -295,22 +292,9 @@ def test_a_killed_workers_requests_keep_its_provider_slots(
     (root / "killed.py").write_text(KILLED_AGENT)
     (root / "waiting.py").write_text(WAITING_AGENT)
 
-    done = threading.Event()
-
-    def kill_the_holder() -> None:
-        while not done.wait(0.01):  # both of its requests at the server: SIGKILL its worker
-            if len(chat_server.requests) >= 2 and pid_file.exists():
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
-                killed.touch()
-                return
-
-    killer = threading.Thread(target=kill_the_holder)
-    killer.start()
-    try:
-        result = pytester.runpytest_subprocess("--agenteval", "ds", "-n", "2")
-    finally:
-        done.set()
-        killer.join()
+    result = run_killing_holder(  # both of its requests at the server: SIGKILL its worker
+        pytester, lambda: len(chat_server.requests), 2, pid_file, killed
+    )
     result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'ds/t0.yaml::t0*"])
     result.assert_outcomes(passed=1, errors=1)
     assert len(chat_server.requests) == 4
