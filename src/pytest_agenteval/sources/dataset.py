@@ -35,6 +35,7 @@ from ..core.model import (
 from ..core.text import excerpt, json_encoder
 from ..core.values import cached
 from .discovery import MANIFEST_NAME, TASK_SUFFIXES, find_dataset_root
+from .provider_refs import manifest_provider_problems, task_provider_problems
 from .sourced import one_failure_per_problem
 from .speccache import CachedTask, SpecCache
 from .taskfile import FileRead, LoadFailure, read_task_file, read_with_node
@@ -263,13 +264,14 @@ def load_dataset(
             field="agent",
             hint="put the agent in `variants:` (`NAME: AGENT-SPEC`), or drop `variants:`",
         )
+    errors = manifest_provider_problems(manifest, manifest_path, node)
     default = manifest.defaults.sandbox
     if default is not None:
-        errors = sandbox_problems(
+        errors += sandbox_problems(
             default, root, sandbox_allow, manifest_path, node, ("defaults",), kinds
         )
-        if errors:
-            raise TaskFileErrors(errors)
+    if errors:
+        raise TaskFileErrors(errors)
     return Dataset(root, manifest, manifest_path, cache, sandbox_allow, kinds)
 
 
@@ -518,6 +520,7 @@ def _finish(
     spec, line, loc = read.spec, read.line, read.loc
     task = TaskDef(spec, dataset, path, line, loc, row=read.row)
     errors = _check_workspace(task, node, loc) + _check_sandbox(task, node, loc)
+    errors += task_provider_problems(spec, dataset.manifest.providers, path, node, loc)
     specs = spec.graders or dataset.manifest.defaults.graders
     if specs is None:
         if spec.expected is None:
