@@ -63,9 +63,12 @@ def test_a_count_or_time_past_its_bound_is_a_located_error(
     [
         (
             {"max_turns": 99999999999999999999},
-            f"max_turns: Input should be less than or equal to {MAX_TURNS}",
+            f"'max_turns' is 99999999999999999999: Input should be less than or equal to {MAX_TURNS}",
         ),
-        ({"tool_timeout": 1e9}, "tool_timeout: Input should be less than or equal to 604800"),
+        (
+            {"tool_timeout": 1e9},
+            "'tool_timeout' is 1000000000.0: Input should be less than or equal to 604800",
+        ),
     ],
 )
 def test_a_react_loop_past_its_bounds_is_a_located_error(

@@ -144,7 +144,7 @@ def test_function_schema_of_lists_literals_and_refused_types() -> None:
     [
         ({"tools": ["bash", "shell"]}, "unknown tool 'shell'", "bash"),
         ({"tool": ["bash"]}, "unknown option 'tool'", "tools"),
-        ({"max_turns": 0}, "at max_turns", None),
+        ({"max_turns": 0}, "option 'max_turns' is 0", None),
         ({"tools": ["bash", "bash"]}, "tool 'bash' is listed twice", None),
         ({"tools": ["nomodule_xyz:f"]}, "cannot load tool 'nomodule_xyz:f'", None),
     ],

@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from .text import excerpt
+
 
 class AgentevalError(Exception):
     """Base of every error the plugin raises on purpose."""
@@ -135,15 +137,25 @@ class AgentUnavailable(AgentevalError):
     not exist, or a plugin that refused its options. Its attempts never start, so nothing is
     recorded for them and a resume after the fix runs them."""
 
-    def __init__(self, problem: str, *, hint: str | None = None, where: str = "") -> None:
+    def __init__(
+        self,
+        problem: str,
+        *,
+        hint: str | None = None,
+        where: str = "",
+        option: tuple[str | int, ...] = (),
+    ) -> None:
         self.problem = problem
         self.hint = hint
         self.where = where
         """`path:line: at field` of the agent spec (or the option naming it), once known."""
+        self.option = option
+        """The path of the kind's option at fault (`("tools", 1)`), so it is located at its
+        own line; empty: the spec as a whole."""
         super().__init__(self.render())
 
     def located(self, where: str) -> AgentUnavailable:
-        return AgentUnavailable(self.problem, hint=self.hint, where=where)
+        return AgentUnavailable(self.problem, hint=self.hint, where=where, option=self.option)
 
     def render(self) -> str:
         text = f"{self.where}: {self.problem}" if self.where else self.problem
@@ -208,9 +220,15 @@ def agent_options(kind: str, model: type[M], options: Mapping[str, Any]) -> M:
         return model.model_validate(dict(options))
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
-        option = ".".join(str(p) for p in error["loc"]) or "options"
+        loc = tuple(p for p in error["loc"] if isinstance(p, str | int))
+        option = ".".join(str(p) for p in loc) or "options"
         if error["type"] == "extra_forbidden":
             fields = model.model_fields
             hint = did_you_mean(option, fields) or "options: " + ", ".join(fields)
-            raise AgentUnavailable(f"{kind} agent: unknown option {option!r}", hint=hint) from None
-        raise AgentUnavailable(f"{kind} agent: at {option}: {error['msg']}") from None
+            raise AgentUnavailable(
+                f"{kind} agent: unknown option {option!r}", hint=hint, option=loc
+            ) from None
+        given = f" is {excerpt(repr(error['input']), 80)}" if loc else ""
+        raise AgentUnavailable(
+            f"{kind} agent: option {option!r}{given}: {error['msg']}", option=loc
+        ) from None

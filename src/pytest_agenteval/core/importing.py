@@ -135,11 +135,18 @@ def _load_file(where: str, base: Path) -> Any:
         siblings = path.parent.glob("*.py") if path.parent.is_dir() else ()
         hint = did_you_mean(where, (str(Path(where).with_name(p.name)) for p in siblings))
         raise UnresolvedReference(f"file {where!r} not found (looked for {path})", hint)
+    if path.suffix != ".py":
+        raise UnresolvedReference(
+            f"{where!r} is not a Python file (it is {path})",
+            "a reference is `module:function` or `path/to/file.py:function` (a .py file, "
+            "relative to the dataset root)",
+        )
     name = f"{USER_MODULES}{abs(hash(str(path))):x}_{path.stem}"
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
+    if spec is None or spec.loader is None:  # a .py file importlib still cannot load
+        raise UnresolvedReference(f"{where!r} cannot be loaded as a Python module ({path})")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:

@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import AgentError
+from .errors import AgentError, did_you_mean
 from .llm import MAX_RETRIES, JudgeSettings, ModelPrice, ProviderSpec, Seconds, Wait
 from .options import HOST_CAP, split_docker_host
 from .trace import Trace
@@ -116,11 +116,24 @@ _DURATION_SCHEMA = {
 }
 
 
+def _retry_class(name: str) -> str:
+    """One class of `retry: on:`; each unknown one is its own error, at its own line."""
+    if name not in RETRYABLE:
+        meant = did_you_mean(name, RETRYABLE)
+        raise ValueError(
+            f"{name!r} is not an error class a retry may name"
+            + (f" ({meant})" if meant else "")
+            + "; valid: "
+            + ", ".join(RETRYABLE)
+        )
+    return name
+
+
 class RetrySpec(UserModel):
     """Runs an attempt that ended in one of the named error classes again, in the same
     session; the earlier tries stay in the record's `previous` (default: no retry)."""
 
-    on: list[str] = Field(min_length=1)
+    on: list[Annotated[str, AfterValidator(_retry_class)]] = Field(min_length=1)
     """The error classes retried: any of `rate_limited`, `provider_error`, `timeout`,
     `sandbox_error`."""
     max: Annotated[int, Field(ge=1, le=MAX_RETRIES)] = 2
@@ -131,13 +144,7 @@ class RetrySpec(UserModel):
 
     @field_validator("on")
     @classmethod
-    def _known(cls, classes: list[str]) -> list[str]:
-        for name in classes:
-            if name not in RETRYABLE:
-                raise ValueError(
-                    f"{name!r} is not an error class a retry may name; valid: "
-                    + ", ".join(RETRYABLE)
-                )
+    def _once(cls, classes: list[str]) -> list[str]:
         return list(dict.fromkeys(classes))
 
     _backoff = field_validator("backoff", mode="before")(_seconds)

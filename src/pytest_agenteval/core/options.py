@@ -13,6 +13,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
+from .errors import did_you_mean
+
 MAX_SECONDS = 7 * 24 * 3600.0
 """A timeout, backoff or interval, at most (a week), here or in a YAML file: a longer one is a
 typo, and one near 1e308 overflows every deadline computed from it."""
@@ -101,15 +103,28 @@ def docker_host(value: str) -> str:
 
 
 def split_docker_host(entry: str) -> tuple[str, int | None]:
-    """A host entry's daemon address and its own bound of containers alive (None: none)."""
-    url, cap, bound = entry.partition(HOST_CAP)
+    """A host entry's daemon address and its own bound of containers alive (None: none).
+    Its one option is `max_sandboxes`: another (a typo) is an error, never part of the
+    address Docker is given."""
+    url, query, options = entry.partition("?")
     if not url.startswith(DOCKER_HOST_SCHEMES) or len(url.split("://", 1)[1]) == 0:
         raise ValueError(
             f"{entry!r} is not a Docker daemon's address "
             "(unix:///run/docker.sock, ssh://user@host, tcp://host:2376)"
         )
-    if not cap:
+    if not query:
         return url, None
+    given = dict(part.partition("=")[::2] for part in re.split(r"[&?]", options))
+    option = HOST_CAP.strip("?=")
+    unknown = [name for name in given if name != option]
+    if unknown:
+        meant = did_you_mean(unknown[0], (option,))
+        raise ValueError(
+            f"{entry!r}: unknown option {unknown[0]!r} after the address"
+            + (f" ({meant})" if meant else "")
+            + f"; the one option is `?{option}=N` (containers alive on that daemon)"
+        )
+    bound = given[option]
     if not bound.isdigit() or int(bound) < 1:
         raise ValueError(f"{entry!r}: max_sandboxes must be a whole number of at least 1")
     return url, int(bound)
@@ -123,7 +138,10 @@ def model_cache(value: str) -> str:
     """`--agenteval-model-cache`: how model calls use the cache."""
     if value in MODEL_CACHE_MODES:
         return value
-    raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(MODEL_CACHE_MODES)}")
+    meant = did_you_mean(value, MODEL_CACHE_MODES)
+    raise argparse.ArgumentTypeError(
+        f"{value!r} is not one of {', '.join(MODEL_CACHE_MODES)}" + (f" ({meant})" if meant else "")
+    )
 
 
 def age(value: str) -> float:

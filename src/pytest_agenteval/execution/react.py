@@ -161,7 +161,12 @@ def make_react_agent(
     """The agent a `{react: {...}}` spec names; raises AgentUnavailable (reported at the
     spec's line) for a bad option or a tool that cannot be found."""
     settings = react_options(options)
-    tools = [tool_named(name, dataset_root, make_tool) for name in settings.tools]
+    tools = []
+    for index, name in enumerate(settings.tools):
+        try:
+            tools.append(tool_named(name, dataset_root, make_tool))
+        except AgentUnavailable as exc:  # located at the tool's own line
+            raise AgentUnavailable(exc.problem, hint=exc.hint, option=("tools", index)) from None
     names = [tool.name for tool in tools]
     doubled = sorted({n for n in names if names.count(n) > 1})
     if doubled:

@@ -17,7 +17,7 @@ import pytest
 
 from ..core.errors import AgentUnavailable, TaskFileError, did_you_mean, display_path
 from ..core.identity import AttemptId
-from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, TaskSpec, Variant
+from ..core.model import AgentLimits, AnyAgentSpec, GraderSpec, PluginAgentSpec, TaskSpec, Variant
 from ..core.shards import Shard
 from ..execution.agents import AgentRef, AgentResolver, spec_label
 from ..execution.attempt import AttemptJob, AttemptRunner
@@ -204,22 +204,30 @@ class Runtime:
                 made = self._declared[(id(spec), on_host)] = ref
                 return made
             except AgentUnavailable as exc:
-                where = self._spec_location(spec, task, variant)
+                where = self._spec_location(spec, task, variant, exc.option)
                 problem = self._unavailable[key] = exc.located(where)
         raise problem.with_traceback(None)
 
     def _spec_location(
-        self, spec: AnyAgentSpec | None, task: TaskDef, variant: str | None = None
+        self,
+        spec: AnyAgentSpec | None,
+        task: TaskDef,
+        variant: str | None = None,
+        option: tuple[str | int, ...] = (),
     ) -> str:
-        """Where `spec` is written: `path:line: at field`, or the option that gave it."""
+        """Where `spec` is written: `path:line: at field` (of its kind's `option` when one
+        is at fault), or the option that gave it."""
         if spec is not None and spec is self.settings.agent_override:
             return self.settings.agent_override_source
+        below = (spec.type, *option) if isinstance(spec, PluginAgentSpec) and option else ()
         if spec is not None and spec is task.spec.agent:
-            return yaml_location(task.path, (*task.loc, "agent"))
+            return yaml_location(task.path, (*task.loc, "agent", *below))
         manifest = task.dataset.manifest_path
         if variant is not None and manifest is not None:
-            return yaml_location(manifest, ("variants", variant, "agent"))
-        return yaml_location(manifest, ("agent",)) if manifest else display_path(task.dataset.root)
+            return yaml_location(manifest, ("variants", variant, "agent", *below))
+        if manifest is None:
+            return display_path(task.dataset.root)
+        return yaml_location(manifest, ("agent", *below))
 
 
 def agent_spec(
