@@ -13,8 +13,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
-from .errors import did_you_mean
-
 MAX_SECONDS = 7 * 24 * 3600.0
 """A timeout, backoff or interval, at most (a week), here or in a YAML file: a longer one is a
 typo, and one near 1e308 overflows every deadline computed from it."""
@@ -118,6 +116,8 @@ def split_docker_host(entry: str) -> tuple[str, int | None]:
     option = HOST_CAP.strip("?=")
     unknown = [name for name in given if name != option]
     if unknown:
+        from .errors import did_you_mean  # on errors only: it imports pydantic
+
         meant = did_you_mean(unknown[0], (option,))
         raise ValueError(
             f"{entry!r}: unknown option {unknown[0]!r} after the address"
@@ -138,6 +138,8 @@ def model_cache(value: str) -> str:
     """`--agenteval-model-cache`: how model calls use the cache."""
     if value in MODEL_CACHE_MODES:
         return value
+    from .errors import did_you_mean  # on errors only: it imports pydantic
+
     meant = did_you_mean(value, MODEL_CACHE_MODES)
     raise argparse.ArgumentTypeError(
         f"{value!r} is not one of {', '.join(MODEL_CACHE_MODES)}" + (f" ({meant})" if meant else "")
