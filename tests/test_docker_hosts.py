@@ -441,3 +441,71 @@ def test_placement_passes_over_a_daemon_found_down_while_another_is_up(
     monkeypatch.setattr(docker, "DOWN_FOR", 0.0)
     session.mark_down(hosts[1])
     assert session.up(hosts) == (hosts[1],)  # its time is over: tried again
+
+
+def test_the_placement_rule_weighs_an_unbounded_daemon_like_the_roomiest_bounded_one() -> None:
+    """`ranked`: an unbounded daemon counts as bounded like the roomiest bounded one beside it
+    (as 1 when none is), so it is tried after a less loaded bounded daemon; a full bounded
+    daemon is left out; equal loads go to the fewest alive, then the fewest made."""
+    from pytest_agenteval.execution.docker_placement import Daemon, ranked
+
+    plain, bounded = "unix:///a.sock", "unix:///b.sock"
+    assert ranked([Daemon(plain, None, 0, 1), Daemon(bounded, 2, 0, 0)]) == [bounded, plain]
+    assert ranked([Daemon(plain, None, 1), Daemon(bounded, 2, 0)]) == [bounded, plain]
+    assert ranked([Daemon(plain, None, 2), Daemon(bounded, 2, 1)]) == [bounded, plain]
+    assert ranked([Daemon(plain, None, 3), Daemon(bounded, 2, 2)]) == [plain]
+    assert ranked([Daemon(plain, None, 3), Daemon(bounded, 8, 4)]) == [plain, bounded]
+    assert ranked([Daemon(plain, None, 1, 3), Daemon(None, None, 1, 2)]) == [None, plain]
+
+
+def test_a_bounded_daemon_beside_a_plain_one_gets_containers_in_turns(own_slots: Path) -> None:
+    """`hosts: [plain, {url: B, max_sandboxes: 2}]`: containers alternate between the two
+    while both have room, B never holds more than its 2, and the plain daemon takes the
+    rest (before, every container went to the plain one)."""
+    from pytest_agenteval.execution.docker import DockerSession
+    from pytest_agenteval.execution.environment import SandboxPolicy
+    from pytest_agenteval.execution.limits import release_slot
+
+    plain, bounded = "unix:///nowhere-a.sock", "unix:///nowhere-b.sock"
+    policy = SandboxPolicy(hosts=(plain, f"{bounded}?max_sandboxes=2"))
+    session = DockerSession(policy=policy)
+    release_later: list[int | None] = []
+    order: list[tuple[str | None, bool]] = []
+    for i in range(6):
+        host, slot, _ = session.place(session.policy.hosts, f"c{i}")
+        session.started(f"c{i}", host)
+        order.append((host, slot is not None))
+        release_later.append(slot)
+    assert [host for host, _ in order] == [plain, bounded, plain, bounded, plain, plain]
+    assert all(held == (host == bounded) for host, held in order)
+    for slot in release_later:
+        release_slot(slot)
+
+
+@pytest.mark.slow
+def test_a_plain_daemon_and_a_bounded_one_both_run_containers(
+    pytester: pytest.Pytester, dataset: DatasetMaker, second: Daemon, own_slots: Path
+) -> None:
+    """The guide's mix, `hosts: [default, {url: second, max_sandboxes: 2}]`, 8 attempts at
+    concurrency 4: both daemons ran containers of the run (records and events), never more
+    than 2 alive on the bounded one (sampled), and none is left on either."""
+    tasks = {f"m{i}.yaml": {"input": f"n{i}", "expected": f"n{i}"} for i in range(8)}
+    root = dataset(
+        tasks, manifest={"agent": {"command": ["sh", "-c", 'sleep 0.5; echo -n "$0"', "{input}"]}}
+    )
+    hosts = [DEFAULT, {"url": second.host, "max_sandboxes": 2}]
+    manifest = json.loads((root / "agenteval.yaml").read_text())
+    manifest["defaults"] = {"sandbox": {"docker": {**_image_folder(root), "hosts": hosts}}}
+    (root / "agenteval.yaml").write_text(json.dumps(manifest))
+    run_id = f"mix{os.getpid()}"
+    since = time.time() - 1
+    with _sampled([second.host], run_id) as seen:
+        result = pytester.runpytest_subprocess(
+            "--agenteval", "ds", "--agenteval-concurrency", "4", "--agenteval-run-id", run_id
+        )
+    result.assert_outcomes(passed=8)
+    ran = Counter(record["sandbox"].get("host") for record in _records(pytester.path, run_id))
+    assert set(ran) == {DEFAULT, second.host}, ran
+    assert max(seen[second.host]) <= 2, f"alive on the bounded daemon: {seen[second.host]}"
+    for host in (DEFAULT, second.host):
+        assert _started_on(host, run_id, since) > 0 and _on(host, run_id) == []

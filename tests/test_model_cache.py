@@ -156,6 +156,52 @@ def test_the_attempt_index_and_the_request_make_the_key() -> None:
     assert base == key("openai", "http://h/v1/", b'{"model":"m"}', 0)
 
 
+def test_the_variant_makes_the_key_and_no_variant_keeps_the_old_one() -> None:
+    """Two variants of one request are two entries; a call of no variant keeps the key it had
+    before the variant was part of it (caches written then stay valid)."""
+    key = ModelCache.key
+    body = b'{"model":"m"}'
+    assert key("openai", "http://h/v1", body, 0, "a") != key("openai", "http://h/v1", body, 0, "b")
+    assert key("openai", "http://h/v1", body, 0, "a") != key("openai", "http://h/v1", body, 0)
+    assert key("openai", "http://h/v1", body, 0, None) == (
+        "8a52a907ea9319b4040c59108e41f63cda1b2d140a6a9929064b8f7f89b018c2"  # the key before
+    )
+
+
+def test_two_variants_sending_the_same_request_each_pay_their_own(
+    pytester: pytest.Pytester,
+    dataset: DatasetMaker,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two variants whose requests are byte-identical (they differ only in `timeout`, which
+    is not sent), 2 tasks x 1 attempt under `on`: both variants' calls reach the server and
+    each record pays its own cost; a second run answers all four from the cache."""
+    monkeypatch.setenv("LOCAL_KEY", "local-key-abcdefghijkl")
+    manifest = _manifest(model_server)
+    agent = manifest.pop("agent")["openai"]
+    manifest["defaults"] = {"attempts": 1}
+    manifest["variants"] = {
+        "slow": {"openai": {**agent, "timeout": 60}},
+        "quick": {"openai": {**agent, "timeout": 30}},
+    }
+    root = dataset(_tasks(2), manifest=manifest)
+    written = json.loads((root / "agenteval.yaml").read_text())
+    del written["agent"]  # the variants name the agents
+    (root / "agenteval.yaml").write_text(json.dumps(written))
+    args = ["--agenteval", "ds", "--agenteval-model-cache", "on", "-p", "no:xdist"]
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=4)
+    assert len(model_server.requests) == 4
+    assert len({json.dumps(r, sort_keys=True) for r in model_server.requests}) == 2
+    records = _records(pytester.path)
+    assert sorted(r["variant"] for r in records) == ["quick", "quick", "slow", "slow"]
+    assert all(r["usage"]["cost"] > 0 and not r["usage"].get("cached_calls") for r in records)
+    model_server.reset()
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=4)
+    assert model_server.requests == []
+    assert all(r["usage"]["cached_calls"] == 1 for r in _records(pytester.path))
+
+
 def test_a_corrupt_entry_is_a_miss_reported_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

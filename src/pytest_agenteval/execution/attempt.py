@@ -603,6 +603,7 @@ class _Attempt:
                 pricing=task.dataset.manifest.pricing,
                 attempt=job.attempt,
                 task_id=task.id,
+                variant=job.variant,
             ),
         )
 

@@ -52,6 +52,7 @@ from .docker_cli import (
 )
 from .docker_files import changes, copy_out, file_tar, first_file, workspace_tar
 from .docker_images import DockerImages
+from .docker_placement import Daemon, ranked
 from .environment import SandboxPolicy
 from .limits import freed, held_slots, release_slot, try_slot, wait_freed
 from .process import run_program
@@ -247,11 +248,9 @@ class DockerSession:
     def _try_place(
         self, hosts: Sequence[str | None]
     ) -> tuple[str | None, int | None, int | None] | None:
-        """The daemon of `hosts` with the most free room and the slots held (its own, the
-        machine's), or None when one of them is not free now (nothing is held then). Room
-        is a bounded daemon's free slots across the machine, else unbounded; ties go to the
-        fewest containers of this process alive, then the fewest made there, so equal ones
-        take turns. A daemon found down lately is passed over while another is up."""
+        """The least loaded daemon of `hosts` (`docker_placement.ranked`) and the slots held
+        (its own, the machine's), or None when one of them is not free now (nothing is held
+        then). A daemon found down lately is passed over while another is up."""
         hosts = self.up(hosts) or hosts
         machine = None
         if self.policy.max_alive is not None:
@@ -260,11 +259,7 @@ class DockerSession:
                 return None
         if len(hosts) == 1 and hosts[0] not in self.caps:
             return hosts[0], None, machine
-        with self._lock:
-            alive = Counter(self.alive.values())
-            placed = dict(self._placed)
-        ranked = sorted(hosts, key=lambda h: (-self._room(h), alive[h], placed.get(h, 0)))
-        for host in ranked:
+        for host in ranked(self._daemons(hosts)):
             slot = None
             if host in self.caps:
                 slot = try_slot(host_slots(host), "sandbox", self.caps[host])
@@ -276,11 +271,21 @@ class DockerSession:
         release_slot(machine)
         return None
 
-    def _room(self, host: str | None) -> float:
-        cap = self.caps.get(host) if host is not None else None
-        if host is None or cap is None:
-            return float("inf")
-        return cap - held_slots(host_slots(host), "sandbox", cap)
+    def _daemons(self, hosts: Sequence[str | None]) -> list[Daemon]:
+        """What placement weighs of each daemon of `hosts`: a bounded one's slots held on this
+        machine, an unbounded one's containers of this process (made or reserved)."""
+        with self._lock:
+            mine = Counter(self.alive.values())
+            mine.update(placed[0] for placed in self._reserved.values())
+            made = dict(self._placed)
+        daemons = []
+        for host in hosts:
+            cap = self.caps.get(host) if host is not None else None
+            alive = mine[host]
+            if host is not None and cap is not None:
+                alive = held_slots(host_slots(host), "sandbox", cap)
+            daemons.append(Daemon(host, cap, alive, made.get(host, 0)))
+        return daemons
 
     def image(
         self,

@@ -51,11 +51,15 @@ class BoundClient:
         pricing: Mapping[str, ModelPrice] | None = None,
         attempt: int | None = None,
         task_id: str | None = None,
+        variant: str | None = None,
     ) -> None:
         self.provider = provider
         self.attempt = attempt
         """The attempt's index: part of a cache key, so attempt k stays its own sample."""
         self.task_id = task_id
+        self.variant = variant
+        """The attempt's variant: part of a cache key, so two variants sending the same
+        request each pay for their own answer (None: a dataset without variants)."""
         self.trace = trace
         self.model = model or provider.route.default_model
         self.params = dict(params or {})
@@ -97,7 +101,7 @@ class BoundClient:
         cache, key = caches.current(), ""
         if cache is not None:
             route = self.provider.route
-            key = cache.key(route.kind, route.base_url, request.body, self.attempt)
+            key = cache.key(route.kind, route.base_url, request.body, self.attempt, self.variant)
             hit = cache.get(key)
             if hit is not None:
                 return self._cached(asked, *hit, started)
@@ -243,6 +247,7 @@ def attempt_llm(
     settings: ModelSettings | None = None,
     attempt: int | None = None,
     task_id: str | None = None,
+    variant: str | None = None,
 ) -> BoundClient:
     """`task.llm(name)`: the manifest's provider (or the implicit one) bound to the trace
     and the run's caps."""
@@ -251,7 +256,13 @@ def attempt_llm(
     except ProviderUnknown as exc:
         raise AgentError(f"task.llm: {exc.message}", detail=f"Hint: {exc.hint}") from None
     return BoundClient(
-        provider(route), trace, spend=spend, pricing=pricing, attempt=attempt, task_id=task_id
+        provider(route),
+        trace,
+        spend=spend,
+        pricing=pricing,
+        attempt=attempt,
+        task_id=task_id,
+        variant=variant,
     )
 
 

@@ -1,9 +1,10 @@
 """The model-call cache: a request asked before is answered from disk, not paid for again.
 
 `--agenteval-model-cache on|read|replay|off` (off by default). The key is the provider's
-kind and endpoint, the whole request as sent (model, messages, tools, parameters) and the
-attempt index, so attempt k of a task stays an independent sample of the model: the cache
-replays the run, it never turns three attempts into one answer. Entries are one JSON file
+kind and endpoint, the whole request as sent (model, messages, tools, parameters), the
+attempt index and the variant, so attempt k of a task stays an independent sample of the
+model and each variant pays for its own answers: the cache replays the run, it never turns
+three attempts, or two variants, into one answer. Entries are one JSON file
 each under `<cache_dir>/agenteval-models/`, written as the store writes (a temporary file,
 then a rename), so a worker that dies mid-write leaves no half entry; an unreadable entry (a
 link, a FIFO, a device, one past ENTRY_LIMIT) is never followed, waited on or read whole: it is
@@ -71,11 +72,16 @@ class ModelCache:
         return self.mode == "on"
 
     @staticmethod
-    def key(kind: str, base_url: str, body: bytes, attempt: int | None) -> str:
-        """The entry's name: endpoint, whole request body and attempt index, hashed."""
+    def key(
+        kind: str, base_url: str, body: bytes, attempt: int | None, variant: str | None = None
+    ) -> str:
+        """The entry's name: endpoint, whole request body, attempt index and variant, hashed.
+        A call of no variant keeps the key it had before variants were part of it."""
         digest = hashlib.sha256()
-        head = json.dumps([KEY_VERSION, kind, base_url.rstrip("/"), attempt]).encode()
-        digest.update(head + b"\n" + body)
+        fields: list[object] = [KEY_VERSION, kind, base_url.rstrip("/"), attempt]
+        if variant is not None:
+            fields.append(variant)
+        digest.update(json.dumps(fields).encode() + b"\n" + body)
         return digest.hexdigest()
 
     def _path(self, key: str) -> Path:
