@@ -204,3 +204,17 @@ def test_the_python_api_reference_lists_every_member_of_the_environment_api(name
     fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     undocumented = [m for m in public - fields if not getattr(cls, m).__doc__]
     assert undocumented == []
+
+
+def _prose(page: str) -> str:
+    """A docs page's text with its line breaks as spaces (sentences wrap anywhere)."""
+    return " ".join((DOCS / "guides" / page).read_text().split())
+
+
+def test_concurrency_guide_says_what_a_resume_with_the_same_cap_does() -> None:
+    """The concurrency guide says a resume with the same cap runs the calls that still fit
+    (a reservation stop leaves room below it), as the code does, not that it starts nothing."""
+    text = _prose("concurrency.md")
+    assert "with the same cap starts nothing" not in text
+    assert "a `--resume-suite` with the same cap runs only the calls that fit in what is" in text
+    assert "is left of it. That is nothing once the run spent the whole cap" in text

@@ -45,6 +45,8 @@ class ProbeHooks:
         self.keys_of = keys_of
         self.checked: list[Use] | None = None
         """What the probe checked (None before it ran)."""
+        self.passed_only = False
+        """`--agenteval-probe-only` passed: the session ended here, its line already printed."""
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -110,7 +112,24 @@ class ProbeHooks:
                 terminal.write_line(message, red=True, bold=True)
             pytest.exit("agenteval: the probe failed", returncode=pytest.ExitCode.INTERRUPTED)
         if settings.probe_only:
+            if terminal is not None:
+                terminal.write_line(passed_message(uses), green=True, bold=True)
+            self.passed_only = True
             pytest.exit(passed_message(uses), returncode=pytest.ExitCode.OK)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """A passed `--agenteval-probe-only` is its plain line, not pytest's `!!! Exit: … !!!`
+        banner: pytest.exit is what ends a session (under xdist too) before anything is
+        scheduled, and the terminal reporter prints that banner at unconfigure unless its
+        note of the exit is dropped first (it is a success, not an interruption)."""
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        if (
+            self.passed_only
+            and terminal is not None
+            and hasattr(terminal, "_keyboardinterrupt_memo")
+        ):
+            terminal._keyboardinterrupt_memo = None
 
 
 def failure_message(problems: list[ProbeProblem]) -> str:
