@@ -218,3 +218,11 @@ def test_concurrency_guide_says_what_a_resume_with_the_same_cap_does() -> None:
     assert "with the same cap starts nothing" not in text
     assert "a `--resume-suite` with the same cap runs only the calls that fit in what is" in text
     assert "is left of it. That is nothing once the run spent the whole cap" in text
+
+
+def test_reports_guide_documents_the_task_link() -> None:
+    """The reports guide says what `report.html#task=ID` opens and how ID is written."""
+    text = _prose("reports.md")
+    assert "**A link to one task.** `report.html#task=ID` opens task ID's attempts" in text
+    assert "`report.html#task=math%2Fadd` both work" in text
+    assert "`DATASET/ID` names one dataset's task" in text
