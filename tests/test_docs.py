@@ -226,3 +226,36 @@ def test_reports_guide_documents_the_task_link() -> None:
     assert "**A link to one task.** `report.html#task=ID` opens task ID's attempts" in text
     assert "`report.html#task=math%2Fadd` both work" in text
     assert "`DATASET/ID` names one dataset's task" in text
+
+
+def test_the_two_limits_blocks_example_validates_and_says_which_is_which(tmp_path: Path) -> None:
+    """The providers guide's example of an agent's and a provider's `limits:` passes
+    `agenteval validate` as written, each block lands where the page says, and the judges
+    and concurrency guides link to that section instead of contradicting it."""
+    import yaml
+
+    from pytest_agenteval.core.model import Manifest
+
+    text = (DOCS / "guides" / "providers.md").read_text()
+    section = text[text.index("## Agent limits and provider limits") :]
+    block = section[section.index("```yaml\n") + 8 : section.index("```\n", 8)]
+    root = tmp_path / "ds"
+    root.mkdir()
+    (root / "agenteval.yaml").write_text(block)
+    (root / "bot.py").write_text("def run(task):\n    return task.llm().chat([]).text\n")
+    (root / "t.yaml").write_text("input: q\nexpected: ok\ngraders: [{judge: {rubric: ok?}}]\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_agenteval.cli", "validate", str(root)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = Manifest.model_validate(yaml.safe_load(block))
+    assert manifest.limits is not None and manifest.limits.max_in_flight == 4
+    assert manifest.providers is not None
+    assert manifest.providers["local"].limits.max_in_flight == 16
+    assert manifest.judge is not None and manifest.judge.provider == "local"
+    link = "(providers.md#agent-limits-and-provider-limits)"
+    for page in ("models-and-judges.md", "concurrency.md"):
+        assert link in (DOCS / "guides" / page).read_text(), page
+    judges = _prose("models-and-judges.md")
+    assert "is bound by that provider's `limits:`" in judges
