@@ -259,3 +259,23 @@ def test_the_two_limits_blocks_example_validates_and_says_which_is_which(tmp_pat
         assert link in (DOCS / "guides" / page).read_text(), page
     judges = _prose("models-and-judges.md")
     assert "is bound by that provider's `limits:`" in judges
+
+
+def test_agents_guide_says_what_an_official_sdk_agent_gets() -> None:
+    """The agents guide says what an agent on the official SDKs gets and does not get today
+    (limits, probe, cache, usage, spend caps) and recommends `task.llm()`."""
+    text = _prose("agents.md")
+    section = text[text.index("## An agent on the official `openai` or `anthropic` SDK") :]
+    section = section[: section.index("## Traces")]
+    rows = {
+        "| an agent's `limits:`": "| yes | yes:",
+        "| a provider's `limits:`": "| yes | no:",
+        "| the probe": "| yes | no:",
+        "| the model cache": "| yes | no:",
+        "| usage and cost in the record": "only what the agent reports",
+        "| `--agenteval-max-cost` / `--agenteval-max-tokens`": "calls in flight can pass a cap",
+    }
+    for row, says in rows.items():
+        line = section[section.index(row) :].split(" | |")[0]
+        assert says in line, row
+    assert "So use `task.llm()`" in section
