@@ -26,6 +26,7 @@ from ..core.model import Action, AnyAgentSpec, Manifest, PluginAgentSpec, TaskSp
 from ..providers.probe import ProbeProblem, Role, Use, probe, unpriced
 from ..providers.seam import ProviderUnknown, route_of, run_sync
 from ..sources.dataset import Dataset, TaskDef, with_judge_defaults
+from .internals import drop_exit_banner
 from .items import AttemptItem
 from .runtime import Runtime
 
@@ -120,16 +121,9 @@ class ProbeHooks:
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """A passed `--agenteval-probe-only` is its plain line, not pytest's `!!! Exit: … !!!`
-        banner: pytest.exit is what ends a session (under xdist too) before anything is
-        scheduled, and the terminal reporter prints that banner at unconfigure unless its
-        note of the exit is dropped first (it is a success, not an interruption)."""
-        terminal = config.pluginmanager.get_plugin("terminalreporter")
-        if (
-            self.passed_only
-            and terminal is not None
-            and hasattr(terminal, "_keyboardinterrupt_memo")
-        ):
-            terminal._keyboardinterrupt_memo = None
+        banner (it is a success, not an interruption)."""
+        if self.passed_only:
+            drop_exit_banner(config)
 
 
 def failure_message(problems: list[ProbeProblem]) -> str:
