@@ -204,3 +204,78 @@ def test_the_python_api_reference_lists_every_member_of_the_environment_api(name
     fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     undocumented = [m for m in public - fields if not getattr(cls, m).__doc__]
     assert undocumented == []
+
+
+def _prose(page: str) -> str:
+    """A docs page's text with its line breaks as spaces (sentences wrap anywhere)."""
+    return " ".join((DOCS / "guides" / page).read_text().split())
+
+
+def test_concurrency_guide_says_what_a_resume_with_the_same_cap_does() -> None:
+    """The concurrency guide says a resume with the same cap runs the calls that still fit
+    (a reservation stop leaves room below it), as the code does, not that it starts nothing."""
+    text = _prose("concurrency.md")
+    assert "with the same cap starts nothing" not in text
+    assert "a `--resume-suite` with the same cap runs only the calls that fit in what is" in text
+    assert "is left of it. That is nothing once the run spent the whole cap" in text
+
+
+def test_reports_guide_documents_the_task_link() -> None:
+    """The reports guide says what `report.html#task=ID` opens and how ID is written."""
+    text = _prose("reports.md")
+    assert "**A link to one task.** `report.html#task=ID` opens task ID's attempts" in text
+    assert "`report.html#task=math%2Fadd` both work" in text
+    assert "`DATASET/ID` names one dataset's task" in text
+
+
+def test_the_two_limits_blocks_example_validates_and_says_which_is_which(tmp_path: Path) -> None:
+    """The providers guide's example of an agent's and a provider's `limits:` passes
+    `agenteval validate` as written, each block lands where the page says, and the judges
+    and concurrency guides link to that section instead of contradicting it."""
+    import yaml
+
+    from pytest_agenteval.core.model import Manifest
+
+    text = (DOCS / "guides" / "providers.md").read_text()
+    section = text[text.index("## Agent limits and provider limits") :]
+    block = section[section.index("```yaml\n") + 8 : section.index("```\n", 8)]
+    root = tmp_path / "ds"
+    root.mkdir()
+    (root / "agenteval.yaml").write_text(block)
+    (root / "bot.py").write_text("def run(task):\n    return task.llm().chat([]).text\n")
+    (root / "t.yaml").write_text("input: q\nexpected: ok\ngraders: [{judge: {rubric: ok?}}]\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_agenteval.cli", "validate", str(root)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = Manifest.model_validate(yaml.safe_load(block))
+    assert manifest.limits is not None and manifest.limits.max_in_flight == 4
+    assert manifest.providers is not None
+    assert manifest.providers["local"].limits.max_in_flight == 16
+    assert manifest.judge is not None and manifest.judge.provider == "local"
+    link = "(providers.md#agent-limits-and-provider-limits)"
+    for page in ("models-and-judges.md", "concurrency.md"):
+        assert link in (DOCS / "guides" / page).read_text(), page
+    judges = _prose("models-and-judges.md")
+    assert "is bound by that provider's `limits:`" in judges
+
+
+def test_agents_guide_says_what_an_official_sdk_agent_gets() -> None:
+    """The agents guide says what an agent on the official SDKs gets and does not get today
+    (limits, probe, cache, usage, spend caps) and recommends `task.llm()`."""
+    text = _prose("agents.md")
+    section = text[text.index("## An agent on the official `openai` or `anthropic` SDK") :]
+    section = section[: section.index("## Traces")]
+    rows = {
+        "| an agent's `limits:`": "| yes | yes:",
+        "| a provider's `limits:`": "| yes | no:",
+        "| the probe": "| yes | no:",
+        "| the model cache": "| yes | no:",
+        "| usage and cost in the record": "only what the agent reports",
+        "| `--agenteval-max-cost` / `--agenteval-max-tokens`": "calls in flight can pass a cap",
+    }
+    for row, says in rows.items():
+        line = section[section.index(row) :].split(" | |")[0]
+        assert says in line, row
+    assert "So use `task.llm()`" in section

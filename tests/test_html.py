@@ -397,3 +397,21 @@ def test_a_malformed_task_link_is_ignored_in_chromium(
     dom, console = browser.dom(pytester.path / "r.html", "#task=%E0%A4%A")
     assert console == []
     assert "showing 1 of 1 tasks" in dom and 'class="drill-row"' not in dom
+
+
+@needs_chromium
+def test_a_one_attempt_run_has_one_pass_at_1_column_in_chromium(
+    pytester: pytest.Pytester, dataset: DatasetMaker, browser: Browser
+) -> None:
+    """In a run of one attempt per task the table has one `pass@1` column (pass@k at k = 1 is
+    the same number), each row a cell per column, and `#task=ID` opens that task's attempts."""
+    dataset({"t.yaml": task(metadata={"answers": ["ok"]}), "u.yaml": task("no")})
+    pytester.runpytest("--agenteval", "ds", "--agenteval-html", "r.html")
+    dom, console = browser.dom(pytester.path / "r.html", "#task=t")
+    assert console == []
+    table = dom[dom.index('<table id="task-table">') :]
+    heads = re.findall(r"<th [^>]*>([^<]*)</th>", table[: table.index("</thead>")])
+    assert heads == ["task", "n", "passed", "errors", "pass@1", "cost", "p50 duration"]
+    rows = re.findall(r'<tr class="task[^"]*"[^>]*>(.*?)</tr>', table, re.S)
+    assert len(rows) == 2 and all(row.count("<td") == len(heads) for row in rows)
+    assert re.search(r'<td class="drill" colspan="7">', table)

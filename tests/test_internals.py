@@ -151,6 +151,29 @@ def check_stop_distributing(pytester: pytest.Pytester) -> None:
     assert "if self.shouldstop:" in loop
 
 
+def check_drop_exit_banner(pytester: pytest.Pytester) -> None:
+    from _pytest.terminal import TerminalReporter
+
+    assert "self._keyboardinterrupt_memo" in inspect.getsource(TerminalReporter.__init__)
+    assert "_keyboardinterrupt_memo" in inspect.getsource(TerminalReporter.pytest_unconfigure)
+    pytester.makeconftest(
+        """
+        import pytest
+        from pytest_agenteval.glue.internals import drop_exit_banner
+
+        def pytest_collection_finish(session):
+            pytest.exit("done here", returncode=0)
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_unconfigure(config):
+            drop_exit_banner(config)
+        """
+    )
+    pytester.makepyfile("def test_one(): pass")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == 0 and "done here" not in result.stdout.str()
+
+
 CHECKS: dict[str, Callable[[pytest.Pytester], None]] = {
     "failure reprs (_pytest._code.code)": check_failure_reprs,
     "conftest_paths (Config._getconftest_pathlist)": check_conftest_paths,
@@ -161,6 +184,7 @@ CHECKS: dict[str, Callable[[pytest.Pytester], None]] = {
     "queued_reports (xdist DSession.queue)": check_queued_reports,
     "uncaptured (CaptureManager.global_and_fixture_disabled)": check_uncaptured,
     "stop_distributing (xdist DSession.shouldstop)": check_stop_distributing,
+    "drop_exit_banner (TerminalReporter._keyboardinterrupt_memo)": check_drop_exit_banner,
 }
 COVERS = {
     check_failure_reprs: (
@@ -180,6 +204,7 @@ COVERS = {
     check_queued_reports: ("queued_reports",),
     check_uncaptured: ("uncaptured",),
     check_stop_distributing: ("stop_distributing",),
+    check_drop_exit_banner: ("drop_exit_banner",),
 }
 
 

@@ -106,7 +106,7 @@ def test_progress_lists_the_running_attempts_with_their_phases(
         cache = str(pytester.path / ".pytest_cache")
         assert main(["status", "--cache-dir", cache]) == 0
         out = capsys.readouterr().out
-        assert "running (2):" in out and "in_tool [attempt 0] tool" in out
+        assert "running (2 in flight):" in out and "in_tool [attempt 0] tool" in out
         assert "thinking [attempt 0] agent" in out and "turn 1" in out
     finally:
         gate.write_text("open")

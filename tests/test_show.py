@@ -14,6 +14,7 @@ from helpers import DatasetMaker, latest_run, task
 from pytest_agenteval.cli import main
 from test_judge import CALL_COST, PRICES, judge_settings, judged
 from test_providers import KEY, KEY_ENV
+from variant_runs import write_variant_run
 
 # Answers by attempt; usage and a transcript; a comma and a quote in the output for CSV.
 AGENT = """
@@ -254,3 +255,20 @@ def test_export_cost_is_agent_and_judge(
     junit = (pytester.path / "junit.xml").read_text()
     assert f'<property name="cost" value="{0.25 + CALL_COST:.4f}"' in junit
     assert '<property name="judge_cost" value="0.0006"' in junit
+
+
+def test_show_takes_the_form_the_terminal_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`TASK[VARIANT]/N` (the summary's form) and `TASK[VARIANT-attempt-N]` (the item name) show
+    that attempt; `TASK[VARIANT]` lists its attempts; a misspelt variant names the run's."""
+    cache = tmp_path / "cache"
+    write_variant_run(cache).close()
+    where = ("--cache-dir", str(cache))
+    for target in ("better[cand]/1", "better[cand-attempt-1]"):
+        code, out, _ = out_of(capsys, "show", "vr", target, *where)
+        assert code == 0 and out.startswith("task better attempt 1 (ds, variant cand): fail\n")
+    code, out, _ = out_of(capsys, "show", "vr", "worse[base]", *where)
+    assert code == 0 and "task worse: 1/2 attempts passed (variant base)" in out
+    code, _, err = out_of(capsys, "show", "vr", "better[cnad]/1", *where)
+    assert code == 1 and "no variant 'cnad' in this run (did you mean 'cand'?)" in err

@@ -3,7 +3,9 @@ session that is only starting; a run killed before planning can be resumed."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
 import time
@@ -173,3 +175,33 @@ def test_status_watch_follows_the_session_that_resumes_the_run(
     assert watch.returncode == 0
     assert "session is starting" in first or ": running · " in first, first
     assert f"run {run_id}: complete · 2/2 done" in rest
+
+
+def test_status_names_in_flight_and_waiting_with_the_same_numbers(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """A live run with attempts waiting (for their limits or turn) says `N in flight, M waiting`
+    in its header and above the list of running attempts: never two numbers that differ."""
+    dataset({"a.yaml": task("ok")})
+    pytester.runpytest("--agenteval", "ds").assert_outcomes(passed=1)
+    path = run_dir(pytester, latest_run(pytester.path)) / "progress.json"
+    data = json.loads(path.read_text())
+    now = time.time()
+    running = [
+        {"dataset": "ds", "task": f"t{i}", "variant": None, "attempt": 0, "turn": 0,
+         "phase": "waiting" if i >= 15 else "agent", "since": now}
+        for i in range(48)
+    ]  # fmt: skip
+    session = {**data["session"], "pid": os.getpid()}  # this process: a live session
+    path.write_text(
+        json.dumps({**data, "session": session, "status": "running", "in_flight": 17,
+                    "running": running, "updated_at": now})
+    )  # fmt: skip
+    with open(path.with_name("lock"), "a") as held:  # the run's lock, as its session holds it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        shown = cli(pytester, "status")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert ", 15 in flight, 33 waiting · " in lines[0], lines
+    assert "running (15 in flight, 33 waiting):" in lines
+    assert "17 in flight" not in shown.stdout and "running (48)" not in shown.stdout

@@ -82,7 +82,8 @@ def test_cap_skips_the_rest_and_a_resume_finishes(
     again.assert_outcomes(passed=4, skipped=6)  # the earlier session's spend counts
     again.stdout.fnmatch_lines(
         [
-            f"*The cap is the run's whole budget*--resume-suite runs the rest only with a higher {cap[0]}"
+            "*The cap is the run's whole budget: --resume-suite with the same cap runs only calls"
+            f" that fit in what is left of it; with a higher {cap[0]}, the rest"
         ]
     )
     assert "--resume-suite runs them" not in again.stdout.str()

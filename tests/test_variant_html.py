@@ -15,6 +15,7 @@ from browser import Browser, needs_chromium
 from helpers import aid
 from pytest_agenteval.reporting.html import attempt_details, render_html, write_html
 from pytest_agenteval.reporting.html_variants import matrix_rows
+from pytest_agenteval.reporting.runref import stored_run
 from pytest_agenteval.reporting.summary import build_summary
 from pytest_agenteval.reporting.svg import Series, line_plot
 from pytest_agenteval.store.runs import IndexRow, RunInfo
@@ -327,3 +328,16 @@ def test_fingerprint_cost_split_and_coinciding_curves_in_chromium(
     assert plot.count("<circle") == 3 + 1 and plot.count("<rect") == 3 + 1  # points + legend
     assert 'stroke-dasharray="7 3"' in plot
     assert "<dd>n/a</dd>" in dom  # no cost: no dollar sign
+
+
+def test_a_one_attempt_leaderboard_has_one_pass_at_1_column(tmp_path: Path) -> None:
+    """At k = 1 the leaderboard shows pass@1 (with its interval) once, not again as pass@k;
+    each row has a cell per column."""
+    info, rows = stored_run(write_variant_run(tmp_path / "cache"), "vr")
+    summary = build_summary(info, rows, ks=[1], session_counts={}, status="complete")
+    page = render_html(summary, {})
+    board = page[page.index('<table id="leaderboard">') : page.index("</table>")]
+    heads = re.findall(r"<th [^>]*>([^<]*)</th>", board)
+    assert [h for h in heads if h.startswith("pass@")] == ["pass@1 (95% CI)"]
+    body = re.findall(r"<tr data-variant=.*?</tr>", board, re.S)
+    assert len(body) == 2 and all(row.count("<td") == len(heads) for row in body)

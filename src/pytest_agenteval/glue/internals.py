@@ -39,6 +39,7 @@ __all__ = [
     "TerminalRepr",
     "basetemp",
     "conftest_paths",
+    "drop_exit_banner",
     "fixture_defs",
     "fixture_value",
     "queued_reports",
@@ -114,6 +115,16 @@ def uncaptured(config: pytest.Config) -> contextlib.AbstractContextManager[objec
         return contextlib.nullcontext()
     disabled: contextlib.AbstractContextManager[object] = capman.global_and_fixture_disabled()
     return disabled
+
+
+def drop_exit_banner(config: pytest.Config) -> None:
+    """Forget the `pytest.exit()` that ended the session, so the terminal reporter does not
+    print its `!!! _pytest.outcomes.Exit: ... !!!` banner at unconfigure (for an exit that is
+    a success, said in a plain line already). `pytest.exit` is the one public way to end a
+    session before anything is scheduled, under xdist too, and it always notes that banner."""
+    terminal = config.pluginmanager.getplugin("terminalreporter")
+    if terminal is not None:
+        terminal._keyboardinterrupt_memo = None
 
 
 def stop_distributing(config: pytest.Config, reason: str) -> None:

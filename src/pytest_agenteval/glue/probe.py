@@ -26,6 +26,7 @@ from ..core.model import Action, AnyAgentSpec, Manifest, PluginAgentSpec, TaskSp
 from ..providers.probe import ProbeProblem, Role, Use, probe, unpriced
 from ..providers.seam import ProviderUnknown, route_of, run_sync
 from ..sources.dataset import Dataset, TaskDef, with_judge_defaults
+from .internals import drop_exit_banner
 from .items import AttemptItem
 from .runtime import Runtime
 
@@ -45,6 +46,8 @@ class ProbeHooks:
         self.keys_of = keys_of
         self.checked: list[Use] | None = None
         """What the probe checked (None before it ran)."""
+        self.passed_only = False
+        """`--agenteval-probe-only` passed: the session ended here, its line already printed."""
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -110,7 +113,17 @@ class ProbeHooks:
                 terminal.write_line(message, red=True, bold=True)
             pytest.exit("agenteval: the probe failed", returncode=pytest.ExitCode.INTERRUPTED)
         if settings.probe_only:
+            if terminal is not None:
+                terminal.write_line(passed_message(uses), green=True, bold=True)
+            self.passed_only = True
             pytest.exit(passed_message(uses), returncode=pytest.ExitCode.OK)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """A passed `--agenteval-probe-only` is its plain line, not pytest's `!!! Exit: … !!!`
+        banner (it is a success, not an interruption)."""
+        if self.passed_only:
+            drop_exit_banner(config)
 
 
 def failure_message(problems: list[ProbeProblem]) -> str:

@@ -133,7 +133,8 @@ def stop_line(facts: SessionFacts) -> str | None:
 
 def budget_line(budget: Budget) -> str:
     """What the run spent, and how to go on: a cap is the run's whole budget, every session
-    of it counted, so a resume with the same cap starts nothing."""
+    of it counted, so a resume with the same cap runs only the calls that fit in what is left
+    (a provider's call stops the run when its worst case does not fit, with room left)."""
     cost, tokens = budget.totals()
     raise_it = " or ".join(
         flag
@@ -145,6 +146,7 @@ def budget_line(budget: Budget) -> str:
     )
     return (
         f"spent in all {dollars(cost)}, {tokens} tokens (every call the run paid for, its "
-        "earlier sessions included). The cap is the run's whole budget: --resume-suite runs "
-        f"the rest only with a higher {raise_it}"
+        "earlier sessions included). The cap is the run's whole budget: --resume-suite with "
+        f"the same cap runs only calls that fit in what is left of it; with a higher {raise_it}, "
+        "the rest"
     )

@@ -637,14 +637,15 @@ def _problems(summary: Summary) -> str:
 
 
 def _table_shell(k: int) -> str:
-    """The table's frame; the script fills it (and its filters) from the embedded data."""
+    """The table's frame; the script fills it (and its filters) from the embedded data.
+    pass@k has its column only when k > 1 (at k = 1 it is pass@1)."""
     columns = [
         ("id", "task", ""),
         ("n", "n", "num"),
         ("c", "passed", "num"),
         ("e", "errors", "num"),
         ("p1", "pass@1", "num"),
-        ("pk", f"pass@{k}", "num"),
+        *([("pk", f"pass@{k}", "num")] if k > 1 else []),  # a one-attempt run: pass@1 once
         ("cost", "cost", "num"),
         ("p50", "p50 duration", "num"),
     ]

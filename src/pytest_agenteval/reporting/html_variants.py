@@ -36,6 +36,7 @@ def leaderboard(summary: Summary, k: int) -> str:
     heads = "".join(
         f'<th class="{cls}">{escape(label.format(k=k, reference=reference))}</th>'
         for label, cls in LEADERBOARD_COLUMNS
+        if k > 1 or label != "pass@{k}"  # a one-attempt run: pass@1 is shown once
     )
     rows = "\n".join(
         _row(name, v, k, name == reference, against.get(name)) for name, v in variants.items()
@@ -67,7 +68,7 @@ def _row(
         f"<td><strong>{escape(name)}</strong></td>",
         _agent_cell(v),
         f'<td class="num">{_with_interval(m.pass_at_k.get("1"), m.pass_at_1_ci95)}</td>',
-        f'<td class="num">{fmt(m.pass_at_k.get(str(k)))}</td>',
+        *([f'<td class="num">{fmt(m.pass_at_k.get(str(k)))}</td>'] if k > 1 else []),
         f'<td class="num change">{_change(is_reference, against)}</td>',
         f'<td class="num">{tokens}</td>',
         f'<td class="num">{fmt(tot.cost, 4)}</td>',

@@ -26,6 +26,10 @@ from ..store.runs import RunInfo
 from ..store.sessions import read_session
 
 _ATTEMPT = re.compile(r"(.+)/(\d+)")
+_PRINTED = re.compile(r"(.+?)\[([^\[\]]+)\](?:/(\d+))?")
+"""The forms the terminal prints: `TASK[VARIANT]`, `TASK[VARIANT]/N`, and the item names
+`TASK[attempt-N]` and `TASK[VARIANT-attempt-N]`."""
+_ITEM = re.compile(r"(?:(.+)-)?attempt-(\d+)")
 SHOWN_LIMIT = 1000
 """Characters of an input, `expected`, judge prompt or judge reply shown without `--full`."""
 
@@ -39,8 +43,16 @@ def split_target(
 ) -> tuple[str, str | None, int | None]:
     """`TASK_ID`, `TASK_ID/ATTEMPT`, and in a run with variants `TASK_ID/VARIANT` and
     `TASK_ID/VARIANT/ATTEMPT`, as (task id, variant, attempt). Task ids may hold `/` (and end
-    in a number), so a whole task id wins; else the last `/N` is the attempt."""
+    in a number), so a whole task id wins; else the last `/N` is the attempt. The forms the
+    terminal prints (`TASK[VARIANT]/N`, `TASK[VARIANT-attempt-N]`) are read as the same."""
     known = set(task_ids)
+    printed = _PRINTED.fullmatch(target)
+    if target not in known and printed and printed[1] in known:
+        item = _ITEM.fullmatch(printed[2])
+        variant, number = (item[1], item[2]) if item else (printed[2], printed[3])
+        if variant is not None:
+            check_variant(variant, variants, "this run")
+        return printed[1], variant, None if number is None else int(number)
     match = _ATTEMPT.fullmatch(target)
     head, attempt = (match[1], int(match[2])) if match else (target, None)
     for task_id, rest in ((target, None), (head, attempt)):
@@ -77,15 +89,17 @@ def in_order(variants: Sequence[str]) -> Callable[[IndexRow | AttemptRecord], tu
 
 
 def check_variant(name: str, variants: Sequence[str], run_id: str) -> str:
-    """`name` when the run has that variant, else a ShowError listing the run's variants."""
+    """`name` when the run has that variant, else a ShowError listing the run's variants
+    (`run_id` may be the words `this run`)."""
     if name in variants:
         return name
+    run = run_id if run_id == "this run" else f"run {run_id}"
     if not variants:
-        raise ShowError(f"run {run_id} has no variants (its dataset names no `variants:`)")
+        raise ShowError(f"{run} has no variants (its dataset names no `variants:`)")
     close = difflib.get_close_matches(name, variants, n=1, cutoff=0.5)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     listed = ", ".join(variants)
-    raise ShowError(f"no variant {name!r} in run {run_id}{hint}; its variants: {listed}")
+    raise ShowError(f"no variant {name!r} in {run}{hint}; its variants: {listed}")
 
 
 def reuse_of(record: AttemptRecord, earlier_until: float | None) -> str:

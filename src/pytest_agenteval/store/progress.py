@@ -331,7 +331,10 @@ def progress_lines(data: dict[str, Any]) -> list[str]:
     if data["status"] == "starting":
         return [f"run {data['run_id']}: a session is starting (collecting and planning)"]
     eta = f", about {data['eta']:.0f}s left" if data.get("eta") is not None else ""
+    running = data.get("running") or []
     flight = f", {data['in_flight']} in flight" if data.get("in_flight") is not None else ""
+    if running:  # the same two numbers as the list of running attempts below
+        flight = ", " + _running_counts(running)
     return [
         f"run {data['run_id']}: {data['status']} · {data['done']}/{data['planned']} done"
         f"{flight} · {data['elapsed']:.0f}s elapsed{eta}",
@@ -344,13 +347,22 @@ def progress_lines(data: dict[str, Any]) -> list[str]:
             f"{v['fail']} failed, {v['error']} errors, {v['skipped']} skipped"
             for name, v in (data.get("variants") or {}).items()
         ),
-        *running_lines(data.get("running") or [], data.get("updated_at")),
+        *running_lines(running, data.get("updated_at")),
     ]
 
 
+def _running_counts(running: list[dict[str, Any]]) -> str:
+    """`15 in flight, 33 waiting`: attempts past their `waiting` phase (their call runs), and
+    those waiting for their agent's limits or their turn."""
+    waiting = sum(1 for r in running if r.get("phase") == "waiting")
+    flight = f"{len(running) - waiting} in flight"
+    return f"{flight}, {waiting} waiting" if waiting else flight
+
+
 def running_lines(running: list[dict[str, Any]], now: float | None) -> list[str]:
-    """One line per running attempt: its name, phase, how long it has been in it, its turn."""
-    lines = [f"running ({len(running)}):"] if running else []
+    """One line per running attempt: its name, phase, how long it has been in it, its turn;
+    headed by the counts the status line gives, so the two never differ."""
+    lines = [f"running ({_running_counts(running)}):"] if running else []
     for r in running:
         variant = f"{r['variant']} " if r.get("variant") else ""
         since = f" {max((now or time.time()) - r['since'], 0):.0f}s" if r.get("since") else ""

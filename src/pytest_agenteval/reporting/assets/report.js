@@ -90,7 +90,7 @@
     tr.appendChild(el("td", "num" + (task.c === 0 ? " zero" : ""), task.c));
     tr.appendChild(el("td", "num", task.e));
     tr.appendChild(el("td", "num", num(task.p1, 3)));
-    tr.appendChild(el("td", "num", num(task.pk, 3)));
+    if (data.k > 1) tr.appendChild(el("td", "num", num(task.pk, 3)));
     tr.appendChild(el("td", "num", num(task.cost, 4)));
     tr.appendChild(el("td", "num", seconds(task.p50)));
     tr.addEventListener("click", function () { toggle(tr, task); });
@@ -106,7 +106,7 @@
     }
     var row = el("tr", "drill-row");
     var cell = el("td", "drill");
-    cell.colSpan = 8;
+    cell.colSpan = data.k > 1 ? 8 : 7;
     task.a.forEach(function (a) { cell.appendChild(attemptBox(task, a)); });
     row.appendChild(cell);
     tbody.insertBefore(row, next);
