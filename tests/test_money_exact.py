@@ -28,6 +28,7 @@ from pytest_agenteval.core.pids import start_time
 from pytest_agenteval.core.text import dollars
 from pytest_agenteval.providers.bound import BoundClient
 from pytest_agenteval.providers.seam import Route, forget, provider, run_sync
+from pytest_agenteval.store import ledger as ledger_module
 from pytest_agenteval.store.ledger import LEDGER_FILE, Book, Ledger, Paid, run_spend
 from pytest_agenteval.store.stops import Stops, request_cancel
 from test_providers import KEY, KEY_ENV, openai_agent
@@ -268,8 +269,10 @@ def test_a_gone_process_s_slot_is_settled_freed_and_reused(tmp_path: Path) -> No
     ledger.hold(Paid(0.125, 1, 1))
     pid = os.fork()
     if pid == 0:  # the child holds through the parent's ledger, then is killed holding
-        ledger.hold(Paid(1.0, 2, 1))
-        os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            ledger.hold(Paid(1.0, 2, 1))
+        finally:
+            os.kill(os.getpid(), signal.SIGKILL)
     os.waitpid(pid, 0)
     assert ledger.read().holding() == Paid(1.125, 3, 2)
     ledger.sweep()
@@ -278,6 +281,32 @@ def test_a_gone_process_s_slot_is_settled_freed_and_reused(tmp_path: Path) -> No
     )
     assert path.stat().st_size == 192  # this process's slot and the child's (freed) one
     assert run_spend(tmp_path) == {"cost": 1.875, "tokens": 603, "calls": 4}
+
+
+def test_a_full_ledger_frees_the_slots_of_gone_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that finds every slot taken frees those of gone processes (their spend
+    settled) and takes one; with every holder alive, it is a StoreError, not a bigger file."""
+    _held_by_a_gone_process(tmp_path, 0.25)
+    _held_by_a_gone_process(tmp_path, 0.5)
+    monkeypatch.setattr(ledger_module, "SLOTS", 2)
+    ledger = Ledger(tmp_path)
+    ledger.hold(Paid(1.0, 1, 1))
+    assert (tmp_path / LEDGER_FILE).stat().st_size == 64 * 3  # the header and two slots
+    assert ledger.read().settled == Paid(0.75, 600, 2)
+    assert ledger.read().holding() == Paid(1.0, 1, 1)
+    monkeypatch.setattr(ledger_module, "SLOTS", 1)
+    pid = os.fork()
+    if pid == 0:  # a second live holder finds the one slot taken by a live process
+        said = ""
+        try:
+            ledger.hold(Paid(1.0, 1, 1))
+        except BaseException as exc:
+            said = str(exc)
+        finally:
+            os._exit(3 if "spend.ledger: more than 1 processes hold spend" in said else 2)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 3
 
 
 def test_a_call_does_not_wait_for_what_a_gone_process_holds(tmp_path: Path) -> None:

@@ -46,8 +46,9 @@ _HEAD = struct.Struct("<24sdqq16x")
 """The magic (the schema, NUL-padded) and the spend settled before the slots."""
 _SLOT = struct.Struct("<qqdqqdqq")
 """A process's pid and start time (-1: not known), its held and its settled spend."""
-LEDGER_LIMIT = _HEAD.size + 4096 * _SLOT.size
-"""Bytes a ledger may have (a slot per process alive at once in the run, reused)."""
+SLOTS = 4096
+"""Processes that may hold spend at once in a run (a gone one's slot is reused once swept)."""
+LEDGER_LIMIT = _HEAD.size + SLOTS * _SLOT.size
 _OLD = struct.Struct("<dq")
 T = TypeVar("T")
 
@@ -165,16 +166,19 @@ class Ledger:
             return why
 
     def _mine(self, slots: list[_Slot]) -> int:
-        """This process's slot: remembered, else found, else a free one, else a new one."""
+        """This process's slot: remembered, else found, else a free one, else a new one (a
+        full ledger frees the slots of gone processes first)."""
         if self._slot < len(slots) and (slots[self._slot].pid, slots[self._slot].start) == self._me:
             return self._slot
-        ids = [(slot.pid, slot.start) for slot in slots]
-        for wanted in (self._me, (0, 0)):
-            if wanted in ids:
-                self._slot = ids.index(wanted)
+        for full in (False, True):
+            if full:
+                self._sweep(slots, everyone=True)
+            ids = [(slot.pid, slot.start) for slot in slots]
+            found = [ids.index(i) for i in (self._me, (0, 0)) if i in ids]
+            self._slot = found[0] if found else len(slots)
+            if self._slot < SLOTS:
                 return self._slot
-        self._slot = len(slots)
-        return self._slot
+        raise StoreError(f"{self._file}: more than {SLOTS} processes hold spend in this run")
 
     def _sweep(self, slots: list[_Slot], everyone: bool) -> bool:
         """Settle the reservations of holders that are gone at their reservation (the server
@@ -309,7 +313,9 @@ def _old(path: Path) -> Paid:
     """What an older version's `spend` file counted (taken as settled), else nothing."""
     try:
         fd = open_fd(path)
-    except (OSError, NotRegular):
+    except NotRegular as exc:
+        raise StoreError(not_followed(path, exc.why)) from None
+    except OSError:
         return NOTHING
     try:
         data = os.pread(fd, _OLD.size, 0)
