@@ -5,12 +5,15 @@ cap is said before anything is spent. The end-to-end runs count what the chat se
 from __future__ import annotations
 
 import asyncio
-import json
+import math
 import os
+import re
 import signal
+import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +22,14 @@ import pytest
 from chat_server import ChatServer
 from helpers import DatasetMaker, default_sigint, latest_run, summary_of
 from pytest_agenteval.core.chat import ChatMessage
+from pytest_agenteval.core.errors import StoreError
 from pytest_agenteval.core.llm import ModelPrice
+from pytest_agenteval.core.pids import start_time
 from pytest_agenteval.core.text import dollars
 from pytest_agenteval.providers.bound import BoundClient
 from pytest_agenteval.providers.seam import Route, forget, provider, run_sync
-from pytest_agenteval.store.ledger import LEDGER_FILE, Ledger, Paid
+from pytest_agenteval.store import ledger as ledger_module
+from pytest_agenteval.store.ledger import LEDGER_FILE, Book, Ledger, Paid, run_spend
 from pytest_agenteval.store.stops import Stops, request_cancel
 from test_providers import KEY, KEY_ENV, openai_agent
 
@@ -178,8 +184,7 @@ def test_the_ledger_counts_every_paid_call_across_cap_stops_kill_and_resumes(
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     run = pytester.path / ".pytest_cache/agenteval/runs" / latest_run(pytester.path)
-    held = json.loads((run / LEDGER_FILE).read_text())["held"]
-    assert sum(h["calls"] for h in held.values()) == 2  # the killed workers' calls in flight
+    assert Ledger(run).read().holding().calls == 2  # the killed workers' calls in flight
     chat_server.script.latency = 0.0
     result = _session(pytester, 100, "--resume-suite")
     summary = summary_of(pytester)
@@ -188,7 +193,7 @@ def test_the_ledger_counts_every_paid_call_across_cap_stops_kill_and_resumes(
     assert summary["spend"]["calls"] == len(chat_server.requests)
     assert summary["spend"]["tokens"] > tokens[1]
     assert summary["totals"]["cost"] < summary["spend"]["cost"]  # unrecorded calls were paid
-    assert json.loads((run / LEDGER_FILE).read_text())["held"] == {}
+    assert Ledger(run).read().held == {}
 
 
 def test_a_resume_counts_what_earlier_sessions_paid(
@@ -213,8 +218,8 @@ def test_a_resume_counts_what_earlier_sessions_paid(
 
 def test_a_dead_process_s_reservations_are_settled_not_forgotten(tmp_path: Path) -> None:
     """A reservation held by a process that is gone counts as paid at its reservation when
-    the ledger is next changed; a live holder's stays held; an older 16-byte ledger's totals
-    are taken as settled."""
+    the ledger is swept; a live holder's stays held; an older 16-byte ledger's totals are
+    taken as settled."""
     child = subprocess.run(
         [sys.executable, "-c",
          "import sys; from pathlib import Path; from pytest_agenteval.store.ledger import "
@@ -225,6 +230,8 @@ def test_a_dead_process_s_reservations_are_settled_not_forgotten(tmp_path: Path)
     ledger = Ledger(tmp_path)
     assert ledger.read().holding() == Paid(0.25, 300, 1)
     ledger.hold(Paid(0.5, 10, 1))  # this process: alive, so held
+    assert ledger.read().settled == Paid()  # a call's hold reads no other holder's /proc
+    ledger.sweep()
     book = ledger.read()
     assert book.settled == Paid(0.25, 300, 1) and book.holding() == Paid(0.5, 10, 1)
     assert ledger.paid() == Paid(0.75, 310, 2)
@@ -232,6 +239,114 @@ def test_a_dead_process_s_reservations_are_settled_not_forgotten(tmp_path: Path)
     old.mkdir()
     (old / "spend").write_bytes(b"\x00\x00\x00\x00\x00\x00\xf0?" + (7).to_bytes(8, "little"))
     assert Ledger(old).read().settled == Paid(1.0, 7, 0)
+
+
+def _held_by_a_gone_process(folder: Path, cost: float) -> None:
+    """A process that holds `cost` (and 300 tokens, one call) in the ledger, then ends."""
+    subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from pathlib import Path; from pytest_agenteval.store.ledger import "
+         "Ledger, Paid; Ledger(Path(sys.argv[1])).hold(Paid(float(sys.argv[2]), 300, 1))",
+         str(folder), str(cost)],
+        check=True,
+    )  # fmt: skip
+
+
+def test_a_gone_process_s_slot_is_settled_freed_and_reused(tmp_path: Path) -> None:
+    """A sweep settles a gone process's reservation and frees its slot; the next process
+    takes that slot (the file does not grow by a slot per process ever run) and the settled
+    spend stays counted; a forked child holds in a slot of its own."""
+    path = tmp_path / LEDGER_FILE
+    _held_by_a_gone_process(tmp_path, 0.25)
+    assert path.stat().st_size == 128  # the header and one slot
+    ledger = Ledger(tmp_path)
+    ledger.sweep()
+    assert ledger.read() == Book(Paid(0.25, 300, 1), {})
+    _held_by_a_gone_process(tmp_path, 0.5)
+    assert path.stat().st_size == 128
+    assert ledger.read().holding() == Paid(0.5, 300, 1)
+    ledger.sweep()
+    ledger.hold(Paid(0.125, 1, 1))
+    pid = os.fork()
+    if pid == 0:  # the child holds through the parent's ledger, then is killed holding
+        try:
+            ledger.hold(Paid(1.0, 2, 1))
+        finally:
+            os.kill(os.getpid(), signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert ledger.read().holding() == Paid(1.125, 3, 2)
+    ledger.sweep()
+    assert ledger.read() == Book(
+        Paid(1.75, 602, 3), {f"{os.getpid()} {start_time(os.getpid())}": Paid(0.125, 1, 1)}
+    )
+    assert path.stat().st_size == 192  # this process's slot and the child's (freed) one
+    assert run_spend(tmp_path) == {"cost": 1.875, "tokens": 603, "calls": 4}
+
+
+def test_a_full_ledger_frees_the_slots_of_gone_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that finds every slot taken frees those of gone processes (their spend
+    settled) and takes one; with every holder alive, it is a StoreError, not a bigger file."""
+    _held_by_a_gone_process(tmp_path, 0.25)
+    _held_by_a_gone_process(tmp_path, 0.5)
+    monkeypatch.setattr(ledger_module, "SLOTS", 2)
+    ledger = Ledger(tmp_path)
+    ledger.hold(Paid(1.0, 1, 1))
+    assert (tmp_path / LEDGER_FILE).stat().st_size == 64 * 3  # the header and two slots
+    assert ledger.read().settled == Paid(0.75, 600, 2)
+    assert ledger.read().holding() == Paid(1.0, 1, 1)
+    monkeypatch.setattr(ledger_module, "SLOTS", 1)
+    pid = os.fork()
+    if pid == 0:  # a second live holder finds the one slot taken by a live process
+        said = ""
+        try:
+            ledger.hold(Paid(1.0, 1, 1))
+        except BaseException as exc:
+            said = str(exc)
+        finally:
+            os._exit(3 if "spend.ledger: more than 1 processes hold spend" in said else 2)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 3
+
+
+def test_a_call_does_not_wait_for_what_a_gone_process_holds(tmp_path: Path) -> None:
+    """Under a cap, a call that does not fit beside a gone process's reservation does not wait
+    for it to settle (it never will): it is settled at its reservation, and the run stops
+    since the call cannot fit beside it."""
+    _held_by_a_gone_process(tmp_path, 0.75)
+    stops = Stops(tmp_path, max_cost=1.0)
+    reason = asyncio.run(asyncio.wait_for(stops.reserve(0.5, 10), 30))
+    assert (
+        reason
+        == "spend cap reached: $0.75 spent and $0.00 held of $1.00, the next call may cost $0.5000"
+    )
+    assert stops.ledger.read() == Book(Paid(0.75, 300, 1), {})
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda b: b"agenteval.spend/3".ljust(24, b"\0") + b[24:],
+         r"is 'agenteval.spend/3', newer than this version reads \('agenteval.spend/2'\); "
+         "upgrade pytest-agenteval"),
+        (lambda b: b"{" + b[1:], r"not a spend ledger \(no magic 'agenteval.spend/2'\)"),
+        (lambda b: b[:100], r"the spend ledger is damaged \(100 bytes\)"),
+        (lambda b: b[:64] + struct.pack("<qqdqqdqq", 1, 1, math.nan, 0, 0, 0, 0, 0),
+         r"the spend ledger is damaged \(nan, 0, 0\)"),
+    ],
+)  # fmt: skip
+def test_a_damaged_or_newer_ledger_is_refused(
+    tmp_path: Path, change: Callable[[bytes], bytes], said: str
+) -> None:
+    """A ledger of a newer format, one without the magic, one cut short or holding no number
+    is a StoreError naming the file and what is wrong, to a call and to the summary."""
+    Ledger(tmp_path).hold(Paid(0.5, 10, 1))
+    path = tmp_path / LEDGER_FILE
+    path.write_bytes(change(path.read_bytes()))
+    with pytest.raises(StoreError, match=re.escape(str(path)) + ": .*" + said):
+        Ledger(tmp_path).hold(Paid(0.5, 10, 1))
+    with pytest.raises(StoreError, match=said):
+        run_spend(tmp_path)
 
 
 # Item 3: a call that does not fit waits for the calls in flight.

@@ -16,6 +16,7 @@ from helpers import DatasetMaker, aid, task
 from pytest_agenteval.core.errors import StoreError
 from pytest_agenteval.store.files import RunFiles, locked, running_note, write_json
 from pytest_agenteval.store.inflight import InFlight
+from pytest_agenteval.store.ledger import LEDGER_FILE, Ledger, Paid, run_spend
 from pytest_agenteval.store.locks import locked as lock_file
 from pytest_agenteval.store.stops import STOP_FILE, STOP_SCHEMA, Stops
 
@@ -31,13 +32,13 @@ def canary(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_planted_spend_link_stops_a_capped_session_and_leaves_the_host_file(
     pytester: pytest.Pytester, dataset: DatasetMaker, canary: Path
 ) -> None:
-    """A `spend` link in the run folder of a resumed, capped session is a store problem
+    """A spend ledger link in the run folder of a resumed, capped session is a store problem
     said in one line naming the file; the file it points at keeps its bytes."""
     root = dataset({"t1.yaml": task()}, manifest={"agent": "ok:run"})
     (root / "ok.py").write_text("def run(task):\n    return 'ok'\n")
     args = ["--agenteval", "ds", "--agenteval-run-id", "r1", "--agenteval-max-cost", "1"]
     pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
-    spend = pytester.path / ".pytest_cache/agenteval/runs/r1/spend"
+    spend = pytester.path / ".pytest_cache/agenteval/runs/r1" / LEDGER_FILE
     before = canary.read_bytes()
     spend.unlink(missing_ok=True)
     spend.symlink_to(canary)
@@ -47,6 +48,19 @@ def test_a_planted_spend_link_stops_a_capped_session_and_leaves_the_host_file(
     said = "\n".join(result.outlines + result.errlines)
     assert f"{spend} is a symbolic link, not a regular file" in said
     assert "Traceback" not in said
+
+
+def test_an_older_versions_spend_link_is_not_read(tmp_path: Path, canary: Path) -> None:
+    """A `spend` link (the ledger of an older version) where a new ledger would count it is
+    a StoreError naming it, to a call and to the summary; the host file keeps its bytes."""
+    before = canary.read_bytes()
+    (tmp_path / "spend").symlink_to(canary)
+    with pytest.raises(StoreError, match=r"/spend is a symbolic link, not a regular file"):
+        Ledger(tmp_path).hold(Paid(1.0, 1, 1))
+    (tmp_path / LEDGER_FILE).unlink()
+    with pytest.raises(StoreError, match=r"/spend is a symbolic link, not a regular file"):
+        run_spend(tmp_path)
+    assert canary.read_bytes() == before
 
 
 def test_run_files_open_no_link(tmp_path: Path, canary: Path) -> None:

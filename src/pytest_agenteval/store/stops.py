@@ -230,11 +230,9 @@ class Budget:
         """Hold a call's worst case when it fits under the caps with every reservation held
         (one locked read and write, so two processes cannot both take the last room); else
         why not, and whether waiting for the calls in flight may make room."""
-        with self.ledger.book() as book:
-            refusal = self._refusal(book, cost, tokens)
-            if refusal is None:
-                book.hold(self.ledger.holder(), Paid(cost, tokens, 1))
-        return refusal
+        return self.ledger.reserve(
+            Paid(cost, tokens, 1), lambda book: self._refusal(book, cost, tokens)
+        )
 
     def _refusal(self, book: Book, cost: float, tokens: int) -> Refusal | None:
         settled, held = book.settled, book.holding()
