@@ -3,8 +3,9 @@ calls in flight hold.
 
 `spend.ledger` in the run folder is a small binary file, changed in place under its own flock
 (a model call's hold and settle are each a locked read and one pwrite: ~10 µs of CPU).
-Its 64-byte header is the magic `agenteval.spend/2` (the format's version: a newer one is
-refused) and the spend settled before the slots (an older run's); then one 64-byte slot per
+Its 64-byte header is the magic `agenteval.spend/2` (the format's version, the 16-byte `spend`
+file of earlier versions being the first; a newer one is refused) and the spend settled before
+the slots (an older run's); then one 64-byte slot per
 process that ever held or paid in the run: its pid and start time, what its calls in flight
 *hold* (their worst case) and what it *settled* (`cost`, `tokens`, `calls`: paid, or possibly
 paid). Nothing resets it: a resumed run adds to it, so a cap is the run's whole budget and
