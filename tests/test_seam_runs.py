@@ -267,7 +267,9 @@ def test_a_killed_workers_requests_keep_its_provider_slots(
     pid_file, killed = pytester.path / "holder.pid", pytester.path / "holder.killed"
     monkeypatch.setenv("HOLDER_PID", str(pid_file))
     monkeypatch.setenv("HOLDER_KILLED", str(killed))
-    chat_server.reset(latency=1.0)  # the dead worker's requests stay 1 s at the server
+    # the dead worker's requests stay 0.5 s at the server; their timeout (4 s) leaves room for
+    # a server slow to let them go on a loaded machine
+    chat_server.reset(latency=0.5)
     root = dataset(
         {
             "t0.yaml": {"input": "q", "expected": "held", "agent": "killed:run"},
@@ -282,7 +284,7 @@ def test_a_killed_workers_requests_keep_its_provider_slots(
                         "model": "m1",
                     },
                     "limits": {"max_in_flight": 2},
-                    "timeout": 2.0,
+                    "timeout": 4.0,
                     "retries": 0,
                 }
             },
