@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -67,6 +67,12 @@ class ProviderSpec(UserModel):
 
     `NAME: {openai: {base_url: ..., api_key_env: ...}, limits: {max_in_flight: 16}}` (or
     `anthropic: {...}` for Anthropic's Messages API)."""
+
+    UNKNOWN_KEY_HINT: ClassVar[str] = (
+        "a provider's kind is `openai:` or `anthropic:` (its other keys: limits, timeout, "
+        "retries, backoff)"
+    )
+    """What an unknown key of a provider is told (a kind that does not exist: `gemini:`)."""
 
     openai: Endpoint | None = None
     """An OpenAI-compatible chat-completions API."""

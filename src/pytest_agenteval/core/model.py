@@ -153,9 +153,7 @@ class RetrySpec(UserModel):
     @classmethod
     def _on_key(cls, data: Any) -> Any:
         """YAML 1.1 reads a plain `on:` key as True: it is the `on` field."""
-        if isinstance(data, dict) and True in data and "on" not in data:
-            data = {("on" if k is True else k): v for k, v in data.items()}
-        return data
+        return _on_key(data) if isinstance(data, dict) else data
 
 
 def effective_budget(task: Budget | None, defaults: Budget | None) -> Budget | None:
@@ -255,11 +253,22 @@ def normalize_grader(raw: Any) -> Any:
         return {"type": raw}
     if isinstance(raw, dict) and "type" not in raw and len(raw) == 1:
         ((name, value),) = raw.items()
-        options = value if isinstance(value, dict) else {"_primary": value}
+        options = _on_key(value) if isinstance(value, dict) else {"_primary": value}
         return {"type": name, "options": options}
     if isinstance(raw, dict) and "type" in raw and "options" not in raw:
-        return {"type": raw["type"], "options": {k: v for k, v in raw.items() if k != "type"}}
+        options = {k: v for k, v in _on_key(raw).items() if k != "type"}
+        return {"type": raw["type"], "options": options}
+    if isinstance(raw, dict) and isinstance(raw.get("options"), dict):
+        return {**raw, "options": _on_key(raw["options"])}
     return raw
+
+
+def _on_key(data: dict[Any, Any]) -> dict[Any, Any]:
+    """YAML 1.1 reads a plain `on:` key as True: it is the `on` option (`judge: {on: trajectory}`,
+    as `retry: {on: [...]}`); an option the grader does not take is its unknown key then."""
+    if True in data and "on" not in data:
+        return {("on" if k is True else k): v for k, v in data.items()}
+    return data
 
 
 class DockerHost(UserModel):

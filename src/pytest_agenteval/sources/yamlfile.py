@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, ClassVar
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -13,6 +14,9 @@ from ..core.errors import TaskFileError, did_you_mean
 from ..core.model import UNION_TAGS
 
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+MAX_KEYS_LISTED = 12
+"""An unknown key's hint lists the keys allowed there when there are at most this many."""
 
 MAX_EXPANDED_NODES = 1_000_000
 """How many YAML nodes a file may hold once its aliases (`*name`) are expanded.
@@ -221,7 +225,7 @@ def validation_errors(
         elif kind == "extra_forbidden":
             problem = f"unknown key {loc[-1]!r}"
             where = (*prefix, *loc)
-            hint = did_you_mean(str(loc[-1]), _fields_at(model, loc[:-1]))
+            hint = _key_hint(model, loc[:-1], str(loc[-1]))
         elif kind == "string_type" and _unquoted(error["input"]):
             key = loc[-1:] == ("[key]",)
             where = (*prefix, *loc[:-2]) if key else (*prefix, *loc)
@@ -284,17 +288,52 @@ def closest(word: str, choices: list[str]) -> str | None:
 
 
 def _fields_at(model: type, loc: tuple[Any, ...]) -> list[str]:
-    """Field names of the (nested) model at `loc`, for did-you-mean hints."""
-    for part in loc:
-        info = getattr(model, "model_fields", {}).get(part)
-        if info is None:
-            return []
-        sub = info.annotation
-        candidates = [sub, *getattr(sub, "__args__", ())]
-        found = next(
-            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
-        )
-        if found is None:
-            return []
-        model = found
-    return list(getattr(model, "model_fields", {}))
+    """Keys of the (nested) model at `loc`, for did-you-mean hints: steps through optional
+    and union types, a dict's values (`providers: {NAME: ...}`) and a list's items."""
+    found = _model_at(model, loc)
+    if found is None:
+        return []
+    return [info.alias or name for name, info in found.model_fields.items()]
+
+
+def _model_at(tp: Any, loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model at `loc` below type `tp`, the first one that fits, or None."""
+    for arm in _arms(tp):
+        if not loc:
+            if isinstance(arm, type) and issubclass(arm, BaseModel):
+                return arm
+            continue
+        part, rest = loc[0], loc[1:]
+        if isinstance(arm, type) and issubclass(arm, BaseModel):
+            info = arm.model_fields.get(part) if isinstance(part, str) else None
+            info = info or next((i for i in arm.model_fields.values() if i.alias == part), None)
+            nxt = info.annotation if info is not None else None
+        elif get_origin(arm) is dict:
+            nxt = get_args(arm)[1] if get_args(arm) else None
+        elif get_origin(arm) in (list, tuple) and isinstance(part, int):
+            nxt = get_args(arm)[0] if get_args(arm) else None
+        else:
+            nxt = None
+        found = _model_at(nxt, rest) if nxt is not None else None
+        if found is not None:
+            return found
+    return None
+
+
+def _arms(tp: Any) -> list[Any]:
+    """The types `tp` may be: itself, or each arm of a union (Annotated unwrapped)."""
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    if get_origin(tp) in (Union, UnionType):
+        return [arm for sub in get_args(tp) for arm in _arms(sub)]
+    return [tp]
+
+
+def _key_hint(model: type, loc: tuple[Any, ...], key: str) -> str | None:
+    """An unknown key's hint: the key it likely misspells, else what the model says of its keys
+    (`UNKNOWN_KEY_HINT`), else the keys allowed there (when few)."""
+    fields = _fields_at(model, loc)
+    said: str | None = getattr(_model_at(model, loc), "UNKNOWN_KEY_HINT", None)
+    if hint := did_you_mean(key, fields) or said:
+        return hint
+    return "keys here: " + ", ".join(fields) if 0 < len(fields) <= MAX_KEYS_LISTED else None
