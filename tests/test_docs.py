@@ -122,6 +122,42 @@ def test_the_graders_guide_example_runs_as_written(pytester: pytest.Pytester) ->
     assert [part.split("=")[0] for part in spelled.split(", ")] == [f.name for f in fields(Verdict)]
 
 
+PLAIN_ON = re.compile(r"(?<![\w\"'-])on:")
+"""A plain `on:` key, which YAML 1.1 reads as the boolean True (not `runs-on:`, not `"on":`)."""
+
+
+def test_every_plain_on_key_in_the_docs_validates_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every YAML example of the docs and the README with a plain `on:` key (the graders
+    guide's `judge: {..., on: trajectory}`) passes `agenteval validate` as written (a
+    `graders:` excerpt as a task file's)."""
+    from pytest_agenteval.cli import main
+
+    fence = re.compile(
+        r"^```(?:yaml|\{code-block\} yaml)\n(?::caption:[^\n]*\n)?(.*?)^```", re.S | re.M
+    )
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    blocks = [
+        (page.name, block)
+        for page in pages
+        for block in fence.findall(page.read_text())
+        if PLAIN_ON.search(block)
+    ]
+    assert any(name == "graders.md" for name, _ in blocks)
+    for i, (name, block) in enumerate(blocks):
+        root = tmp_path / f"ds{i}"
+        root.mkdir()
+        (root / "agenteval.yaml").write_text(
+            "name: ds\nagent: agent:run\njudge: {model: m, base_url: http://127.0.0.1:9/v1}\n"
+        )
+        task = block if re.search(r"^input:", block, re.M) else "input: q\n" + block
+        (root / "t.yaml").write_text(task)
+        (root / "agent.py").write_text("def run(task):\n    return 'ok'\n")
+        status = main(["validate", str(root)])
+        assert status == 0, (name, block, capsys.readouterr().out)
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site, built the way `.ci/run` builds it: warnings are errors."""
