@@ -123,3 +123,20 @@ def test_a_graders_plain_on_key_is_its_on_option(
     out = capsys.readouterr().out
     assert "ds/t.yaml:3: at graders[0]: unknown key 'on'" in out
     assert "is not text" not in out
+
+
+def test_an_unknown_key_beside_a_tasks_list_gets_a_hint(
+    dataset: DatasetMaker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key beside a file's `tasks:` list gets a did-you-mean (`taks`), or is told the file
+    holds only its tasks (`retry:` belongs in each task)."""
+    root = dataset({})
+    (root / "t.yaml").write_text("tasks:\n  - {id: a, input: q, expected: ok}\ntaks: 1\n")
+    assert main(["validate", str(root)]) == 1
+    assert "ds/t.yaml:3: at taks: unknown key 'taks'\nHint: did you mean 'tasks'?\n" in (
+        capsys.readouterr().out
+    )
+    (root / "t.yaml").write_text("tasks:\n  - {id: a, input: q, expected: ok}\nretry: {max: 1}\n")
+    assert main(["validate", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "ds/t.yaml:3: at retry: unknown key 'retry'\nHint: a file with a `tasks:` list" in out

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import TaskFileError
+from ..core.errors import TaskFileError, did_you_mean
 from ..core.model import TaskSpec, check_task_id
 from .speccache import CachedTask, SpecCache
 from .yamlfile import field_path, line_of, parse, validation_errors
@@ -92,6 +92,12 @@ def _named_workspaces(raws: list[Any]) -> tuple[str, ...]:
     )
 
 
+def _list_hint(key: Any) -> str:
+    """What an unknown key beside `tasks:` is told: a list file holds only its tasks."""
+    meant = did_you_mean(str(key), ["tasks"])
+    return meant or "a file with a `tasks:` list holds nothing else: put the key in each task"
+
+
 def _read_list(
     path: Path, stem: str, node: Any, data: dict[str, Any]
 ) -> list[CachedTask | LoadFailure]:
@@ -99,11 +105,11 @@ def _read_list(
     extra = [key for key in data if key != "tasks"]
     if extra or not isinstance(tasks, list):
         errors = [
-            TaskFileError(path, problem, line=line_of(node, (key,)), field=str(key))
-            for key, problem in [
-                *((key, f"unknown key {key!r}") for key in extra),
+            TaskFileError(path, problem, line=line_of(node, (key,)), field=str(key), hint=hint)
+            for key, problem, hint in [
+                *((key, f"unknown key {key!r}", _list_hint(key)) for key in extra),
                 *(
-                    [("tasks", "`tasks` must be a list of tasks")]
+                    [("tasks", "`tasks` must be a list of tasks", None)]
                     if not isinstance(tasks, list)
                     else []
                 ),
