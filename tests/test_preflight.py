@@ -91,3 +91,32 @@ def test_without_the_probe_the_mistakes_come_before_any_attempt_and_the_item_err
     assert out.index(HEAD) < first_result
     assert len(chat_server.paid) >= 1  # the good variant's attempt ran
     assert f"{TOOL}\n{HINT}\n(nothing was recorded" in done.stdout
+
+
+def test_a_plugin_tool_of_the_datasets_own_conftest_is_no_problem_under_xdist(
+    pytester: pytest.Pytester, dataset: DatasetMaker
+) -> None:
+    """Under `-n 2` the controller, which does not load a dataset's own conftest.py, does not
+    call its plugin's tool unknown (the workers, which load it, build that agent)."""
+    root = dataset({"t.yaml": {"input": "q", "expected": "ok"}})
+    (root / "conftest.py").write_text(
+        "def pytest_agenteval_make_tool(name, dataset_root):\n"
+        "    if name == 'lookup':\n"
+        "        def lookup(q: str) -> str:\n"
+        "            '''Look q up.'''\n"
+        "            return q\n"
+        "        return lookup\n"
+        "    return None\n"
+    )
+    (root / "agenteval.yaml").write_text(
+        "name: ds\n"
+        "providers:\n"
+        "  local:\n"
+        "    openai: {base_url: 'http://127.0.0.1:9/v1', api_key_env: LOCAL_KEY, model: m}\n"
+        "agent: {react: {provider: local, tools: [submit, lookup]}}\n"
+    )
+    result = _merged(pytester.path, "-n", "2")
+    assert result.returncode == 2
+    assert "agenteval: the probe failed" in result.stdout
+    assert "problem(s) found before the run" not in result.stdout
+    assert "unknown tool" not in result.stdout
