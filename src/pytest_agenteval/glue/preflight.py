@@ -43,15 +43,17 @@ class PreflightHooks:
             return
         self.done = True
         problems: list[tuple[str, int]] = []
-        built: set[int] = set()
+        built: set[tuple[int, bool, bool]] = set()
+        runtime = self.runtime
         for item in session.items:
             if isinstance(item, LoadErrorItem):
                 problems.append((item.failure.render(), len(item.failure.errors) or 1))
             elif isinstance(item, AttemptItem):
-                spec = id(self.runtime.agent_spec(item.task, item.variant))
-                if spec in built or self.runtime.decide(item.key, item.task).action != "run":
+                spec = id(runtime.agent_spec(item.task, item.variant))
+                key = (spec, runtime.runner.environments.on_host(item.task), item.uses_fixture())
+                if key in built or runtime.decide(item.key, item.task).action != "run":
                     continue
-                built.add(spec)
+                built.add(key)
                 try:
                     item.check_agent()
                 except AgentUnavailable as exc:
@@ -113,6 +115,7 @@ def _own_conftest(dataset: Dataset) -> bool:
 
 def say_problems(config: pytest.Config, problems: list[tuple[str, int]]) -> None:
     """`agenteval: N problem(s) found before the run ...` and each as `validate` prints it."""
+    problems = list(dict.fromkeys(problems))  # one spec may be built twice (host, sandbox)
     if not problems:
         return
     count = sum(n for _, n in problems)
