@@ -80,7 +80,9 @@ def test_a_bad_agent_is_reported_once_at_its_line_and_nothing_is_recorded(
             "  Hint: did you mean 'agent'?",
         ]
     )
-    assert out.count("did you mean 'agent'?") == 1
+    # Under the first attempt's error and in the end section; before the run on stderr.
+    assert out.count("did you mean 'agent'?") == 2
+    assert result.stderr.str().count("did you mean 'agent'?") == 1
     # In full under the first attempt's error only: the other three refer to it.
     assert out.count(f"] not run: {problem}") == 1
     assert out.count("not run: its agent cannot be built (the first such error above") == 3

@@ -126,6 +126,11 @@ def start_controller(config: pytest.Config, runtime: Runtime, opened: OpenedRun)
 
         probe = ProbeHooks(runtime, recorder.keys_of)  # after the recorder: before it, too
         config.pluginmanager.register(probe, "agenteval-probe")
+    if not dry:
+        from .preflight import PreflightHooks
+
+        preflight = PreflightHooks(runtime, recorder.keys_of)  # after the probe: before it
+        config.pluginmanager.register(preflight, "agenteval-preflight")
     if config.pluginmanager.hasplugin("xdist"):
         from .xdist import XdistHooks
 

@@ -121,10 +121,13 @@ def drop_exit_banner(config: pytest.Config) -> None:
     """Forget the `pytest.exit()` that ended the session, so the terminal reporter does not
     print its `!!! _pytest.outcomes.Exit: ... !!!` banner at unconfigure (for an exit that is
     a success, said in a plain line already). `pytest.exit` is the one public way to end a
-    session before anything is scheduled, under xdist too, and it always notes that banner."""
+    session before anything is scheduled, under xdist too, and it always notes that banner.
+    An exit with status 2 (INTERRUPTED) prints it at session finish, not at unconfigure:
+    the reporter's printing of it is made a no-op too."""
     terminal = config.pluginmanager.getplugin("terminalreporter")
     if terminal is not None:
         terminal._keyboardinterrupt_memo = None
+        terminal._report_keyboardinterrupt = lambda: None
 
 
 def stop_distributing(config: pytest.Config, reason: str) -> None:

@@ -261,7 +261,8 @@ class AttemptItem(AgentevalItem):
             return f"{self._headline()} not run: its agent cannot be built ({why})"
         said.add(problem)
         note = "nothing was recorded; the agenteval section at the end says more"
-        return f"{self._headline()} not run: {problem}\n({note})"
+        hint = f"\nHint: {exc.hint}" if exc.hint else ""
+        return f"{self._headline()} not run: {problem}{hint}\n({note})"
 
     def failed_at(self, exc: BaseException) -> str | None:
         """Where the attempt errored (`agent call`, `grading`, `budget`, `sandbox build`, a

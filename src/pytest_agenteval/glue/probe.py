@@ -48,6 +48,9 @@ class ProbeHooks:
         """What the probe checked (None before it ran)."""
         self.passed_only = False
         """`--agenteval-probe-only` passed: the session ended here, its line already printed."""
+        self.failed: pytest.Config | None = None
+        """The probe failed (the session's config): the session ended here, its lines
+        already printed."""
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -111,6 +114,7 @@ class ProbeHooks:
                 runtime.stops.halt("probe_failed", message)
             if terminal is not None:
                 terminal.write_line(message, red=True, bold=True)
+            self.failed = config
             pytest.exit("agenteval: the probe failed", returncode=pytest.ExitCode.INTERRUPTED)
         if settings.probe_only:
             if terminal is not None:
@@ -118,11 +122,18 @@ class ProbeHooks:
             self.passed_only = True
             pytest.exit(passed_message(uses), returncode=pytest.ExitCode.OK)
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """A failed probe's exit (status 2) would print pytest's banner at session finish."""
+        if self.failed is not None:
+            drop_exit_banner(self.failed)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """A passed `--agenteval-probe-only` is its plain line, not pytest's `!!! Exit: … !!!`
-        banner (it is a success, not an interruption)."""
-        if self.passed_only:
+        banner (it is a success, not an interruption); a failed probe is its own lines, which
+        say why (the banner would read as an internal error); its exit status stays 2."""
+        if self.passed_only or self.failed is not None:
             drop_exit_banner(config)
 
 
