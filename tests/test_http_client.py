@@ -351,8 +351,9 @@ def test_a_call_lost_after_it_was_sent_is_sent_again_only_by_the_providers_retri
     try:
         client = attempt_llm(providers, "oa", Trace())
         assert client.chat([{"role": "user", "content": "x"}]).text == "hi"
-        with pytest.raises(ProviderError, match="lost after the request was sent"):
+        with pytest.raises(ProviderError, match="lost after the request was sent") as lost:
             client.chat([{"role": "user", "content": "y"}])
+        assert lost.value.billed  # the server saw it: counted at its reservation under a cap
     finally:
         seam.forget()
         with contextlib.suppress(OSError):

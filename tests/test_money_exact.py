@@ -27,6 +27,7 @@ from pytest_agenteval.core.llm import ModelPrice
 from pytest_agenteval.core.pids import start_time
 from pytest_agenteval.core.text import dollars
 from pytest_agenteval.providers.bound import BoundClient
+from pytest_agenteval.providers.client import ProviderError
 from pytest_agenteval.providers.seam import Route, forget, provider, run_sync
 from pytest_agenteval.store import ledger as ledger_module
 from pytest_agenteval.store.ledger import LEDGER_FILE, Book, Ledger, Paid, run_spend
@@ -445,6 +446,36 @@ def test_a_call_cancelled_after_it_was_sent_settles_at_its_reservation(
     book = stops.ledger.read()
     assert book.held == {}
     assert book.settled == Paid(pytest.approx(worst_cost), worst_tokens, 1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("script", "billed"),
+    [({"malformed": True}, True), ({"statuses": [500]}, False)],
+    ids=["unreadable 200: counted", "refused with a 500: given back"],
+)
+def test_a_failed_call_is_counted_only_when_the_server_may_have_billed_it(
+    chat_server: ChatServer, tmp_path: Path, script: dict[str, Any], billed: bool
+) -> None:
+    """A call whose reply came but could not be read settles at its reservation (the server
+    answered, so it billed); one the server refused with a status gives its reservation
+    back."""
+    chat_server.reset(**script)
+    route = Route("local", "openai", chat_server.base_url, KEY_ENV, retries=0)
+    pricing = {"m": ModelPrice(input_per_mtok=PER_MTOK, output_per_mtok=PER_MTOK)}
+    stops = Stops(tmp_path, max_cost=10.0)
+    client = BoundClient(provider(route), None, "m", spend=stops, pricing=pricing)
+    request = client.provider.prepare("m", [ChatMessage("user", "hi")], (), {"max_tokens": 10})
+    worst_cost, worst_tokens = client.worst(request)
+    try:
+        with pytest.raises(ProviderError) as raised:
+            run_sync(client.exchange(request))
+    finally:
+        forget()
+    assert raised.value.billed is billed
+    book = stops.ledger.read()
+    assert book.held == {}
+    expected = Paid(pytest.approx(worst_cost), worst_tokens, 1) if billed else Paid()  # type: ignore[arg-type]
+    assert book.settled == expected
 
 
 def test_an_approximate_cap_is_said_once_before_spending(

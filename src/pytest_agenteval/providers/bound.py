@@ -130,8 +130,8 @@ class BoundClient:
                 reply = replace(reply, cache_missed=True)
             priced = self._record(request.model, reply, started)
             actual = self._actual(reply, priced, reserved)
-        except ProviderError as exc:  # refused (given back), or no answer in time (counted)
-            actual = reserved if exc.error_class == "timeout" else None
+        except ProviderError as exc:  # refused or never sent: given back; else counted
+            actual = reserved if exc.billed else None
             raise
         finally:
             self._settle(reserved, actual)

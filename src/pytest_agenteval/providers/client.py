@@ -37,6 +37,10 @@ class ProviderError(AgentError):
     """`rate_limited` for a 429 after its retries, `timeout` for a request that timed out."""
     status: int | None = None
     """The HTTP status that ended the call, when one did."""
+    billed: bool = False
+    """The last try reached the server and got no refusal back (no reply in time, a reply
+    that could not be read, the connection lost after the request was sent): the server may
+    have billed it."""
 
 
 def register_key(key: str) -> None:

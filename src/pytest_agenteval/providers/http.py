@@ -34,6 +34,10 @@ class HttpError(Exception):
     """No reply could be read: the connection failed, closed early or sent garbage."""
 
 
+class Unanswered(HttpError):
+    """The request was sent, but no reply could be read: the server may have billed it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     """A whole reply: status, headers with lower-case names, body."""
@@ -83,13 +87,13 @@ class Pool:
         conn = await self._send(origin, via, head + body if body else head)
         try:
             response, keep = await _reply(conn[0])
-        except HttpError:
+        except HttpError as exc:
             _close(conn)
-            raise
+            raise Unanswered(str(exc)) from None
         except (OSError, asyncio.IncompleteReadError) as exc:
             _close(conn)
             what = f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc)
-            raise HttpError(
+            raise Unanswered(
                 f"the connection was lost after the request was sent ({what})"
             ) from None
         except BaseException:

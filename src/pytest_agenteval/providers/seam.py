@@ -294,6 +294,7 @@ class Provider:
         message = f"model {model!r} at {base} failed{after}: {excerpt(mask(what), 500)}"
         error = ProviderError(mask(message), detail=mask(f"Hint: {hint}"))
         error.status = status if isinstance(status, int) else None
+        error.billed = status == "unparseable" or isinstance(exc, RequestTimeout | http.Unanswered)
         if status == 429:
             error.error_class = "rate_limited"
         elif isinstance(exc, RequestTimeout):
