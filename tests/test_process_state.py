@@ -63,6 +63,7 @@ PURE = {
     "earlier session's key too is only safer",
     "pytest_agenteval.reporting.metrics": "t quantiles, a pure function of numbers",
     "pytest_agenteval.store.locks": "the descriptors of locks this process holds now",
+    "pytest_agenteval.core.pids": "this process's pid and start time, the same for every session",
     "pytest_agenteval.glue.collect": "once per process: the atexit freeze",
 }
 """Module-level caches that hold nothing of a session: what they hold is the same for every

@@ -10,27 +10,18 @@ import os
 import struct
 import time
 
-from .pids import start_time
+from .pids import own_identity, still_runs
 
 RECORD = struct.Struct("<qqdd")
 """The holder's pid and start time (-1: unknown), when it took the slot (epoch seconds) and
 its call's timeout; zeros once given back."""
 FREE = bytes(RECORD.size)
-_me: tuple[int, int] = (0, -1)
-
-
-def _holder(pid: int) -> tuple[int, int]:
-    started = start_time(pid)
-    return pid, int(started) if started and started.isdigit() else -1
 
 
 def stamp(fd: int, timeout: float) -> None:
     """Note on the slot file `fd` (locked by this process) that this process's call took it
     now and may run for `timeout` seconds."""
-    global _me
-    if _me[0] != os.getpid():  # once per process (a forked child is another)
-        _me = _holder(os.getpid())
-    os.pwrite(fd, RECORD.pack(*_me, time.time(), timeout), 0)
+    os.pwrite(fd, RECORD.pack(*own_identity(), time.time(), timeout), 0)
 
 
 def clear(fd: int) -> None:
@@ -46,12 +37,6 @@ def dead_until(fd: int) -> float | None:
         return None
     pid, started, taken_at, timeout = RECORD.unpack(data)
     until = float(taken_at + timeout)
-    if until <= time.time() or _alive(pid, started):  # over, or its holder still runs
+    if until <= time.time() or still_runs(pid, started):  # over, or its holder still runs
         return None
     return until
-
-
-def _alive(pid: int, started: int) -> bool:
-    """Whether the process a stamp names still runs (not another with its pid)."""
-    now = start_time(pid)
-    return now is not None and (started == -1 or now == str(started))

@@ -36,7 +36,7 @@ from typing import NamedTuple, TypeVar
 
 from ..core.errors import StoreError, os_failure
 from ..core.files import NotRegular, open_fd
-from ..core.pids import start_time
+from ..core.pids import own_identity, still_runs
 from .files import FILE_MODE, not_followed
 
 LEDGER_FILE = "spend.ledger"
@@ -210,7 +210,7 @@ class Ledger:
         found = False
         for i, slot in enumerate(slots):
             other = slot.pid and (slot.pid, slot.start) != self._me
-            if other and (everyone or slot.calls) and not _alive(slot.pid, slot.start):
+            if other and (everyone or slot.calls) and not still_runs(slot.pid, slot.start):
                 found = found or slot.held != NOTHING
                 self._put(slots, i, _Slot().changed((0, 0), NOTHING, slot.settled + slot.held))
         return found
@@ -260,8 +260,7 @@ class Ledger:
         except OSError as exc:
             raise StoreError(os_failure("open", path, exc)) from None
         self._close = weakref.finalize(self, os.close, self._fd)
-        started = start_time(pid)
-        self._me = (pid, int(started) if started not in (None, "?") else -1)
+        self._me = own_identity()
         self._pid, self._slot = pid, 0
         return self._fd
 
@@ -346,12 +345,6 @@ def _old(path: Path) -> Paid:
         return NOTHING
     cost, tokens = _OLD.unpack(data)
     return Paid(cost, tokens) if cost >= 0 and tokens >= 0 else NOTHING
-
-
-def _alive(pid: int, started: int) -> bool:
-    """Whether the holder still runs (a reused pid is another process)."""
-    now = start_time(pid)
-    return now is not None and (now == "?" or started == -1 or now == str(started))
 
 
 def run_spend(folder: Path) -> dict[str, float | int] | None:
