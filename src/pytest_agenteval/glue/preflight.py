@@ -13,14 +13,15 @@ tool would look unknown there; the workers report such problems per item).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ..core.errors import AgentUnavailable
 from ..core.identity import AttemptId
-from ..sources.dataset import Dataset, load_task_file
+from ..sources.dataset import TaskDef, load_task_file
 from ..sources.taskfile import LoadFailure
 from .collect import LoadErrorItem
 from .concurrency import say_now
@@ -88,10 +89,8 @@ class PreflightHooks:
 
     def _agent_problems(self, keys: list[AttemptId]) -> Iterator[str]:
         runtime = self.runtime
-        mine = {d.name for d in runtime.datasets if not _own_conftest(d)}
-        if not any(key.dataset in mine for key in keys):
-            return
         tasks = {(t.dataset.name, t.id): t for t in runtime.all_tasks()}
+        mine = {d.name for d in runtime.datasets} - _with_own_conftest(tasks.values())
         built: set[int] = set()
         for key in keys:
             task = tasks.get((key.dataset, key.task_id))
@@ -107,10 +106,14 @@ class PreflightHooks:
                 yield exc.render()
 
 
-def _own_conftest(dataset: Dataset) -> bool:
-    """Whether a conftest.py lies in the dataset's folder or a task file's folder."""
-    folders = {dataset.root, *(path.parent for path in dataset.task_files())}
-    return any((folder / "conftest.py").exists() for folder in folders)
+def _with_own_conftest(tasks: Iterable[TaskDef]) -> set[str]:
+    """The datasets with a conftest.py in their folder or a task file's folder (the task
+    files as loaded already: walking a dataset again reads every task file)."""
+    folders: dict[Path, str] = {}
+    for task in tasks:
+        folders.setdefault(task.dataset.root, task.dataset.name)
+        folders.setdefault(task.path.parent, task.dataset.name)
+    return {name for folder, name in folders.items() if (folder / "conftest.py").exists()}
 
 
 def say_problems(config: pytest.Config, problems: list[tuple[str, int]]) -> None:
