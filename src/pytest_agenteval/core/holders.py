@@ -2,7 +2,9 @@
 moment its holder dies, but what the holder's call started (a request at a provider, an
 agent's program) may run on until the call's timeout. A holder stamps its slot when it takes
 it and clears it before giving it back, so a stamp found on a slot just locked is a dead
-holder's, and the slot stays taken until the stamp's timeout has passed."""
+holder's, and the slot stays taken until the stamp's timeout has passed. Whether the holder
+still shows in `/proc` is not asked: the kernel releases a dying process's locks before it
+becomes a zombie, so a holder being killed can look alive to the process that got its slot."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import os
 import struct
 import time
 
-from .pids import own_identity, still_runs
+from .pids import own_identity
 
 RECORD = struct.Struct("<qqdd")
 """The holder's pid and start time (-1: unknown), when it took the slot (epoch seconds) and
@@ -37,6 +39,6 @@ def dead_until(fd: int) -> float | None:
         return None
     pid, started, taken_at, timeout = RECORD.unpack(data)
     until = float(taken_at + timeout)
-    if until <= time.time() or still_runs(pid, started):  # over, or its holder still runs
+    if until <= time.time() or (pid, started) == own_identity():  # over, or a stamp of ours
         return None
     return until
